@@ -1,0 +1,40 @@
+# The README's two commands: `make demo` and `make test`. Both create .venv on first use and
+# reinstall only when pyproject.toml changes. torch is installed first and pinned, because an
+# unpinned torch (also pulled in by transformers/trl) downloads a multi-GB CUDA build.
+PYTHON      ?= python3
+VENV        ?= .venv
+TORCH_SPEC  ?= torch==2.13.0
+EXTRAS      ?= dev,notebooks
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.installed-$(shell echo "$(EXTRAS) $(TORCH_SPEC)" | tr ' ,=<>' '_____')
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test test-fast lint bench docs clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m refimpl.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -n auto $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -n auto -m "not slow" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check refimpl toy_envs tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

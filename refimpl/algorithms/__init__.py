@@ -1,0 +1,25 @@
+"""One file per algorithm, each honouring the contract in ``shared/DESIGN.md``:
+
+``Config`` (frozen dataclass of paper defaults), ``advantages(batch, cfg)``,
+``reference_advantages(batch, cfg)`` and ``loss(batch, logp, adv, cfg, entropy=None)``.
+
+>>> from refimpl import algorithms
+>>> algorithms.get("gtpo").Config().alpha_2
+0.1
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+#: Every algorithm, baselines first, in the order the docs present them.
+NAMES: tuple[str, ...] = ("grpo", "dapo", "dr_grpo", "gspo", "gpg", "gtpo", "grpo_s", "tepo")
+
+
+def get(name: str) -> ModuleType:
+    """The algorithm module called ``name`` (one of ``NAMES``); ``-`` is read as ``_``."""
+    key = str(name).strip().lower().replace("-", "_")
+    if key not in NAMES:
+        raise ValueError(f"algorithm: expected one of {', '.join(NAMES)}, got {name!r}")
+    return importlib.import_module(f"{__name__}.{key}")

@@ -1,0 +1,411 @@
+"""Shared plumbing for every algorithm file: the rollout batch and the tensor primitives.
+
+Everything here is written once and used by the algorithm files in ``refimpl/algorithms``;
+those files hold only the mathematics that distinguishes one algorithm from another. This
+module knows nothing of models, tokenizers or tasks (see ``shared/DESIGN.md``).
+
+Notation (``shared/ALGORITHMS.md``)
+-----------------------------------
+A batch holds ``N`` groups of ``G`` completions, ``B = N·G`` rows, groups stored as
+consecutive rows: rows ``g·G … g·G+G−1`` answer prompt ``g``. Per-token tensors are
+``[B, T]``; ``m[i,t] ∈ {0,1}`` is the response mask and ``|o_i| = Σ_t m[i,t]``.
+
+Masking convention
+------------------
+Padding positions (``m = 0``) may hold *anything*, NaN included: every primitive here
+selects with ``torch.where(mask, x, 0)`` rather than multiplying ``x·m`` (``NaN·0 = NaN``),
+so no value on padding can reach a result or a gradient. The property tests rely on this.
+
+Aggregation modes (names as in verl's ``agg_loss``) over a per-token loss ``ℓ[i,t]``::
+
+    token-mean               Σ_{i,t} m ℓ / Σ_{i,t} m                     DAPO, GTPO, TEPO, GPG
+    seq-mean-token-mean      mean_i ( Σ_t m ℓ / |o_i| )                  GRPO
+    seq-mean-token-sum-norm  Σ_{i,t} m ℓ / (B' · L_max),  L_max constant Dr. GRPO
+    seq-mean                 mean_i ℓ_i   for a per-sequence loss ℓ_i     GRPO-S, GSPO
+
+Sequences with ``|o_i| = 0`` are skipped by every mode: the "mean over sequences" runs over
+the ``B'`` non-empty rows. An empty batch (no response token at all) gives loss 0, still
+attached to the graph, with a warning.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, fields, replace
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean"]
+AGG_MODES: tuple[str, ...] = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+    "seq-mean",
+)
+
+#: Default ``eps`` in every denominator (ALGORITHMS.md, Notation).
+EPS = 1e-6
+
+# ---------------------------------------------------------------------------------------------
+# Input validation: every public function fails with a ValueError that names the argument.
+# ---------------------------------------------------------------------------------------------
+
+
+def require(condition: bool, argument: str, expectation: str) -> None:
+    """Raise ``ValueError("<argument>: expected <expectation>")`` unless ``condition``."""
+    if not condition:
+        raise ValueError(f"{argument}: expected {expectation}")
+
+
+# Checks for the config fields that several algorithms share; each algorithm's Config calls
+# ``check_config(self)`` from ``__post_init__`` and checks its own extra fields next to it.
+_SHARED_FIELD_RULES: dict[str, tuple[object, str]] = {
+    "clip_eps_low": (lambda v: 0.0 <= v < 1.0, "a value in [0, 1)"),
+    "clip_eps_high": (lambda v: v >= 0.0, "a value ≥ 0"),
+    "kl_coef": (lambda v: v >= 0.0, "a value ≥ 0"),
+    "eps": (lambda v: v > 0.0, "a value > 0"),
+    "success_threshold": (lambda v: True, "a finite value"),
+    "max_len": (lambda v: v > 0, "a positive length"),
+}
+
+
+def check_config(cfg: object) -> None:
+    """Validate the fields every algorithm ``Config`` may share (clip ε, β, eps, …)."""
+    cls = type(cfg).__qualname__
+    for f in fields(cfg):  # type: ignore[arg-type]
+        value = getattr(cfg, f.name)
+        if f.name in _SHARED_FIELD_RULES:
+            rule, expectation = _SHARED_FIELD_RULES[f.name]
+            ok = isinstance(value, (int, float)) and math.isfinite(value) and rule(value)  # type: ignore[operator]
+            require(ok, f"{cls}.{f.name}", f"{expectation}, got {value!r}")
+        elif f.name == "loss_agg_mode":
+            require(value in AGG_MODES, f"{cls}.loss_agg_mode", f"one of {AGG_MODES}, got {value!r}")
+
+
+def require_choice(value: object, argument: str, choices: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
+    require(value in choices, argument, f"one of {choices}, got {value!r}")
+
+
+def _check_matrix(x: Tensor, name: str, shape: tuple[int, int]) -> None:
+    require(isinstance(x, Tensor), name, f"a torch.Tensor, got {type(x).__name__}")
+    require(tuple(x.shape) == shape, name, f"shape {list(shape)}, got {list(x.shape)}")
+    require(x.is_floating_point(), name, f"a floating-point tensor, got {x.dtype}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The rollout batch: the one data structure every algorithm reads.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RolloutBatch:
+    """``B = N·G`` sampled completions, groups in consecutive rows (see module docstring).
+
+    Attributes:
+        response_ids: ``[B, T]`` long, the generated tokens (padding arbitrary).
+        response_mask: ``[B, T]`` 1.0 on generated tokens (EOS included), 0.0 on padding.
+        rewards: ``[B]`` outcome reward of each completion; finite.
+        logp_old: ``[B, T]`` log-prob of each token under the rollout policy ``π_old``.
+        entropy_old: ``[B, T]`` full-vocabulary entropy of ``π_old`` at each position,
+            detached (never carries gradient); ≥ 0 on response tokens.
+        group_size: ``G ≥ 2``, divides ``B``.
+        logp_ref: ``[B, T]`` under the frozen reference model, when a KL term needs it.
+        prompt_ids: optional ``[B, P]`` prompts (the trainer keeps them for logging).
+    """
+
+    response_ids: Tensor
+    response_mask: Tensor
+    rewards: Tensor
+    logp_old: Tensor
+    entropy_old: Tensor
+    group_size: int
+    logp_ref: Tensor | None = None
+    prompt_ids: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # -- shape helpers --------------------------------------------------------------------
+    @property
+    def batch_size(self) -> int:
+        """``B``, the number of completions."""
+        return int(self.response_mask.shape[0])
+
+    @property
+    def num_groups(self) -> int:
+        """``N = B / G``."""
+        return self.batch_size // self.group_size
+
+    @property
+    def lengths(self) -> Tensor:
+        """``|o_i|`` as a float ``[B]`` tensor."""
+        return self.response_mask.sum(dim=1)
+
+    def replace(self, **changes: object) -> RolloutBatch:
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+    def select_groups(self, keep: Tensor) -> RolloutBatch:
+        """The sub-batch made of the groups where ``keep`` (bool ``[N]``) is true."""
+        require(keep.dtype == torch.bool and keep.shape == (self.num_groups,), "keep",
+                f"a bool tensor of shape [{self.num_groups}]")
+        rows = keep.repeat_interleave(self.group_size)
+        changes = {f.name: getattr(self, f.name)[rows] for f in fields(self)
+                   if isinstance(getattr(self, f.name), Tensor)}
+        return replace(self, **changes)
+
+    # -- validation -----------------------------------------------------------------------
+    def validate(self) -> None:
+        """Check shapes, dtypes and value ranges; raise ``ValueError`` naming the field."""
+        m = self.response_mask
+        require(isinstance(m, Tensor) and m.dim() == 2, "response_mask",
+                "a 2-D [B, T] tensor")
+        B, T = m.shape
+        require(isinstance(self.group_size, int) and not isinstance(self.group_size, bool)
+                and self.group_size >= 2, "group_size",
+                f"an int ≥ 2 (a group needs at least two completions), got {self.group_size!r}")
+        require(B % self.group_size == 0, "group_size",
+                f"to divide the batch size B={B}, got group_size={self.group_size}")
+        require(bool(((m == 0) | (m == 1)).all()), "response_mask", "values in {0, 1}")
+        require(isinstance(self.response_ids, Tensor)
+                and tuple(self.response_ids.shape) == (B, T)
+                and not self.response_ids.is_floating_point(), "response_ids",
+                f"an integer tensor of shape [{B}, {T}]")
+        require(isinstance(self.rewards, Tensor) and tuple(self.rewards.shape) == (B,),
+                "rewards", f"a tensor of shape [{B}]")
+        require(bool(torch.isfinite(self.rewards).all()), "rewards",
+                "finite values (no NaN or inf)")
+        active = m.bool()
+        _check_matrix(self.logp_old, "logp_old", (B, T))
+        require(bool(torch.isfinite(self.logp_old[active]).all()), "logp_old",
+                "finite log-probs on response tokens")
+        require(bool((self.logp_old[active] <= 1e-4).all()), "logp_old",
+                "log-probs ≤ 0 on response tokens")
+        _check_matrix(self.entropy_old, "entropy_old", (B, T))
+        h = self.entropy_old[active]
+        require(bool(torch.isfinite(h).all()) and bool((h >= 0).all()), "entropy_old",
+                "finite, non-negative entropies on response tokens")
+        require(not self.entropy_old.requires_grad, "entropy_old",
+                "a detached tensor (rollout entropies never carry gradient)")
+        if self.logp_ref is not None:
+            _check_matrix(self.logp_ref, "logp_ref", (B, T))
+            require(bool(torch.isfinite(self.logp_ref[active]).all()), "logp_ref",
+                    "finite log-probs on response tokens")
+
+
+def check_policy_tensor(x: Tensor, batch: RolloutBatch, name: str) -> None:
+    """Validate a ``[B, T]`` tensor computed under the current policy (``logp``, ``entropy``)."""
+    _check_matrix(x, name, tuple(batch.response_mask.shape))  # type: ignore[arg-type]
+    require(bool(torch.isfinite(x.detach()[batch.response_mask.bool()]).all()), name,
+            "finite values on response tokens")
+
+
+def check_advantages(adv: Tensor, batch: RolloutBatch) -> None:
+    """Validate advantages passed to a ``loss``: ``[B, T]``, finite on response tokens."""
+    check_policy_tensor(adv, batch, "adv")
+
+
+# ---------------------------------------------------------------------------------------------
+# Masked reductions.
+# ---------------------------------------------------------------------------------------------
+
+
+def masked(x: Tensor, mask: Tensor) -> Tensor:
+    """``x`` where ``mask`` is 1, exactly 0 elsewhere (NaN-safe, unlike ``x * mask``)."""
+    return torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """``Σ m·x`` over ``dim`` (all elements when ``None``)."""
+    y = masked(x, mask)
+    return y.sum() if dim is None else y.sum(dim=dim)
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """``Σ m·x / Σ m`` over ``dim``; 0 where the mask is empty (never NaN)."""
+    count = mask.sum() if dim is None else mask.sum(dim=dim)
+    return masked_sum(x, mask, dim) / count.clamp(min=1)
+
+
+def group_view(x: Tensor, group_size: int) -> Tensor:
+    """``[B, ...] → [N, G, ...]``: rows ``g·G … g·G+G−1`` become group ``g``."""
+    return x.reshape(-1, group_size, *x.shape[1:])
+
+
+def broadcast_to_tokens(per_sequence: Tensor, mask: Tensor) -> Tensor:
+    """``[B] → [B, T]``: the sequence value on every response token, exactly 0 on padding."""
+    return masked(per_sequence[:, None].expand_as(mask).to(torch.float32), mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Group statistics of outcome rewards.
+# ---------------------------------------------------------------------------------------------
+
+
+def group_mean_std(values: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
+    """Per-group mean and unbiased (Bessel-corrected) std, broadcast back to ``[B]``."""
+    v = group_view(values.to(torch.float64), group_size)
+    mean = v.mean(dim=1, keepdim=True).expand_as(v)
+    std = v.std(dim=1, unbiased=True, keepdim=True).expand_as(v)
+    return mean.reshape(-1), std.reshape(-1)
+
+
+def group_degenerate(values: Tensor, group_size: int) -> Tensor:
+    """``[B]`` bool: the row's group has all-equal values (zero variance)."""
+    v = group_view(values, group_size)
+    flat = (v.amax(dim=1) == v.amin(dim=1))
+    return flat.repeat_interleave(group_size)
+
+
+def group_normalize(rewards: Tensor, group_size: int, *, scale_by_std: bool = True,
+                    eps: float = EPS) -> Tensor:
+    """Group-relative advantage ``[B]``: ``(r − mean_G r) / (std_G r + eps)``.
+
+    With ``scale_by_std=False`` it is ``r − mean_G r`` (Dr. GRPO, GPG). A group whose rewards
+    are all equal gets exactly 0 (its mean is subtracted in float64 and then forced to 0 so
+    that rounding in the mean cannot leak a tiny non-zero value through ``1/eps``).
+    Computed in float64 and returned as float32.
+    """
+    mean, std = group_mean_std(rewards, group_size)
+    centred = rewards.to(torch.float64) - mean
+    adv = centred / (std + eps) if scale_by_std else centred
+    adv = torch.where(group_degenerate(rewards, group_size), torch.zeros_like(adv), adv)
+    return adv.to(torch.float32)
+
+
+def success(rewards: Tensor, threshold: float = 0.5) -> Tensor:
+    """``[B]`` bool: completion ``i`` is successful when ``r_i ≥ threshold`` (default 0.5 [A])."""
+    return rewards >= threshold
+
+
+# ---------------------------------------------------------------------------------------------
+# Ratios, the clipped surrogate and the KL estimator.
+# ---------------------------------------------------------------------------------------------
+
+
+def token_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
+    """``w[i,t] = exp(logp − logp_old)`` on response tokens, 1 on padding (float32)."""
+    log_ratio = masked(logp.float() - logp_old.float(), mask)
+    return torch.exp(log_ratio)
+
+
+def sequence_log_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
+    """``log s_i = (1/|o_i|) Σ_t (logp − logp_old)[i,t]`` (GSPO Eq. 7); 0 for empty rows."""
+    return masked_mean(logp.float() - logp_old.float(), mask, dim=1)
+
+
+def clipped_surrogate(ratio: Tensor, adv: Tensor, clip_eps_low: float,
+                      clip_eps_high: float) -> Tensor:
+    """``clipped(x, A) = min(x·A, clip(x, 1−ε_low, 1+ε_high)·A)``, elementwise.
+
+    The loss is its negative. The gradient through ``x`` vanishes once the ratio leaves the
+    trust region *in the direction the advantage pushes it*: above ``1+ε_high`` for ``A > 0``,
+    below ``1−ε_low`` for ``A < 0``.
+    """
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_eps_low, 1.0 + clip_eps_high) * adv
+    return torch.minimum(unclipped, clipped)
+
+
+def kl_k3(logp: Tensor, logp_ref: Tensor) -> Tensor:
+    """Schulman's k3 estimator of ``KL(π_θ ‖ π_ref)``: ``exp(Δ) − Δ − 1``, ``Δ = logp_ref − logp``.
+
+    Non-negative, unbiased in expectation over tokens sampled from ``π_θ``. ``Δ`` is clamped
+    to ±20 (as verl does) so a single wild token cannot overflow ``exp``.
+    """
+    delta = torch.clamp(logp_ref.float() - logp.float(), -20.0, 20.0)
+    return torch.exp(delta) - delta - 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregation of a per-token (or per-sequence) loss into the scalar that is minimised.
+# ---------------------------------------------------------------------------------------------
+
+
+def aggregate(loss: Tensor, mask: Tensor, mode: str, *, max_len: int | None = None) -> Tensor:
+    """Reduce ``loss`` to a scalar with one of the modes in the module docstring.
+
+    Args:
+        loss: ``[B, T]`` per-token loss, or ``[B]`` per-sequence loss for ``"seq-mean"``.
+        mask: ``[B, T]`` response mask (``[B, T]`` also for ``"seq-mean"``, to find the
+            empty rows).
+        mode: one of ``AGG_MODES``.
+        max_len: the constant ``L_max`` of ``"seq-mean-token-sum-norm"`` (Dr. GRPO).
+    """
+    require(mode in AGG_MODES, "loss_agg_mode", f"one of {AGG_MODES}, got {mode!r}")
+    lengths = mask.sum(dim=1)
+    nonempty = lengths > 0
+    n_seq = nonempty.sum()
+    if n_seq == 0:
+        warnings.warn("empty batch: no response token to train on; loss is 0", stacklevel=2)
+        return masked_sum(loss if loss.dim() == 2 else loss[:, None].expand_as(mask), mask)
+    if mode == "token-mean":
+        return masked_sum(loss, mask) / mask.sum()
+    if mode == "seq-mean-token-mean":
+        per_seq = masked_sum(loss, mask, dim=1) / lengths.clamp(min=1)
+        return masked_sum(per_seq, nonempty) / n_seq
+    if mode == "seq-mean-token-sum-norm":
+        require(max_len is not None and max_len > 0, "max_len",
+                "a positive constant L_max for seq-mean-token-sum-norm")
+        return masked_sum(loss, mask) / (n_seq * max_len)
+    # "seq-mean": loss is already one value per sequence.
+    require(loss.dim() == 1 and loss.shape[0] == mask.shape[0], "loss",
+            f"a per-sequence [B] loss for seq-mean, got shape {list(loss.shape)}")
+    return masked_sum(loss, nonempty) / n_seq
+
+
+# ---------------------------------------------------------------------------------------------
+# Mechanisms shared by several algorithms; each Config decides whether it is on.
+# ---------------------------------------------------------------------------------------------
+
+
+def informative_groups(rewards: Tensor, group_size: int, threshold: float = 0.5) -> Tensor:
+    """DAPO dynamic sampling: ``[N]`` bool, keep groups with ``0 < #successful < G``."""
+    n_success = group_view(success(rewards, threshold), group_size).sum(dim=1)
+    return (n_success > 0) & (n_success < group_size)
+
+
+def overlong_penalty(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:
+    """DAPO soft overlong punishment ``R_len(|o|)``, added to the reward (DAPO Eq. 13).
+
+    ``0`` for ``|o| ≤ L_max − L_cache``; ``((L_max − L_cache) − |o|) / L_cache`` on the
+    cache band; ``−1`` beyond ``L_max``. Continuous, non-increasing, in ``[−1, 0]``.
+    """
+    require(max_len > 0, "max_len", "a positive length budget L_max")
+    require(0 < cache_len <= max_len, "cache_len", f"0 < L_cache ≤ L_max={max_len}")
+    lengths = lengths.to(torch.float32)
+    soft = (max_len - cache_len - lengths) / cache_len
+    return torch.clamp(soft, min=-1.0, max=0.0)
+
+
+def ratio_metrics(ratio: Tensor, adv: Tensor, mask: Tensor, clip_eps_low: float,
+                  clip_eps_high: float) -> dict[str, float]:
+    """Clip fractions (tokens whose gradient the clip switched off, low and high side) and
+    the mean ratio, over response tokens."""
+    with torch.no_grad():
+        high = (ratio > 1.0 + clip_eps_high) & (adv > 0)
+        low = (ratio < 1.0 - clip_eps_low) & (adv < 0)
+        return {
+            "clip_frac_high": float(masked_mean(high.float(), mask)),
+            "clip_frac_low": float(masked_mean(low.float(), mask)),
+            "ratio_mean": float(masked_mean(ratio, mask)),
+        }
+
+
+def common_metrics(batch: RolloutBatch, logp: Tensor, adv: Tensor) -> dict[str, float]:
+    """Metrics every loss reports: approximate KL to the rollout policy (k3 of π_θ against
+    π_old, averaged over response tokens) and the advantage mean/std over response tokens."""
+    with torch.no_grad():
+        mask = batch.response_mask
+        kl_old = masked_mean(kl_k3(logp.detach(), batch.logp_old), mask)
+        a_mean = masked_mean(adv.float(), mask)
+        a_var = masked_mean((adv.float() - a_mean) ** 2, mask)
+        return {
+            "approx_kl_old": float(kl_old),
+            "adv_mean": float(a_mean),
+            "adv_std": float(a_var.sqrt()),
+        }
