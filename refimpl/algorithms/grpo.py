@@ -1,0 +1,136 @@
+"""GRPO: Group Relative Policy Optimization.
+
+Paper: Shao et al., "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open
+Language Models", arXiv 2402.03300 (v3), §4.1. Confidence: [C] throughout.
+
+Idea
+----
+PPO without a value network. Sample a group of ``G`` completions for the same prompt and use
+the group itself as the baseline: a completion's advantage is how much better its reward is
+than its siblings', in units of the group's spread. Every token of a completion receives that
+same advantage; there is no token-level credit assignment.
+
+Equations (ALGORITHMS.md, "GRPO")
+---------------------------------
+    Advantage (§4.1.2, outcome supervision):
+        A_i = (r_i − mean_G r) / (std_G r + eps)             broadcast to every token of o_i
+
+    Token ratio:
+        w[i,t] = π_θ(o_{i,t} | q, o_{i,<t}) / π_old(o_{i,t} | q, o_{i,<t})
+
+    Per-token loss (Eq. 3, negated to be minimised):
+        ℓ[i,t] = −min( w·A_i, clip(w, 1−ε_low, 1+ε_high)·A_i ) + β·kl[i,t]
+        kl[i,t] = exp(logp_ref − logp) − (logp_ref − logp) − 1          (Eq. 4, k3 estimator)
+
+    Aggregation "seq-mean-token-mean" (Eq. 3's 1/G Σ_i 1/|o_i| Σ_t):
+        L = mean_i ( Σ_t m[i,t] ℓ[i,t] / |o_i| )
+
+Relative to GRPO
+----------------
+This *is* the baseline every other file is compared against: ``diff grpo.py <other>.py``
+shows what the other algorithm changes.
+
+Assumptions
+-----------
+None beyond the shared notation: unbiased group std and ``eps = 1e-6`` in the denominator
+(verl and TRL do the same) [C].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from refimpl import core
+from refimpl.core import RolloutBatch
+
+NAME = "grpo"
+
+
+@dataclass(frozen=True)
+class Config:
+    """GRPO hyper-parameters; defaults from DeepSeekMath unless marked."""
+
+    clip_eps_low: float = 0.2  # ε, symmetric clip (§4.1, PPO default) [C]
+    clip_eps_high: float = 0.2  # ε [C]
+    kl_coef: float = 0.04  # β, KL penalty to the reference policy (§4.2) [C]
+    loss_agg_mode: str = "seq-mean-token-mean"  # Eq. 3: 1/G Σ_i 1/|o_i| Σ_t [C]
+    eps: float = core.EPS  # in the std denominator (verl/TRL) [C]
+    dynamic_sampling: bool = False  # DAPO's filter; not part of GRPO [C]
+    overlong_shaping: bool = False  # DAPO's length penalty; not part of GRPO [C]
+    overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
+
+    def __post_init__(self) -> None:
+        core.check_config(self)
+
+
+def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+    """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
+    # §4.1.2: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
+    A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
+    # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
+    return core.broadcast_to_tokens(A_seq, batch.response_mask)
+
+
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+    """The same advantages as plain loops over groups, completions and positions."""
+    B, T = batch.response_mask.shape
+    G = batch.group_size
+    A = torch.zeros(B, T, dtype=torch.float32)
+    r = batch.rewards.tolist()
+    for g in range(batch.num_groups):
+        rows = range(g * G, g * G + G)
+        rewards = [r[i] for i in rows]
+        mean = sum(rewards) / G
+        std = (sum((x - mean) ** 2 for x in rewards) / (G - 1)) ** 0.5  # Bessel-corrected
+        for i in rows:
+            A_i = 0.0 if max(rewards) == min(rewards) else (r[i] - mean) / (std + cfg.eps)
+            for t in range(T):
+                if batch.response_mask[i, t] == 1:
+                    A[i, t] = A_i
+    return A
+
+
+def loss(
+    batch: RolloutBatch,
+    logp: Tensor,
+    adv: Tensor,
+    cfg: Config,
+    entropy: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Clipped surrogate plus k3 KL, aggregated seq-mean-token-mean (Eq. 3).
+
+    Args:
+        batch: the rollout (``logp_old``; ``logp_ref`` when ``kl_coef > 0``).
+        logp: ``[B, T]`` log-probs under the policy being trained (carries gradient).
+        adv: ``[B, T]`` advantages from :func:`advantages`.
+        cfg: the configuration.
+        entropy: unused by GRPO (part of the shared signature).
+    """
+    core.check_policy_tensor(logp, batch, "logp")
+    core.check_advantages(adv, batch)
+    mask = batch.response_mask
+    # Loss math in float32 even when the model runs in bf16/fp16.
+    logp = logp.float()
+    adv = adv.float()
+
+    # w[i,t] = π_θ / π_old, the per-token importance ratio.
+    w = core.token_ratio(logp, batch.logp_old, mask)
+    # Eq. 3: −min(w·A, clip(w, 1−ε, 1+ε)·A) for every token.
+    token_loss = -core.clipped_surrogate(w, adv, cfg.clip_eps_low, cfg.clip_eps_high)
+
+    metrics: dict[str, float] = {}
+    if cfg.kl_coef > 0:
+        core.require(batch.logp_ref is not None, "batch.logp_ref",
+                     "reference log-probs when kl_coef > 0")
+        # Eq. 4: k3 estimate of KL(π_θ ‖ π_ref), added per token with weight β.
+        kl = core.kl_k3(logp, batch.logp_ref)
+        token_loss = token_loss + cfg.kl_coef * kl
+        metrics["kl_ref"] = float(core.masked_mean(kl.detach(), mask))
+
+    total = core.aggregate(token_loss, mask, cfg.loss_agg_mode)
+    metrics.update(core.ratio_metrics(w, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high))
+    metrics.update(core.common_metrics(batch, logp, adv))
+    return total, metrics
