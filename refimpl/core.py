@@ -69,7 +69,11 @@ _SHARED_FIELD_RULES: dict[str, tuple[object, str]] = {
     "eps": (lambda v: v > 0.0, "a value > 0"),
     "success_threshold": (lambda v: True, "a finite value"),
     "max_len": (lambda v: v > 0, "a positive length"),
+    "overlong_cache_frac": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
 }
+
+# Fields that may be None (meaning "filled in by the trainer"): Dr. GRPO's max_len.
+_OPTIONAL_FIELDS = ("max_len",)
 
 
 def check_config(cfg: object) -> None:
@@ -77,6 +81,8 @@ def check_config(cfg: object) -> None:
     cls = type(cfg).__qualname__
     for f in fields(cfg):  # type: ignore[arg-type]
         value = getattr(cfg, f.name)
+        if f.name in _OPTIONAL_FIELDS and value is None:
+            continue
         if f.name in _SHARED_FIELD_RULES:
             rule, expectation = _SHARED_FIELD_RULES[f.name]
             ok = isinstance(value, (int, float)) and math.isfinite(value) and rule(value)  # type: ignore[operator]
@@ -311,13 +317,18 @@ def clipped_surrogate(ratio: Tensor, adv: Tensor, clip_eps_low: float,
     return torch.minimum(unclipped, clipped)
 
 
-def kl_k3(logp: Tensor, logp_ref: Tensor) -> Tensor:
+def kl_k3(logp: Tensor, logp_ref: Tensor, mask: Tensor | None = None) -> Tensor:
     """Schulman's k3 estimator of ``KL(π_θ ‖ π_ref)``: ``exp(Δ) − Δ − 1``, ``Δ = logp_ref − logp``.
 
     Non-negative, unbiased in expectation over tokens sampled from ``π_θ``. ``Δ`` is clamped
-    to ±20 (as verl does) so a single wild token cannot overflow ``exp``.
+    to ±20 (as verl does) so a single wild token cannot overflow ``exp``. With ``mask``,
+    ``Δ`` is set to 0 on padding *before* ``exp`` (so ``kl = 0`` there): a NaN on padding
+    then reaches neither the value nor the gradient (``0 · NaN`` in a backward pass is NaN).
     """
-    delta = torch.clamp(logp_ref.float() - logp.float(), -20.0, 20.0)
+    delta = logp_ref.float() - logp.float()
+    if mask is not None:
+        delta = masked(delta, mask)
+    delta = torch.clamp(delta, -20.0, 20.0)
     return torch.exp(delta) - delta - 1.0
 
 
@@ -369,6 +380,17 @@ def informative_groups(rewards: Tensor, group_size: int, threshold: float = 0.5)
     return (n_success > 0) & (n_success < group_size)
 
 
+def overlong_cache_len(max_len: int, cache_frac: float) -> int:
+    """``L_cache = round(frac · L_max)``, at least 1: the soft-punishment band of DAPO Eq. 13.
+
+    DAPO uses ``L_max = 20480``, ``L_cache = 4096`` (``frac = 0.2``); a Config stores the
+    fraction (``overlong_cache_frac``) because ``L_max`` is the trainer's generation budget.
+    """
+    require(max_len > 0, "max_len", "a positive length budget L_max")
+    require(0.0 < cache_frac <= 1.0, "overlong_cache_frac", f"a fraction in (0, 1], got {cache_frac}")
+    return max(1, min(max_len, round(cache_frac * max_len)))
+
+
 def overlong_penalty(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:
     """DAPO soft overlong punishment ``R_len(|o|)``, added to the reward (DAPO Eq. 13).
 
@@ -401,7 +423,7 @@ def common_metrics(batch: RolloutBatch, logp: Tensor, adv: Tensor) -> dict[str, 
     π_old, averaged over response tokens) and the advantage mean/std over response tokens."""
     with torch.no_grad():
         mask = batch.response_mask
-        kl_old = masked_mean(kl_k3(logp.detach(), batch.logp_old), mask)
+        kl_old = masked_mean(kl_k3(logp.detach(), batch.logp_old, mask), mask)
         a_mean = masked_mean(adv.float(), mask)
         a_var = masked_mean((adv.float() - a_mean) ** 2, mask)
         return {
@@ -409,3 +431,35 @@ def common_metrics(batch: RolloutBatch, logp: Tensor, adv: Tensor) -> dict[str, 
             "adv_mean": float(a_mean),
             "adv_std": float(a_var.sqrt()),
         }
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalisation over a masked set (GTPO v6 Eq. 6 and GRPO-S normalise token or sequence
+# rewards over a chosen subset of a group, then apply the statistics to every member).
+# ---------------------------------------------------------------------------------------------
+
+
+def masked_zscore(values: Tensor, in_set: Tensor, eps: float = EPS) -> Tensor:
+    """``(x − mean_S x) / (std_S x + eps)`` with the statistics of a masked set ``S``.
+
+    ``values`` and ``in_set`` are ``[N, ...]``. For each leading index ``n`` the mean and the
+    unbiased (Bessel-corrected) std run over the elements of ``values[n]`` where ``in_set[n]``
+    is true; *every* element of ``values[n]`` (inside ``S`` or not) is then normalised with
+    them. When ``S`` holds fewer than 2 elements or all its values are equal, the result is
+    exactly 0 for that ``n`` (never NaN, and no rounding residue amplified by ``1/eps``).
+    Elements outside ``S`` must be finite. Computed and returned in float64.
+    """
+    shape = values.shape
+    x = values.to(torch.float64).reshape(shape[0], -1)
+    s = in_set.bool().reshape(shape[0], -1)
+    count = s.sum(dim=1)
+    mean = masked_sum(x, s, dim=1) / count.clamp(min=1)
+    centred = x - mean[:, None]
+    var = masked_sum(centred**2, s, dim=1) / (count - 1).clamp(min=1)
+    inf = torch.tensor(float("inf"), dtype=torch.float64, device=x.device)
+    highest = torch.where(s, x, -inf).amax(dim=1)
+    lowest = torch.where(s, x, inf).amin(dim=1)
+    degenerate = (count < 2) | (highest == lowest)
+    z = centred / (var.sqrt()[:, None] + eps)
+    z = torch.where(degenerate[:, None], torch.zeros((), dtype=torch.float64), z)
+    return z.reshape(shape)

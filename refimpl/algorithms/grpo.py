@@ -61,6 +61,7 @@ class Config:
     dynamic_sampling: bool = False  # DAPO's filter; not part of GRPO [C]
     overlong_shaping: bool = False  # DAPO's length penalty; not part of GRPO [C]
     overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
+    overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
 
     def __post_init__(self) -> None:
         core.check_config(self)
@@ -126,7 +127,7 @@ def loss(
         core.require(batch.logp_ref is not None, "batch.logp_ref",
                      "reference log-probs when kl_coef > 0")
         # Eq. 4: k3 estimate of KL(π_θ ‖ π_ref), added per token with weight β.
-        kl = core.kl_k3(logp, batch.logp_ref)
+        kl = core.kl_k3(logp, batch.logp_ref, mask)
         token_loss = token_loss + cfg.kl_coef * kl
         metrics["kl_ref"] = float(core.masked_mean(kl.detach(), mask))
 
