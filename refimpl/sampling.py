@@ -1,0 +1,422 @@
+"""Group sampling for RL: ``G`` completions per prompt, with the rollout policy's records.
+
+Every group-relative algorithm starts the same way: repeat each prompt ``G`` times, sample a
+completion for each copy, score them, and compare completions *within* a group. Besides the
+tokens, the losses need two numbers per generated token from the policy that sampled it
+(``π_old``):
+
+* ``logp_old[i,t] = log π_old(o_{i,t} | q, o_{i,<t})``, the denominator of the importance
+  ratio ``w = π_θ / π_old``;
+* ``entropy_old[i,t] = H(π_old(· | q, o_{i,<t}))`` over the **full vocabulary**, which the
+  entropy-weighted algorithms (GTPO, GRPO-S) turn into token-level credit.
+
+Both are recorded here from the very logits the token was drawn from, so that the first
+optimisation step is exactly on-policy (ratio 1). ``policy_logprobs`` recomputes the same two
+quantities for the policy being trained, in one forward pass with gradient.
+
+Temperature, top-k and top-p
+----------------------------
+The recorded distribution is the *temperature-scaled* one, ``softmax(logits / τ)``: with
+``τ ≠ 1`` the policy being optimised is the tempered model, and ``policy_logprobs`` must be
+called with the same ``temperature`` (verl and TRL do the same). Top-k / top-p truncation is
+applied *after* recording, only to the distribution the token is drawn from: the records
+describe the untruncated policy, so with truncation the rollout is slightly off-policy
+relative to them (a token outside the nucleus is never sampled, though it has probability
+under ``π_old``). Leave ``top_k`` / ``top_p`` unset for RL; they are there for evaluation.
+
+Layout of a batch
+-----------------
+``B = len(prompts) · G`` rows; row ``r`` answers prompt ``r // G`` (groups in consecutive
+rows, as ``refimpl.core.RolloutBatch`` expects). Prompts are left-padded to a common length
+``P`` so that all rows generate their next token at the same column; responses are
+right-padded to ``T``, the longest response actually generated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from refimpl.core import RolloutBatch, require
+from refimpl.model import positions_from_mask
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Full-vocabulary entropy ``H = −Σ_v p_v log p_v`` over the last dimension, in float32.
+
+    Computed from ``log_softmax`` (which subtracts the max logit first) rather than from
+    ``log(softmax)``, so it is stable for large logits; an underflowed ``p_v = 0`` contributes
+    ``0 · (finite log p_v) = 0``. Differentiable.
+    """
+    return _entropy_from_logp(F.log_softmax(logits.float(), dim=-1))
+
+
+def _entropy_from_logp(logp: Tensor) -> Tensor:
+    """``−Σ_v exp(logp_v) · logp_v``, clamped at 0 against rounding."""
+    return (-(logp.exp() * logp).sum(dim=-1)).clamp(min=0.0)
+
+
+def _logits_and_cache(output: object) -> tuple[Tensor, object]:
+    """Accept both ``refimpl.model.GPT`` outputs (a tensor, or ``GPTOutput``) and Hugging Face
+    outputs (an object with ``.logits`` and ``.past_key_values``)."""
+    if isinstance(output, Tensor):
+        return output, None
+    return output.logits, getattr(output, "past_key_values", None)  # type: ignore[attr-defined]
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+# ---------------------------------------------------------------------------------------------
+# What sampling returns.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Samples:
+    """A batch of ``B = N·G`` sampled completions with the rollout policy's records.
+
+    Attributes:
+        prompt_ids: ``[B, P]`` long, left-padded prompts (each prompt repeated ``G`` times).
+        prompt_mask: ``[B, P]`` long, 1 on prompt tokens, 0 on the left padding.
+        response_ids: ``[B, T]`` long, generated tokens, ``pad_id`` after the EOS.
+        response_mask: ``[B, T]`` float32, 1.0 on generated tokens *including* the EOS, 0.0
+            after it; a row that reached ``max_new_tokens`` without EOS is all ones.
+        logp_old: ``[B, T]`` float32, log-prob of each generated token under the
+            temperature-scaled rollout policy; 0 on padding.
+        entropy_old: ``[B, T]`` float32, full-vocabulary entropy of that distribution at each
+            position; 0 on padding.
+        truncated: ``[B]`` bool, the row hit the token budget without emitting EOS.
+        group_size: ``G``.
+    """
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    response_ids: Tensor
+    response_mask: Tensor
+    logp_old: Tensor
+    entropy_old: Tensor
+    truncated: Tensor
+    group_size: int
+
+    @property
+    def lengths(self) -> Tensor:
+        """``|o_i|``, the number of generated tokens of each row (EOS included), long ``[B]``."""
+        return self.response_mask.sum(dim=1).long()
+
+    def responses(self) -> list[list[int]]:
+        """The generated tokens of each row as Python lists (EOS included when emitted)."""
+        return [row[: int(n)].tolist() for row, n in zip(self.response_ids, self.lengths)]
+
+    def to_rollout_batch(self, rewards: Tensor, group_size: int | None = None) -> RolloutBatch:
+        """Package the samples and their ``[B]`` rewards as a validated ``RolloutBatch``."""
+        group_size = self.group_size if group_size is None else group_size
+        require(
+            group_size == self.group_size,
+            "group_size",
+            f"the group size the samples were drawn with ({self.group_size}), got {group_size}",
+        )
+        rewards = torch.as_tensor(rewards, dtype=torch.float32, device=self.response_mask.device)
+        return RolloutBatch(
+            response_ids=self.response_ids,
+            response_mask=self.response_mask,
+            rewards=rewards,
+            logp_old=self.logp_old,
+            entropy_old=self.entropy_old,
+            group_size=group_size,
+            prompt_ids=self.prompt_ids,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing one token per row.
+# ---------------------------------------------------------------------------------------------
+
+
+def _truncate(logits: Tensor, top_k: int | None, top_p: float | None) -> Tensor:
+    """Set logits outside the top-k and outside the top-p nucleus to −inf (sampling only)."""
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth_largest = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth_largest, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        # Keep a token when the mass strictly before it is < top_p: the smallest prefix of
+        # the sorted vocabulary whose mass reaches top_p (the most likely token always stays).
+        mass_before = probs.cumsum(dim=-1) - probs
+        drop_sorted = mass_before >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def _draw(probs: Tensor, generator: torch.Generator | None) -> Tensor:
+    """One token per row by inverse-CDF sampling: the first token whose cumulative probability
+    exceeds a uniform draw ``u·Σp``.
+
+    Equivalent to ``torch.multinomial``, but the uniforms come from ``generator`` on *its*
+    device, so a seeded CPU generator drives sampling on any device and the random stream does
+    not depend on where the model runs.
+    """
+    rng_device = generator.device if generator is not None else probs.device
+    u = torch.rand(probs.shape[0], 1, generator=generator, device=rng_device).to(probs.device)
+    cdf = probs.cumsum(dim=-1)
+    # right=True: first index with cdf > u·total, which skips zero-probability tokens.
+    token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
+    return token.squeeze(-1).clamp(max=probs.shape[-1] - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Group sampling.
+# ---------------------------------------------------------------------------------------------
+
+
+def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
+    """``[N, P]`` left-padded ids and mask: every prompt ends at the last column."""
+    P = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), P), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), P), dtype=torch.long)
+    for i, prompt in enumerate(prompts):
+        ids[i, P - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        mask[i, P - len(prompt) :] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def sample_groups(
+    model: nn.Module,
+    prompts: list[list[int]],
+    *,
+    group_size: int,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> Samples:
+    """Sample ``group_size`` completions of every prompt in one batched pass.
+
+    Rows finish when they emit ``eos_id``; sampling stops when every row has finished or after
+    ``max_new_tokens`` tokens, and a row still running then is truncated (all its tokens
+    masked in, ``truncated`` set). Runs under ``no_grad`` with the model in eval mode (its
+    previous mode is restored). Deterministic for a seeded ``generator``.
+
+    Args:
+        model: ``refimpl.model.GPT``, or any causal LM with the same call signature whose
+            output is the logits or has ``.logits`` / ``.past_key_values`` (Hugging Face).
+        prompts: ``N`` non-empty lists of token ids.
+        group_size: ``G``, completions per prompt.
+        max_new_tokens: token budget of each completion (EOS included).
+        eos_id, pad_id: end-of-sequence and padding token ids (``pad_id`` fills the left of
+            short prompts and the right of short responses; it is never attended to).
+        temperature: sample from and record ``softmax(logits / temperature)``.
+        top_k, top_p: optional truncation of the sampling distribution (not of the records;
+            see the module docstring).
+        generator: seeded ``torch.Generator`` (any device) for reproducible sampling.
+        use_cache: decode incrementally with the KV cache; ``False`` recomputes the whole
+            prefix at every step (slow; kept for the benchmark and as a test oracle).
+    """
+    require(
+        isinstance(prompts, list)
+        and len(prompts) > 0
+        and all(isinstance(p, list) and len(p) > 0 for p in prompts),
+        "prompts",
+        "a non-empty list of non-empty token-id lists",
+    )
+    require(
+        isinstance(group_size, int) and group_size >= 1,
+        "group_size",
+        f"a positive int, got {group_size!r}",
+    )
+    require(
+        isinstance(max_new_tokens, int) and max_new_tokens >= 1,
+        "max_new_tokens",
+        f"a positive int, got {max_new_tokens!r}",
+    )
+    require(
+        math.isfinite(temperature) and temperature > 0,
+        "temperature",
+        f"a finite value > 0, got {temperature!r}",
+    )
+    require(
+        top_k is None or (isinstance(top_k, int) and top_k >= 1),
+        "top_k",
+        f"None or an int ≥ 1, got {top_k!r}",
+    )
+    require(
+        top_p is None or 0.0 < top_p <= 1.0, "top_p", f"None or a value in (0, 1], got {top_p!r}"
+    )
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if vocab_size is not None:
+        for name, value in (("eos_id", eos_id), ("pad_id", pad_id)):
+            require(0 <= value < vocab_size, name, f"a token id in [0, {vocab_size}), got {value}")
+        require(
+            all(0 <= t < vocab_size for p in prompts for t in p),
+            "prompts",
+            f"token ids in [0, {vocab_size})",
+        )
+    block_size = getattr(getattr(model, "config", None), "block_size", None)
+    longest = max(len(p) for p in prompts)
+    if block_size is not None:
+        require(
+            longest + max_new_tokens <= block_size,
+            "max_new_tokens",
+            f"longest prompt ({longest}) + max_new_tokens ≤ block_size={block_size}, "
+            f"got {max_new_tokens}",
+        )
+
+    device = _model_device(model)
+    prompt_ids, prompt_mask = _left_pad(prompts, pad_id)
+    prompt_ids = prompt_ids.repeat_interleave(group_size, dim=0).to(device)  # row r: prompt r//G
+    prompt_mask = prompt_mask.repeat_interleave(group_size, dim=0).to(device)
+    B = prompt_ids.shape[0]
+
+    tokens: list[Tensor] = []  # one [B] tensor per step
+    alive_steps: list[Tensor] = []  # [B] bool: the row was still generating at that step
+    logps: list[Tensor] = []
+    entropies: list[Tensor] = []
+    finished = torch.zeros(B, dtype=torch.bool, device=device)
+    ones = torch.ones(B, 1, dtype=prompt_mask.dtype, device=device)
+    # Rows that finished keep being fed (pad) tokens so the batch stays rectangular; their
+    # outputs are discarded. Marking them as real in the mask is harmless: a real token never
+    # sees a later position.
+    mask = prompt_mask
+    cache = None
+
+    was_training = model.training
+    model.eval()
+    try:
+        for step in range(max_new_tokens):
+            if step == 0 or not use_cache:
+                # Prefill (or, without cache, recompute everything): the whole sequence so far.
+                input_ids = torch.cat([prompt_ids, *(t[:, None] for t in tokens)], dim=1)
+                position_ids = positions_from_mask(mask)
+            else:
+                input_ids = tokens[-1][:, None]
+                position_ids = positions_from_mask(mask)[:, -1:]
+            output = model(
+                input_ids,
+                attention_mask=mask,
+                position_ids=position_ids,
+                past_key_values=cache,
+                use_cache=use_cache,
+            )
+            logits, cache = _logits_and_cache(output)
+            if not use_cache:
+                cache = None
+            # Record the temperature-scaled distribution, in float32, *before* truncation.
+            scaled = logits[:, -1, :].float() / temperature
+            logp_all = F.log_softmax(scaled, dim=-1)
+            entropy = _entropy_from_logp(logp_all)
+            probs = _truncate(scaled, top_k, top_p).softmax(dim=-1)
+            token = _draw(probs, generator)
+
+            alive = ~finished
+            token = torch.where(alive, token, torch.full_like(token, pad_id))
+            tokens.append(token)
+            alive_steps.append(alive)
+            logps.append(torch.where(alive, logp_all.gather(-1, token[:, None]).squeeze(-1), 0.0))
+            entropies.append(torch.where(alive, entropy, 0.0))
+            finished = finished | (token == eos_id)
+            mask = torch.cat([mask, ones], dim=1)
+            if bool(finished.all()):
+                break
+    finally:
+        model.train(was_training)
+
+    response_mask = torch.stack(alive_steps, dim=1).float()
+    return Samples(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=torch.stack(tokens, dim=1),
+        response_mask=response_mask,
+        logp_old=torch.stack(logps, dim=1),
+        entropy_old=torch.stack(entropies, dim=1),
+        truncated=~finished,
+        group_size=group_size,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Log-probs (and entropies) of given responses under the policy being trained.
+# ---------------------------------------------------------------------------------------------
+
+
+def policy_logprobs(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """Per-token log-probs (and full-vocabulary entropies) of the responses, with gradient.
+
+    One forward pass over ``[prompt ‖ response]``: the logits at column ``P − 1 + t`` predict
+    response token ``t``. The distribution is ``softmax(logits / temperature)`` in float32,
+    the same one ``sample_groups`` records, so right after sampling ``logp == logp_old`` and
+    ``entropy == entropy_old`` (up to float rounding). Padding tokens are never attended to,
+    so whatever ``response_ids`` holds there is irrelevant.
+
+    Args:
+        prompt_ids, prompt_mask: ``[B, P]``, left-padded (the last column is a real token).
+        response_ids, response_mask: ``[B, T]``, right-padded.
+
+    Returns:
+        ``(logp, entropy)``, both float32 ``[B, T]`` and exactly 0 on padding; ``entropy`` is
+        ``None`` when ``with_entropy`` is false.
+    """
+    require(
+        prompt_ids.dim() == 2 and prompt_ids.shape == prompt_mask.shape,
+        "prompt_mask",
+        f"the shape of prompt_ids {list(prompt_ids.shape)}, got {list(prompt_mask.shape)}",
+    )
+    require(
+        response_ids.dim() == 2 and response_ids.shape == response_mask.shape,
+        "response_mask",
+        f"the shape of response_ids {list(response_ids.shape)}, got {list(response_mask.shape)}",
+    )
+    require(
+        prompt_ids.shape[0] == response_ids.shape[0],
+        "response_ids",
+        f"{prompt_ids.shape[0]} rows like prompt_ids, got {response_ids.shape[0]}",
+    )
+    require(
+        prompt_ids.shape[1] >= 1 and bool(prompt_mask[:, -1].bool().all()),
+        "prompt_mask",
+        "left-padded prompts with at least one token (last column all ones)",
+    )
+    require(
+        math.isfinite(temperature) and temperature > 0,
+        "temperature",
+        f"a finite value > 0, got {temperature!r}",
+    )
+
+    P, T = prompt_ids.shape[1], response_ids.shape[1]
+    real = response_mask.bool()
+    # Padding may hold anything (RolloutBatch allows it); give the embedding a valid id.
+    response_ids = torch.where(real, response_ids, torch.zeros_like(response_ids))
+    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
+    attention_mask = torch.cat([prompt_mask.long(), real.long()], dim=1)
+    output = model(
+        input_ids, attention_mask=attention_mask, position_ids=positions_from_mask(attention_mask)
+    )
+    logits, _ = _logits_and_cache(output)
+    scaled = logits[:, P - 1 : P + T - 1, :].float() / temperature  # predicts response token t
+    logp_all = F.log_softmax(scaled, dim=-1)
+    logp = logp_all.gather(-1, response_ids[:, :, None]).squeeze(-1)
+    logp = torch.where(real, logp, torch.zeros_like(logp))
+    if not with_entropy:
+        return logp, None
+    entropy = _entropy_from_logp(logp_all)  # = entropy_from_logits(scaled)
+    return logp, torch.where(real, entropy, torch.zeros_like(entropy))
