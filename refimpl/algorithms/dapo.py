@@ -1,0 +1,155 @@
+"""DAPO: Decoupled Clip and Dynamic sAmpling Policy Optimization.
+
+Paper: Yu et al., "DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
+arXiv 2503.14476 (v2), §3. Confidence: [C] throughout (paper and the authors' verl recipe).
+
+Idea
+----
+GRPO with four fixes for long chain-of-thought RL: raise the upper clip bound so that
+low-probability tokens can grow (entropy does not collapse), drop groups whose completions all
+succeed or all fail (their advantage is zero, so they only shrink the batch), average the loss
+over *tokens* rather than sequences (long answers are not under-weighted), and penalise
+completions that run into the length budget softly instead of with a cliff.
+
+Equations (ALGORITHMS.md, "DAPO")
+---------------------------------
+    Advantage (Eq. 9), as GRPO:
+        A_i = (r_i − mean_G r) / (std_G r + eps)             broadcast to every token of o_i
+
+    Token ratio (Eq. 9):
+        w[i,t] = π_θ(o_{i,t} | q, o_{i,<t}) / π_old(o_{i,t} | q, o_{i,<t})
+
+    Per-token loss with clip-higher (Eq. 8/10, negated; no KL term, §2.3):
+        ℓ[i,t] = −min( w·A_i, clip(w, 1−ε_low, 1+ε_high)·A_i ),     ε_low = 0.2, ε_high = 0.28
+
+    Aggregation "token-mean" (Eq. 8/12's 1/Σ_i|o_i| Σ_i Σ_t):
+        L = Σ_{i,t} m[i,t] ℓ[i,t] / Σ_{i,t} m[i,t]
+
+    Dynamic sampling (Eq. 11), applied by the trainer with ``core.informative_groups``:
+        keep a group only if 0 < |{o_i : o_i successful}| < G
+
+    Soft overlong punishment (Eq. 13), added to r_i by the trainer with
+    ``core.overlong_penalty`` before the advantage is computed:
+        R_len(|o|) = 0                                 if |o| ≤ L_max − L_cache
+                   = ((L_max − L_cache) − |o|) / L_cache    if L_max − L_cache < |o| ≤ L_max
+                   = −1                                if |o| > L_max
+
+Relative to GRPO
+----------------
+Only the configuration changes: ``clip_eps_high`` 0.2 → 0.28 (clip-higher), ``kl_coef``
+0.04 → 0, ``loss_agg_mode`` seq-mean-token-mean → token-mean, ``dynamic_sampling`` and
+``overlong_shaping`` on. The advantage and the loss code are GRPO's line for line; the two
+batch-level mechanisms live once in ``core`` and the trainer (they need the sampler and the
+length budget ``L_max``, which an advantage function does not see).
+
+Assumptions
+-----------
+The paper uses ±1 rewards; with group normalisation that is the same advantage as {0, 1}
+rewards (an affine map of r), so the toy tasks' {0, 1} rewards are used unchanged [C].
+Dynamic sampling counts *successful* completions (``r ≥ success_threshold``, default 0.5
+[A]), as Eq. 11 counts correct answers, not "reward std > 0": after overlong shaping the
+rewards of an all-wrong group can differ, and such a group must still be dropped.
+``L_cache / L_max`` = 4096 / 20480 = 0.2 as in the paper; the toy ``L_max`` is the trainer's
+generation budget [C].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from refimpl import core
+from refimpl.core import RolloutBatch
+
+NAME = "dapo"
+
+
+@dataclass(frozen=True)
+class Config:
+    """DAPO hyper-parameters; defaults from the DAPO paper unless marked."""
+
+    clip_eps_low: float = 0.2  # ε_low (§3.1, clip-higher) [C]
+    clip_eps_high: float = 0.28  # ε_high > ε_low: clip-higher (§3.1) [C]
+    kl_coef: float = 0.0  # β: the KL term is removed (§2.3) [C]
+    loss_agg_mode: str = "token-mean"  # token-level policy gradient loss (§3.3, Eq. 12) [C]
+    eps: float = core.EPS  # in the std denominator (verl/TRL) [C]
+    dynamic_sampling: bool = True  # keep groups with 0 < #successful < G (§3.2, Eq. 11) [C]
+    overlong_shaping: bool = True  # soft overlong punishment added to r (§3.4, Eq. 13) [C]
+    overlong_cache_frac: float = 0.2  # L_cache / L_max = 4096 / 20480 (§4.1) [C]
+    overlong_filter: bool = False  # mask truncated completions out of the loss (§3.4); the
+    #                                paper's final recipe uses the soft punishment instead [C]
+
+    def __post_init__(self) -> None:
+        core.check_config(self)
+
+
+def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+    """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
+    # §4.1.2: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
+    A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
+    # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
+    return core.broadcast_to_tokens(A_seq, batch.response_mask)
+
+
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+    """The same advantages as plain loops over groups, completions and positions."""
+    B, T = batch.response_mask.shape
+    G = batch.group_size
+    A = torch.zeros(B, T, dtype=torch.float32)
+    r = batch.rewards.tolist()
+    for g in range(batch.num_groups):
+        rows = range(g * G, g * G + G)
+        rewards = [r[i] for i in rows]
+        mean = sum(rewards) / G
+        std = (sum((x - mean) ** 2 for x in rewards) / (G - 1)) ** 0.5  # Bessel-corrected
+        for i in rows:
+            A_i = 0.0 if max(rewards) == min(rewards) else (r[i] - mean) / (std + cfg.eps)
+            for t in range(T):
+                if batch.response_mask[i, t] == 1:
+                    A[i, t] = A_i
+    return A
+
+
+def loss(
+    batch: RolloutBatch,
+    logp: Tensor,
+    adv: Tensor,
+    cfg: Config,
+    entropy: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Clip-higher surrogate (plus k3 KL when ``kl_coef > 0``), aggregated token-mean (Eq. 8).
+
+    Args:
+        batch: the rollout (``logp_old``; ``logp_ref`` when ``kl_coef > 0``).
+        logp: ``[B, T]`` log-probs under the policy being trained (carries gradient).
+        adv: ``[B, T]`` advantages from :func:`advantages`.
+        cfg: the configuration.
+        entropy: unused by DAPO (part of the shared signature).
+    """
+    core.check_policy_tensor(logp, batch, "logp")
+    core.check_advantages(adv, batch)
+    mask = batch.response_mask
+    # Loss math in float32 even when the model runs in bf16/fp16.
+    logp = logp.float()
+    adv = adv.float()
+
+    # w[i,t] = π_θ / π_old, the per-token importance ratio.
+    w = core.token_ratio(logp, batch.logp_old, mask)
+    # Eq. 10: −min(w·A, clip(w, 1−ε_low, 1+ε_high)·A) for every token (clip-higher).
+    token_loss = -core.clipped_surrogate(w, adv, cfg.clip_eps_low, cfg.clip_eps_high)
+
+    metrics: dict[str, float] = {}
+    if cfg.kl_coef > 0:
+        core.require(batch.logp_ref is not None, "batch.logp_ref",
+                     "reference log-probs when kl_coef > 0")
+        # Off in DAPO (β = 0); kept so the KL can be switched back on: GRPO's Eq. 4 k3 term.
+        kl = core.kl_k3(logp, batch.logp_ref, mask)
+        token_loss = token_loss + cfg.kl_coef * kl
+        metrics["kl_ref"] = float(core.masked_mean(kl.detach(), mask))
+
+    total = core.aggregate(token_loss, mask, cfg.loss_agg_mode)
+    metrics.update(core.ratio_metrics(w, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high))
+    metrics.update(core.common_metrics(batch, logp, adv))
+    return total, metrics

@@ -1,0 +1,145 @@
+"""Dr. GRPO: GRPO Done Right.
+
+Paper: Liu et al., "Understanding R1-Zero-Like Training: A Critical Perspective",
+arXiv 2503.20783 (v1; COLM 2025), §3.2 "Dr. GRPO". Confidence: [C] (paper and the authors'
+``understand-r1-zero`` / Oat code).
+
+Idea
+----
+GRPO's objective carries two normalisations that bias optimisation: dividing a completion's
+loss by its own length ``|o_i|`` makes a *wrong* answer's penalty per token smaller the longer
+it is (so wrong answers grow long), and dividing the advantage by the group's reward std
+up-weights prompts that are too easy or too hard. Dr. GRPO removes both: advantages are plain
+centred rewards and every token weighs the same constant ``1/(B·L_max)``.
+
+Equations (ALGORITHMS.md, "Dr. GRPO")
+-------------------------------------
+    Advantage (§3.2, GRPO's Eq. 2 with the std denominator removed):
+        A_i = r_i − mean_G r                                 broadcast to every token of o_i
+
+    Token ratio:
+        w[i,t] = π_θ(o_{i,t} | q, o_{i,<t}) / π_old(o_{i,t} | q, o_{i,<t})
+
+    Per-token loss (§3.2, negated; no KL term):
+        ℓ[i,t] = −min( w·A_i, clip(w, 1−ε_low, 1+ε_high)·A_i ),         ε = 0.2
+
+    Aggregation "seq-mean-token-sum-norm" (§3.2: the 1/|o_i| becomes a constant):
+        L = Σ_{i,t} m[i,t] ℓ[i,t] / (B' · L_max)
+    with L_max the generation budget, a constant, and B' the number of non-empty completions
+    (every mode in ``core.aggregate`` skips empty rows; B' = B whenever none is empty).
+
+Relative to GRPO
+----------------
+The advantage is not divided by the group std (``scale_by_std=False``), the aggregation is
+``seq-mean-token-sum-norm`` instead of ``seq-mean-token-mean``, and ``kl_coef`` is 0. The
+ratio, the clip and the loss code are GRPO's.
+
+Assumptions
+-----------
+``max_len`` is the constant ``L_max``; the trainer fills it with its generation budget. When
+it is ``None`` the loss uses the batch's padded width ``T``, which is a constant only if the
+trainer pads every batch to the budget; otherwise the per-token weight would change from batch
+to batch [A]. A group whose rewards are all equal has ``A_i = 0`` exactly (no rounding
+residue from the mean) [C].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from refimpl import core
+from refimpl.core import RolloutBatch
+
+NAME = "dr_grpo"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Dr. GRPO hyper-parameters; defaults from the paper unless marked."""
+
+    clip_eps_low: float = 0.2  # ε, symmetric clip (§4, PPO default) [C]
+    clip_eps_high: float = 0.2  # ε [C]
+    kl_coef: float = 0.0  # β: no KL term in the R1-Zero recipe (§4) [C]
+    loss_agg_mode: str = "seq-mean-token-sum-norm"  # §3.2: constant normaliser, no 1/|o_i| [C]
+    max_len: int | None = None  # L_max, the generation budget; None → the batch's T [A]
+    dynamic_sampling: bool = False  # DAPO's filter; not part of Dr. GRPO [C]
+    overlong_shaping: bool = False  # DAPO's length penalty; not part of Dr. GRPO [C]
+    overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
+    overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
+
+    def __post_init__(self) -> None:
+        core.check_config(self)
+
+
+def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+    """``[B, T]`` advantages: the group-centred outcome reward on every response token."""
+    # §3.2: A_i = r_i − mean_G r; no division by the std (it biases towards easy/hard prompts).
+    A_seq = core.group_normalize(batch.rewards, batch.group_size, scale_by_std=False)
+    # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
+    return core.broadcast_to_tokens(A_seq, batch.response_mask)
+
+
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+    """The same advantages as plain loops over groups, completions and positions."""
+    B, T = batch.response_mask.shape
+    G = batch.group_size
+    A = torch.zeros(B, T, dtype=torch.float32)
+    r = batch.rewards.tolist()
+    for g in range(batch.num_groups):
+        rows = range(g * G, g * G + G)
+        rewards = [r[i] for i in rows]
+        mean = sum(rewards) / G
+        for i in rows:
+            A_i = 0.0 if max(rewards) == min(rewards) else r[i] - mean
+            for t in range(T):
+                if batch.response_mask[i, t] == 1:
+                    A[i, t] = A_i
+    return A
+
+
+def loss(
+    batch: RolloutBatch,
+    logp: Tensor,
+    adv: Tensor,
+    cfg: Config,
+    entropy: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Clipped surrogate (plus k3 KL when ``kl_coef > 0``), aggregated over a constant L_max.
+
+    Args:
+        batch: the rollout (``logp_old``; ``logp_ref`` when ``kl_coef > 0``).
+        logp: ``[B, T]`` log-probs under the policy being trained (carries gradient).
+        adv: ``[B, T]`` advantages from :func:`advantages`.
+        cfg: the configuration.
+        entropy: unused by Dr. GRPO (part of the shared signature).
+    """
+    core.check_policy_tensor(logp, batch, "logp")
+    core.check_advantages(adv, batch)
+    mask = batch.response_mask
+    # Loss math in float32 even when the model runs in bf16/fp16.
+    logp = logp.float()
+    adv = adv.float()
+
+    # w[i,t] = π_θ / π_old, the per-token importance ratio.
+    w = core.token_ratio(logp, batch.logp_old, mask)
+    # Eq. 3: −min(w·A, clip(w, 1−ε, 1+ε)·A) for every token.
+    token_loss = -core.clipped_surrogate(w, adv, cfg.clip_eps_low, cfg.clip_eps_high)
+
+    metrics: dict[str, float] = {}
+    if cfg.kl_coef > 0:
+        core.require(batch.logp_ref is not None, "batch.logp_ref",
+                     "reference log-probs when kl_coef > 0")
+        # Off in Dr. GRPO (β = 0); kept so the KL can be switched back on: GRPO's Eq. 4 k3.
+        kl = core.kl_k3(logp, batch.logp_ref, mask)
+        token_loss = token_loss + cfg.kl_coef * kl
+        metrics["kl_ref"] = float(core.masked_mean(kl.detach(), mask))
+
+    # §3.2: every token weighs 1/(B'·L_max) whatever its completion's length.
+    max_len = cfg.max_len if cfg.max_len is not None else mask.shape[1]
+    total = core.aggregate(token_loss, mask, cfg.loss_agg_mode, max_len=max_len)
+    metrics.update(core.ratio_metrics(w, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high))
+    metrics.update(core.common_metrics(batch, logp, adv))
+    return total, metrics

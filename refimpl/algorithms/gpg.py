@@ -1,0 +1,152 @@
+"""GPG: Group Policy Gradient.
+
+Paper: Chu et al., "GPG: A Simple and Strong Reinforcement Learning Baseline for Model
+Reasoning", arXiv 2504.02546 (v3; ICLR 2026), §3. Confidence: [C] (paper and the authors'
+AMAP-ML/GPG code, also registered in verl as ``adv_estimator: gpg`` / ``loss_mode: gpg``).
+
+Idea
+----
+Drop the surrogate: no importance ratio, no clipping, no KL, no reference model, no critic.
+Optimise the plain policy-gradient objective with the group mean as baseline. One correction
+keeps the gradient estimate unbiased in scale: rows of groups whose rewards are all equal
+contribute nothing, so the loss is scaled up by ``α = B / (B − M)`` to average over the rows
+that do carry signal ("accurate gradient estimation").
+
+Equations (ALGORITHMS.md, "GPG")
+--------------------------------
+    Advantage (§3, F_norm = 1 by default, or the group std with ``normalize_std``):
+        A_i = (r_i − mean_G r) / F_norm                      broadcast to every token of o_i
+
+    Gradient-estimation correction (§3):
+        α = B / (B − M),   M = number of rows whose group has zero reward variance
+        (α = 1 when B = M: every advantage is 0 then, and so is the loss)
+
+    Loss (§3, the policy-gradient objective, negated):
+        ℓ[i,t] = −α · A_i · logp[i,t]
+
+    Aggregation "token-mean" (1/Σ_i|o_i| Σ_i Σ_t):
+        L = Σ_{i,t} m[i,t] ℓ[i,t] / Σ_{i,t} m[i,t]
+    On policy its gradient is ∂L/∂logp[i,t] = −α·A_i / Σ|o|, the same as a token-mean
+    surrogate w·A at w = 1, scaled by α.
+
+Relative to GRPO
+----------------
+The advantage is not divided by the std (by default), the clipped ratio surrogate is replaced
+by ``logp · A`` (so there are no clip fields), every token is scaled by α, the aggregation is
+``token-mean`` and ``kl_coef`` is 0.
+
+Assumptions
+-----------
+``M`` counts rows of zero-variance groups in the batch passed to the loss (the trainer does
+not filter groups for GPG: ``dynamic_sampling`` is off) [C]. α is computed from
+``batch.rewards``; the paper's optional threshold on the fraction of such rows is not
+implemented [A]. The loss value depends on ``logp`` itself (it is not 0 on policy); only its
+gradient is meaningful. Ratio metrics are reported for monitoring; nothing is clipped, so the
+clip fractions are 0 by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from refimpl import core
+from refimpl.core import RolloutBatch
+
+NAME = "gpg"
+
+
+@dataclass(frozen=True)
+class Config:
+    """GPG hyper-parameters; defaults from the GPG paper unless marked."""
+
+    kl_coef: float = 0.0  # β: no KL and no reference model (§3) [C]
+    loss_agg_mode: str = "token-mean"  # 1/Σ|o_i| Σ_i Σ_t (§3; verl's gpg loss) [C]
+    normalize_std: bool = False  # F_norm = std_G r instead of 1 (§3, off by default) [C]
+    eps: float = core.EPS  # in the std denominator when normalize_std is on (verl/TRL) [C]
+    dynamic_sampling: bool = False  # DAPO's filter; GPG keeps all groups and rescales by α [C]
+    overlong_shaping: bool = False  # DAPO's length penalty; not part of GPG [C]
+    overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
+    overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
+
+    def __post_init__(self) -> None:
+        core.check_config(self)
+
+
+def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+    """``[B, T]`` advantages: the group-centred outcome reward on every response token."""
+    # §3: A_i = (r_i − mean_G r) / F_norm with F_norm = 1 (or std_G r + eps).
+    A_seq = core.group_normalize(batch.rewards, batch.group_size,
+                                 scale_by_std=cfg.normalize_std, eps=cfg.eps)
+    # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
+    return core.broadcast_to_tokens(A_seq, batch.response_mask)
+
+
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+    """The same advantages as plain loops over groups, completions and positions."""
+    B, T = batch.response_mask.shape
+    G = batch.group_size
+    A = torch.zeros(B, T, dtype=torch.float32)
+    r = batch.rewards.tolist()
+    for g in range(batch.num_groups):
+        rows = range(g * G, g * G + G)
+        rewards = [r[i] for i in rows]
+        mean = sum(rewards) / G
+        std = (sum((x - mean) ** 2 for x in rewards) / (G - 1)) ** 0.5  # Bessel-corrected
+        F_norm = std + cfg.eps if cfg.normalize_std else 1.0
+        for i in rows:
+            A_i = 0.0 if max(rewards) == min(rewards) else (r[i] - mean) / F_norm
+            for t in range(T):
+                if batch.response_mask[i, t] == 1:
+                    A[i, t] = A_i
+    return A
+
+
+def loss(
+    batch: RolloutBatch,
+    logp: Tensor,
+    adv: Tensor,
+    cfg: Config,
+    entropy: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Policy gradient ``−α·A·logp`` (plus k3 KL when ``kl_coef > 0``), aggregated token-mean.
+
+    Args:
+        batch: the rollout (``rewards`` for α; ``logp_ref`` when ``kl_coef > 0``).
+        logp: ``[B, T]`` log-probs under the policy being trained (carries gradient).
+        adv: ``[B, T]`` advantages from :func:`advantages`.
+        cfg: the configuration.
+        entropy: unused by GPG (part of the shared signature).
+    """
+    core.check_policy_tensor(logp, batch, "logp")
+    core.check_advantages(adv, batch)
+    mask = batch.response_mask
+    # Loss math in float32 even when the model runs in bf16/fp16.
+    logp = logp.float()
+    adv = adv.float()
+
+    # w[i,t] = π_θ / π_old, reported for monitoring only: GPG has no ratio in its loss.
+    w = core.token_ratio(logp, batch.logp_old, mask)
+    # §3: α = B / (B − M), M = rows of zero-variance groups (they carry no gradient).
+    B = batch.batch_size
+    M = int(core.group_degenerate(batch.rewards, batch.group_size).sum())
+    alpha = B / (B - M) if B > M else 1.0
+    # §3: −α·A_i·logp[i,t] for every token (the policy-gradient objective, no surrogate).
+    token_loss = -alpha * adv * core.masked(logp, mask)
+
+    metrics: dict[str, float] = {"alpha": alpha}
+    if cfg.kl_coef > 0:
+        core.require(batch.logp_ref is not None, "batch.logp_ref",
+                     "reference log-probs when kl_coef > 0")
+        # Not in GPG; GRPO's Eq. 4 k3 term, added per token with weight β.
+        kl = core.kl_k3(logp, batch.logp_ref, mask)
+        token_loss = token_loss + cfg.kl_coef * kl
+        metrics["kl_ref"] = float(core.masked_mean(kl.detach(), mask))
+
+    total = core.aggregate(token_loss, mask, cfg.loss_agg_mode)
+    # Nothing is clipped: an infinite trust region makes both clip fractions 0.
+    metrics.update(core.ratio_metrics(w, adv, mask, 1.0, float("inf")))
+    metrics.update(core.common_metrics(batch, logp, adv))
+    return total, metrics
