@@ -56,10 +56,18 @@ ADVERSARIAL = [
 ]
 
 
-def timed(fn: Callable[[], float]) -> tuple[float, float]:
-    start = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - start
+def timed(fn: Callable[[], float], repeats: int = 3) -> tuple[float, float]:
+    """The value of ``fn()`` and its best time over ``repeats`` calls.
+
+    The best of a few calls measures the work the verifier does, not a busy CI core that
+    happened to deschedule the process once; work that scales with the input is slow every time.
+    """
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        value = fn()
+        best = min(best, time.perf_counter() - start)
+    return value, best
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
@@ -95,7 +103,7 @@ def test_verifiers_never_eval(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for fn in ("eval", "exec", "compile"):
         monkeypatch.setattr(builtins, fn, forbidden)
-    for name, task in TASKS.items():
+    for task in TASKS.values():
         problems = task.sample(20, 1)
         assert task.score(problems, [task.reference_solution(p) for p in problems]).all()
         assert task.reward(problems[0], "__import__('os')") == 0.0
