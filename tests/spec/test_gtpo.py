@@ -1,0 +1,372 @@
+"""GTPO's own invariants (``refimpl/algorithms/gtpo.py``; ALGORITHMS.md "GTPO"; v6 Eq. 3/5/6).
+
+The common invariants (reference == vectorised, padding, permutations, group independence,
+finiteness, on-policy gradient) are in ``test_common.py``. Notation as in the module:
+``O⁺``/``O⁻`` successful/failed completions of a group, ``d_t``/``h_t`` how many of them are
+active at position ``t``, ``H̃ = H + eps_H``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refimpl import core
+from refimpl.algorithms import gtpo
+from refimpl.core import RolloutBatch
+from tests.spec.strategies import rollout_batches
+
+pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
+
+STATS = gtpo.STATS
+
+
+def _groups(x: torch.Tensor, G: int) -> torch.Tensor:
+    return core.group_view(x, G)
+
+
+def _active_counts(batch: RolloutBatch, threshold: float = 0.5) -> tuple[torch.Tensor, ...]:
+    """``(d_t, h_t)`` as ``[N, T]``, counted directly from the mask and the rewards."""
+    G = batch.group_size
+    m = _groups(batch.response_mask, G)
+    succ = _groups((batch.rewards >= threshold).float(), G)[:, :, None]
+    return (m * succ).sum(1), (m * (1 - succ)).sum(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Token rewards (v6 Eq. 3 and 5)
+# ---------------------------------------------------------------------------------------------
+
+
+@given(rollout_batches(binary_rewards=True), st.floats(0.0, 1.0))
+def test_conservation_successful_tokens(batch, alpha_2):
+    """Proposition 2.2: with α₁ + α₂ = 1 and binary rewards, the successful token rewards at
+    each position sum to ``d_t``.
+
+    Derivation (v6 Eq. 3): Σ_{i∈O⁺ active at t} r⁺[i,t] = α₁·Σ r_i + α₂·d_t·Σ_i H̃_i/Σ_k H̃_k
+    = α₁·d_t + α₂·d_t = d_t, since every r_i = 1 in O⁺ and the entropy weights sum to 1
+    (H̃ ≥ eps_H > 0, so the sum never vanishes: exact for every entropy, zeros included).
+    """
+    cfg = gtpo.Config(alpha_1=1.0 - alpha_2, alpha_2=alpha_2)
+    r_plus, _ = gtpo.token_rewards(batch, cfg)
+    d_t, _ = _active_counts(batch)
+    total = _groups(r_plus, batch.group_size).sum(dim=1)
+    torch.testing.assert_close(total, d_t.double(), rtol=1e-9, atol=1e-9)
+
+
+@given(rollout_batches(), st.floats(0.0, 1.0))
+def test_conservation_failed_tokens(batch, alpha_2):
+    """The failed-side identity: with α₁ + α₂ = 1, Σ_{j∈O⁻ active at t} r⁻[j,t] = −h_t.
+
+    Derivation (v6 Eq. 5): Σ_j r⁻[j,t] = −α₁·h_t − α₂·h_t·Σ_j (1/H̃_j)/Σ_k (1/H̃_k) = −h_t.
+    r⁻ does not involve r_j, so this holds for any rewards, not only binary ones.
+    """
+    cfg = gtpo.Config(alpha_1=1.0 - alpha_2, alpha_2=alpha_2)
+    _, r_minus = gtpo.token_rewards(batch, cfg)
+    _, h_t = _active_counts(batch)
+    total = _groups(r_minus, batch.group_size).sum(dim=1)
+    torch.testing.assert_close(total, -h_t.double(), rtol=1e-9, atol=1e-9)
+
+
+@given(rollout_batches(), st.floats(0.0, 2.0), st.floats(0.01, 2.0))
+def test_token_rewards_supported_on_own_subgroup(batch, alpha_1, alpha_2):
+    """r⁺ is 0 on every token that is not an active token of O⁺, and r⁻ on every token that is
+    not an active token of O⁻ (ALGORITHMS.md: "r⁺ = 0 on tokens of O⁻" and vice versa)."""
+    cfg = gtpo.Config(alpha_1=alpha_1, alpha_2=alpha_2)
+    r_plus, r_minus = gtpo.token_rewards(batch, cfg)
+    active = batch.response_mask.bool()
+    succ = (batch.rewards >= cfg.success_threshold)[:, None]
+    assert bool((r_plus[~(active & succ)] == 0).all())
+    assert bool((r_minus[~(active & ~succ)] == 0).all())
+
+
+def _pairs_at_same_position(batch: RolloutBatch, successful: bool):
+    """Yield ``(i, k, t)``: two distinct completions of one group, both in O⁺ (or both in O⁻),
+    both active at ``t``, with equal rewards."""
+    G = batch.group_size
+    m, r = batch.response_mask, batch.rewards.tolist()
+    for g in range(batch.num_groups):
+        rows = [i for i in range(g * G, g * G + G) if (r[i] >= 0.5) == successful]
+        for t in range(m.shape[1]):
+            act = [i for i in rows if m[i, t] == 1]
+            for i in act:
+                for k in act:
+                    if i != k and r[i] == r[k]:
+                        yield i, k, t
+
+
+@given(rollout_batches(entropy_regime="ordinary"), st.floats(0.01, 1.0))
+def test_successful_reward_increases_with_entropy(batch, alpha_2):
+    """Monotonicity (v6 Eq. 3): at one position, among successful completions with the same
+    reward, the higher-entropy token gets the larger r⁺.
+
+    r⁺[i,t] − r⁺[k,t] = α₂·d_t·(H̃[i,t] − H̃[k,t]) / Σ H̃: the sign of the entropy difference
+    when α₂ > 0 (strictly, when the difference is not lost to rounding).
+    """
+    cfg = gtpo.Config(alpha_2=alpha_2)
+    r_plus, _ = gtpo.token_rewards(batch, cfg)
+    H = batch.entropy_old.double()
+    for i, k, t in _pairs_at_same_position(batch, successful=True):
+        if H[i, t] > H[k, t] * (1 + 1e-6):
+            assert r_plus[i, t] > r_plus[k, t]
+
+
+@given(rollout_batches(entropy_regime="ordinary"), st.floats(0.01, 1.0))
+def test_failed_reward_more_negative_for_lower_entropy(batch, alpha_2):
+    """Confident mistakes cost more (v6 Eq. 5): at one position, among failed completions, the
+    lower-entropy token gets the more negative r⁻.
+
+    r⁻[j,t] − r⁻[k,t] = −α₂·h_t·(1/H̃[j,t] − 1/H̃[k,t]) / Σ 1/H̃ < 0 when H[j,t] < H[k,t].
+    """
+    cfg = gtpo.Config(alpha_2=alpha_2)
+    _, r_minus = gtpo.token_rewards(batch, cfg)
+    H = batch.entropy_old.double()
+    for j, k, t in _pairs_at_same_position(batch, successful=False):
+        if H[j, t] * (1 + 1e-6) < H[k, t]:
+            assert r_minus[j, t] < r_minus[k, t]
+
+
+# ---------------------------------------------------------------------------------------------
+# Advantages (v6 Eq. 6)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stats", STATS)
+@pytest.mark.parametrize("negative_shaping", gtpo.NEGATIVE_SHAPING)
+@given(batch=rollout_batches(), k=st.integers(-3, 3))
+def test_advantages_invariant_to_scaling_entropies(stats, negative_shaping, batch, k):
+    """Scaling every rollout entropy by c > 0 leaves the advantages unchanged (as eps_H → 0).
+
+    Derivation: the entropy weights H̃_i/Σ H̃_k and (1/H̃_j)/Σ(1/H̃_k) are homogeneous of degree
+    0 in H when H̃ = H, so r⁺, r⁻ and hence A (Eq. 6) do not change. With H̃ = H + eps_H the
+    floor does not scale, so the identity is exact only as eps_H → 0: the test uses
+    eps_H = 1e-30 (absorbed by float64 for every non-zero entropy the strategy draws, which
+    are ≥ ~6e-14; a zero entropy gets weight ≈ 1e-30/ΣH either way) and c = 2^k, which scales
+    float32 entropies exactly, so the computation is the same up to the negligible floor.
+    """
+    cfg = gtpo.Config(stats=stats, negative_shaping=negative_shaping, entropy_eps=1e-30)
+    scaled = batch.replace(entropy_old=batch.entropy_old * 2.0**k)
+    torch.testing.assert_close(gtpo.advantages(scaled, cfg), gtpo.advantages(batch, cfg),
+                               rtol=1e-5, atol=1e-5)
+
+
+def _token_zscore(batch: RolloutBatch, eps: float) -> torch.Tensor:
+    """Token-level DAPO-style advantage, independently: per group, the z-score of r_i over
+    all active tokens of the group (every token one sample; unbiased std; 0 if degenerate)."""
+    G = batch.group_size
+    out = torch.zeros_like(batch.response_mask, dtype=torch.float64)
+    for g in range(batch.num_groups):
+        samples = [(i, t) for i in range(g * G, g * G + G)
+                   for t in range(batch.response_mask.shape[1]) if batch.response_mask[i, t]]
+        values = [float(batch.rewards[i]) for i, _ in samples]
+        if len(values) < 2 or max(values) == min(values):
+            continue
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        for (i, t), v in zip(samples, values):
+            out[i, t] = (v - mean) / (std + eps)
+    return out
+
+
+@pytest.mark.parametrize("negative_shaping", gtpo.NEGATIVE_SHAPING)
+@given(batch=rollout_batches(binary_rewards=True), alpha_1=st.sampled_from([0.5, 1.0, 3.0]))
+def test_alpha2_zero_reduces_to_token_level_zscore(negative_shaping, batch, alpha_1):
+    """Exact reduction: with α₂ = 0, stats="group" and binary rewards, GTPO's advantage is the
+    token-level group z-score of the reward (DAPO's advantage with tokens as the samples),
+    with eps/α₁ in the denominator.
+
+    Derivation: r⁺ = α₁·y on every active token (y = 1[i ∈ O⁺] = r_i), r⁻ = −α₁·(1 − y). Let
+    L tokens be active in the group, a fraction p of them successful, s² = L·p(1−p)/(L−1) the
+    unbiased variance of y. Over all L tokens, mean(R⁺) = α₁p, std(R⁺) = α₁s, so
+    A⁺ = α₁(1 − p)/(α₁s + eps) = (1 − p)/(s + eps/α₁); mean(R⁻) = −α₁(1 − p), std(R⁻) = α₁s,
+    so A⁻ = (−α₁ + α₁(1 − p))/(α₁s + eps) = −p/(s + eps/α₁). Both are (y − p)/(s + eps/α₁).
+    With negative_shaping="none" a failed token gets (0 − α₁p)/(α₁s + eps): the same value.
+    A group with p ∈ {0, 1} has zero variance on both sides: 0, like the z-score.
+    """
+    cfg = gtpo.Config(alpha_1=alpha_1, alpha_2=0.0, stats="group",
+                      negative_shaping=negative_shaping)
+    expected = _token_zscore(batch, cfg.eps / alpha_1).float()
+    torch.testing.assert_close(gtpo.advantages(batch, cfg), expected, rtol=1e-5, atol=1e-5)
+
+
+@given(rollout_batches())
+def test_stats_group_normalises_over_all_tokens(batch):
+    """stats="group" [A]: mean(R⁺), std(R⁺) run over every active token of the group, the zeros
+    of O⁻ included: a successful token's A is (r⁺ − mean)/(std + eps) over all G completions'
+    tokens (0 when that set has zero variance)."""
+    cfg = gtpo.Config(stats="group")
+    r_plus, _ = gtpo.token_rewards(batch, cfg)
+    A = gtpo.advantages(batch, cfg).double()
+    G, m = batch.group_size, batch.response_mask
+    for g in range(batch.num_groups):
+        rows = range(g * G, g * G + G)
+        R = [float(r_plus[i, t]) for i in rows for t in range(m.shape[1]) if m[i, t]]
+        if len(R) < 2 or max(R) == min(R):
+            continue
+        mean = sum(R) / len(R)
+        std = math.sqrt(sum((v - mean) ** 2 for v in R) / (len(R) - 1))
+        for i in rows:
+            if batch.rewards[i] >= 0.5:
+                for t in range(m.shape[1]):
+                    if m[i, t]:
+                        expected = (float(r_plus[i, t]) - mean) / (std + cfg.eps)
+                        assert A[i, t].item() == pytest.approx(expected, rel=1e-5, abs=1e-5)
+
+
+@given(rollout_batches(), st.floats(0.01, 1.0))
+def test_stats_subgroup_zero_mean_per_subgroup(batch, alpha_2):
+    """stats="subgroup" [A]: each subgroup is normalised over its own tokens only, so the
+    advantages of O⁺'s active tokens sum to 0, and so do O⁻'s (Σ (x − mean) = 0 over the set
+    the mean was taken on; a degenerate set gives all zeros, which also sum to 0)."""
+    cfg = gtpo.Config(stats="subgroup", alpha_2=alpha_2)
+    A = _groups(gtpo.advantages(batch, cfg).double(), batch.group_size)
+    succ = _groups(batch.rewards >= 0.5, batch.group_size)[:, :, None]
+    m = _groups(batch.response_mask.bool(), batch.group_size)
+    for subgroup in (succ, ~succ):
+        total = torch.where(m & subgroup, A, 0.0).sum(dim=(1, 2))
+        scale = 1.0 + torch.where(m & subgroup, A.abs(), 0.0).sum(dim=(1, 2))
+        assert bool((total.abs() <= 1e-5 * scale).all())
+
+
+@pytest.mark.parametrize("stats", STATS)
+@given(batch=rollout_batches())
+def test_negative_shaping_none_zeroes_failed_rewards(stats, batch):
+    """negative_shaping="none" (the early form): r⁻ ≡ 0, and r⁺ is the same as under "v6"
+    (the switch touches only the failed side, Eq. 5)."""
+    v6, none = gtpo.Config(stats=stats), gtpo.Config(stats=stats, negative_shaping="none")
+    r_plus_v6, _ = gtpo.token_rewards(batch, v6)
+    r_plus, r_minus = gtpo.token_rewards(batch, none)
+    assert bool((r_minus == 0).all())
+    assert torch.equal(r_plus, r_plus_v6)
+
+
+@pytest.mark.parametrize("stats", STATS)
+@given(batch=rollout_batches())
+def test_negative_shaping_none_failed_tokens_get_normalised_zero(stats, batch):
+    """With negative_shaping="none" a failed token's advantage is what the R⁺ normalisation
+    gives a reward of 0: −mean(R⁺)/(std(R⁺) + eps), one value for the whole group's failed
+    tokens; successful tokens keep their "v6" advantage (A⁺ does not involve R⁻)."""
+    v6, none = gtpo.Config(stats=stats), gtpo.Config(stats=stats, negative_shaping="none")
+    A_v6, A = gtpo.advantages(batch, v6), gtpo.advantages(batch, none)
+    r_plus, _ = gtpo.token_rewards(batch, none)
+    m, G = batch.response_mask.bool(), batch.group_size
+    succ = (batch.rewards >= 0.5)[:, None]
+    torch.testing.assert_close(A[m & succ], A_v6[m & succ], rtol=0, atol=0)
+    for g in range(batch.num_groups):
+        rows = slice(g * G, g * G + G)
+        in_set = m[rows] if stats == "group" else (m & succ)[rows]
+        R = r_plus[rows][in_set]
+        if R.numel() < 2 or R.max() == R.min():
+            expected = 0.0
+        else:
+            expected = float(-R.mean() / (R.std(unbiased=True) + none.eps))
+        failed = A[rows][(m & ~succ)[rows]]
+        torch.testing.assert_close(failed.double(), torch.full_like(failed, expected).double(),
+                                   rtol=1e-5, atol=1e-5)
+
+
+@given(rollout_batches(binary_rewards=True, equal_groups=True))
+def test_group_without_success_has_zero_positive_part(batch):
+    """A group with no successful completion has A⁺ ≡ 0 (ALGORITHMS.md): r⁺ ≡ 0 on it, so with
+    the failed side switched off (negative_shaping="none") its advantages are all 0; with
+    "v6" they come from R⁻ alone and equal the v6 advantages of the failed tokens."""
+    none = gtpo.Config(negative_shaping="none")
+    r_plus, _ = gtpo.token_rewards(batch, none)
+    A = gtpo.advantages(batch, none)
+    G = batch.group_size
+    for g in range(batch.num_groups):
+        rows = slice(g * G, g * G + G)
+        if bool((batch.rewards[rows] < 0.5).all()):
+            assert bool((r_plus[rows] == 0).all())
+            assert bool((A[rows] == 0).all())
+
+
+# ---------------------------------------------------------------------------------------------
+# A hand-computed example
+# ---------------------------------------------------------------------------------------------
+
+
+def _hand_batch() -> RolloutBatch:
+    """G = 4, T = 2. o1 ✓ H = [1, 2]; o2 ✓ H = [3, ·]; o3 ✗ H = [0.5, 1]; o4 ✗ H = [0.25, ·]."""
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
+    entropy = torch.tensor([[1.0, 2.0], [3.0, 0.0], [0.5, 1.0], [0.25, 0.0]])
+    return RolloutBatch(response_ids=torch.zeros(4, 2, dtype=torch.long), response_mask=mask,
+                        rewards=torch.tensor([1.0, 1.0, 0.0, 0.0]), logp_old=-torch.ones(4, 2),
+                        entropy_old=entropy, group_size=4)
+
+
+HAND = gtpo.Config(alpha_1=1.0, alpha_2=0.5, entropy_eps=1e-12)
+
+
+def test_hand_example_token_rewards():
+    """Worked by hand, α₁ = 1, α₂ = 0.5 (eps_H negligible).
+
+    t=0: O⁺ active {o1, o2}, d=2, weights 1/4, 3/4 → ×d: 0.5, 1.5 →
+         r⁺ = 1 + 0.5·0.5 = 1.25 (o1), 1 + 0.5·1.5 = 1.75 (o2).
+         O⁻ active {o3, o4}, h=2, 1/H = 2, 4 → weights 1/3, 2/3 → ×h: 2/3, 4/3 →
+         r⁻ = −1 − 0.5·2/3 = −4/3 (o3), −1 − 0.5·4/3 = −5/3 (o4).
+    t=1: only o1 in O⁺ (d=1, weight 1): r⁺ = 1.5; only o3 in O⁻ (h=1): r⁻ = −1.5.
+    """
+    r_plus, r_minus = gtpo.token_rewards(_hand_batch(), HAND)
+    expected_plus = torch.tensor([[1.25, 1.5], [1.75, 0.0], [0.0, 0.0], [0.0, 0.0]],
+                                 dtype=torch.float64)
+    expected_minus = torch.tensor([[0.0, 0.0], [0.0, 0.0], [-4 / 3, -1.5], [-5 / 3, 0.0]],
+                                  dtype=torch.float64)
+    torch.testing.assert_close(r_plus, expected_plus, rtol=0, atol=1e-9)
+    torch.testing.assert_close(r_minus, expected_minus, rtol=0, atol=1e-9)
+
+
+def test_hand_example_advantages_subgroup():
+    """stats="subgroup": R⁺ = {1.25, 1.5, 1.75}: mean 1.5, unbiased std 0.25 → A⁺ = −1, 0, +1.
+    R⁻ = {−4/3, −1.5, −5/3}: mean −1.5, deviations +1/6, 0, −1/6, std 1/6 → A⁻ = +1, 0, −1."""
+    A = gtpo.advantages(_hand_batch(), gtpo.Config(alpha_2=0.5, stats="subgroup",
+                                                   entropy_eps=1e-12))
+    expected = torch.tensor([[-1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [-1.0, 0.0]])
+    torch.testing.assert_close(A, expected, rtol=0, atol=1e-4)
+
+
+def test_hand_example_advantages_group():
+    """stats="group": 6 active tokens. R⁺ = {1.25, 1.5, 1.75, 0, 0, 0}: mean 0.75, squared
+    deviations 0.25 + 0.5625 + 1 + 3·0.5625 = 3.5, variance 3.5/5 = 0.7 →
+    A⁺ = 0.5/√0.7 (o1,t0), 0.75/√0.7 (o1,t1), 1/√0.7 (o2,t0).
+    R⁻ = {0, 0, 0, −4/3, −1.5, −5/3}: mean −0.75, deviations of the failed tokens −7/12,
+    −3/4, −11/12, of the zeros +3/4; squared sum (49 + 81 + 121 + 3·81)/144 = 494/144,
+    variance 494/720 → A⁻ = (−7/12)/σ (o3,t0), (−3/4)/σ (o3,t1), (−11/12)/σ (o4,t0)."""
+    A = gtpo.advantages(_hand_batch(), HAND)
+    s_plus, s_minus = math.sqrt(0.7), math.sqrt(494 / 720)
+    expected = torch.tensor([[0.5 / s_plus, 0.75 / s_plus], [1.0 / s_plus, 0.0],
+                             [-7 / 12 / s_minus, -0.75 / s_minus], [-11 / 12 / s_minus, 0.0]])
+    torch.testing.assert_close(A, expected, rtol=0, atol=1e-5)
+
+
+def test_hand_example_loss_on_policy_gradient():
+    """At logp == logp_old every ratio is 1 (inside the clip), so the token-mean loss (v6 Eq. 7)
+    has gradient −A[i,t]/Σm on each response token: with the group example, Σm = 6."""
+    batch = _hand_batch()
+    A = gtpo.advantages(batch, HAND)
+    logp = batch.logp_old.clone().requires_grad_()
+    total, _ = gtpo.loss(batch, logp, A, HAND)
+    total.backward()
+    torch.testing.assert_close(logp.grad, -A / 6.0, rtol=0, atol=1e-6)
+    assert float(total.detach()) == pytest.approx(float(-A.sum() / 6.0), abs=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field, value", [
+    ("alpha_1", -0.1), ("alpha_2", -1.0), ("alpha_2", float("nan")), ("alpha_1", float("inf")),
+    ("stats", "token"), ("negative_shaping", "v5"), ("entropy_eps", 0.0),
+    ("entropy_eps", -1e-6), ("clip_eps_low", -0.2), ("eps", 0.0), ("loss_agg_mode", "seq-mean"),
+])
+def test_config_rejects_bad_values(field, value):
+    """Config validation: out-of-range α, unknown choices, non-positive eps raise a ValueError
+    that names the field."""
+    with pytest.raises(ValueError, match=field):
+        gtpo.Config(**{field: value})
