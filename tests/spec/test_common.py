@@ -1,0 +1,390 @@
+"""Invariants every algorithm honours, parametrized over ``refimpl.algorithms.NAMES``.
+
+Each test states its invariant in words; ``docs/spec.md`` indexes them. The batches come from
+``tests/spec/strategies.py`` (ragged prefix masks with empty and length-1 completions, binary
+and real rewards, all-equal groups, zero/tiny/huge entropies, log-probs near 0 and near −50,
+garbage in the padding).
+
+The closed-form on-policy gradient (``test_onpolicy_gradient_closed_form``)
+---------------------------------------------------------------------------
+At ``logp == logp_old`` every ratio is exactly 1, inside any clip range ``[1−ε_low, 1+ε_high]``
+with ``ε ≥ 0``, so ``min(x·A, clip(x)·A)`` has derivative ``A`` with respect to ``x`` (at the
+tie PyTorch splits the gradient of ``min`` evenly between two branches that both have slope
+``A``). The chain rule then gives, for each ratio form:
+
+* token ratio ``w[i,t] = exp(logp − logp_old)``: ``∂w[i,t]/∂logp[i,t] = w = 1``;
+* GSPO-token ``s[i,t] = sg[s_i]·exp(logp − sg[logp])``: ``∂s[i,t]/∂logp[i,t] = s_i = 1``;
+* geometric sequence ratio ``s_i = exp((1/|o_i|) Σ_t (logp − logp_old))`` (GSPO):
+  ``∂s_i/∂logp[i,t] = s_i/|o_i| = 1/|o_i|``;
+* arithmetic sequence ratio ``ŵ_i = (1/|o_i|) Σ_t w[i,t]`` (GRPO-S):
+  ``∂ŵ_i/∂logp[i,t] = w[i,t]/|o_i| = 1/|o_i|``;
+* GPG's ``−α·A·logp``: ``∂/∂logp[i,t] = −α·A_i`` (no ratio at all).
+
+Multiplying by the aggregation's weight on token ``(i,t)`` (``B'`` = non-empty rows):
+
+====================================  ===============================================
+``token-mean``                        ``∂L/∂logp[i,t] = −A[i,t] / Σ_{j,s} m[j,s]``
+``seq-mean-token-mean``               ``−A[i,t] / (B' · |o_i|)``
+``seq-mean-token-sum-norm``           ``−A[i,t] / (B' · L_max)``  (``L_max = max_len`` or ``T``)
+``seq-mean`` (sequence ratios above)  ``−A_i / (B' · |o_i|)``
+GPG (token-mean)                      ``−α · A_i / Σ|o|``, ``α = B / (B − M)``
+====================================  ===============================================
+
+and exactly 0 on padding. A k3 KL term ``β·kl``, ``kl = exp(Δ) − Δ − 1`` with
+``Δ = logp_ref − logp``, adds ``β · weight · (1 − exp(logp_ref − logp))`` (``∂kl/∂logp =
+−exp(Δ) + 1``); the main test switches it off (``kl_coef = 0``) because TEPO's KL is masked,
+and ``test_kl_gradient_closed_form`` checks it for the baselines, whose KL is unmasked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from refimpl import algorithms
+from refimpl.core import RolloutBatch
+from tests.spec.strategies import (
+    add_padding_columns,
+    add_padding_columns_tensor,
+    batch_and_policy,
+    concat_batches,
+    current_entropy,
+    current_logp,
+    group_permutations,
+    pad_tensor,
+    pad_with,
+    permute_within_groups,
+    rollout_batches,
+    row_permutation,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
+
+NAMES = algorithms.NAMES
+#: The five baselines, whose KL (when switched on) is GRPO's unmasked per-token k3.
+BASELINES = ("grpo", "dapo", "dr_grpo", "gspo", "gpg")
+
+TIGHT = dict(rtol=1e-5, atol=1e-6)
+
+
+def _setup(name: str):
+    mod = algorithms.get(name)
+    return mod, mod.Config()
+
+
+def _with(cfg, **changes):
+    """``cfg`` with those of ``changes`` that are fields of it."""
+    names = {f.name for f in dataclasses.fields(cfg)}
+    return dataclasses.replace(cfg, **{k: v for k, v in changes.items() if k in names})
+
+
+def _loss(mod, cfg, batch, logp, adv, entropy):
+    logp = logp.clone().requires_grad_(True)
+    total, metrics = mod.loss(batch, logp, adv, cfg, entropy=entropy)
+    total.backward()
+    return total, logp.grad, metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# Advantages
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(batch=rollout_batches())
+def test_vectorised_equals_reference(name, batch):
+    """``advantages`` (vectorised) equals ``reference_advantages`` (the paper's equation as
+    plain loops) on every batch, to float32 rounding."""
+    mod, cfg = _setup(name)
+    adv = mod.advantages(batch, cfg)
+    ref = mod.reference_advantages(batch, cfg)
+    assert adv.shape == batch.response_mask.shape and adv.dtype == torch.float32
+    torch.testing.assert_close(adv, ref.to(torch.float32), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(batch=rollout_batches())
+def test_advantages_zero_on_padding(name, batch):
+    """Advantages are exactly 0 (not merely small) wherever ``m[i,t] = 0``."""
+    mod, cfg = _setup(name)
+    adv = mod.advantages(batch, cfg)
+    assert bool((adv[batch.response_mask == 0] == 0).all())
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(batch=rollout_batches(), value=st.sampled_from([float("nan"), 0.0, -1e4, 1e4]))
+def test_advantages_invariant_to_padding_contents(name, batch, value):
+    """What the padding of ``logp_old``, ``entropy_old``, ``logp_ref`` and ``response_ids``
+    holds (NaN included) does not change any advantage."""
+    mod, cfg = _setup(name)
+    torch.testing.assert_close(mod.advantages(pad_with(batch, value), cfg),
+                               mod.advantages(batch, cfg), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(batch=rollout_batches(), k=st.integers(1, 3))
+def test_advantages_invariant_to_extra_padding_columns(name, batch, k):
+    """Appending ``k`` padding columns leaves the advantages of the original positions
+    unchanged and puts 0 in the new columns."""
+    mod, cfg = _setup(name)
+    T = batch.response_mask.shape[1]
+    wide = mod.advantages(add_padding_columns(batch, k, value=7.0), cfg)
+    torch.testing.assert_close(wide[:, :T], mod.advantages(batch, cfg), **TIGHT)
+    assert bool((wide[:, T:] == 0).all())
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+def test_advantages_equivariant_to_permutation_within_groups(name, data):
+    """Reordering the completions inside each group reorders their advantages the same way
+    and changes nothing else (a group is a set, not a sequence)."""
+    mod, cfg = _setup(name)
+    batch = data.draw(rollout_batches())
+    perm = data.draw(group_permutations(batch))
+    index = row_permutation(batch, perm)
+    permuted = mod.advantages(permute_within_groups(batch, perm), cfg)
+    torch.testing.assert_close(permuted, mod.advantages(batch, cfg)[index], **TIGHT)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+def test_advantages_groups_independent(name, data):
+    """A group's advantages depend on that group only: computing them on ``a`` and ``b``
+    separately or on the concatenation ``a ++ b`` gives the same values (so changing any
+    group of ``b`` cannot move an advantage in ``a``)."""
+    mod, cfg = _setup(name)
+    a = data.draw(rollout_batches(max_groups=3))
+    b = data.draw(rollout_batches(max_groups=3, min_group_size=a.group_size,
+                                  max_group_size=a.group_size))
+    both = mod.advantages(concat_batches(a, b), cfg)
+    Ba, Ta, Tb = a.batch_size, a.response_mask.shape[1], b.response_mask.shape[1]
+    torch.testing.assert_close(both[:Ba, :Ta], mod.advantages(a, cfg), **TIGHT)
+    torch.testing.assert_close(both[Ba:, :Tb], mod.advantages(b, cfg), **TIGHT)
+
+
+DEGENERATE = {
+    "all-equal rewards": dict(equal_groups=True),
+    "zero entropy": dict(entropy_regime="zero"),
+    "tiny entropy": dict(entropy_regime="tiny"),
+    "huge entropy": dict(entropy_regime="huge"),
+    "length 0/1, T=1": dict(max_len=1),
+    "logp near -50": dict(logp_regime="very_negative"),
+    "logp near 0": dict(logp_regime="near_zero"),
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=60)
+@given(data=st.data())
+def test_finite_on_degenerate_inputs(name, data):
+    """Advantages, loss, its gradient and every metric are finite on degenerate inputs:
+    all-equal rewards, zero/tiny/huge entropies, length-0 and length-1 completions,
+    log-probs near 0 and near −50 (each case drawn in turn)."""
+    mod, cfg = _setup(name)
+    case = data.draw(st.sampled_from(list(DEGENERATE)), label="case")
+    batch = data.draw(rollout_batches(**DEGENERATE[case]))
+    logp = data.draw(current_logp(batch))
+    entropy = data.draw(current_entropy(batch))
+    adv = mod.advantages(batch, cfg)
+    assert bool(torch.isfinite(adv).all())
+    total, grad, metrics = _loss(mod, cfg, batch, logp, adv, entropy)
+    assert math.isfinite(total.item())
+    assert bool(torch.isfinite(grad).all())
+    assert all(math.isfinite(v) for v in metrics.values()), metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(x=batch_and_policy())
+def test_loss_finite_and_gradient_zero_on_padding(name, x):
+    """The loss is a finite scalar, and its gradient with respect to ``logp`` is exactly 0 on
+    padding, even when the padding of ``logp`` holds NaN."""
+    batch, logp, entropy = x
+    mod, cfg = _setup(name)
+    adv = mod.advantages(batch, cfg)
+    logp = pad_tensor(logp, batch.response_mask, float("nan"))
+    total, grad, metrics = _loss(mod, cfg, batch, logp, adv, entropy)
+    assert total.dim() == 0 and math.isfinite(total.item())
+    assert bool(torch.isfinite(grad).all())
+    assert bool((grad[batch.response_mask == 0] == 0).all())
+    for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "approx_kl_old",
+                "adv_mean", "adv_std"):
+        assert key in metrics and math.isfinite(metrics[key]), key
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(x=batch_and_policy(), value=st.sampled_from([float("nan"), 0.0, 1e4]))
+def test_loss_invariant_to_padding_contents(name, x, value):
+    """The loss value and gradient do not depend on what the padding of the batch, of
+    ``logp`` or of ``entropy`` holds."""
+    batch, logp, entropy = x
+    mod, cfg = _setup(name)
+    adv = mod.advantages(batch, cfg)
+    m = batch.response_mask
+    l1, g1, _ = _loss(mod, cfg, batch, logp, adv, entropy)
+    l2, g2, _ = _loss(mod, cfg, pad_with(batch, value), pad_tensor(logp, m, value), adv,
+                      pad_tensor(entropy, m, value))
+    torch.testing.assert_close(l2, l1, rtol=0, atol=0)
+    torch.testing.assert_close(g2, g1, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(x=batch_and_policy(), k=st.integers(1, 3))
+def test_loss_invariant_to_extra_padding_columns(name, x, k):
+    """Extra padding columns change neither the loss nor the gradient on the original
+    positions. (Dr. GRPO's ``L_max`` is pinned with ``max_len``: with ``max_len=None`` it is
+    the batch's ``T`` by design, see dr_grpo.py.)"""
+    batch, logp, entropy = x
+    mod, cfg = _setup(name)
+    cfg = _with(cfg, max_len=16)
+    T = batch.response_mask.shape[1]
+    adv = mod.advantages(batch, cfg)
+    l1, g1, _ = _loss(mod, cfg, batch, logp, adv, entropy)
+    wide = add_padding_columns(batch, k)
+    l2, g2, _ = _loss(mod, cfg, wide, add_padding_columns_tensor(logp, k, -3.0),
+                      mod.advantages(wide, cfg), add_padding_columns_tensor(entropy, k, 1.0))
+    torch.testing.assert_close(l2, l1, **TIGHT)
+    torch.testing.assert_close(g2[:, :T], g1, **TIGHT)
+    assert bool((g2[:, T:] == 0).all())
+
+
+def expected_onpolicy_grad(name: str, cfg, batch: RolloutBatch, adv: torch.Tensor,
+                           kl_coef: float = 0.0) -> torch.Tensor:
+    """The closed form derived in the module docstring, computed independently of the code
+    under test (float64)."""
+    m = batch.response_mask.double()
+    B, T = m.shape
+    lengths = m.sum(dim=1)
+    n_tokens = float(m.sum())
+    if n_tokens == 0:
+        return torch.zeros(B, T, dtype=torch.float64)
+    b_prime = float((lengths > 0).sum())
+    mode = cfg.loss_agg_mode
+    if mode == "token-mean":
+        weight = torch.full((B, 1), 1.0 / n_tokens, dtype=torch.float64)
+    elif mode in ("seq-mean-token-mean", "seq-mean"):
+        weight = 1.0 / (b_prime * lengths.clamp(min=1))[:, None]
+    elif mode == "seq-mean-token-sum-norm":
+        L = cfg.max_len if getattr(cfg, "max_len", None) is not None else T
+        weight = torch.full((B, 1), 1.0 / (b_prime * L), dtype=torch.float64)
+    else:  # pragma: no cover
+        raise AssertionError(mode)
+    scale = 1.0
+    if name == "gpg":
+        # α = B / (B − M), M = rows of groups whose rewards are all equal.
+        r = batch.rewards.view(-1, batch.group_size)
+        M = int((r.max(dim=1).values == r.min(dim=1).values).sum()) * batch.group_size
+        scale = B / (B - M) if B > M else 1.0
+    grad = -scale * adv.double() * weight
+    if kl_coef:
+        delta = (batch.logp_ref.double() - batch.logp_old.double())
+        grad = grad + kl_coef * weight * (1.0 - torch.exp(delta))
+    return torch.where(m.bool(), grad, torch.zeros((), dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(batch=rollout_batches())
+def test_onpolicy_gradient_closed_form(name, batch):
+    """At ``logp == logp_old`` (and ``kl_coef = 0``) the gradient of the loss with respect
+    to ``logp`` is ``−scale · A[i,t] · weight[i,t]`` with the weight of the algorithm's
+    aggregation mode (table in the module docstring), and 0 on padding."""
+    mod, cfg = _setup(name)
+    cfg = _with(cfg, kl_coef=0.0)
+    adv = mod.advantages(batch, cfg)
+    _, grad, _ = _loss(mod, cfg, batch, batch.logp_old, adv, batch.entropy_old)
+    expected = expected_onpolicy_grad(name, cfg, batch, adv)
+    torch.testing.assert_close(grad.double(), expected, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", BASELINES)
+@given(batch=rollout_batches(with_ref=True))
+def test_kl_gradient_closed_form(name, batch):
+    """With ``β = kl_coef > 0`` the k3 term adds ``β · weight · (1 − exp(logp_ref − logp))``
+    to the on-policy gradient (``∂kl/∂logp = 1 − exp(Δ)``), same aggregation weight."""
+    mod, cfg = _setup(name)
+    cfg = _with(cfg, kl_coef=0.1)
+    adv = mod.advantages(batch, cfg)
+    _, grad, _ = _loss(mod, cfg, batch, batch.logp_old, adv, batch.entropy_old)
+    expected = expected_onpolicy_grad(name, cfg, batch, adv, kl_coef=0.1)
+    torch.testing.assert_close(grad.double(), expected, rtol=1e-4, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------
+
+BAD_CONFIG = [
+    ("clip_eps_low", -0.1),
+    ("clip_eps_low", 1.0),
+    ("clip_eps_high", -0.1),
+    ("kl_coef", -0.01),
+    ("kl_coef", float("nan")),
+    ("eps", 0.0),
+    ("loss_agg_mode", "mean-of-everything"),
+    ("overlong_cache_frac", 0.0),
+    ("max_len", 0),
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(("field", "value"), BAD_CONFIG)
+def test_config_rejects_out_of_range(name, field, value):
+    """A Config field out of range raises ``ValueError`` naming the field."""
+    cls = algorithms.get(name).Config
+    if field not in {f.name for f in dataclasses.fields(cls)}:
+        pytest.skip(f"{name}.Config has no {field}")
+    with pytest.raises(ValueError, match=field):
+        cls(**{field: value})
+
+
+@pytest.fixture(scope="module")
+def small_batch() -> RolloutBatch:
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+    return RolloutBatch(
+        response_ids=torch.zeros(4, 3, dtype=torch.long), response_mask=mask,
+        rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]), logp_old=-torch.ones(4, 3),
+        entropy_old=torch.ones(4, 3), group_size=2, logp_ref=-torch.ones(4, 3))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_loss_rejects_bad_tensors(name, small_batch):
+    """``loss`` raises ``ValueError`` naming ``logp`` / ``adv`` for a wrong shape, a non-float
+    dtype, or a non-finite value on a response token."""
+    mod, cfg = _setup(name)
+    adv = mod.advantages(small_batch, cfg)
+    logp = small_batch.logp_old.clone()
+    ent = small_batch.entropy_old
+    with pytest.raises(ValueError, match="logp"):
+        mod.loss(small_batch, logp[:, :2], adv, cfg, entropy=ent)
+    with pytest.raises(ValueError, match="logp"):
+        mod.loss(small_batch, logp.long(), adv, cfg, entropy=ent)
+    bad = logp.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="logp"):
+        mod.loss(small_batch, bad, adv, cfg, entropy=ent)
+    with pytest.raises(ValueError, match="adv"):
+        mod.loss(small_batch, logp, adv[:2], cfg, entropy=ent)
+    bad_adv = adv.clone()
+    bad_adv[2, 1] = float("inf")
+    with pytest.raises(ValueError, match="adv"):
+        mod.loss(small_batch, logp, bad_adv, cfg, entropy=ent)
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_kl_requires_reference_logprobs(name, small_batch):
+    """With ``kl_coef > 0`` a batch without ``logp_ref`` raises ``ValueError`` naming it."""
+    mod, cfg = _setup(name)
+    cfg = _with(cfg, kl_coef=0.1)
+    batch = small_batch.replace(logp_ref=None)
+    adv = mod.advantages(batch, cfg)
+    with pytest.raises(ValueError, match="logp_ref"):
+        mod.loss(batch, batch.logp_old.clone(), adv, cfg)
