@@ -1,0 +1,237 @@
+"""GRPO-S's own invariants (``refimpl/algorithms/grpo_s.py``; ALGORITHMS.md "GRPO-S").
+
+The sequence-level analogues of GTPO's (``test_gtpo.py``): ``Ĥ_i`` is the completion's mean
+rollout entropy, ``n``/``m`` count the non-empty successful/failed completions of a group.
+The common invariants are in ``test_common.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refimpl import core
+from refimpl.algorithms import grpo_s, gspo
+from refimpl.core import RolloutBatch
+from tests.spec.strategies import batch_and_policy, current_logp, rollout_batches
+
+pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
+
+
+def _counts(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(n, m)`` per group: non-empty successful / failed completions, counted directly."""
+    nonempty = batch.response_mask.sum(1) > 0
+    succ = batch.rewards >= 0.5
+    G = batch.group_size
+    n = core.group_view((nonempty & succ).double(), G).sum(1)
+    m = core.group_view((nonempty & ~succ).double(), G).sum(1)
+    return n, m
+
+
+@given(rollout_batches(binary_rewards=True), st.floats(0.0, 1.0))
+def test_conservation_successful_sequences(batch, beta_2):
+    """With β₁ + β₂ = 1 and binary rewards, Σ_{i∈O⁺} r̂⁺_i = n.
+
+    Derivation: Σ_i r̂⁺_i = β₁·Σ r_i + β₂·n·Σ_i H̃_i/Σ_k H̃_k = β₁·n + β₂·n = n (r_i = 1 on O⁺,
+    the weights sum to 1). Empty completions are not in O⁺ and get r̂ = 0 [A].
+    """
+    cfg = grpo_s.Config(beta_1=1.0 - beta_2, beta_2=beta_2)
+    r_hat_plus, _ = grpo_s.sequence_rewards(batch, cfg)
+    n, _ = _counts(batch)
+    total = core.group_view(r_hat_plus, batch.group_size).sum(1)
+    torch.testing.assert_close(total, n, rtol=1e-9, atol=1e-9)
+
+
+@given(rollout_batches(), st.floats(0.0, 1.0))
+def test_conservation_failed_sequences(batch, beta_2):
+    """With β₁ + β₂ = 1, Σ_{j∈O⁻} r̂⁻_j = −m (the inverse-entropy weights sum to 1; r̂⁻ does not
+    involve r_j, so any rewards)."""
+    cfg = grpo_s.Config(beta_1=1.0 - beta_2, beta_2=beta_2)
+    _, r_hat_minus = grpo_s.sequence_rewards(batch, cfg)
+    _, m = _counts(batch)
+    total = core.group_view(r_hat_minus, batch.group_size).sum(1)
+    torch.testing.assert_close(total, -m, rtol=1e-9, atol=1e-9)
+
+
+@given(rollout_batches(entropy_regime="ordinary"), st.floats(0.01, 1.0))
+def test_sequence_rewards_monotone_in_mean_entropy(batch, beta_2):
+    """Among successful completions of a group with equal rewards, a higher mean entropy Ĥ
+    gives a larger r̂⁺; among failed ones, a lower Ĥ gives a more negative r̂⁻ (the weights
+    Ĥ_i/ΣĤ and (1/Ĥ_j)/Σ(1/Ĥ) are increasing in Ĥ_i and in 1/Ĥ_j, times β₂ > 0)."""
+    cfg = grpo_s.Config(beta_2=beta_2)
+    r_hat_plus, r_hat_minus = grpo_s.sequence_rewards(batch, cfg)
+    H_hat = core.masked_mean(batch.entropy_old.double(), batch.response_mask, dim=1)
+    nonempty = batch.response_mask.sum(1) > 0
+    r, G = batch.rewards, batch.group_size
+    for g in range(batch.num_groups):
+        rows = [i for i in range(g * G, g * G + G) if nonempty[i]]
+        for i in rows:
+            for k in rows:
+                if r[i] != r[k] or not H_hat[i] > H_hat[k] * (1 + 1e-6):
+                    continue
+                if r[i] >= 0.5:
+                    assert r_hat_plus[i] > r_hat_plus[k]
+                else:
+                    assert r_hat_minus[k] < r_hat_minus[i]
+
+
+@pytest.mark.parametrize("stats", grpo_s.STATS)
+@given(batch=rollout_batches(), k=st.integers(-3, 3))
+def test_advantages_invariant_to_scaling_entropies(stats, batch, k):
+    """Scaling every rollout entropy by c > 0 scales every Ĥ_i by c, and the weights are
+    homogeneous of degree 0, so the advantages do not change (exactly as eps_H → 0; the test
+    uses eps_H = 1e-30 and c = 2^k, exact in float32; see test_gtpo for the argument)."""
+    cfg = grpo_s.Config(stats=stats, entropy_eps=1e-30)
+    scaled = batch.replace(entropy_old=batch.entropy_old * 2.0**k)
+    torch.testing.assert_close(grpo_s.advantages(scaled, cfg), grpo_s.advantages(batch, cfg),
+                               rtol=1e-5, atol=1e-5)
+
+
+@given(rollout_batches(binary_rewards=True, allow_empty=False),
+       st.sampled_from([0.5, 1.0, 3.0]))
+def test_beta2_zero_reduces_to_grpo(batch, beta_1):
+    """Exact reduction: with β₂ = 0, stats="group", binary rewards and no empty completion,
+    GRPO-S's advantage is GRPO's, with eps/β₁ in the denominator.
+
+    Derivation (as for GTPO, with completions instead of tokens as the samples):
+    r̂⁺ = β₁·y, r̂⁻ = −β₁·(1 − y), y = r_i; both normalise over the G completions to
+    (y − p)/(s + eps/β₁), p and s the group's mean and unbiased std of r: GRPO's A_i.
+    """
+    cfg = grpo_s.Config(beta_1=beta_1, beta_2=0.0, stats="group")
+    A_grpo = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps / beta_1)
+    expected = core.broadcast_to_tokens(A_grpo, batch.response_mask)
+    torch.testing.assert_close(grpo_s.advantages(batch, cfg), expected, rtol=1e-5, atol=1e-5)
+
+
+@given(rollout_batches())
+def test_empty_completions_excluded(batch):
+    """|o_i| = 0 [A]: the completion has no mean entropy; it gets r̂⁺ = r̂⁻ = 0 and advantage 0,
+    and removing it from the statistics changes nothing: the other completions' advantages
+    equal those computed with its reward replaced by any other value."""
+    cfg = grpo_s.Config()
+    empty = batch.response_mask.sum(1) == 0
+    r_hat_plus, r_hat_minus = grpo_s.sequence_rewards(batch, cfg)
+    assert bool((r_hat_plus[empty] == 0).all()) and bool((r_hat_minus[empty] == 0).all())
+    flipped = batch.replace(rewards=torch.where(empty, 1.0 - batch.rewards, batch.rewards))
+    torch.testing.assert_close(grpo_s.advantages(flipped, cfg), grpo_s.advantages(batch, cfg),
+                               rtol=0, atol=0)
+
+
+@given(batch_and_policy(max_log_ratio=1.0))
+def test_ratio_geometric_is_gspo_and_below_arithmetic(x):
+    """ratio="geometric" is GSPO's s_i = exp((1/|o_i|) Σ_t (logp − logp_old)); "arithmetic" is
+    (1/|o_i|) Σ_t w[i,t]; by the AM–GM inequality ŵ_i(arithmetic) ≥ s_i on every non-empty
+    completion (computed here independently of the module)."""
+    batch, logp, _ = x
+    m = batch.response_mask.bool()
+    delta = torch.where(m, logp.double() - batch.logp_old.double(), 0.0)
+    length = m.sum(1).clamp(min=1)
+    s = torch.exp(delta.sum(1) / length)
+    am = torch.where(m, torch.exp(delta), 0.0).sum(1) / length
+    geo = grpo_s.sequence_ratio(logp, batch.logp_old, batch.response_mask, "geometric")
+    ari = grpo_s.sequence_ratio(logp, batch.logp_old, batch.response_mask, "arithmetic")
+    nonempty = m.any(1)
+    torch.testing.assert_close(geo[nonempty].double(), s[nonempty], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ari[nonempty].double(), am[nonempty], rtol=1e-5, atol=1e-6)
+    assert bool((ari[nonempty] >= geo[nonempty] * (1 - 1e-6)).all())
+
+
+@given(batch_and_policy(max_log_ratio=0.5))
+def test_geometric_loss_equals_gspo_loss(x):
+    """With ratio="geometric" the GRPO-S loss is GSPO's sequence loss (seq-mean of
+    −clipped(s_i, Â_i)) with the same clip range and advantages: same value, same gradient."""
+    batch, logp, _ = x
+    cfg = grpo_s.Config(ratio="geometric")
+    adv = grpo_s.advantages(batch, cfg)
+    ref_cfg = gspo.Config(clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high)
+    lp1, lp2 = logp.clone().requires_grad_(), logp.clone().requires_grad_()
+    l1, _ = grpo_s.loss(batch, lp1, adv, cfg)
+    l2, _ = gspo.loss(batch, lp2, adv, ref_cfg)
+    l1.backward()
+    l2.backward()
+    torch.testing.assert_close(l1, l2, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(lp1.grad, lp2.grad, rtol=1e-5, atol=1e-6)
+
+
+@given(rollout_batches(allow_empty=False), st.data())
+def test_arithmetic_ratio_gradient(batch, data):
+    """Inside the trust region, ∂L/∂logp[i,t] = −Â_i·w[i,t]/(|o_i|·B) for the arithmetic ratio
+    (∂ŵ_i/∂logp[i,t] = w[i,t]/|o_i|, seq-mean weight 1/B); checked with a policy close enough
+    to π_old that every ŵ_i stays in [1 − 0.2, 1 + 0.28]."""
+    logp = data.draw(current_logp(batch, max_log_ratio=0.05))
+    cfg = grpo_s.Config()
+    adv = grpo_s.advantages(batch, cfg)
+    lp = logp.clone().requires_grad_()
+    total, _ = grpo_s.loss(batch, lp, adv, cfg)
+    total.backward()
+    m = batch.response_mask
+    w = core.token_ratio(logp, batch.logp_old, m)
+    expected = core.masked(-adv * w / (m.sum(1, keepdim=True) * batch.batch_size), m)
+    torch.testing.assert_close(lp.grad, expected, rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# A hand-computed example
+# ---------------------------------------------------------------------------------------------
+
+
+def _hand_batch() -> RolloutBatch:
+    """G = 4, T = 2. o1 ✓ H = [1, 3] (Ĥ = 2); o2 ✓ H = [6, ·] (Ĥ = 6);
+    o3 ✗ H = [1, 3] (Ĥ = 2); o4 ✗ H = [0.5, ·] (Ĥ = 0.5)."""
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
+    entropy = torch.tensor([[1.0, 3.0], [6.0, 0.0], [1.0, 3.0], [0.5, 0.0]])
+    return RolloutBatch(response_ids=torch.zeros(4, 2, dtype=torch.long), response_mask=mask,
+                        rewards=torch.tensor([1.0, 1.0, 0.0, 0.0]), logp_old=-torch.ones(4, 2),
+                        entropy_old=entropy, group_size=4)
+
+
+def test_hand_example_sequence_rewards():
+    """β₁ = 1, β₂ = 0.5 (eps_H negligible). n = 2: weights 2/8, 6/8, ×n: 0.5, 1.5 →
+    r̂⁺ = 1.25 (o1), 1.75 (o2). m = 2: 1/Ĥ = 0.5, 2 → weights 0.2, 0.8, ×m: 0.4, 1.6 →
+    r̂⁻ = −1.2 (o3), −1.8 (o4)."""
+    cfg = grpo_s.Config(beta_2=0.5, entropy_eps=1e-12)
+    r_hat_plus, r_hat_minus = grpo_s.sequence_rewards(_hand_batch(), cfg)
+    torch.testing.assert_close(r_hat_plus, torch.tensor([1.25, 1.75, 0.0, 0.0],
+                                                        dtype=torch.float64), atol=1e-9, rtol=0)
+    torch.testing.assert_close(r_hat_minus, torch.tensor([0.0, 0.0, -1.2, -1.8],
+                                                         dtype=torch.float64), atol=1e-9, rtol=0)
+
+
+def test_hand_example_advantages():
+    """stats="group": R̂⁺ = {1.25, 1.75, 0, 0}: mean 0.75, squared deviations
+    0.25 + 1 + 2·0.5625 = 2.375, variance 2.375/3 = 19/24 → Â = 0.5/√(19/24), 1/√(19/24).
+    R̂⁻ = {0, 0, −1.2, −1.8}: mean −0.75, deviations −0.45, −1.05 (and +0.75 twice), squared
+    sum 0.2025 + 1.1025 + 1.125 = 2.43, variance 0.81, std 0.9 → Â = −0.5, −7/6.
+    stats="subgroup": any two distinct values normalise to ∓1/√2: Â = −1/√2, +1/√2 (o1, o2);
+    +1/√2, −1/√2 (o3 is less penalised than o4). Every token of o_i carries Â_i."""
+    batch, mask = _hand_batch(), _hand_batch().response_mask
+    s = math.sqrt(19 / 24)
+    group = grpo_s.advantages(batch, grpo_s.Config(beta_2=0.5, entropy_eps=1e-12))
+    expected = torch.tensor([0.5 / s, 1.0 / s, -0.5, -7 / 6])[:, None] * mask
+    torch.testing.assert_close(group, expected, atol=1e-5, rtol=0)
+    sub = grpo_s.advantages(batch, grpo_s.Config(beta_2=0.5, entropy_eps=1e-12,
+                                                 stats="subgroup"))
+    h = 1 / math.sqrt(2)
+    expected = torch.tensor([-h, h, h, -h])[:, None] * mask
+    torch.testing.assert_close(sub, expected, atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field, value", [
+    ("beta_1", -0.5), ("beta_2", -0.1), ("beta_2", float("nan")), ("stats", "batch"),
+    ("ratio", "harmonic"), ("negative_shaping", "v1"), ("entropy_eps", 0.0),
+    ("loss_agg_mode", "token-mean"), ("clip_eps_high", -0.1),
+])
+def test_config_rejects_bad_values(field, value):
+    """Config validation: negative β, unknown choices, a per-token aggregation for a
+    per-sequence loss raise a ValueError naming the field."""
+    with pytest.raises(ValueError, match=field):
+        grpo_s.Config(**{field: value})
