@@ -1,0 +1,275 @@
+"""The shared primitives of ``refimpl/core.py``: one invariant per test.
+
+Masked reductions, aggregation modes, group statistics, the k3 KL, DAPO's overlong shaping
+and dynamic-sampling filter, and ``RolloutBatch`` validation. ``docs/spec.md`` indexes them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refimpl import core
+from refimpl.core import RolloutBatch
+from tests.spec.strategies import pad_tensor, rollout_batches
+
+pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
+
+
+# ---------------------------------------------------------------------------------------------
+# Masked reductions: padding can hold anything, NaN included.
+# ---------------------------------------------------------------------------------------------
+
+
+@given(batch=rollout_batches(padding="nan"))
+def test_masked_ops_ignore_nan_padding(batch):
+    """``masked_sum`` / ``masked_mean`` of a tensor whose padding is NaN equal those of the
+    same tensor with zeros in the padding; the empty mask gives 0, never NaN."""
+    m = batch.response_mask
+    x = batch.logp_old
+    clean = pad_tensor(x, m, 0.0)
+    for dim in (None, 1):
+        torch.testing.assert_close(core.masked_sum(x, m, dim), core.masked_sum(clean, m, dim))
+        mean = core.masked_mean(x, m, dim)
+        assert bool(torch.isfinite(mean).all())
+        torch.testing.assert_close(mean, core.masked_mean(clean, m, dim))
+    assert bool((core.masked_mean(x, m, 1)[m.sum(1) == 0] == 0).all())
+
+
+@given(batch=rollout_batches(padding="nan"))
+def test_masked_gradient_zero_on_nan_padding(batch):
+    """The gradient of ``masked_sum(x, m)`` is exactly ``m``: 1 on response tokens, 0 (not
+    NaN) on padding even where ``x`` holds NaN."""
+    x = batch.logp_old.clone().requires_grad_(True)
+    core.masked_sum(x, batch.response_mask).backward()
+    assert torch.equal(x.grad, batch.response_mask)
+
+
+@given(batch=rollout_batches(padding="nan", with_ref=True))
+def test_kl_k3_masked_nan_safe(batch):
+    """With a mask, the k3 KL is 0 on padding and its gradient there is 0 even when the
+    padding of ``logp`` and ``logp_ref`` holds NaN."""
+    logp = batch.logp_old.clone().requires_grad_(True)
+    kl = core.kl_k3(logp, batch.logp_ref, batch.response_mask)
+    assert bool((kl[batch.response_mask == 0] == 0).all())
+    kl.sum().backward()
+    assert bool(torch.isfinite(logp.grad).all())
+    assert bool((logp.grad[batch.response_mask == 0] == 0).all())
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregation modes.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_aggregation_modes_hand_computed():
+    """The four modes on a 2-row example, worked out by hand.
+
+    mask = [[1,1,1],[1,0,0]], ℓ = [[1,2,3],[4,·,·]] (· = padding, holds NaN):
+      token-mean               (1+2+3+4)/4                  = 2.5
+      seq-mean-token-mean      ((1+2+3)/3 + 4/1)/2 = (2+4)/2 = 3.0
+      seq-mean-token-sum-norm  (1+2+3+4)/(2·L_max), L_max=5  = 1.0
+      seq-mean over ℓ_i = [6, 8]                             = 7.0
+    """
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    nan = float("nan")
+    loss = torch.tensor([[1.0, 2.0, 3.0], [4.0, nan, nan]])
+    assert core.aggregate(loss, mask, "token-mean").item() == pytest.approx(2.5)
+    assert core.aggregate(loss, mask, "seq-mean-token-mean").item() == pytest.approx(3.0)
+    assert core.aggregate(loss, mask, "seq-mean-token-sum-norm", max_len=5).item() == \
+        pytest.approx(1.0)
+    assert core.aggregate(torch.tensor([6.0, 8.0]), mask, "seq-mean").item() == \
+        pytest.approx(7.0)
+
+
+@given(batch=rollout_batches())
+def test_aggregation_skips_empty_rows(batch):
+    """Empty completions (``|o_i| = 0``) are skipped by every mode: adding an all-padding row
+    (with any loss value) to a batch changes no aggregate. Here: compare each mode with a
+    direct float64 formula over non-empty rows only."""
+    m = batch.response_mask
+    loss = -batch.logp_old  # any finite per-token values on response tokens
+    md = m.double()
+    ld = pad_tensor(loss.double(), m, 0.0)
+    lengths = md.sum(1)
+    ne = lengths > 0
+    if not bool(ne.any()):
+        assert core.aggregate(loss, m, "token-mean").item() == 0.0
+        return
+    bp = float(ne.sum())
+    expect = {
+        "token-mean": ld.sum() / md.sum(),
+        "seq-mean-token-mean": (ld.sum(1)[ne] / lengths[ne]).sum() / bp,
+        "seq-mean-token-sum-norm": ld.sum() / (bp * 11),
+    }
+    for mode, value in expect.items():
+        got = core.aggregate(loss, m, mode, max_len=11)
+        assert got.item() == pytest.approx(float(value), rel=1e-5, abs=1e-6), mode
+
+
+def test_aggregate_empty_batch_is_zero_with_warning():
+    """A batch with no response token gives loss 0 (attached to the graph) and a warning."""
+    mask = torch.zeros(2, 3)
+    x = torch.full((2, 3), float("nan"), requires_grad=True)
+    with pytest.warns(UserWarning, match="empty batch"):
+        out = core.aggregate(x, mask, "token-mean")
+    assert out.item() == 0.0 and out.requires_grad
+
+
+def test_aggregate_rejects_unknown_mode_and_missing_max_len():
+    """Unknown modes and a missing ``L_max`` raise ``ValueError`` naming the argument."""
+    mask = torch.ones(2, 2)
+    with pytest.raises(ValueError, match="loss_agg_mode"):
+        core.aggregate(torch.ones(2, 2), mask, "sum")
+    with pytest.raises(ValueError, match="max_len"):
+        core.aggregate(torch.ones(2, 2), mask, "seq-mean-token-sum-norm")
+
+
+# ---------------------------------------------------------------------------------------------
+# Group statistics.
+# ---------------------------------------------------------------------------------------------
+
+
+@given(batch=rollout_batches(equal_groups=False, binary_rewards=False))
+def test_group_normalize_zero_mean_unit_std(batch):
+    """``group_normalize`` gives every non-degenerate group mean 0 and unbiased std
+    ``std/(std+eps) ≈ 1``; degenerate groups are exactly 0."""
+    G = batch.group_size
+    a = core.group_view(core.group_normalize(batch.rewards, G), G).double()
+    r = core.group_view(batch.rewards, G).double()
+    for g in range(a.shape[0]):
+        if bool((r[g] == r[g][0]).all()):
+            assert bool((a[g] == 0).all())
+        else:
+            assert abs(float(a[g].mean())) < 1e-5
+            std = float(r[g].std())
+            assert float(a[g].std()) == pytest.approx(std / (std + 1e-6), rel=1e-5)
+
+
+@given(batch=rollout_batches(equal_groups=True))
+def test_group_normalize_all_equal_is_exactly_zero(batch):
+    """A group with all-equal rewards gets advantage exactly 0 (never NaN, no residue),
+    with or without the std division."""
+    for scale in (True, False):
+        assert bool((core.group_normalize(batch.rewards, batch.group_size,
+                                          scale_by_std=scale) == 0).all())
+
+
+@given(st.lists(st.floats(-50, 0, width=32), min_size=1, max_size=20),
+       st.lists(st.floats(-50, 0, width=32), min_size=1, max_size=20))
+def test_kl_k3_nonnegative(a, b):
+    """k3 ``exp(Δ) − Δ − 1 ≥ 0`` for every ``Δ`` (since ``e^x ≥ 1 + x``), 0 iff ``Δ = 0``."""
+    n = min(len(a), len(b))
+    logp, ref = torch.tensor(a[:n]), torch.tensor(b[:n])
+    kl = core.kl_k3(logp, ref)
+    assert bool((kl >= 0).all())
+    assert bool((core.kl_k3(logp, logp) == 0).all())
+
+
+# ---------------------------------------------------------------------------------------------
+# DAPO's mechanisms (shared: each Config decides whether they are on).
+# ---------------------------------------------------------------------------------------------
+
+
+@given(L_max=st.integers(2, 64), frac=st.floats(0.05, 1.0))
+def test_overlong_penalty_continuous_monotone_bounded(L_max, frac):
+    """``R_len`` (DAPO Eq. 13) is in [−1, 0], non-increasing in ``|o|``, 0 up to
+    ``L_max − L_cache``, −1 beyond ``L_max``, and continuous: on integer lengths consecutive
+    values differ by at most ``1/L_cache`` (the slope of the linear band)."""
+    cache = core.overlong_cache_len(L_max, frac)
+    lengths = torch.arange(0, L_max + 5)
+    p = core.overlong_penalty(lengths, L_max, cache)
+    assert bool((p <= 0).all()) and bool((p >= -1).all())
+    steps = p[1:] - p[:-1]
+    assert bool((steps <= 0).all())
+    assert bool((steps.abs() <= 1.0 / cache + 1e-6).all())
+    assert bool((p[: L_max - cache + 1] == 0).all())
+    assert bool((p[L_max:] == -1).all())
+    # Continuity at the band's edges on real-valued lengths.
+    edge = torch.tensor([L_max - cache - 1e-3, L_max - cache + 1e-3, L_max - 1e-3, L_max + 1e-3])
+    q = core.overlong_penalty(edge, L_max, cache)
+    assert abs(float(q[0] - q[1])) < 1e-2 and abs(float(q[2] - q[3])) < 1e-2
+
+
+def test_overlong_penalty_hand_computed():
+    """DAPO's own numbers scaled down: L_max = 10, L_cache = 4 → the band is (6, 10]:
+    |o| = 6 → 0, 7 → −1/4, 8 → −2/4, 10 → −1, 11 → −1."""
+    p = core.overlong_penalty(torch.tensor([6, 7, 8, 10, 11]), 10, 4)
+    torch.testing.assert_close(p, torch.tensor([0.0, -0.25, -0.5, -1.0, -1.0]))
+
+
+@given(batch=rollout_batches(binary_rewards=True))
+def test_informative_groups_keeps_mixed_groups(batch):
+    """Dynamic sampling keeps exactly the groups with ``0 < #successful < G`` (DAPO Eq. 11):
+    with binary rewards, those whose rewards are not all equal."""
+    keep = core.informative_groups(batch.rewards, batch.group_size)
+    r = batch.rewards.view(-1, batch.group_size)
+    n = (r >= 0.5).sum(1)
+    assert keep.tolist() == [(0 < int(k) < batch.group_size) for k in n]
+    kept = batch.select_groups(keep)
+    assert kept.num_groups == int(keep.sum())
+
+
+# ---------------------------------------------------------------------------------------------
+# RolloutBatch validation: ValueError naming the argument.
+# ---------------------------------------------------------------------------------------------
+
+
+def _fields(B=4, T=3, G=2):
+    return dict(response_ids=torch.zeros(B, T, dtype=torch.long),
+                response_mask=torch.ones(B, T), rewards=torch.zeros(B),
+                logp_old=-torch.ones(B, T), entropy_old=torch.ones(B, T), group_size=G)
+
+
+BAD_BATCHES = {
+    "group_size does not divide B": ({"group_size": 3}, "group_size"),
+    "group_size < 2": ({"group_size": 1}, "group_size"),
+    "group_size not int": ({"group_size": 2.0}, "group_size"),
+    "mask not 0/1": ({"response_mask": torch.full((4, 3), 0.5)}, "response_mask"),
+    "mask 1-D": ({"response_mask": torch.ones(4)}, "response_mask"),
+    "rewards wrong shape": ({"rewards": torch.zeros(3)}, "rewards"),
+    "rewards NaN": ({"rewards": torch.tensor([0.0, float("nan"), 1.0, 0.0])}, "rewards"),
+    "rewards inf": ({"rewards": torch.tensor([0.0, float("inf"), 1.0, 0.0])}, "rewards"),
+    "logp_old wrong shape": ({"logp_old": -torch.ones(4, 2)}, "logp_old"),
+    "logp_old positive": ({"logp_old": torch.ones(4, 3)}, "logp_old"),
+    "logp_old NaN on a token": ({"logp_old": torch.tensor([[float("nan")] * 3] + [[-1.0] * 3] * 3)},
+                                "logp_old"),
+    "entropy negative": ({"entropy_old": -torch.ones(4, 3)}, "entropy_old"),
+    "entropy with grad": ({"entropy_old": torch.ones(4, 3, requires_grad=True)}, "entropy_old"),
+    "ids float": ({"response_ids": torch.zeros(4, 3)}, "response_ids"),
+    "logp_ref wrong shape": ({"logp_ref": -torch.ones(2, 3)}, "logp_ref"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_BATCHES))
+def test_rollout_batch_rejects_bad_input(case):
+    """Each malformed field raises ``ValueError`` whose message names that field."""
+    changes, field = BAD_BATCHES[case]
+    with pytest.raises(ValueError, match=field):
+        RolloutBatch(**{**_fields(), **changes})
+
+
+def test_rollout_batch_accepts_anything_on_padding():
+    """NaN, positive log-probs and negative entropies on *padding* are accepted (they are
+    never read)."""
+    f = _fields()
+    f["response_mask"] = torch.tensor([[1.0, 0, 0]] * 4)
+    f["logp_old"] = torch.tensor([[-1.0, float("nan"), 5.0]] * 4)
+    f["entropy_old"] = torch.tensor([[1.0, -3.0, float("nan")]] * 4)
+    RolloutBatch(**f)
+
+
+def test_overlong_rejects_bad_lengths():
+    """``overlong_penalty`` / ``overlong_cache_len`` name ``max_len``, ``cache_len`` and
+    ``overlong_cache_frac`` when out of range."""
+    with pytest.raises(ValueError, match="max_len"):
+        core.overlong_penalty(torch.tensor([1]), 0, 1)
+    with pytest.raises(ValueError, match="cache_len"):
+        core.overlong_penalty(torch.tensor([1]), 4, 5)
+    with pytest.raises(ValueError, match="overlong_cache_frac"):
+        core.overlong_cache_len(10, 0.0)
+    assert math.isclose(core.overlong_cache_len(20480, 0.2), 4096)
