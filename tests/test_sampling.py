@@ -169,6 +169,15 @@ def test_cached_and_uncached_sampling_agree(model: GPT) -> None:
     assert torch.allclose(cached.entropy_old, uncached.entropy_old, atol=1e-5)
 
 
+def test_shared_prefill_matches_per_row_prefill(model: GPT) -> None:
+    """GPT prompts are prefilled once per group and the cache repeated G times; any other
+    module (here a no-op wrapper) is prefilled row by row. Same tokens either way."""
+    shared = sample(model, seed=5)
+    per_row = sample(EosBiased(model, bias=0.0), seed=5)
+    assert torch.equal(shared.response_ids, per_row.response_ids)
+    assert torch.allclose(shared.logp_old, per_row.logp_old, atol=1e-5)
+
+
 def test_deterministic_per_seed(model: GPT) -> None:
     a, b, c = sample(model, seed=7), sample(model, seed=7), sample(model, seed=8)
     assert torch.equal(a.response_ids, b.response_ids)
