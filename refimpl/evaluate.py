@@ -1,0 +1,50 @@
+"""The bridge between text tasks and token tensors: prompts in, scored completions out.
+
+Used by the warm start, the trainer and the notebooks alike, so that "success rate" means one
+thing everywhere: the fraction of problems whose completion earns reward ≥ 0.5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from refimpl.sampling import Samples, sample_groups
+from toy_envs import TOKENIZER
+
+
+def encode_prompts(problems: Sequence) -> list[list[int]]:
+    """``<bos>`` followed by each problem's prompt text, as token ids."""
+    return [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems]
+
+
+def decode_completions(samples: Samples) -> list[str]:
+    """The text of every sampled completion (up to, not including, ``<eos>``)."""
+    return [TOKENIZER.decode(row.tolist()) for row in samples.response_ids]
+
+
+def score_samples(task, problems: Sequence, samples: Samples, group_size: int) -> np.ndarray:
+    """Rewards ``[B]`` of ``samples``, whose rows answer ``problems`` in groups of ``group_size``."""
+    texts = decode_completions(samples)
+    repeated = [p for p in problems for _ in range(group_size)]
+    return np.asarray(task.score(repeated, texts), dtype=np.float32)
+
+
+@torch.no_grad()
+def success_rate(model, task, problems: Sequence, *, greedy: bool, seed: int = 0,
+                 max_new_tokens: int | None = None, batch_size: int = 256) -> float:
+    """Fraction of ``problems`` solved by one completion each (greedy, or sampled at T = 1)."""
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+    budget = max_new_tokens or task.max_new_tokens
+    solved = 0.0
+    for start in range(0, len(problems), batch_size):
+        chunk = problems[start:start + batch_size]
+        samples = sample_groups(
+            model, encode_prompts(chunk), group_size=1, max_new_tokens=budget,
+            eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id,
+            top_k=1 if greedy else None, generator=generator)
+        solved += float((score_samples(task, chunk, samples, 1) >= 0.5).sum())
+    return solved / max(len(problems), 1)

@@ -1,0 +1,187 @@
+"""Supervised warm start: the base model every RL run starts from.
+
+RL from random weights learns nothing on a sparse reward: a random policy almost never writes
+a right answer, so every group has all-equal rewards and every advantage is zero. Published
+toy GRPO work therefore starts from pretrained models of ≥ 135M parameters. Our stand-in is a
+short supervised run on reference solutions of a *mix of easier instances* (for ``chain``:
+1 to 4 operations instead of always 4), tuned so that RL on the default task starts with a
+10–50 % success rate: low enough to have room to learn, high enough that most groups hold
+both right and wrong answers (ALGORITHMS.md: zero-variance groups carry no signal).
+
+The result is deterministic per seed and cached under ``runs/warmstart/<task>-<hash>/``: the
+hash covers every setting, so changing one trains a new model, and ``make demo``, the
+notebooks and the benchmarks all reuse the same file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from refimpl.checkpoint import load_model_weights, save_checkpoint
+from refimpl.evaluate import success_rate
+from refimpl.model import GPT, GPTConfig
+from toy_envs import TOKENIZER, get_task
+
+#: Task knobs of the supervised mix, per task (the RL task keeps its defaults). ``chain``:
+#: k = 1..4 operations uniformly (CALIBRATION.md: the cheapest mix that lands in the 10–50 %
+#: band; k ≤ 3 alone does not transfer to k = 4 because position 4 is never seen).
+WARMSTART_MIX: dict[str, dict[str, object]] = {
+    "chain": {"min_ops": 1},
+}
+
+
+@dataclass
+class ModelConfig:
+    """Size of the tiny GPT (CALIBRATION.md: 2 layers, d = 128 → 405k parameters)."""
+
+    n_layer: int = 2
+    """transformer blocks"""
+    n_embd: int = 128
+    """width d"""
+    n_head: int = 4
+    """attention heads (must divide n_embd)"""
+    block_size: int = 64
+    """longest prompt + completion, in tokens"""
+
+    def build(self) -> GPT:
+        return GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=self.block_size,
+                             n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd))
+
+
+@dataclass
+class WarmstartConfig:
+    """Supervised warm start on reference solutions (AdamW, cosine schedule)."""
+
+    task: str = "chain"
+    """task whose base model is trained (its easier mix, see WARMSTART_MIX)"""
+    steps: int = 600
+    """optimizer steps (CALIBRATION.md: 600 × 128 lands chain k=4 at ~20-35 %)"""
+    batch_size: int = 128
+    """sequences per step"""
+    lr: float = 3e-3
+    """peak AdamW learning rate, cosine-decayed to 10 %"""
+    seed: int = 0
+    """seed of the initial weights and of the training problems"""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    runs_dir: Path = Path("runs")
+    """where the cache lives (runs/warmstart/...)"""
+    eval_problems: int = 200
+    """held-out problems for the final success report"""
+    threads: int | None = None
+    """torch CPU threads (None: torch's default)"""
+    force: bool = False
+    """retrain even when a cached model exists"""
+    progress: bool = True
+    """show a progress bar"""
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "eval_problems"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name.replace('_', '-')}: expected a positive integer")
+        if not self.lr > 0:
+            raise ValueError("--lr: expected a positive learning rate")
+
+    def cache_key(self) -> str:
+        """A hash of every setting that changes the trained weights."""
+        keep = {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in ("runs_dir", "eval_problems", "threads", "force", "progress")}
+        keep["mix"] = WARMSTART_MIX.get(self.task, {})
+        keep["vocab"] = TOKENIZER.itos
+        blob = json.dumps(keep, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:10]
+
+    @property
+    def cache_dir(self) -> Path:
+        return Path(self.runs_dir) / "warmstart" / f"{self.task}-{self.cache_key()}"
+
+
+def _training_batch(task, problems) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``<bos> prompt solution <eos>``, right-padded, with a loss mask on the solution."""
+    seqs, loss_starts = [], []
+    for p in problems:
+        prompt = TOKENIZER.encode(p.prompt, add_bos=True)
+        completion = TOKENIZER.encode(task.reference_solution(p), add_eos=True)
+        seqs.append(prompt + completion)
+        loss_starts.append(len(prompt))
+    ids, mask = TOKENIZER.pad(seqs, side="right")
+    ids_t, mask_t = torch.as_tensor(ids), torch.as_tensor(mask)
+    # Predict token j+1 from tokens ≤ j; only solution tokens (and <eos>) carry loss, so the
+    # model learns to answer, not to generate prompts.
+    positions = torch.arange(ids_t.shape[1])[None, :]
+    starts = torch.tensor(loss_starts)[:, None]
+    target_mask = (positions >= starts) & mask_t.bool()
+    return ids_t, mask_t, target_mask
+
+
+def train_warmstart(cfg: WarmstartConfig) -> GPT:
+    """Train (or load from the cache) the base model for ``cfg.task``; print its success."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    model = cfg.model.build()
+    cache = cfg.cache_dir
+    if (cache / "model.safetensors").exists() and not cfg.force:
+        load_model_weights(cache, model)
+        report = json.loads((cache / "state.json").read_text()).get("report", {})
+        print(f"warm start: reusing {cache} ({_format_report(report)})")
+        return model.eval()
+
+    torch.manual_seed(cfg.seed)
+    model = cfg.model.build()  # re-built after seeding: weights depend on cfg.seed only
+    mix_task = get_task(cfg.task, **WARMSTART_MIX.get(cfg.task, {}))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(s / cfg.steps, 1.0))))
+    model.train()
+    start = time.perf_counter()
+    bar = tqdm(range(cfg.steps), desc=f"warm start {cfg.task}", disable=not cfg.progress)
+    for step in bar:
+        # Problems of step s come from a generator seeded by (seed, s): deterministic.
+        problems = mix_task.sample(cfg.batch_size, np.random.default_rng([cfg.seed, step]))
+        ids, mask, target_mask = _training_batch(mix_task, problems)
+        logits = model(ids, attention_mask=mask)[:, :-1]
+        targets, weights = ids[:, 1:], target_mask[:, 1:].float()
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
+                              reduction="none").view_as(weights)
+        loss = (nll * weights).sum() / weights.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    seconds = time.perf_counter() - start
+    model.eval()
+    report = base_success(model, cfg.task, cfg.eval_problems)
+    report["train_seconds"] = round(seconds, 1)
+    save_checkpoint(cache, model, None, {"config": dataclasses.asdict(cfg), "report": report})
+    print(f"warm start: trained {cfg.steps} steps in {seconds:.0f} s → {cache}")
+    print(f"warm start: base model on {cfg.task}: {_format_report(report)}")
+    return model
+
+
+def base_success(model: GPT, task_name: str, n: int) -> dict[str, float]:
+    """Greedy and sampled success of ``model`` on ``n`` held-out problems of the RL task."""
+    task = get_task(task_name)
+    problems = task.sample(n, np.random.default_rng([10_000, 0]))  # the held-out seed
+    return {
+        "greedy_success": success_rate(model, task, problems, greedy=True),
+        "sampled_success": success_rate(model, task, problems, greedy=False, seed=1),
+    }
+
+
+def _format_report(report: dict) -> str:
+    if not report:
+        return "no report"
+    return (f"greedy success {report.get('greedy_success', float('nan')):.2f}, "
+            f"sampled success {report.get('sampled_success', float('nan')):.2f}")
