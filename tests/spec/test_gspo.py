@@ -1,0 +1,124 @@
+"""GSPO's own invariants (arXiv 2507.18071; ALGORITHMS.md "GSPO")."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refimpl import core
+from refimpl.algorithms import grpo, gspo
+from refimpl.core import RolloutBatch
+from tests.spec.strategies import batch_and_policy
+
+pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
+
+
+def _loss_and_grad(batch, logp, adv, cfg):
+    logp = logp.clone().requires_grad_(True)
+    total, metrics = gspo.loss(batch, logp, adv, cfg)
+    total.backward()
+    return total, logp.grad
+
+
+def _shuffle_response_tokens(x: torch.Tensor, mask: torch.Tensor, seed: int) -> torch.Tensor:
+    """Permute each row's response positions among themselves (prefix masks)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = x.clone()
+    for i, n in enumerate(mask.sum(1).long().tolist()):
+        out[i, :n] = x[i, :n][torch.randperm(n, generator=gen)]
+    return out
+
+
+@given(x=batch_and_policy(max_log_ratio=1e-3), seed=st.integers(0, 1000))
+def test_sequence_ratio_independent_of_token_order(x, seed):
+    """``s_i = exp((1/|o_i|) Σ_t (logp − logp_old))`` (Eq. 7) is a mean over the tokens of
+    ``o_i``: shuffling which position holds which (logp, logp_old) pair inside a completion
+    changes neither ``s_i`` nor the loss (up to summation-order rounding)."""
+    batch, logp, _ = x
+    m = batch.response_mask
+    cfg = gspo.Config()
+    adv = gspo.advantages(batch, cfg)
+    joint = torch.stack([logp, batch.logp_old], dim=-1)
+    shuffled = torch.stack([_shuffle_response_tokens(joint[..., k], m, seed) for k in (0, 1)],
+                           dim=-1)
+    s1 = core.sequence_log_ratio(logp, batch.logp_old, m)
+    s2 = core.sequence_log_ratio(shuffled[..., 0], shuffled[..., 1], m)
+    torch.testing.assert_close(s2, s1, rtol=1e-5, atol=1e-6)
+    l1 = gspo.loss(batch, logp, adv, cfg)[0]
+    l2 = gspo.loss(batch.replace(logp_old=shuffled[..., 1]), shuffled[..., 0], adv, cfg)[0]
+    torch.testing.assert_close(l2, l1, rtol=1e-5, atol=1e-6)
+
+
+@given(x=batch_and_policy(max_log_ratio=1e-3))
+def test_gspo_token_form_same_value_and_gradient(x):
+    """GSPO-token (Eq. 13-14), ``s[i,t] = sg[s_i]·π_θ(o_{i,t})/sg[π_θ(o_{i,t})]``, has the
+    value ``s_i`` at every token, so with a per-sequence advantage and ``seq-mean-token-mean``
+    it gives the same loss as Eq. 5; its gradient ``∂s[i,t]/∂logp[i,t] = s_i`` times the
+    weight ``1/(B'|o_i|)`` equals Eq. 5's ``s_i/|o_i| · 1/B'``, and the clip decision (made on
+    the same value) agrees, so the gradients are equal too."""
+    batch, logp, _ = x
+    cfg = gspo.Config()
+    token_cfg = dataclasses.replace(cfg, loss_agg_mode="seq-mean-token-mean")
+    adv = gspo.advantages(batch, cfg)
+    l1, g1 = _loss_and_grad(batch, logp, adv, cfg)
+    l2, g2 = _loss_and_grad(batch, logp, adv, token_cfg)
+    torch.testing.assert_close(l2, l1, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(g2, g1, rtol=1e-4, atol=1e-7)
+
+
+@given(x=batch_and_policy(max_log_ratio=1e-3))
+def test_clip_acts_on_whole_sequences(x):
+    """Clipping is per sequence (Eq. 5): the gradient of a completion with ``A_i > 0`` is 0 on
+    *all* its tokens once ``s_i > 1+ε_high``, and on none of them otherwise (likewise
+    ``A_i < 0`` with ``s_i < 1−ε_low``); the tokens of one completion are never split."""
+    batch, logp, _ = x
+    cfg = gspo.Config()
+    adv = gspo.advantages(batch, cfg)
+    _, grad = _loss_and_grad(batch, logp, adv, cfg)
+    s = torch.exp(core.sequence_log_ratio(logp, batch.logp_old, batch.response_mask))
+    A = adv[:, 0]
+    for i in range(batch.batch_size):
+        n = int(batch.lengths[i])
+        if n == 0 or A[i] == 0:
+            continue
+        clipped = (A[i] > 0 and s[i] > 1 + cfg.clip_eps_high) or \
+                  (A[i] < 0 and s[i] < 1 - cfg.clip_eps_low)
+        row = grad[i, :n]
+        assert bool((row == 0).all()) if clipped else bool((row != 0).all())
+
+
+@given(x=batch_and_policy())
+def test_advantage_equals_grpo(x):
+    """GSPO's advantage is GRPO's (Eq. 6)."""
+    batch = x[0]
+    torch.testing.assert_close(gspo.advantages(batch, gspo.Config()),
+                               grpo.advantages(batch, grpo.Config()), rtol=0, atol=0)
+
+
+def test_hand_computed_group():
+    """One group of two, rewards [1, 0] → A = ±0.5/√0.5 = ±0.707107.
+
+    Row 0: two tokens, log-ratios [5e-4, 1.5e-3] → log s_0 = 1e-3, s_0 = 1.0010005 > 1 + 4e-4,
+    A > 0 → clipped term (1.0004)·0.707107 = 0.707390.
+    Row 1: one token, log-ratio 1e-3 → s_1 = 1.0010005, A < 0 → min(s·A, clip(s)·A) = s·A
+    = −0.707814 (a high ratio is not clipped for a negative advantage).
+    seq-mean loss = −(0.707390 − 0.707814)/2 = +0.000212.
+    """
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    batch = RolloutBatch(
+        response_ids=torch.zeros(2, 2, dtype=torch.long), response_mask=mask,
+        rewards=torch.tensor([1.0, 0.0]), logp_old=torch.full((2, 2), -1.0),
+        entropy_old=torch.ones(2, 2), group_size=2)
+    cfg = gspo.Config()
+    adv = gspo.advantages(batch, cfg)
+    torch.testing.assert_close(adv[:, 0], torch.tensor([0.707107, -0.707107]))
+    logp = batch.logp_old + torch.tensor([[5e-4, 1.5e-3], [1e-3, 0.0]])
+    total, metrics = gspo.loss(batch, logp, adv, cfg)
+    expected = -(1.0004 * 0.7071068 - math.exp(1e-3) * 0.7071068) / 2
+    assert expected == pytest.approx(0.000212, abs=1e-6)
+    assert total.item() == pytest.approx(expected, abs=2e-6)
