@@ -1,0 +1,223 @@
+"""TRL: a ``GRPOTrainer`` subclass that runs any algorithm in ``refimpl.algorithms.NAMES``.
+
+Supported: ``trl>=1.16,<1.17`` (the methods overridden here are private to TRL and change
+between minor versions; ``tests/scaleup/test_trl.py`` pins their behaviour).
+
+What TRL keeps doing: prompt batching, generation (transformers or vLLM), reward functions,
+reference model, accelerate/DeepSpeed, logging, checkpoints. What changes, in two overrides:
+
+``_generate_and_score_completions``
+    After TRL has generated and scored a batch, one no-grad forward pass of the rollout
+    weights records ``logp_old`` and the full-vocabulary **entropies** ``entropy_old`` of
+    every completion token (TRL does not keep them; GTPO and GRPO-S need them, TEPO's mask
+    compares against them). The batch is gathered across processes (a group may span them),
+    packed as a ``RolloutBatch`` and handed to the algorithm's ``advantages``; the ``[B, T]``
+    token advantages replace TRL's per-sequence ones. DAPO's dynamic sampling (when the
+    algorithm's ``Config`` turns it on) cannot resample inside TRL, so it *masks out* the
+    groups whose rewards are all equal: with every aggregation mode an all-padding row is
+    skipped, so this equals training on the filtered batch.
+
+``_compute_loss``
+    The algorithm's ``loss`` on the micro-batch (current log-probs and entropies from TRL's
+    chunked forward). A micro-batch is a shuffled slice of the generation batch, so the loss
+    normalises locally and is then rescaled by ``n_local / n_global`` (tokens for
+    ``token-mean``, non-empty completions for the sequence modes): every aggregation mode is
+    a sum over the batch divided by such a count, so the accumulated gradient equals the
+    gradient of the loss on the whole generation batch (as TRL's own ``dapo`` normaliser
+    does). GPG's ``α = B/(B−M)`` is the one whole-batch constant in any loss; it is folded
+    into the advantages (``−α·A·logp`` is linear in ``A``) because a micro-batch does not hold
+    whole groups.
+
+Metrics go to TRL's log under ``refimpl/<name>`` plus TRL's own ``entropy``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+from unittest import mock
+
+import torch
+from torch import Tensor
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer import grpo_trainer as _trl_grpo
+
+from refimpl import algorithms, core
+from refimpl.core import RolloutBatch
+from refimpl.scaleup.hf import loss_batch, normaliser_count
+
+__all__ = ["RefimplGRPOTrainer", "needs_reference", "GRPOConfig"]
+
+
+def needs_reference(cfg: object) -> bool:
+    """Whether the algorithm's loss reads ``logp_ref`` (a KL to the frozen reference)."""
+    return getattr(cfg, "kl_coef", 0.0) > 0 and getattr(cfg, "kl_anchor", "ref") == "ref"
+
+
+class RefimplGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` whose advantages and loss come from ``refimpl.algorithms.<algorithm>``.
+
+    Args:
+        algorithm: one of ``refimpl.algorithms.NAMES``.
+        algorithm_config: that module's ``Config`` (default: the paper defaults).
+        *args, **kwargs: as ``trl.GRPOTrainer`` (``model``, ``reward_funcs``, ``args``, ...).
+            ``args.beta`` only decides whether TRL loads a reference model: it is set to the
+            algorithm's ``kl_coef`` when the loss needs ``logp_ref`` and to 0 otherwise; TRL's
+            ``loss_type`` and ``importance_sampling_level`` are not used.
+    """
+
+    def __init__(self, *args: Any, algorithm: str = "gtpo", algorithm_config: object = None,
+                 **kwargs: Any) -> None:
+        self.algorithm = algorithms.get(algorithm)
+        self.algorithm_config = (self.algorithm.Config() if algorithm_config is None
+                                 else algorithm_config)
+        core.require(isinstance(self.algorithm_config, self.algorithm.Config),
+                     "algorithm_config", f"a {self.algorithm.NAME}.Config")
+        training_args = kwargs.get("args", args[2] if len(args) > 2 else None)
+        core.require(training_args is not None, "args", "a trl.GRPOConfig")
+        beta = self.algorithm_config.kl_coef if needs_reference(self.algorithm_config) else 0.0
+        # A shallow copy, not dataclasses.replace: GRPOConfig.__post_init__ derives fields
+        # (steps_per_generation, ...) and refuses to run twice.
+        training_args = copy.copy(training_args)
+        training_args.beta = beta
+        if len(args) > 2:
+            args = (*args[:2], training_args, *args[3:])
+        else:
+            kwargs["args"] = training_args
+        model = kwargs.get("model", args[0] if args else None)
+        if beta > 0 and isinstance(model, torch.nn.Module):
+            # TRL builds the reference by re-loading the policy from config.name_or_path, which
+            # an in-memory model (built from a config, or dequantised from GGUF) does not have.
+            # The reference is the initial policy, so a frozen copy taken now is exactly it.
+            reference = copy.deepcopy(model).eval().requires_grad_(False)
+            with mock.patch.object(_trl_grpo, "create_model_from_path",
+                                   lambda *_args, **_kwargs: reference):
+                super().__init__(*args, **kwargs)
+        else:
+            super().__init__(*args, **kwargs)
+        self._last_rewards_per_func: Tensor | None = None
+
+    # -- generation: keep rewards and entropies, compute our advantages ----------------------
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions,
+                                                      completion_ids_list)
+        # Gathered across processes already: [global B, number of reward functions].
+        self._last_rewards_per_func = rewards_per_func
+        return rewards_per_func
+
+    def _gather_rows(self, x: Tensor) -> Tensor:
+        """Rows of every process, padded along dim 1 to the longest completion."""
+        x = self.accelerator.pad_across_processes(x, dim=1, pad_index=0)
+        return self.accelerator.gather(x)
+
+    def _generate_and_score_completions(self, inputs):  # noqa: ANN001
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        cfg = self.algorithm_config
+        device = self.accelerator.device
+        prompt_ids, completion_ids = output["prompt_ids"], output["completion_ids"]
+        B_local, T_local = completion_ids.shape
+        mask = output["completion_mask"].float()
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"].float()
+
+        with torch.no_grad():
+            # The rollout policy's records: same weights and temperature as generation.
+            logp_old, entropy_old, _ = self._get_per_token_logps_and_entropies(
+                self.model, torch.cat([prompt_ids, completion_ids], dim=1),
+                torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
+                T_local, batch_size=self.args.per_device_train_batch_size, compute_entropy=True)
+        logp_old, entropy_old = logp_old.float(), entropy_old.float()
+
+        # Rewards: TRL's weighted sum of the reward functions (gathered over processes).
+        rewards_per_func = self._last_rewards_per_func
+        core.require(rewards_per_func is not None and not bool(torch.isnan(rewards_per_func)
+                                                               .all(dim=1).any()),
+                     "reward_funcs", "a reward for every completion (no all-None rows)")
+        rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
+
+        # The whole (global) batch, groups in consecutive rows as TRL's sampler lays them out.
+        g_mask = self._gather_rows(mask)
+        g_ids = self._gather_rows(completion_ids)
+        g_logp_old = self._gather_rows(logp_old)
+        g_entropy_old = self._gather_rows(entropy_old)
+        g_ref = None
+        if output.get("ref_per_token_logps") is not None:
+            g_ref = self._gather_rows(output["ref_per_token_logps"].float())
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+
+        if getattr(cfg, "overlong_shaping", False):  # DAPO Eq. 13, added to the reward
+            L_max = self.max_completion_length
+            cache = core.overlong_cache_len(L_max, cfg.overlong_cache_frac)
+            rewards = rewards + core.overlong_penalty(g_mask.sum(dim=1), L_max, cache)
+        if getattr(cfg, "overlong_filter", False):  # truncated rows (no EOS) leave the loss
+            eos = self.processing_class.eos_token_id
+            truncated = ~(g_ids == eos).logical_and(g_mask.bool()).any(dim=1)
+            g_mask = torch.where(truncated[:, None], torch.zeros_like(g_mask), g_mask)
+
+        batch = RolloutBatch(response_ids=g_ids, response_mask=g_mask, rewards=rewards.float(),
+                             logp_old=g_logp_old, entropy_old=g_entropy_old, group_size=G,
+                             logp_ref=g_ref)
+        keep = torch.ones(batch.num_groups, dtype=torch.bool, device=device)
+        if getattr(cfg, "dynamic_sampling", False):
+            keep = core.informative_groups(batch.rewards, G, getattr(cfg, "success_threshold", 0.5))
+        adv = torch.zeros_like(g_mask)
+        if bool(keep.any()):
+            kept = batch.select_groups(keep)
+            rows = keep.repeat_interleave(G)
+            kept_adv = self.algorithm.advantages(kept, cfg)
+            if self.algorithm.NAME == "gpg":
+                # α = B/(B−M) of the whole batch, folded into A (see the module docstring).
+                degenerate = core.group_degenerate(kept.rewards, G)
+                n_rows, n_flat = kept.batch_size, int(degenerate.sum())
+                kept_adv = kept_adv * (n_rows / (n_rows - n_flat) if n_rows > n_flat else 1.0)
+            adv[rows] = kept_adv.to(adv.dtype)
+        loss_mask = g_mask * keep.repeat_interleave(G)[:, None].to(g_mask.dtype)
+
+        local = slice(self.accelerator.process_index * B_local,
+                      (self.accelerator.process_index + 1) * B_local)
+        output["advantages"] = adv[local, :T_local]
+        output["refimpl_loss_mask"] = loss_mask[local, :T_local]
+        output["old_per_token_logps"] = logp_old  # ratios always against the rollout policy
+        output["refimpl_entropy_old"] = entropy_old
+        # Denominator of the aggregation over the *whole* generation batch (all processes).
+        output["refimpl_count"] = normaliser_count(loss_mask, cfg.loss_agg_mode)
+
+        metrics = self._metrics[mode]
+        metrics["refimpl/kept_groups_frac"].append(float(keep.float().mean()))
+        metrics["refimpl/entropy_old"].append(float(core.masked_mean(g_entropy_old, g_mask)))
+        metrics["refimpl/adv_abs_mean"].append(float(core.masked_mean(adv.abs(), loss_mask)))
+        return output
+
+    # -- the loss ---------------------------------------------------------------------------
+    def _compute_loss(self, model, inputs):  # noqa: ANN001
+        cfg = self.algorithm_config
+        mode = "train" if self.model.training else "eval"
+        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
+        T = completion_ids.size(1)
+        logp, entropy, _ = self._get_per_token_logps_and_entropies(
+            model, torch.cat([prompt_ids, completion_ids], dim=1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1), T,
+            compute_entropy=True)
+        mask = inputs["refimpl_loss_mask"]
+        batch, extra = loss_batch(
+            mask, inputs["old_per_token_logps"], response_ids=completion_ids,
+            entropy_old=inputs["refimpl_entropy_old"], logp_ref=inputs.get("ref_per_token_logps"),
+            extra={"logp": logp, "entropy": entropy, "adv": inputs["advantages"]})
+        if self.algorithm.NAME == "dr_grpo" and cfg.max_len is None:
+            # L_max is the generation budget, constant across micro-batches (§3.2).
+            cfg = dataclasses.replace(cfg, max_len=self.max_completion_length)
+        loss, metrics = self.algorithm.loss(batch, extra["logp"], extra["adv"].float(), cfg,
+                                            entropy=extra["entropy"].detach().float())
+        if mode == "train":
+            local = normaliser_count(batch.response_mask, cfg.loss_agg_mode)
+            per_process = inputs["refimpl_count"].clamp(min=1) / self.accelerator.num_processes
+            steps = self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            loss = loss * (local / (per_process * steps))
+
+        log = self._metrics[mode]
+        log["entropy"].append(float(core.masked_mean(entropy.detach().float(), mask)))
+        for key, value in metrics.items():
+            log[f"refimpl/{key}"].append(float(value))
+        return loss
