@@ -76,7 +76,8 @@ def compare(cfg: CompareConfig) -> tuple[list[Path], Path, str]:
         if r.run_dir.exists() and any(r.run_dir.iterdir()) and not (r.resume or r.overwrite):
             raise FileExistsError(f"{r.run_dir} exists: pass --train.resume or "
                                   f"--train.overwrite, or choose another --name")
-    train_warmstart(dataclasses.replace(cfg.train.warmstart, task=cfg.train.task))
+    train_warmstart(dataclasses.replace(cfg.train.warmstart, task=cfg.train.task,
+                                        task_args=cfg.train.task_args))
 
     workers = cfg.workers or min(4, os.cpu_count() or 1, len(runs))
     total = sum(r.steps for r in runs)

@@ -40,6 +40,7 @@ from refimpl import algorithms, core
 from refimpl.checkpoint import load_checkpoint, prepare_run_dir, save_checkpoint
 from refimpl.evaluate import encode_prompts, score_samples, success_rate
 from refimpl.model import GPT
+from refimpl.overrides import parse_overrides
 from refimpl.sampling import Samples, policy_logprobs, sample_groups
 from refimpl.warmstart import WarmstartConfig, train_warmstart
 from toy_envs import TASK_NAMES, TOKENIZER, get_task
@@ -129,41 +130,6 @@ class TrainConfig:
 # ---------------------------------------------------------------------------------------------
 # Configuration: parse overrides, check consistency at start-up, naming the flag.
 # ---------------------------------------------------------------------------------------------
-
-
-def parse_overrides(pairs: tuple[str, ...] | list[str], fields_: dict[str, Any],
-                    flag: str) -> dict[str, Any]:
-    """``("alpha_2=0.2", ...)`` → ``{"alpha_2": 0.2}``, typed like the defaults in ``fields_``."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ValueError(f"{flag}: expected FIELD=VALUE, got {pair!r}")
-        key, raw = (s.strip() for s in pair.split("=", 1))
-        key = key.replace("-", "_")
-        if key not in fields_:
-            raise ValueError(f"{flag}: unknown field {key!r}; valid fields: "
-                             f"{', '.join(sorted(fields_))}")
-        default = fields_[key]
-        try:
-            if isinstance(default, bool):
-                if raw.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(raw)
-                value: Any = raw.lower() in ("true", "1")
-            elif isinstance(default, int):
-                value = int(raw)
-            elif isinstance(default, float):
-                value = float(raw)
-            elif default is None and raw.lower() == "none":
-                value = None
-            elif default is None:
-                value = int(raw) if raw.lstrip("-").isdigit() else float(raw)
-            else:
-                value = raw
-        except ValueError:
-            raise ValueError(f"{flag}: {key}={raw!r} is not a valid "
-                             f"{type(default).__name__}") from None
-        out[key] = value
-    return out
 
 
 def algorithm_config(cfg: TrainConfig, algo: ModuleType, max_new_tokens: int):
@@ -283,6 +249,7 @@ class Trainer:
             raise ValueError("--device: cuda requested but torch sees no CUDA device")
 
         base = train_warmstart(dataclasses.replace(cfg.warmstart, task=cfg.task,
+                                                   task_args=cfg.task_args,
                                                    progress=cfg.progress))
         self.model: GPT = base.to(self.device)
         self.reference: GPT | None = None

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from refimpl.checkpoint import load_model_weights, save_checkpoint
 from refimpl.evaluate import success_rate
 from refimpl.model import GPT, GPTConfig
+from refimpl.overrides import parse_overrides
 from toy_envs import TOKENIZER, get_task
 
 #: Task knobs of the supervised mix, per task (the RL task keeps its defaults). ``chain``:
@@ -64,6 +65,8 @@ class WarmstartConfig:
 
     task: str = "chain"
     """task whose base model is trained (its easier mix, see WARMSTART_MIX)"""
+    task_args: tuple[str, ...] = ()
+    """task knobs as KNOB=VALUE (the RL run passes its own --task-args); the mix applies on top"""
     steps: int = 600
     """optimizer steps (CALIBRATION.md: 600 × 128 lands chain k=4 at ~20-35 %)"""
     batch_size: int = 128
@@ -90,6 +93,10 @@ class WarmstartConfig:
                 raise ValueError(f"--{name.replace('_', '-')}: expected a positive integer")
         if not self.lr > 0:
             raise ValueError("--lr: expected a positive learning rate")
+
+    def task_knobs(self) -> dict[str, object]:
+        """The knobs that ``task_args`` sets (typed like the task's defaults; mix not included)."""
+        return parse_overrides(self.task_args, get_task(self.task).knobs(), "--task-args")
 
     def cache_key(self) -> str:
         """A hash of every setting that changes the trained weights."""
@@ -137,7 +144,7 @@ def train_warmstart(cfg: WarmstartConfig) -> GPT:
 
     torch.manual_seed(cfg.seed)
     model = cfg.model.build()  # re-built after seeding: weights depend on cfg.seed only
-    mix_task = get_task(cfg.task, **WARMSTART_MIX.get(cfg.task, {}))
+    mix_task = get_task(cfg.task, **{**cfg.task_knobs(), **WARMSTART_MIX.get(cfg.task, {})})
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(s / cfg.steps, 1.0))))
@@ -162,7 +169,7 @@ def train_warmstart(cfg: WarmstartConfig) -> GPT:
             bar.set_postfix(loss=f"{loss.item():.3f}")
     seconds = time.perf_counter() - start
     model.eval()
-    report = base_success(model, cfg.task, cfg.eval_problems)
+    report = base_success(model, get_task(cfg.task, **cfg.task_knobs()), cfg.eval_problems)
     report["train_seconds"] = round(seconds, 1)
     save_checkpoint(cache, model, None, {"config": dataclasses.asdict(cfg), "report": report})
     print(f"warm start: trained {cfg.steps} steps in {seconds:.0f} s → {cache}")
@@ -170,9 +177,8 @@ def train_warmstart(cfg: WarmstartConfig) -> GPT:
     return model
 
 
-def base_success(model: GPT, task_name: str, n: int) -> dict[str, float]:
+def base_success(model: GPT, task, n: int) -> dict[str, float]:
     """Greedy and sampled success of ``model`` on ``n`` held-out problems of the RL task."""
-    task = get_task(task_name)
     problems = task.sample(n, np.random.default_rng([10_000, 0]))  # the held-out seed
     return {
         "greedy_success": success_rate(model, task, problems, greedy=True),
