@@ -54,16 +54,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
     problems = task.sample(args.prompts * args.steps, args.seed)
     by_prompt = {p.prompt: p for p in problems}
     # Conversational prompts: TRL applies the model's chat template.
-    dataset = Dataset.from_list([
-        {"prompt": [{"role": "user", "content": f"Compute {p.prompt} Reply with the number "
-                                                f"only."}], "question": p.prompt}
-        for p in problems])
+    dataset = Dataset.from_list(
+        [
+            {
+                "prompt": [
+                    {"role": "user", "content": f"Compute {p.prompt} Reply with the number only."}
+                ],
+                "question": p.prompt,
+            }
+            for p in problems
+        ]
+    )
 
     def reward(completions: list, question: list[str], **_: object) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
         # The toy verifier parses the answer (never eval); keep the answer's characters only.
-        cleaned = ["".join(ch for ch in t if ch in toy_envs.TOKENIZER.alphabet).strip()
-                   for t in texts]
+        cleaned = [
+            "".join(ch for ch in t if ch in toy_envs.TOKENIZER.alphabet).strip() for t in texts
+        ]
         return [task.reward(by_prompt[q], c) for q, c in zip(question, cleaned)]
 
     summaries = []
@@ -77,20 +85,42 @@ def main(argv: list[str] | None = None) -> list[dict]:
             cfg = dataclasses.replace(cfg, dynamic_sampling=args.dynamic_sampling)
         with tempfile.TemporaryDirectory() as out:
             training_args = GRPOConfig(
-                output_dir=out, per_device_train_batch_size=args.prompts * args.num_generations,
-                num_generations=args.num_generations, max_completion_length=args.max_new_tokens,
-                max_steps=args.steps, learning_rate=args.learning_rate, logging_steps=1,
-                report_to=[], use_cpu=True, save_strategy="no", seed=args.seed, bf16=False,
-                temperature=1.0, shuffle_dataset=False)
-            trainer = RefimplGRPOTrainer(model=model, reward_funcs=reward, args=training_args,
-                                         train_dataset=dataset, processing_class=tokenizer,
-                                         algorithm=name, algorithm_config=cfg)
+                output_dir=out,
+                per_device_train_batch_size=args.prompts * args.num_generations,
+                num_generations=args.num_generations,
+                max_completion_length=args.max_new_tokens,
+                max_steps=args.steps,
+                learning_rate=args.learning_rate,
+                logging_steps=1,
+                report_to=[],
+                use_cpu=True,
+                save_strategy="no",
+                seed=args.seed,
+                bf16=False,
+                temperature=1.0,
+                shuffle_dataset=False,
+            )
+            trainer = RefimplGRPOTrainer(
+                model=model,
+                reward_funcs=reward,
+                args=training_args,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+                algorithm=name,
+                algorithm_config=cfg,
+            )
             trainer.train()
         for step, log in enumerate(h for h in trainer.state.log_history if "loss" in h):
-            summary = {"algorithm": name, "step": step + 1, "loss": log["loss"],
-                       "reward": log.get("reward"), "entropy": log.get("entropy"),
-                       "entropy_old": log.get("refimpl/entropy_old"),
-                       "step_time_s": log.get("step_time"), "load_s": round(load_s, 1)}
+            summary = {
+                "algorithm": name,
+                "step": step + 1,
+                "loss": log["loss"],
+                "reward": log.get("reward"),
+                "entropy": log.get("entropy"),
+                "entropy_old": log.get("refimpl/entropy_old"),
+                "step_time_s": log.get("step_time"),
+                "load_s": round(load_s, 1),
+            }
             if "refimpl/kl_mask_frac" in log:
                 summary["kl_mask_frac"] = log["refimpl/kl_mask_frac"]
             print(json.dumps(summary), flush=True)

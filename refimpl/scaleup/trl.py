@@ -67,13 +67,18 @@ class RefimplGRPOTrainer(GRPOTrainer):
             ``loss_type`` and ``importance_sampling_level`` are not used.
     """
 
-    def __init__(self, *args: Any, algorithm: str = "gtpo", algorithm_config: object = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, algorithm: str = "gtpo", algorithm_config: object = None, **kwargs: Any
+    ) -> None:
         self.algorithm = algorithms.get(algorithm)
-        self.algorithm_config = (self.algorithm.Config() if algorithm_config is None
-                                 else algorithm_config)
-        core.require(isinstance(self.algorithm_config, self.algorithm.Config),
-                     "algorithm_config", f"a {self.algorithm.NAME}.Config")
+        self.algorithm_config = (
+            self.algorithm.Config() if algorithm_config is None else algorithm_config
+        )
+        core.require(
+            isinstance(self.algorithm_config, self.algorithm.Config),
+            "algorithm_config",
+            f"a {self.algorithm.NAME}.Config",
+        )
         training_args = kwargs.get("args", args[2] if len(args) > 2 else None)
         core.require(training_args is not None, "args", "a trl.GRPOConfig")
         beta = self.algorithm_config.kl_coef if needs_reference(self.algorithm_config) else 0.0
@@ -91,8 +96,9 @@ class RefimplGRPOTrainer(GRPOTrainer):
             # an in-memory model (built from a config, or dequantised from GGUF) does not have.
             # The reference is the initial policy, so a frozen copy taken now is exactly it.
             reference = copy.deepcopy(model).eval().requires_grad_(False)
-            with mock.patch.object(_trl_grpo, "create_model_from_path",
-                                   lambda *_args, **_kwargs: reference):
+            with mock.patch.object(
+                _trl_grpo, "create_model_from_path", lambda *_args, **_kwargs: reference
+            ):
                 super().__init__(*args, **kwargs)
         else:
             super().__init__(*args, **kwargs)
@@ -100,8 +106,9 @@ class RefimplGRPOTrainer(GRPOTrainer):
 
     # -- generation: keep rewards and entropies, compute our advantages ----------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions,
-                                                      completion_ids_list)
+        rewards_per_func = super()._calculate_rewards(
+            inputs, prompts, completions, completion_ids_list
+        )
         # Gathered across processes already: [global B, number of reward functions].
         self._last_rewards_per_func = rewards_per_func
         return rewards_per_func
@@ -125,16 +132,23 @@ class RefimplGRPOTrainer(GRPOTrainer):
         with torch.no_grad():
             # The rollout policy's records: same weights and temperature as generation.
             logp_old, entropy_old, _ = self._get_per_token_logps_and_entropies(
-                self.model, torch.cat([prompt_ids, completion_ids], dim=1),
+                self.model,
+                torch.cat([prompt_ids, completion_ids], dim=1),
                 torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
-                T_local, batch_size=self.args.per_device_train_batch_size, compute_entropy=True)
+                T_local,
+                batch_size=self.args.per_device_train_batch_size,
+                compute_entropy=True,
+            )
         logp_old, entropy_old = logp_old.float(), entropy_old.float()
 
         # Rewards: TRL's weighted sum of the reward functions (gathered over processes).
         rewards_per_func = self._last_rewards_per_func
-        core.require(rewards_per_func is not None and not bool(torch.isnan(rewards_per_func)
-                                                               .all(dim=1).any()),
-                     "reward_funcs", "a reward for every completion (no all-None rows)")
+        core.require(
+            rewards_per_func is not None
+            and not bool(torch.isnan(rewards_per_func).all(dim=1).any()),
+            "reward_funcs",
+            "a reward for every completion (no all-None rows)",
+        )
         rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
 
         # The whole (global) batch, groups in consecutive rows as TRL's sampler lays them out.
@@ -156,9 +170,15 @@ class RefimplGRPOTrainer(GRPOTrainer):
             truncated = ~(g_ids == eos).logical_and(g_mask.bool()).any(dim=1)
             g_mask = torch.where(truncated[:, None], torch.zeros_like(g_mask), g_mask)
 
-        batch = RolloutBatch(response_ids=g_ids, response_mask=g_mask, rewards=rewards.float(),
-                             logp_old=g_logp_old, entropy_old=g_entropy_old, group_size=G,
-                             logp_ref=g_ref)
+        batch = RolloutBatch(
+            response_ids=g_ids,
+            response_mask=g_mask,
+            rewards=rewards.float(),
+            logp_old=g_logp_old,
+            entropy_old=g_entropy_old,
+            group_size=G,
+            logp_ref=g_ref,
+        )
         keep = torch.ones(batch.num_groups, dtype=torch.bool, device=device)
         if getattr(cfg, "dynamic_sampling", False):
             keep = core.informative_groups(batch.rewards, G, getattr(cfg, "success_threshold", 0.5))
@@ -175,8 +195,9 @@ class RefimplGRPOTrainer(GRPOTrainer):
             adv[rows] = kept_adv.to(adv.dtype)
         loss_mask = g_mask * keep.repeat_interleave(G)[:, None].to(g_mask.dtype)
 
-        local = slice(self.accelerator.process_index * B_local,
-                      (self.accelerator.process_index + 1) * B_local)
+        local = slice(
+            self.accelerator.process_index * B_local, (self.accelerator.process_index + 1) * B_local
+        )
         output["advantages"] = adv[local, :T_local]
         output["refimpl_loss_mask"] = loss_mask[local, :T_local]
         output["old_per_token_logps"] = logp_old  # ratios always against the rollout policy
@@ -197,19 +218,31 @@ class RefimplGRPOTrainer(GRPOTrainer):
         prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
         T = completion_ids.size(1)
         logp, entropy, _ = self._get_per_token_logps_and_entropies(
-            model, torch.cat([prompt_ids, completion_ids], dim=1),
-            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1), T,
-            compute_entropy=True)
+            model,
+            torch.cat([prompt_ids, completion_ids], dim=1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
+            T,
+            compute_entropy=True,
+        )
         mask = inputs["refimpl_loss_mask"]
         batch, extra = loss_batch(
-            mask, inputs["old_per_token_logps"], response_ids=completion_ids,
-            entropy_old=inputs["refimpl_entropy_old"], logp_ref=inputs.get("ref_per_token_logps"),
-            extra={"logp": logp, "entropy": entropy, "adv": inputs["advantages"]})
+            mask,
+            inputs["old_per_token_logps"],
+            response_ids=completion_ids,
+            entropy_old=inputs["refimpl_entropy_old"],
+            logp_ref=inputs.get("ref_per_token_logps"),
+            extra={"logp": logp, "entropy": entropy, "adv": inputs["advantages"]},
+        )
         if self.algorithm.NAME == "dr_grpo" and cfg.max_len is None:
             # L_max is the generation budget, constant across micro-batches (§3.2).
             cfg = dataclasses.replace(cfg, max_len=self.max_completion_length)
-        loss, metrics = self.algorithm.loss(batch, extra["logp"], extra["adv"].float(), cfg,
-                                            entropy=extra["entropy"].detach().float())
+        loss, metrics = self.algorithm.loss(
+            batch,
+            extra["logp"],
+            extra["adv"].float(),
+            cfg,
+            entropy=extra["entropy"].detach().float(),
+        )
         if mode == "train":
             local = normaliser_count(batch.response_mask, cfg.loss_agg_mode)
             per_process = inputs["refimpl_count"].clamp(min=1) / self.accelerator.num_processes

@@ -93,8 +93,12 @@ def rollout_entropy(entropy: Tensor) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def loss_inputs(*, entropy: Tensor | None = None, entropy_old: Tensor | None = None,
-                logp_ref: Tensor | None = None) -> Iterator[None]:
+def loss_inputs(
+    *,
+    entropy: Tensor | None = None,
+    entropy_old: Tensor | None = None,
+    logp_ref: Tensor | None = None,
+) -> Iterator[None]:
     """Make the current entropy, rollout entropy and reference log-probs (``[B, T]``, the
     micro-batch's rows) visible to our policy losses."""
     _LOSS_INPUTS.append({"entropy": entropy, "entropy_old": entropy_old, "logp_ref": logp_ref})
@@ -112,14 +116,20 @@ def loss_inputs(*, entropy: Tensor | None = None, entropy_old: Tensor | None = N
 def _group_order(index: Any, batch_size: int) -> tuple[Tensor, int]:
     """A permutation that puts rows of the same ``index`` (prompt uid) next to each other, in
     order of first appearance, and the common group size (which must be ≥ 2)."""
-    core.require(index is not None and len(index) == batch_size, "index",
-                 f"{batch_size} group ids (verl's non_tensor_batch['uid'])")
+    core.require(
+        index is not None and len(index) == batch_size,
+        "index",
+        f"{batch_size} group ids (verl's non_tensor_batch['uid'])",
+    )
     rows_of: dict[Any, list[int]] = {}
     for row, uid in enumerate(np.asarray(index, dtype=object).tolist()):
         rows_of.setdefault(uid, []).append(row)
     sizes = {len(rows) for rows in rows_of.values()}
-    core.require(len(sizes) == 1 and min(sizes) >= 2, "index",
-                 f"groups of one common size ≥ 2, got sizes {sorted(sizes)}")
+    core.require(
+        len(sizes) == 1 and min(sizes) >= 2,
+        "index",
+        f"groups of one common size ≥ 2, got sizes {sorted(sizes)}",
+    )
     order = [row for rows in rows_of.values() for row in rows]
     return torch.tensor(order, dtype=torch.long), sizes.pop()
 
@@ -127,18 +137,27 @@ def _group_order(index: Any, batch_size: int) -> tuple[Tensor, int]:
 def _make_estimator(name: str):
     module = algorithms.get(name)
 
-    def estimator(token_level_rewards: Tensor, response_mask: Tensor, index: Any = None,
-                  config: Any = None, entropy_old: Tensor | None = None,
-                  old_log_probs: Tensor | None = None, **_ignored: Any) -> tuple[Tensor, Tensor]:
+    def estimator(
+        token_level_rewards: Tensor,
+        response_mask: Tensor,
+        index: Any = None,
+        config: Any = None,
+        entropy_old: Tensor | None = None,
+        old_log_probs: Tensor | None = None,
+        **_ignored: Any,
+    ) -> tuple[Tensor, Tensor]:
         cfg = algorithm_config(name)
         B = token_level_rewards.shape[0]
         if entropy_old is None and _ROLLOUT_ENTROPY:
             entropy_old = _ROLLOUT_ENTROPY[-1]
         if name in NEEDS_ROLLOUT_ENTROPY:
-            core.require(entropy_old is not None, "entropy_old",
-                         f"the rollout's per-token entropies: {name} shapes its token rewards "
-                         "with them (pass entropy_old=, or use refimpl.scaleup.verl."
-                         "rollout_entropy / install_hooks)")
+            core.require(
+                entropy_old is not None,
+                "entropy_old",
+                f"the rollout's per-token entropies: {name} shapes its token rewards "
+                "with them (pass entropy_old=, or use refimpl.scaleup.verl."
+                "rollout_entropy / install_hooks)",
+            )
         order, G = _group_order(index, B)
         mask = response_mask.float()
         zeros = torch.zeros_like(mask)
@@ -149,7 +168,8 @@ def _make_estimator(name: str):
             rewards=token_level_rewards.float().sum(dim=-1)[order],
             logp_old=(old_log_probs.float() if old_log_probs is not None else zeros)[order],
             entropy_old=(entropy_old.float() if entropy_old is not None else zeros)[order],
-            group_size=G)
+            group_size=G,
+        )
         keep = torch.ones(batch.num_groups, dtype=torch.bool, device=mask.device)
         if getattr(cfg, "dynamic_sampling", False):
             keep = core.informative_groups(batch.rewards, G, getattr(cfg, "success_threshold", 0.5))
@@ -160,8 +180,11 @@ def _make_estimator(name: str):
             if name == "gpg":
                 # GPG's α = B/(B−M) folded into A: the loss sees micro-batches, not groups.
                 n_flat = int(core.group_degenerate(kept.rewards, G).sum())
-                kept_adv = kept_adv * (kept.batch_size / (kept.batch_size - n_flat)
-                                       if kept.batch_size > n_flat else 1.0)
+                kept_adv = kept_adv * (
+                    kept.batch_size / (kept.batch_size - n_flat)
+                    if kept.batch_size > n_flat
+                    else 1.0
+                )
             adv_sorted[keep.repeat_interleave(G)] = kept_adv.to(adv_sorted.dtype)
         adv = torch.empty_like(adv_sorted)
         adv[order] = adv_sorted  # back to verl's row order
@@ -180,28 +203,47 @@ def _make_estimator(name: str):
 def _make_policy_loss(name: str):
     module = algorithms.get(name)
 
-    def policy_loss(old_log_prob: Tensor, log_prob: Tensor, advantages: Tensor,
-                    response_mask: Tensor, loss_agg_mode: str = "token-mean", config: Any = None,
-                    rollout_is_weights: Tensor | None = None) -> tuple[Tensor, dict[str, Any]]:
-        core.require(rollout_is_weights is None, "rollout_is_weights",
-                     "None: rollout-correction weights would change the algorithm's loss "
-                     "(disable algorithm.rollout_correction)")
+    def policy_loss(
+        old_log_prob: Tensor,
+        log_prob: Tensor,
+        advantages: Tensor,
+        response_mask: Tensor,
+        loss_agg_mode: str = "token-mean",
+        config: Any = None,
+        rollout_is_weights: Tensor | None = None,
+    ) -> tuple[Tensor, dict[str, Any]]:
+        core.require(
+            rollout_is_weights is None,
+            "rollout_is_weights",
+            "None: rollout-correction weights would change the algorithm's loss "
+            "(disable algorithm.rollout_correction)",
+        )
         cfg = algorithm_config(name)
         extra = _LOSS_INPUTS[-1] if _LOSS_INPUTS else {}
         batch, padded = loss_batch(
-            response_mask, old_log_prob, entropy_old=extra.get("entropy_old"),
+            response_mask,
+            old_log_prob,
+            entropy_old=extra.get("entropy_old"),
             logp_ref=extra.get("logp_ref"),
-            extra={"logp": log_prob, "adv": advantages,
-                   **({"entropy": extra["entropy"]} if extra.get("entropy") is not None else {})})
+            extra={
+                "logp": log_prob,
+                "adv": advantages,
+                **({"entropy": extra["entropy"]} if extra.get("entropy") is not None else {}),
+            },
+        )
         info = dict(getattr(config, "global_batch_info", None) or {})
         if name == "dr_grpo" and cfg.max_len is None:
             # verl's seq-mean-token-sum-norm divides by loss_scale_factor, else the horizon.
             horizon = info.get("loss_scale_factor") or response_mask.shape[-1]
             cfg = dataclasses.replace(cfg, max_len=int(horizon))
         entropy = padded.get("entropy")
-        loss, metrics = module.loss(batch, padded["logp"], padded["adv"].float(), cfg,
-                                    entropy=entropy.detach().float() if entropy is not None
-                                    else None)
+        loss, metrics = module.loss(
+            batch,
+            padded["logp"],
+            padded["adv"].float(),
+            cfg,
+            entropy=entropy.detach().float() if entropy is not None else None,
+        )
         # verl's agg_loss normalises by global counts; rescale our local normalisation to it.
         dp_size = info.get("dp_size") or 1
         if cfg.loss_agg_mode == "token-mean":
@@ -228,13 +270,19 @@ def register() -> None:
     for name, key in REGISTERED.items():
         for registry_name in {key, ALIASES.get(name, key)}:
             current = core_algos.ADV_ESTIMATOR_REGISTRY.get(registry_name)
-            core.require(current in (None, ESTIMATORS[name]), "adv_estimator",
-                         f"'{registry_name}' not taken by another estimator")
+            core.require(
+                current in (None, ESTIMATORS[name]),
+                "adv_estimator",
+                f"'{registry_name}' not taken by another estimator",
+            )
             if current is None:
                 core_algos.register_adv_est(registry_name)(ESTIMATORS[name])
             current = core_algos.POLICY_LOSS_REGISTRY.get(registry_name)
-            core.require(current in (None, POLICY_LOSSES[name]), "loss_mode",
-                         f"'{registry_name}' not taken by another policy loss")
+            core.require(
+                current in (None, POLICY_LOSSES[name]),
+                "loss_mode",
+                f"'{registry_name}' not taken by another policy loss",
+            )
             core_algos.register_policy_loss(registry_name)(POLICY_LOSSES[name])
 
 
@@ -255,8 +303,9 @@ def ppo_loss(config: Any, model_output: Any, data: Any, dp_group: Any = None) ->
         entropy = no_padding_2_padding(entropy, data)
     fields = [f for f in ("entropy", "ref_log_prob") if f in data.keys()]
     padded = data.select(*fields, "response_mask").to_padded_tensor() if fields else {}
-    with loss_inputs(entropy=entropy, entropy_old=padded.get("entropy"),
-                     logp_ref=padded.get("ref_log_prob")):
+    with loss_inputs(
+        entropy=entropy, entropy_old=padded.get("entropy"), logp_ref=padded.get("ref_log_prob")
+    ):
         return verl_losses.ppo_loss(config, model_output, data, dp_group)
 
 
@@ -279,9 +328,13 @@ def install_hooks() -> list[str]:
 
         original = trainer_base.PPOTrainer._compute_advantage
         if not getattr(original, "_refimpl_hook", False):
+
             def _compute_advantage(self: Any, batch: Any, metrics: dict) -> Any:
-                data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                                       select_fields=["entropy", "response_mask"])
+                data = tq.kv_batch_get(
+                    keys=batch.keys,
+                    partition_id=batch.partition_id,
+                    select_fields=["entropy", "response_mask"],
+                )
                 # Same keys and padding as verl's own read of the batch in this method.
                 entropy = data.to_padded_tensor()["entropy"]
                 with rollout_entropy(entropy):

@@ -54,8 +54,9 @@ def test_to_hf_gives_identical_logits(toy: GPT) -> None:
 def test_from_hf_gives_identical_logits() -> None:
     """GPT2LMHeadModel (randomly initialised by transformers) → toy: same logits."""
     torch.manual_seed(2)
-    twin = GPT2LMHeadModel(hf.hf_gpt2_config(
-        GPTConfig(vocab_size=V, block_size=16, n_layer=2, n_head=2, n_embd=16))).eval()
+    twin = GPT2LMHeadModel(
+        hf.hf_gpt2_config(GPTConfig(vocab_size=V, block_size=16, n_layer=2, n_head=2, n_embd=16))
+    ).eval()
     toy = hf.from_hf_gpt2(twin).eval()
     ids, mask = _prompts()
     pos = hf.positions_from_mask(mask)
@@ -69,8 +70,7 @@ def test_from_hf_gives_identical_logits() -> None:
 
 
 def test_from_hf_rejects_an_incompatible_config() -> None:
-    config = hf.hf_gpt2_config(GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=1,
-                                         n_embd=8))
+    config = hf.hf_gpt2_config(GPTConfig(vocab_size=V, block_size=8, n_layer=1, n_head=1, n_embd=8))
     config.activation_function = "relu"
     with pytest.raises(ValueError, match="activation_function"):
         hf.from_hf_gpt2(GPT2LMHeadModel(config))
@@ -110,10 +110,15 @@ def test_entropy_is_the_full_vocabulary_entropy(toy: GPT) -> None:
     twin = hf.to_hf_gpt2(toy).eval()
     seq, mask = _sequences()
     temperature = 0.7
-    _, h = hf.token_logprobs_and_entropy(twin, seq, mask, P, temperature=temperature,
-                                         chunk_tokens=4)
-    logits = twin(input_ids=seq, attention_mask=mask,
-                  position_ids=hf.positions_from_mask(mask)).logits[:, P - 1 : -1] / temperature
+    _, h = hf.token_logprobs_and_entropy(
+        twin, seq, mask, P, temperature=temperature, chunk_tokens=4
+    )
+    logits = (
+        twin(input_ids=seq, attention_mask=mask, position_ids=hf.positions_from_mask(mask)).logits[
+            :, P - 1 : -1
+        ]
+        / temperature
+    )
     p = torch.softmax(logits.double(), dim=-1)
     expected = -(p * p.log()).sum(-1)
     real = mask[:, P:].bool()
@@ -133,8 +138,7 @@ def test_toy_model_goes_through_the_same_function(toy: GPT) -> None:
     refimpl.sampling.policy_logprobs."""
     seq, mask = _sequences()
     lp, h = hf.token_logprobs_and_entropy(toy, seq, mask, P)
-    ref_lp, ref_h = policy_logprobs(toy, seq[:, :P], mask[:, :P], seq[:, P:],
-                                    mask[:, P:].float())
+    ref_lp, ref_h = policy_logprobs(toy, seq[:, :P], mask[:, :P], seq[:, P:], mask[:, P:].float())
     torch.testing.assert_close(lp, ref_lp)
     torch.testing.assert_close(h, ref_h)
 
@@ -163,11 +167,24 @@ def test_rollout_batch_from_generate(toy: GPT) -> None:
     eos = 2
     ids, mask = _prompts()
     torch.manual_seed(4)
-    seq = twin.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=T,
-                        eos_token_id=eos, pad_token_id=0)
-    batch = hf.rollout_batch(twin, ids, mask, seq, lambda responses: [len(r) % 2 for r in
-                                                                      responses],
-                             group_size=G, eos_id=eos, ref_model=twin)
+    seq = twin.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=True,
+        max_new_tokens=T,
+        eos_token_id=eos,
+        pad_token_id=0,
+    )
+    batch = hf.rollout_batch(
+        twin,
+        ids,
+        mask,
+        seq,
+        lambda responses: [len(r) % 2 for r in responses],
+        group_size=G,
+        eos_id=eos,
+        ref_model=twin,
+    )
     assert isinstance(batch, RolloutBatch)
     lengths = batch.lengths.long().tolist()
     assert batch.rewards.tolist() == [float(n % 2) for n in lengths]
@@ -188,12 +205,19 @@ def _rollout(toy: GPT) -> RolloutBatch:
     gen = torch.Generator().manual_seed(5)
     response_mask = mask[:, P:].float()
     # Perturbed so ratios differ from 1 and clipping can happen.
-    logp_old = torch.where(response_mask.bool(), lp + 0.3 * torch.randn(lp.shape, generator=gen),
-                           torch.zeros_like(lp)).clamp(max=0.0)
-    return RolloutBatch(response_ids=seq[:, P:], response_mask=response_mask,
-                        rewards=torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0]), logp_old=logp_old,
-                        entropy_old=h, group_size=G, logp_ref=(lp - 0.1).clamp(max=0.0),
-                        prompt_ids=seq[:, :P])
+    logp_old = torch.where(
+        response_mask.bool(), lp + 0.3 * torch.randn(lp.shape, generator=gen), torch.zeros_like(lp)
+    ).clamp(max=0.0)
+    return RolloutBatch(
+        response_ids=seq[:, P:],
+        response_mask=response_mask,
+        rewards=torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0]),
+        logp_old=logp_old,
+        entropy_old=h,
+        group_size=G,
+        logp_ref=(lp - 0.1).clamp(max=0.0),
+        prompt_ids=seq[:, :P],
+    )
 
 
 @pytest.mark.parametrize("name", algorithms.NAMES)
@@ -231,11 +255,9 @@ def test_loss_batch_pads_a_single_row_with_an_empty_partner() -> None:
     """One-row micro-batches get an all-padding partner, which no aggregation counts."""
     mask = torch.tensor([[1.0, 1.0, 0.0]])
     logp = torch.tensor([[-0.5, -1.0, 0.0]], requires_grad=True)
-    batch, extra = hf.loss_batch(mask, logp.detach(), extra={"logp": logp,
-                                                             "adv": torch.ones(1, 3)})
+    batch, extra = hf.loss_batch(mask, logp.detach(), extra={"logp": logp, "adv": torch.ones(1, 3)})
     assert batch.batch_size == 2 and batch.group_size == 2
     module = algorithms.get("dapo")
-    loss, _ = module.loss(batch, extra["logp"], extra["adv"] * batch.response_mask,
-                          module.Config())
+    loss, _ = module.loss(batch, extra["logp"], extra["adv"] * batch.response_mask, module.Config())
     # On-policy, token-mean of −A·w with A = 1 over the two real tokens: exactly −1.
     torch.testing.assert_close(loss, torch.tensor(-1.0))

@@ -24,8 +24,20 @@ def test_two_gtpo_steps_on_smollm2() -> None:
     spec = importlib.util.spec_from_file_location("real_model", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    summaries = module.main(["--algorithms", "gtpo", "--steps", "2", "--prompts", "1",
-                             "--num-generations", "4", "--max-new-tokens", "8"])
+    summaries = module.main(
+        [
+            "--algorithms",
+            "gtpo",
+            "--steps",
+            "2",
+            "--prompts",
+            "1",
+            "--num-generations",
+            "4",
+            "--max-new-tokens",
+            "8",
+        ]
+    )
     assert [s["step"] for s in summaries] == [1, 2]
     for s in summaries:
         assert math.isfinite(s["loss"])

@@ -42,19 +42,38 @@ def parity_reward(completions: list[str], **_: object) -> list[float]:
 
 def tiny_qwen2(tokenizer, seed: int = 0) -> Qwen2ForCausalLM:
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                         max_position_embeddings=64, tie_word_embeddings=True,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     return Qwen2ForCausalLM(config)
 
 
 def grpo_args(tmp_path, **changes) -> GRPOConfig:
-    values = dict(output_dir=str(tmp_path), per_device_train_batch_size=2 * G,
-                  num_generations=G, max_completion_length=MAX_NEW, max_steps=2,
-                  learning_rate=1e-2, logging_steps=1, report_to=[], use_cpu=True,
-                  save_strategy="no", seed=0, bf16=False, temperature=1.0)
+    values = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2 * G,
+        num_generations=G,
+        max_completion_length=MAX_NEW,
+        max_steps=2,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+        bf16=False,
+        temperature=1.0,
+    )
     values.update(changes)
     return GRPOConfig(**values)
 
@@ -67,10 +86,15 @@ def test_two_training_steps_for_every_algorithm(name, tokenizer, dataset, tmp_pa
     if getattr(cfg, "dynamic_sampling", False):
         # With G = 4 a group can be all-even by chance; keep every group so the step trains.
         cfg = dataclasses.replace(cfg, dynamic_sampling=False)
-    trainer = RefimplGRPOTrainer(model=model, reward_funcs=parity_reward,
-                                 args=grpo_args(tmp_path), train_dataset=dataset,
-                                 processing_class=tokenizer, algorithm=name,
-                                 algorithm_config=cfg)
+    trainer = RefimplGRPOTrainer(
+        model=model,
+        reward_funcs=parity_reward,
+        args=grpo_args(tmp_path),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        algorithm=name,
+        algorithm_config=cfg,
+    )
     trainer.train()
     logs = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logs) == 2
@@ -90,10 +114,15 @@ def test_dynamic_sampling_masks_groups_with_equal_rewards(tokenizer, dataset, tm
     nothing (loss 0) and logs the kept fraction as 0. (Overlong shaping is off: its length
     penalty would make truncated completions' rewards differ.)"""
     cfg = algorithms.get("dapo").Config(overlong_shaping=False)
-    trainer = RefimplGRPOTrainer(model=tiny_qwen2(tokenizer), algorithm_config=cfg,
-                                 reward_funcs=lambda completions, **_: [1.0] * len(completions),
-                                 args=grpo_args(tmp_path, max_steps=1), train_dataset=dataset,
-                                 processing_class=tokenizer, algorithm="dapo")
+    trainer = RefimplGRPOTrainer(
+        model=tiny_qwen2(tokenizer),
+        algorithm_config=cfg,
+        reward_funcs=lambda completions, **_: [1.0] * len(completions),
+        args=grpo_args(tmp_path, max_steps=1),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        algorithm="dapo",
+    )
     trainer.train()
     log = next(h for h in trainer.state.log_history if "loss" in h)
     assert log["refimpl/kept_groups_frac"] == 0.0
@@ -104,9 +133,13 @@ def test_dynamic_sampling_masks_groups_with_equal_rewards(tokenizer, dataset, tm
 
 
 def _trl_trainer(tokenizer, dataset, tmp_path, **changes) -> GRPOTrainer:
-    trainer = GRPOTrainer(model=tiny_qwen2(tokenizer, seed=3), reward_funcs=parity_reward,
-                          args=grpo_args(tmp_path, **changes), train_dataset=dataset,
-                          processing_class=tokenizer)
+    trainer = GRPOTrainer(
+        model=tiny_qwen2(tokenizer, seed=3),
+        reward_funcs=parity_reward,
+        args=grpo_args(tmp_path, **changes),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # as inside a training step
     return trainer
@@ -126,17 +159,30 @@ def _inputs(trainer: GRPOTrainer) -> tuple[dict, RolloutBatch]:
     attn = torch.cat([torch.ones(B, P, dtype=torch.long), completion_mask], 1)
     with torch.no_grad():
         logp, entropy, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, ids, attn, T, compute_entropy=True)
+            trainer.model, ids, attn, T, compute_entropy=True
+        )
     mask = completion_mask.float()
     old = torch.where(mask.bool(), logp + 0.3 * torch.randn(B, T, generator=gen), 0.0)
     old = old.clamp(max=0.0)
     ref = torch.where(mask.bool(), logp - 0.2 * torch.rand(B, T, generator=gen), 0.0)
-    batch = RolloutBatch(response_ids=completion_ids, response_mask=mask, rewards=rewards,
-                         logp_old=old, entropy_old=entropy, group_size=G, logp_ref=ref)
-    inputs = {"prompt_ids": prompt_ids, "prompt_mask": torch.ones(B, P, dtype=torch.long),
-              "completion_ids": completion_ids, "completion_mask": completion_mask,
-              "old_per_token_logps": old, "ref_per_token_logps": ref,
-              "num_items_in_batch": mask.sum()}
+    batch = RolloutBatch(
+        response_ids=completion_ids,
+        response_mask=mask,
+        rewards=rewards,
+        logp_old=old,
+        entropy_old=entropy,
+        group_size=G,
+        logp_ref=ref,
+    )
+    inputs = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": torch.ones(B, P, dtype=torch.long),
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "old_per_token_logps": old,
+        "ref_per_token_logps": ref,
+        "num_items_in_batch": mask.sum(),
+    }
     return inputs, batch
 
 
@@ -148,15 +194,24 @@ PEERS = [
     ("grpo", {}, {"loss_type": "grpo", "epsilon": 0.2, "use_bias_correction_kl": False}, 0.04),
     ("dapo", {}, {"loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28}, 0.0),
     ("dr_grpo", {"max_len": MAX_NEW}, {"loss_type": "dr_grpo", "epsilon": 0.2}, 0.0),
-    ("gspo", {}, {"loss_type": "grpo", "importance_sampling_level": "sequence",
-                  "epsilon": 3e-4, "epsilon_high": 4e-4}, 0.0),
+    (
+        "gspo",
+        {},
+        {
+            "loss_type": "grpo",
+            "importance_sampling_level": "sequence",
+            "epsilon": 3e-4,
+            "epsilon_high": 4e-4,
+        },
+        0.0,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "ours", "theirs", "beta"), PEERS,
-                         ids=[f"{p[0]}-beta{p[3]}" for p in PEERS])
-def test_loss_equals_trl_loss_type(name, ours, theirs, beta, tokenizer, dataset,
-                                   tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("name", "ours", "theirs", "beta"), PEERS, ids=[f"{p[0]}-beta{p[3]}" for p in PEERS]
+)
+def test_loss_equals_trl_loss_type(name, ours, theirs, beta, tokenizer, dataset, tmp_path) -> None:
     trainer = _trl_trainer(tokenizer, dataset, tmp_path, **theirs)
     trainer.beta = beta  # TRL reads it in the loss; the reference log-probs are in inputs
     inputs, batch = _inputs(trainer)
@@ -193,9 +248,14 @@ def test_trl_grpo_normalises_advantages_differently_by_design() -> None:
     std = rewards.std()
     trl_adv = (rewards - rewards.mean()) / (std + 1e-4)
     module = algorithms.get("grpo")
-    batch = RolloutBatch(response_ids=torch.zeros(4, 1, dtype=torch.long),
-                         response_mask=torch.ones(4, 1), rewards=rewards,
-                         logp_old=torch.zeros(4, 1), entropy_old=torch.zeros(4, 1), group_size=4)
+    batch = RolloutBatch(
+        response_ids=torch.zeros(4, 1, dtype=torch.long),
+        response_mask=torch.ones(4, 1),
+        rewards=rewards,
+        logp_old=torch.zeros(4, 1),
+        entropy_old=torch.zeros(4, 1),
+        group_size=4,
+    )
     ours = module.advantages(batch, module.Config())[:, 0]
     assert not torch.equal(ours, trl_adv)
     torch.testing.assert_close(ours, trl_adv, rtol=1e-3, atol=0)

@@ -34,25 +34,38 @@ def _inputs(seed: int = 0) -> dict:
     index = np.array(["p", "q", "p", "q", "p", "q", "p", "q"], dtype=object)
     old = -torch.rand(B, T, generator=gen) * 2
     new = old + 0.2 * torch.randn(B, T, generator=gen)
-    return {"tlr": tlr, "mask": mask, "index": index, "rewards": rewards, "old": old,
-            "new": new, "entropy": torch.rand(B, T, generator=gen) * 2,
-            "entropy_now": torch.rand(B, T, generator=gen) * 2,
-            "ref": old - 0.1 * torch.rand(B, T, generator=gen)}
+    return {
+        "tlr": tlr,
+        "mask": mask,
+        "index": index,
+        "rewards": rewards,
+        "old": old,
+        "new": new,
+        "entropy": torch.rand(B, T, generator=gen) * 2,
+        "entropy_now": torch.rand(B, T, generator=gen) * 2,
+        "ref": old - 0.1 * torch.rand(B, T, generator=gen),
+    }
 
 
 def _grouped(x: dict) -> tuple[torch.Tensor, RolloutBatch]:
     """Our own view: rows sorted into consecutive groups (p…, q…)."""
     order = torch.tensor([0, 2, 4, 6, 1, 3, 5, 7])
-    batch = RolloutBatch(response_ids=torch.zeros(B, T, dtype=torch.long),
-                         response_mask=x["mask"][order], rewards=x["rewards"][order],
-                         logp_old=x["old"][order], entropy_old=x["entropy"][order],
-                         group_size=G, logp_ref=x["ref"][order])
+    batch = RolloutBatch(
+        response_ids=torch.zeros(B, T, dtype=torch.long),
+        response_mask=x["mask"][order],
+        rewards=x["rewards"][order],
+        logp_old=x["old"][order],
+        entropy_old=x["entropy"][order],
+        group_size=G,
+        logp_ref=x["ref"][order],
+    )
     return order, batch
 
 
 def _actor_config(**changes) -> ActorConfig:
-    return ActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=G,
-                       clip_ratio=0.2, **changes)
+    return ActorConfig(
+        strategy="fsdp", ppo_micro_batch_size_per_gpu=1, rollout_n=G, clip_ratio=0.2, **changes
+    )
 
 
 @pytest.mark.parametrize("name", algorithms.NAMES)
@@ -80,8 +93,13 @@ def test_estimators_agree_with_our_modules(name: str) -> None:
     registered estimator returns our module's advantages in verl's row order."""
     x = _inputs()
     fn = core_algos.get_adv_estimator_fn(f"refimpl_{name}")
-    adv, returns = fn(token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"],
-                      config=None, entropy_old=x["entropy"])
+    adv, returns = fn(
+        token_level_rewards=x["tlr"],
+        response_mask=x["mask"],
+        index=x["index"],
+        config=None,
+        entropy_old=x["entropy"],
+    )
     order, batch = _grouped(x)
     module = algorithms.get(name)
     cfg = module.Config()
@@ -99,30 +117,45 @@ def test_entropy_reaches_the_estimator_through_the_context() -> None:
     with pytest.raises(ValueError, match="entropy_old"):
         fn(token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"])
     with rv.rollout_entropy(x["entropy"]):
-        via_context, _ = fn(token_level_rewards=x["tlr"], response_mask=x["mask"],
-                            index=x["index"], config=None)
-    direct, _ = fn(token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"],
-                   entropy_old=x["entropy"])
+        via_context, _ = fn(
+            token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"], config=None
+        )
+    direct, _ = fn(
+        token_level_rewards=x["tlr"],
+        response_mask=x["mask"],
+        index=x["index"],
+        entropy_old=x["entropy"],
+    )
     torch.testing.assert_close(via_context, direct)
     # And the entropies matter: other entropies, other GTPO advantages.
-    other, _ = fn(token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"],
-                  entropy_old=x["entropy"].flip(1))
+    other, _ = fn(
+        token_level_rewards=x["tlr"],
+        response_mask=x["mask"],
+        index=x["index"],
+        entropy_old=x["entropy"].flip(1),
+    )
     assert not torch.allclose(other, direct)
 
 
 def test_grpo_advantages_equal_verl_compute_grpo_outcome_advantage() -> None:
     x = _inputs()
     ours, _ = core_algos.get_adv_estimator_fn("refimpl_grpo")(
-        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"])
+        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"]
+    )
     theirs, _ = core_algos.compute_grpo_outcome_advantage(
-        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"])
+        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"]
+    )
     torch.testing.assert_close(ours, theirs)
     # Dr. GRPO = verl's GRPO without the std division.
     ours, _ = core_algos.get_adv_estimator_fn("refimpl_dr_grpo")(
-        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"])
+        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"]
+    )
     theirs, _ = core_algos.compute_grpo_outcome_advantage(
-        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"],
-        norm_adv_by_std_in_grpo=False)
+        token_level_rewards=x["tlr"],
+        response_mask=x["mask"],
+        index=x["index"],
+        norm_adv_by_std_in_grpo=False,
+    )
     torch.testing.assert_close(ours, theirs)
 
 
@@ -131,12 +164,17 @@ def test_bad_groups_fail_loudly() -> None:
     index = np.array(["p", "p", "p", "q", "q", "q", "q", "q"], dtype=object)
     with pytest.raises(ValueError, match="index"):
         core_algos.get_adv_estimator_fn("refimpl_grpo")(
-            token_level_rewards=x["tlr"], response_mask=x["mask"], index=index)
+            token_level_rewards=x["tlr"], response_mask=x["mask"], index=index
+        )
 
 
 def _loss_args(x: dict, adv: torch.Tensor) -> dict:
-    return {"old_log_prob": x["old"], "log_prob": x["new"].clone().requires_grad_(),
-            "advantages": adv, "response_mask": x["mask"]}
+    return {
+        "old_log_prob": x["old"],
+        "log_prob": x["new"].clone().requires_grad_(),
+        "advantages": adv,
+        "response_mask": x["mask"],
+    }
 
 
 def test_dapo_loss_equals_verl_vanilla_with_token_mean() -> None:
@@ -146,15 +184,16 @@ def test_dapo_loss_equals_verl_vanilla_with_token_mean() -> None:
     check shows the difference appears above it."""
     x = _inputs()
     adv, _ = core_algos.compute_grpo_outcome_advantage(
-        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"])
+        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"]
+    )
     cfg = _actor_config(clip_ratio_low=0.2, clip_ratio_high=0.28)
     a = _loss_args(x, adv)
-    theirs, _ = core_algos.compute_policy_loss_vanilla(**a, loss_agg_mode="token-mean",
-                                                       config=cfg)
+    theirs, _ = core_algos.compute_policy_loss_vanilla(**a, loss_agg_mode="token-mean", config=cfg)
     theirs.backward()
     b = _loss_args(x, adv)
     ours, metrics = core_algos.get_policy_loss_fn("refimpl_dapo")(
-        **b, loss_agg_mode="token-mean", config=cfg)
+        **b, loss_agg_mode="token-mean", config=cfg
+    )
     ours.backward()
     assert float((x["new"] - x["old"]).exp().max()) < 3.0
     torch.testing.assert_close(ours, theirs)
@@ -162,10 +201,13 @@ def test_dapo_loss_equals_verl_vanilla_with_token_mean() -> None:
     assert "actor/refimpl/clip_frac_high" in metrics
 
     x["new"] = x["old"] + 2.0 * (adv < 0)  # ratio e² ≈ 7.4 on negative-advantage tokens
-    theirs, _ = core_algos.compute_policy_loss_vanilla(**_loss_args(x, adv),
-                                                       loss_agg_mode="token-mean", config=cfg)
+    theirs, _ = core_algos.compute_policy_loss_vanilla(
+        **_loss_args(x, adv), loss_agg_mode="token-mean", config=cfg
+    )
     ours, _ = core_algos.get_policy_loss_fn("refimpl_dapo")(**_loss_args(x, adv), config=cfg)
-    assert float(ours.detach()) > float(theirs.detach())  # no dual-clip cap: the unclipped −A·w is larger
+    assert float(ours.detach()) > float(
+        theirs.detach()
+    )  # no dual-clip cap: the unclipped −A·w is larger
 
 
 def test_tepo_policy_term_equals_verl_gspo_with_token_mean() -> None:
@@ -173,7 +215,8 @@ def test_tepo_policy_term_equals_verl_gspo_with_token_mean() -> None:
     mask plays no part and the two must agree (value and gradient)."""
     x = _inputs()
     adv, _ = core_algos.compute_grpo_outcome_advantage(
-        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"])
+        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"]
+    )
     cfg = _actor_config(clip_ratio_low=0.2, clip_ratio_high=0.28)
     a = _loss_args(x, adv)
     theirs, _ = core_algos.compute_policy_loss_gspo(**a, loss_agg_mode="token-mean", config=cfg)
@@ -197,16 +240,21 @@ def test_policy_losses_agree_with_our_modules(name: str) -> None:
     module = algorithms.get(name)
     cfg = module.Config()
     adv, _ = core_algos.get_adv_estimator_fn(f"refimpl_{name}")(
-        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"],
-        entropy_old=x["entropy"])
+        token_level_rewards=x["tlr"],
+        response_mask=x["mask"],
+        index=x["index"],
+        entropy_old=x["entropy"],
+    )
     with rv.loss_inputs(entropy=x["entropy_now"], entropy_old=x["entropy"], logp_ref=x["ref"]):
         ours, _ = core_algos.get_policy_loss_fn(f"refimpl_{name}")(
-            **_loss_args(x, adv), config=_actor_config())
+            **_loss_args(x, adv), config=_actor_config()
+        )
     order, batch = _grouped(x)
     if name == "dr_grpo":
         cfg = dataclasses.replace(cfg, max_len=T)
-    expected, _ = module.loss(batch, x["new"][order], adv[order], cfg,
-                              entropy=x["entropy_now"][order])
+    expected, _ = module.loss(
+        batch, x["new"][order], adv[order], cfg, entropy=x["entropy_now"][order]
+    )
     torch.testing.assert_close(ours, expected)
 
 
@@ -216,7 +264,8 @@ def test_micro_batches_with_global_counts_sum_to_the_full_batch_loss(name: str) 
     to the mini-batch loss; ours rescale the same way, for every aggregation mode."""
     x = _inputs()
     adv, _ = core_algos.get_adv_estimator_fn(f"refimpl_{name}")(
-        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"])
+        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"]
+    )
     fn = core_algos.get_policy_loss_fn(f"refimpl_{name}")
     full_cfg = _actor_config()
     with rv.loss_inputs(entropy=x["entropy_now"], entropy_old=x["entropy"], logp_ref=x["ref"]):
@@ -224,11 +273,13 @@ def test_micro_batches_with_global_counts_sum_to_the_full_batch_loss(name: str) 
     total = torch.zeros(())
     for rows in (slice(0, 3), slice(3, 4), slice(4, 8)):
         cfg = _actor_config()
-        cfg.global_batch_info.update(dp_size=1, batch_num_tokens=x["mask"].sum(),
-                                     global_batch_size=B)
+        cfg.global_batch_info.update(
+            dp_size=1, batch_num_tokens=x["mask"].sum(), global_batch_size=B
+        )
         part = {k: (v[rows] if isinstance(v, torch.Tensor) else v) for k, v in x.items()}
-        with rv.loss_inputs(entropy=part["entropy_now"], entropy_old=part["entropy"],
-                            logp_ref=part["ref"]):
+        with rv.loss_inputs(
+            entropy=part["entropy_now"], entropy_old=part["entropy"], logp_ref=part["ref"]
+        ):
             loss, _ = fn(**_loss_args(part, adv[rows]), config=cfg)
         total = total + loss
     torch.testing.assert_close(total, full)
@@ -238,18 +289,23 @@ def test_rollout_correction_weights_are_refused() -> None:
     x = _inputs()
     with pytest.raises(ValueError, match="rollout_is_weights"):
         core_algos.get_policy_loss_fn("refimpl_grpo")(
-            **_loss_args(x, torch.zeros(B, T)), config=_actor_config(),
-            rollout_is_weights=torch.ones(B, T))
+            **_loss_args(x, torch.zeros(B, T)),
+            config=_actor_config(),
+            rollout_is_weights=torch.ones(B, T),
+        )
 
 
 def test_loadable_through_verl_use_external_modules() -> None:
     """A fresh interpreter with VERL_USE_EXTERNAL_MODULES finds our names right after
     `import verl`, as a Ray worker would."""
-    code = ("import verl; from verl.trainer.ppo import core_algos as c; "
-            "print(c.get_adv_estimator_fn('gtpo').__name__, "
-            "c.get_policy_loss_fn('refimpl_tepo').__name__)")
+    code = (
+        "import verl; from verl.trainer.ppo import core_algos as c; "
+        "print(c.get_adv_estimator_fn('gtpo').__name__, "
+        "c.get_policy_loss_fn('refimpl_tepo').__name__)"
+    )
     env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "refimpl.scaleup.verl"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "compute_refimpl_gtpo_advantage compute_policy_loss_refimpl_tepo" in out.stdout
