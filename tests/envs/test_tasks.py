@@ -156,10 +156,11 @@ def test_chain_operands_and_signs() -> None:
     assert all(negative.reward(p, negative.reference_solution(p)) == 1 for p in negative.sample(50))
 
 
-def test_chain_default_fits_48_tokens() -> None:
-    """<bos> + prompt + completion budget (with <eos>) fits 48 tokens at k = 4."""
-    task = get_task("chain")
-    assert task.num_ops == 4
+@pytest.mark.parametrize("num_ops", [3, 4])
+def test_chain_fits_48_tokens(num_ops: int) -> None:
+    """<bos> + prompt + completion budget (with <eos>) fits 48 tokens at k = 3 (the default)
+    and at k = 4."""
+    task = get_task("chain", num_ops=num_ops)
     assert task.max_prompt_tokens + task.max_new_tokens <= 48
     for problem in task.sample(500, 0):
         text = problem.prompt + task.reference_solution(problem)
