@@ -335,13 +335,19 @@ BAD_CONFIG = [
 ]
 
 
-@pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize(("field", "value"), BAD_CONFIG)
+def _bad_config_cases():
+    """Every (algorithm, field, bad value) where the algorithm's Config has that field."""
+    for name in NAMES:
+        fields = {f.name for f in dataclasses.fields(algorithms.get(name).Config)}
+        for field, value in BAD_CONFIG:
+            if field in fields:
+                yield name, field, value
+
+
+@pytest.mark.parametrize(("name", "field", "value"), list(_bad_config_cases()))
 def test_config_rejects_out_of_range(name, field, value):
     """A Config field out of range raises ``ValueError`` naming the field."""
     cls = algorithms.get(name).Config
-    if field not in {f.name for f in dataclasses.fields(cls)}:
-        pytest.skip(f"{name}.Config has no {field}")
     with pytest.raises(ValueError, match=field):
         cls(**{field: value})
 
