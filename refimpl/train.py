@@ -69,6 +69,9 @@ class TrainConfig:
     """seed of prompts and completions (the warm start has its own)"""
     steps: int = 200
     """RL steps (one rollout batch each)"""
+    max_sampled_tokens: int | None = None
+    """also stop once this many completion tokens have been sampled (None: no token budget;
+    dynamic sampling draws more per step, so a token budget compares algorithms fairly)"""
     prompts_per_step: int = 16
     """N, groups per batch"""
     group_size: int = 8
@@ -111,6 +114,8 @@ class TrainConfig:
     """delete an existing run directory and start again"""
     device: str = "cpu"
     """torch device: cpu or cuda"""
+    dtype: str = "float32"
+    """model compute dtype: float32, or bfloat16 (autocast; the loss math stays float32)"""
     threads: int | None = None
     """torch CPU threads (None: torch's default)"""
     progress: bool = True
@@ -165,6 +170,8 @@ def check_config(cfg: TrainConfig, task) -> int:
                          f"got {cfg.minibatches}")
     if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
         raise ValueError(f"--lr: expected a positive learning rate, got {cfg.lr}")
+    if cfg.dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"--dtype: expected float32 or bfloat16, got {cfg.dtype!r}")
     if not cfg.temperature > 0:
         raise ValueError(f"--temperature: expected > 0, got {cfg.temperature}")
     budget = cfg.max_new_tokens or task.max_new_tokens
@@ -177,6 +184,9 @@ def check_config(cfg: TrainConfig, task) -> int:
     if longest_prompt + budget > cfg.warmstart.model.block_size:
         raise ValueError(f"--max-new-tokens: prompt ({longest_prompt}) + budget ({budget}) "
                          f"exceeds the model's block size {cfg.warmstart.model.block_size}")
+    if cfg.max_sampled_tokens is not None and cfg.max_sampled_tokens <= 0:
+        raise ValueError(f"--max-sampled-tokens: expected a positive integer, "
+                         f"got {cfg.max_sampled_tokens}")
     for name, sub in (("--eval-every", cfg.eval_every), ("--checkpoint-every",
                                                            cfg.checkpoint_every)):
         if sub <= 0:
@@ -266,6 +276,12 @@ class Trainer:
         self.run_dir = cfg.run_dir
         self._tb = None
 
+    def autocast(self):
+        """bf16 autocast around model forward passes when ``--dtype bfloat16`` (the algorithm
+        files cast log-probs back to float32 before any loss math)."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16,
+                              enabled=self.cfg.dtype == "bfloat16")
+
     # -- state --------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
         return {"step": self.step, "sampled_tokens": self.sampled_tokens,
@@ -297,11 +313,12 @@ class Trainer:
         return torch.Generator(device=self.device).manual_seed(seed)
 
     def _sample(self, problems, generator) -> Samples:
-        return sample_groups(
-            self.model, encode_prompts(problems), group_size=self.cfg.group_size,
-            max_new_tokens=self.budget, eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id,
-            temperature=self.cfg.temperature, top_k=self.cfg.top_k, top_p=self.cfg.top_p,
-            generator=generator)
+        with self.autocast():
+            return sample_groups(
+                self.model, encode_prompts(problems), group_size=self.cfg.group_size,
+                max_new_tokens=self.budget, eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id,
+                temperature=self.cfg.temperature, top_k=self.cfg.top_k, top_p=self.cfg.top_p,
+                generator=generator)
 
     def rollout(self) -> tuple[Samples, torch.Tensor, dict[str, float]]:
         """Sample, score and (when asked) filter to informative groups."""
@@ -369,7 +386,7 @@ class Trainer:
         t0 = time.perf_counter()
         logp_ref = None
         if self.reference is not None:
-            with torch.no_grad():
+            with torch.no_grad(), self.autocast():
                 logp_ref, _ = policy_logprobs(
                     self.reference, samples.prompt_ids, samples.prompt_mask,
                     samples.response_ids, samples.response_mask,
@@ -397,10 +414,11 @@ class Trainer:
                 keep[start:start + per_mb] = True
                 mb = batch.select_groups(keep) if per_mb < n_groups else batch
                 rows = keep.repeat_interleave(G)
-                logp, entropy = policy_logprobs(
-                    self.model, samples.prompt_ids[rows], samples.prompt_mask[rows],
-                    samples.response_ids[rows], samples.response_mask[rows],
-                    temperature=cfg.temperature, with_entropy=True)
+                with self.autocast():
+                    logp, entropy = policy_logprobs(
+                        self.model, samples.prompt_ids[rows], samples.prompt_mask[rows],
+                        samples.response_ids[rows], samples.response_mask[rows],
+                        temperature=cfg.temperature, with_entropy=True)
                 loss, lm = self.algo.loss(mb, logp, adv[rows], acfg, entropy=entropy.detach())
                 if not torch.isfinite(loss):
                     raise NonFiniteLossError(
@@ -471,6 +489,12 @@ class Trainer:
         return {"step": self.step, "probes": rows}
 
     # -- the loop -------------------------------------------------------------------------
+    def finished(self) -> bool:
+        """The step budget, or the sampled-token budget when one is set, is spent."""
+        budget = self.cfg.max_sampled_tokens
+        return self.step >= self.cfg.steps or (budget is not None
+                                                and self.sampled_tokens >= budget)
+
     def _log(self, name: str, record: dict[str, Any]) -> None:
         with open(self.run_dir / name, "a") as f:
             f.write(json.dumps(record) + "\n")
@@ -499,13 +523,13 @@ class Trainer:
         bar = tqdm(total=cfg.steps, initial=self.step, disable=not cfg.progress,
                    desc=f"{cfg.algo} s{cfg.seed}", dynamic_ncols=True)
         try:
-            while self.step < cfg.steps:
+            while not self.finished():
                 if cfg.probe_every and self.step % cfg.probe_every == 0:
                     self._log("probes.jsonl", self.probe())
                 metrics = self.train_step()
                 self.step += 1
                 metrics["step"] = self.step
-                if self.step % cfg.eval_every == 0 or self.step == cfg.steps:
+                if self.step % cfg.eval_every == 0 or self.finished():
                     metrics.update(self.evaluate())
                 self._log("metrics.jsonl", metrics)
                 bar.update(1)
@@ -513,7 +537,7 @@ class Trainer:
                                 H=f"{metrics.get('entropy_mean', float('nan')):.3f}",
                                 s_step=f"{metrics['time_step']:.2f}",
                                 refresh=False)
-                if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
+                if self.step % cfg.checkpoint_every == 0 or self.finished():
                     self.save()
         finally:
             bar.close()

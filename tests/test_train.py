@@ -192,3 +192,13 @@ def test_cli_help_and_bad_flags(capsys):
     assert "no-such-flag" in capsys.readouterr().err
     assert cli_main(["train", "--algo", "ppo", "--steps", "1"]) == 2
     assert "gtpo" in capsys.readouterr().err
+
+
+def test_bfloat16_autocast_trains_with_float32_loss_math(runs):
+    """``--dtype bfloat16`` runs the model under bf16 autocast (here on CPU) and still logs
+    finite float32 metrics; a bad dtype is refused at start-up."""
+    records = read(train(tiny(runs, algo="gtpo", name="bf16", steps=2, dtype="bfloat16")))
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert all(math.isfinite(r["reward_mean"]) for r in records[1:])
+    with pytest.raises(ValueError, match="--dtype"):
+        Trainer(tiny(runs, name="bad-dtype", dtype="float16"))
