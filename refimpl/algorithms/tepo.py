@@ -28,7 +28,7 @@ Equations (ALGORITHMS.md, "TEPO"; no equation numbers are public)
         ∂s[i,t]/∂logp[i,t'] = s_i · 1[t = t']          (plain s_i: s_i / |o_i| for every t')
 
     Token-level KL mask [C: "positive advantages and decreasing entropy"]:
-        M[i,t] = 1[A[i,t] > 0] · 1[H_θ[i,t] < H_old[i,t]]     (H_θ detached)
+        M[i,t] = 1[A[i,t] > 0] · 1[H_θ[i,t] < H_old[i,t] − τ]     (H_θ detached, τ ≥ 0 [A])
 
     Loss ("token-mean" over response tokens) [A]:
         L = Σ_{i,t} m·( −min(s[i,t]·A, clip(s[i,t], 1−ε_low, 1+ε_high)·A) ) / Σ m
@@ -53,7 +53,12 @@ Assumptions [A] (each is a Config field)
   token (the ablation).
 * The KL term's token-mean divides by all response tokens (Σ m), not by the masked ones.
 * "Decreasing entropy" compares the current policy's entropy H_θ (passed to :func:`loss`,
-  detached) with the rollout entropy H_old, strictly (H_θ < H_old).
+  detached) with the rollout entropy H_old: H_θ < H_old − τ, ``entropy_decrease_tol`` τ =
+  1e-4 nats. Without the margin the mask is noise whenever θ = θ_old (the first minibatch of
+  every rollout, and every minibatch with one update per rollout): the two entropies then come
+  from two computations of the same distribution and differ by float rounding (~1e-6), so
+  "H_θ < H_old" would hold on about half the tokens at random. With τ the mask switches on only
+  once the policy has actually moved, i.e. with ``ppo_epochs > 1`` or ``minibatches > 1``.
 """
 
 from __future__ import annotations
@@ -79,7 +84,8 @@ class Config:
     clip_eps_high: float = 0.28  # ε_high, clip-higher (DAPO's) [A]
     kl_coef: float = 0.04  # β, weight of the masked KL term (GRPO's value) [A]
     kl_anchor: str = "ref"  # KL to π_ref ("ref") or to π_old ("old") [A]
-    kl_mask: bool = True  # M[i,t] = 1[A>0]·1[H_θ<H_old]; False = KL on every token [C]/[A]
+    kl_mask: bool = True  # M[i,t] = 1[A>0]·1[H_θ<H_old−τ]; False = KL on every token [C]/[A]
+    entropy_decrease_tol: float = 1e-4  # τ in nats: smaller falls are float noise [A]
     loss_agg_mode: str = "token-mean"  # "token-level aggregation" (abstract) [C]/[A]
     eps: float = core.EPS  # in the std denominator (verl/TRL) [C]
     dynamic_sampling: bool = False  # DAPO's filter; not stated for TEPO [A]
@@ -95,6 +101,10 @@ class Config:
         core.require_choice(self.kl_anchor, "Config.kl_anchor", KL_ANCHORS)
         core.require(isinstance(self.kl_mask, bool), "Config.kl_mask",
                      f"a bool, got {self.kl_mask!r}")
+        core.require(isinstance(self.entropy_decrease_tol, (int, float))
+                     and 0.0 <= self.entropy_decrease_tol < float("inf"),
+                     "Config.entropy_decrease_tol",
+                     f"a finite value ≥ 0, got {self.entropy_decrease_tol!r}")
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
@@ -139,14 +149,15 @@ def sequence_token_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor
     return torch.exp(core.masked(log_ratio, mask))
 
 
-def kl_mask(adv: Tensor, entropy: Tensor, entropy_old: Tensor, mask: Tensor) -> Tensor:
-    """``[B, T]`` float ``M[i,t] = 1[A[i,t] > 0] · 1[H_θ[i,t] < H_old[i,t]]``, 0 on padding.
+def kl_mask(adv: Tensor, entropy: Tensor, entropy_old: Tensor, mask: Tensor,
+            tol: float = 0.0) -> Tensor:
+    """``[B, T]`` float ``M[i,t] = 1[A[i,t] > 0] · 1[H_θ[i,t] < H_old[i,t] − tol]``, 0 on padding.
 
     ``entropy`` (the current policy's, ``H_θ``) is detached: the mask selects tokens, it
-    carries no gradient.
+    carries no gradient. ``loss`` passes ``tol = cfg.entropy_decrease_tol``.
     """
     positive = adv.detach() > 0
-    entropy_decreased = entropy.detach().float() < entropy_old.detach().float()
+    entropy_decreased = entropy.detach().float() < entropy_old.detach().float() - tol
     return core.masked((positive & entropy_decreased).float(), mask)
 
 
@@ -183,7 +194,7 @@ def loss(
     metrics: dict[str, float] = {}
     if entropy is not None:
         core.check_policy_tensor(entropy, batch, "entropy")
-        M = kl_mask(adv, entropy, batch.entropy_old, mask)
+        M = kl_mask(adv, entropy, batch.entropy_old, mask, cfg.entropy_decrease_tol)
         metrics["kl_mask_frac"] = float(core.masked_mean(M, mask))
     if cfg.kl_coef > 0:
         if cfg.kl_mask:

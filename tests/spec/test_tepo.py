@@ -105,7 +105,8 @@ def test_kl_term_only_on_masked_tokens(x):
     adv = tepo.advantages(batch, tepo.Config())
     l1, g1, _ = _loss_and_grad(batch, logp, adv, tepo.Config(kl_coef=0.5), entropy)
     l0, g0, _ = _loss_and_grad(batch, logp, adv, tepo.Config(kl_coef=0.0), entropy)
-    M = tepo.kl_mask(adv, entropy, batch.entropy_old, batch.response_mask).bool()
+    tol = tepo.Config().entropy_decrease_tol
+    M = tepo.kl_mask(adv, entropy, batch.entropy_old, batch.response_mask, tol).bool()
     delta = torch.where(M, batch.logp_ref.double() - logp.double(), 0.0)
     kl = torch.exp(delta) - delta - 1
     expected = 0.5 * kl.sum() / max(float(batch.response_mask.sum()), 1.0)
@@ -241,3 +242,22 @@ def test_config_rejects_bad_values(field, value):
     aggregation raise a ValueError naming the field."""
     with pytest.raises(ValueError, match=field):
         tepo.Config(**{field: value})
+
+
+@given(batch_and_policy())
+def test_kl_mask_ignores_entropy_changes_within_the_tolerance(x):
+    """At θ = θ_old the current entropy equals the rollout's up to float rounding. A change
+    smaller than τ = entropy_decrease_tol must not count as "decreasing entropy": with
+    H_θ = H_old − τ/2 (and H_θ = H_old) the mask is empty; with H_θ = H_old − 2τ it is exactly
+    the positive-advantage tokens wherever 2τ ≤ H_old ≤ 100 (H_θ stays a valid entropy, and
+    float32's spacing, 7.6e-6 at 100, is far below τ so the margins are representable)."""
+    batch, _, _ = x
+    cfg = tepo.Config()
+    tau = cfg.entropy_decrease_tol
+    adv = tepo.advantages(batch, cfg)
+    H_old, m = batch.entropy_old, batch.response_mask
+    for H_theta in (H_old, H_old - tau / 2):
+        assert float(tepo.kl_mask(adv, H_theta, H_old, m, tau).sum()) == 0.0
+    room = (H_old >= 2 * tau) & (H_old <= 100)
+    M = tepo.kl_mask(adv, torch.where(room, H_old - 2 * tau, H_old), H_old, m, tau).bool()
+    assert torch.equal(M, m.bool() & (adv > 0) & room)
