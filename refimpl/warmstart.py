@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from filelock import FileLock
 from tqdm.auto import tqdm
 
 from refimpl.checkpoint import load_model_weights, save_checkpoint
@@ -136,8 +137,16 @@ def train_warmstart(cfg: WarmstartConfig) -> GPT:
     """Train (or load from the cache) the base model for ``cfg.task``; print its success."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    model = cfg.model.build()
     cache = cfg.cache_dir
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    # Two processes asking for the same base model (a notebook and `make demo`, say) train it
+    # once: the second waits for the first and then loads its cache.
+    with FileLock(str(cache) + ".lock"):
+        return _train_or_load(cfg, cache)
+
+
+def _train_or_load(cfg: WarmstartConfig, cache: Path) -> GPT:
+    model = cfg.model.build()
     if (cache / "model.safetensors").exists() and not cfg.force:
         load_model_weights(cache, model)
         report = json.loads((cache / "state.json").read_text()).get("report", {})
