@@ -60,7 +60,7 @@ def test_notebook_executes_and_draws(path: Path, runs_dir: Path, monkeypatch) ->
 def test_notebooks_exist() -> None:
     names = {p.name for p in NOTEBOOKS}
     for expected in ("01_quickstart.ipynb", "02_advantages_side_by_side.ipynb",
-                     "03_entropy_dynamics.ipynb"):
+                     "03_entropy_dynamics.ipynb", "04_token_credit_on_a_real_model.ipynb"):
         assert expected in names
 
 
