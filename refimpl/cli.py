@@ -6,6 +6,8 @@
     refimpl train --algo gtpo --task chain         one RL run → runs/<task>-<algo>-s<seed>/
     refimpl compare --algos grpo,dapo,gtpo,grpo_s,tepo --seeds 0,1
     refimpl plot RUN_DIR [RUN_DIR ...]             redraw figures of finished runs
+    refimpl bench-learning [--quick]               learning benchmark (docs/benchmarks.md)
+    refimpl bench-speed [--quick]                  speed benchmark (docs/benchmarks.md)
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 import tyro
 
 from refimpl import algorithms
+from refimpl.bench.learning import LearningConfig
+from refimpl.bench.speed import SpeedConfig
 from refimpl.compare import CompareConfig, compare
 from refimpl.train import NonFiniteLossError, TrainConfig, train
 from refimpl.warmstart import WarmstartConfig, train_warmstart
@@ -84,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             "train": TrainConfig,
             "compare": CompareConfig,
             "plot": PlotConfig,
+            "bench-learning": LearningConfig,
+            "bench-speed": SpeedConfig,
         },
         args=argv,
         description=__doc__,
@@ -103,6 +109,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"figure: {figure}")
         elif isinstance(cmd, PlotConfig):
             _plot(cmd)
+        elif isinstance(cmd, LearningConfig):
+            from refimpl.bench.learning import main as bench_learning
+
+            bench_learning(cmd)
+        elif isinstance(cmd, SpeedConfig):
+            from refimpl.bench.speed import main as bench_speed
+
+            bench_speed(cmd)
     except (ValueError, FileExistsError, NonFiniteLossError) as err:
         print(f"refimpl: error: {err}", file=sys.stderr)
         return 2

@@ -380,6 +380,20 @@ def sample_groups(
 # ---------------------------------------------------------------------------------------------
 
 
+def _shared_prompts(
+    model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, group_size: int | None
+) -> bool:
+    """Whether ``policy_logprobs`` may run each group's prompt once (see its docstring)."""
+    if not (isinstance(model, GPT) and isinstance(group_size, int) and group_size > 1):
+        return False
+    B, P = prompt_ids.shape
+    if B % group_size:
+        return False
+    ids = prompt_ids.view(B // group_size, group_size, P)
+    mask = prompt_mask.view(B // group_size, group_size, P)
+    return bool((ids == ids[:, :1]).all()) and bool((mask == mask[:, :1]).all())
+
+
 def policy_logprobs(
     model: nn.Module,
     prompt_ids: Tensor,
@@ -389,6 +403,7 @@ def policy_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = True,
+    group_size: int | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Per-token log-probs (and full-vocabulary entropies) of the responses, with gradient.
 
@@ -405,6 +420,12 @@ def policy_logprobs(
     Returns:
         ``(logp, entropy)``, both float32 ``[B, T]`` and exactly 0 on padding; ``entropy`` is
         ``None`` when ``with_entropy`` is false.
+
+    With ``group_size = G`` and our ``GPT``, rows in consecutive groups of ``G`` whose prompts
+    are identical (as ``sample_groups`` lays them out) run their prompt once: its keys and
+    values are repeated ``G`` times, with gradient, and only the responses go through the
+    model as new tokens. Causality makes this the same computation (prompt positions never
+    see the response), with ``G``-fold fewer prompt tokens; other inputs take the plain path.
     """
     require(
         prompt_ids.dim() == 2 and prompt_ids.shape == prompt_mask.shape,
@@ -436,13 +457,38 @@ def policy_logprobs(
     real = response_mask.bool()
     # Padding may hold anything (RolloutBatch allows it); give the embedding a valid id.
     response_ids = torch.where(real, response_ids, torch.zeros_like(response_ids))
-    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention_mask = torch.cat([prompt_mask.long(), real.long()], dim=1)
-    output = model(
-        input_ids, attention_mask=attention_mask, position_ids=positions_from_mask(attention_mask)
-    )
-    logits, _ = _logits_and_cache(output)
-    scaled = logits[:, P - 1 : P + T - 1, :].float() / temperature  # predicts response token t
+    if _shared_prompts(model, prompt_ids, prompt_mask, group_size):
+        G = int(group_size)  # type: ignore[arg-type]
+        shared_mask = prompt_mask[::G].long()
+        prompt_out = model(
+            prompt_ids[::G],
+            attention_mask=shared_mask,
+            position_ids=positions_from_mask(shared_mask),
+            use_cache=True,
+        )
+        cache = [
+            (k.repeat_interleave(G, 0), v.repeat_interleave(G, 0))
+            for k, v in prompt_out.past_key_values  # type: ignore[union-attr]
+        ]
+        response_logits = model(
+            response_ids,
+            attention_mask=attention_mask,
+            position_ids=positions_from_mask(attention_mask)[:, P:],
+            past_key_values=cache,
+        )
+        first = prompt_out.logits[:, -1:, :].repeat_interleave(G, 0)  # type: ignore[union-attr]
+        logits = torch.cat([first, response_logits[:, : T - 1, :]], dim=1)
+        scaled = logits.float() / temperature  # column t predicts response token t
+    else:
+        input_ids = torch.cat([prompt_ids, response_ids], dim=1)
+        output = model(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=positions_from_mask(attention_mask),
+        )
+        logits, _ = _logits_and_cache(output)
+        scaled = logits[:, P - 1 : P + T - 1, :].float() / temperature  # predicts token t
     logp_all = F.log_softmax(scaled, dim=-1)
     logp = logp_all.gather(-1, response_ids[:, :, None]).squeeze(-1)
     logp = torch.where(real, logp, torch.zeros_like(logp))

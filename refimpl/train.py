@@ -373,7 +373,8 @@ class Trainer:
         samples, rewards, info = self.rollout()
         metrics: dict[str, Any] = {"step": self.step, **info}
         if samples is None:  # every group uninformative, even after resampling
-            metrics.update({"skipped": 1, "time_step": time.perf_counter() - t_start})
+            metrics.update({"skipped": 1, "sampled_tokens": self.sampled_tokens,
+                            "time_step": time.perf_counter() - t_start})
             return metrics
         samples = _to(samples, self.device)
         rewards = rewards.to(self.device)
@@ -390,7 +391,7 @@ class Trainer:
                 logp_ref, _ = policy_logprobs(
                     self.reference, samples.prompt_ids, samples.prompt_mask,
                     samples.response_ids, samples.response_mask,
-                    temperature=cfg.temperature, with_entropy=False)
+                    temperature=cfg.temperature, with_entropy=False, group_size=G)
         batch = core.RolloutBatch(
             response_ids=samples.response_ids, response_mask=samples.response_mask,
             rewards=rewards, logp_old=samples.logp_old, entropy_old=samples.entropy_old,
@@ -418,7 +419,7 @@ class Trainer:
                     logp, entropy = policy_logprobs(
                         self.model, samples.prompt_ids[rows], samples.prompt_mask[rows],
                         samples.response_ids[rows], samples.response_mask[rows],
-                        temperature=cfg.temperature, with_entropy=True)
+                        temperature=cfg.temperature, with_entropy=True, group_size=G)
                 loss, lm = self.algo.loss(mb, logp, adv[rows], acfg, entropy=entropy.detach())
                 if not torch.isfinite(loss):
                     raise NonFiniteLossError(

@@ -1,0 +1,695 @@
+"""``refimpl bench-learning``: does token-level credit assignment help, at toy scale?
+
+Every algorithm × seeds × tasks, plus ablations (GTPO ``alpha_2`` ∈ {0, 0.1, 0.3} and
+``stats=subgroup``; TEPO without its KL mask), each run starting from the task's one warm
+start and stopped when it has **sampled the same number of completion tokens**: dynamic
+sampling (DAPO, GTPO, GRPO-S) draws more tokens per step, so a step budget would favour it.
+
+The budget of a task is ``budget_steps × N × G × ℓ``, with ``ℓ`` the mean length (``<eos>``
+included) of the reference solutions of its held-out problems: about ``budget_steps`` steps of
+an algorithm that samples one batch per step.
+
+Per run, from its ``metrics.jsonl`` (held-out greedy success on 200 fixed problems every
+``eval_every`` steps, standard error ≈ ±0.03):
+
+* **tokens / steps to target**: the first evaluation at which the trailing mean of three
+  consecutive evaluations reaches ``target = base + target_gain`` (``base``: the warm start's
+  held-out success, the same for every run of a task); "not reached" when it never does;
+* **final success**: the mean of the last three evaluations;
+* **AUC**: held-out success integrated over sampled tokens, divided by the budget (the mean
+  success over training; the base rate for a run that never moves);
+* **entropy start / end**: mean token entropy of the sampled completions over the first 5
+  steps / the last 10 % of steps; **collapsed** when ``end < collapse_ratio × start``.
+
+Per algorithm: medians and interquartile ranges over seeds (a "not reached" seed counts as
++∞, so a median is "not reached" when half the seeds or more never got there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import multiprocessing as mp
+import os
+import time
+import warnings
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from refimpl import algorithms
+from refimpl.bench import format_machine, machine_info, markdown_table
+
+#: Ablations: (label, algorithm, --algo-args).
+ABLATIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("gtpo alpha_2=0", "gtpo", ("alpha_1=1.0", "alpha_2=0.0")),
+    ("gtpo alpha_2=0.3", "gtpo", ("alpha_1=1.0", "alpha_2=0.3")),
+    ("gtpo stats=subgroup", "gtpo", ("stats=subgroup",)),
+    ("tepo kl_mask=False", "tepo", ("kl_mask=False",)),
+)
+
+
+@dataclass
+class LearningConfig:
+    """Learning benchmark: every algorithm × seeds × tasks at the same sampled-token budget."""
+
+    tasks: str = "chain,countdown"
+    """comma-separated tasks (default knobs; chain's default is num_ops=3)"""
+    algos: str = ",".join(algorithms.NAMES)
+    """comma-separated algorithms"""
+    seeds: str = "0,1,2,3,4"
+    """comma-separated RL seeds"""
+    ablations: bool = True
+    """also run GTPO alpha_2 ∈ {0, 0.3}, GTPO stats=subgroup, TEPO kl_mask=False"""
+    ablation_tasks: str = "chain,countdown"
+    """tasks the ablations run on"""
+    budget_steps: int = 200
+    """sampled-token budget, in steps of one batch of reference-length completions"""
+    lr: float = 5e-5
+    """Adam learning rate (calibrated: 5e-5 learns, ≥ 1e-4 collapses)"""
+    prompts_per_step: int = 16
+    """N"""
+    group_size: int = 8
+    """G"""
+    eval_every: int = 10
+    """steps between held-out evaluations"""
+    eval_problems: int = 200
+    """held-out problems per evaluation"""
+    target_gain: float = 0.05
+    """target held-out success = the warm start's + this"""
+    collapse_ratio: float = 0.5
+    """entropy collapsed when end entropy < this × start entropy"""
+    workers: int = 0
+    """parallel runs, one torch thread each (0: one per core, at most 4)"""
+    quick: bool = False
+    """a few-minute size: tiny model, 1 seed, a few steps (checks the report is produced)"""
+    out: Path = Path("runs/bench/learning")
+    """runs go to <out>/<task>/<label>-s<seed>; report.md, results.json, figures/ next to them"""
+    runs_dir: Path = Path("runs")
+    """where the warm-start cache lives"""
+    overwrite: bool = False
+    """retrain runs that already finished (default: reuse them, so a rerun only reports)"""
+    report_only: bool = False
+    """train nothing: report the runs under --out that have finished (an interrupted
+    benchmark reports its finished runs; seeds then differ between variants)"""
+
+    def __post_init__(self) -> None:
+        if self.quick:
+            self.seeds = "0"
+            self.budget_steps = min(self.budget_steps, 3)
+            self.prompts_per_step = 4
+            self.group_size = 4
+            self.eval_every = 1
+            self.eval_problems = 20
+        for name in ("budget_steps", "prompts_per_step", "eval_every", "eval_problems"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name.replace('_', '-')}: expected a positive integer")
+        if self.group_size < 2:
+            raise ValueError("--group-size: expected ≥ 2")
+
+    def _list(self, text: str, flag: str) -> list[str]:
+        items = [s.strip() for s in text.split(",") if s.strip()]
+        if not items:
+            raise ValueError(f"--{flag}: expected a comma-separated list")
+        return items
+
+    def task_list(self) -> list[str]:
+        from toy_envs import TASK_NAMES
+
+        tasks = self._list(self.tasks, "tasks")
+        for t in tasks:
+            if t not in TASK_NAMES:
+                raise ValueError(f"--tasks: expected names from {', '.join(TASK_NAMES)}, got {t!r}")
+        return tasks
+
+    def algo_list(self) -> list[str]:
+        names = self._list(self.algos, "algos")
+        for a in names:
+            algorithms.get(a)
+        return names
+
+    def seed_list(self) -> list[int]:
+        try:
+            return [int(s) for s in self._list(self.seeds, "seeds")]
+        except ValueError:
+            raise ValueError(
+                f"--seeds: expected comma-separated integers, got {self.seeds!r}"
+            ) from None
+
+
+@dataclass
+class Run:
+    task: str
+    label: str
+    algo: str
+    algo_args: tuple[str, ...]
+    seed: int
+    train: Any = field(repr=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning and running.
+# ---------------------------------------------------------------------------------------------
+
+
+def _warmstart(cfg: LearningConfig, task: str):
+    from refimpl.warmstart import ModelConfig, WarmstartConfig
+
+    ws = WarmstartConfig(task=task, runs_dir=cfg.runs_dir, progress=False)
+    if cfg.quick:
+        ws = dataclasses.replace(
+            ws,
+            steps=60,
+            batch_size=32,
+            eval_problems=20,
+            model=ModelConfig(n_layer=1, n_embd=32, n_head=2),
+        )
+    return ws
+
+
+def token_budget(cfg: LearningConfig, task_name: str) -> tuple[int, float]:
+    """``(budget, ℓ)``: tokens per run, and the mean reference completion length ℓ."""
+    from refimpl.train import HELD_OUT_SEED
+    from toy_envs import TOKENIZER, get_task
+
+    task = get_task(task_name)
+    problems = task.sample(cfg.eval_problems, np.random.default_rng([HELD_OUT_SEED, 0]))
+    mean_len = float(
+        np.mean([len(TOKENIZER.encode(task.reference_solution(p), add_eos=True)) for p in problems])
+    )
+    return int(round(cfg.budget_steps * cfg.prompts_per_step * cfg.group_size * mean_len)), mean_len
+
+
+def plan(cfg: LearningConfig) -> tuple[list[Run], dict[str, int]]:
+    """Every run of the benchmark (not yet trained), and each task's token budget."""
+    from refimpl.train import TrainConfig, resolve
+
+    tasks, algos, seeds = cfg.task_list(), cfg.algo_list(), cfg.seed_list()
+    ablation_tasks = (
+        set(cfg._list(cfg.ablation_tasks, "ablation-tasks")) if cfg.ablations else set()
+    )
+    budgets, runs = {}, []
+    for task in tasks:
+        budgets[task] = token_budget(cfg, task)[0]
+        variants = [(a, a, ()) for a in algos]
+        if task in ablation_tasks:
+            variants += [v for v in ABLATIONS if v[1] in algos]
+        for seed in seeds:
+            for label, algo, algo_args in variants:
+                name = label.replace(" ", "-").replace("=", "") + f"-s{seed}"
+                train = TrainConfig(
+                    algo=algo,
+                    task=task,
+                    algo_args=algo_args,
+                    seed=seed,
+                    steps=20 * cfg.budget_steps,
+                    max_sampled_tokens=budgets[task],
+                    prompts_per_step=cfg.prompts_per_step,
+                    group_size=cfg.group_size,
+                    lr=cfg.lr,
+                    eval_every=cfg.eval_every,
+                    eval_problems=cfg.eval_problems,
+                    probe_every=0,
+                    checkpoint_every=10_000,
+                    runs_dir=cfg.out / task,
+                    name=name,
+                    overwrite=True,
+                    threads=1,
+                    progress=False,
+                    plot=False,
+                    warmstart=_warmstart(cfg, task),
+                )
+                resolve(train)  # fail fast on a bad flag, before any training
+                runs.append(Run(task, label, algo, algo_args, seed, train))
+    return runs, budgets
+
+
+def finished(run: Run) -> bool:
+    """The run reached its token budget (its last logged step did)."""
+    path = run.train.run_dir / "metrics.jsonl"
+    if not path.exists():
+        return False
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    return (
+        bool(lines)
+        and json.loads(lines[-1]).get("sampled_tokens", 0) >= run.train.max_sampled_tokens
+        and "heldout_greedy" in json.loads(lines[-1])
+    )
+
+
+def _worker(train_cfg) -> str:
+    import torch
+
+    from refimpl.train import train
+
+    torch.set_num_threads(1)
+    return str(train(train_cfg))
+
+
+def run_all(cfg: LearningConfig, runs: list[Run]) -> float:
+    """Train the runs that have not finished (in parallel); return the wall time."""
+    from tqdm.auto import tqdm
+
+    from refimpl.warmstart import train_warmstart
+
+    for task in cfg.task_list():
+        train_warmstart(_warmstart(cfg, task))
+    # Seed-major order: an interrupted benchmark leaves whole seeds of every task and variant.
+    todo = sorted((r for r in runs if cfg.overwrite or not finished(r)), key=lambda r: r.seed)
+    workers = cfg.workers or min(4, os.cpu_count() or 1)
+    start = time.perf_counter()
+    with tqdm(total=len(todo), desc="bench learning", unit="run", dynamic_ncols=True) as bar:
+        if workers <= 1 or len(todo) <= 1:
+            for r in todo:
+                _worker(r.train)
+                bar.update(1)
+        else:
+            ctx = mp.get_context("spawn")
+            with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+                futures = [pool.submit(_worker, r.train) for r in todo]
+                pending = set(futures)
+                while pending:
+                    done, pending = wait(pending, timeout=5.0, return_when=FIRST_EXCEPTION)
+                    for f in done:
+                        if f.exception() is not None:
+                            for p in pending:
+                                p.cancel()
+                            raise f.exception()  # type: ignore[misc]
+                    bar.update(len(done))
+    return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics of one run, aggregates over seeds.
+# ---------------------------------------------------------------------------------------------
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_metrics(
+    records: list[dict[str, Any]], budget: int, target: float, collapse_ratio: float
+) -> dict[str, Any]:
+    """The benchmark's figures of one run (see the module docstring)."""
+    evals = [r for r in records if "heldout_greedy" in r]
+    tokens = np.array([r.get("sampled_tokens", 0) for r in evals], dtype=float)
+    success = np.array([r["heldout_greedy"] for r in evals], dtype=float)
+    steps = np.array([r["step"] for r in evals], dtype=float)
+    window = np.array([success[max(0, i - 2) : i + 1].mean() for i in range(success.size)])
+    hit = np.flatnonzero(window >= target)
+    # Area under success vs tokens, up to the budget, over the budget.
+    x = np.clip(tokens, 0, budget)
+    auc = float(np.trapezoid(success, x) / budget) if x[-1] > 0 else float(success[0])
+    trained = [r for r in records if "entropy_mean" in r]
+    ent = np.array([r["entropy_mean"] for r in trained], dtype=float)
+    tail = max(5, len(ent) // 10)
+    start_ent = float(ent[:5].mean()) if ent.size else math.nan
+    end_ent = float(ent[-tail:].mean()) if ent.size else math.nan
+    return {
+        "base": float(success[0]),
+        "final": float(success[-3:].mean()),
+        "auc": auc,
+        "tokens_to_target": float(tokens[hit[0]]) if hit.size else math.inf,
+        "steps_to_target": float(steps[hit[0]]) if hit.size else math.inf,
+        "steps": int(records[-1]["step"]),
+        "sampled_tokens": int(records[-1].get("sampled_tokens", 0)),
+        "entropy_start": start_ent,
+        "entropy_end": end_ent,
+        "entropy_ratio": end_ent / start_ent if start_ent > 0 else math.nan,
+        "collapsed": bool(end_ent < collapse_ratio * start_ent),
+        "kept_group_frac": float(np.mean([r.get("kept_group_frac", 1.0) for r in trained]))
+        if trained
+        else math.nan,
+        "time_s": float(sum(r.get("time_step", 0.0) + r.get("time_eval", 0.0) for r in records)),
+        "curve_tokens": tokens.tolist(),
+        "curve_success": success.tolist(),
+    }
+
+
+def _quantiles(values: list[float]) -> tuple[float, float, float]:
+    """Median and IQR, with +∞ ("not reached") ordered last."""
+    if not values:
+        return math.nan, math.nan, math.nan
+    never = 1e30  # +∞ stand-in: interpolating between two +∞ would give NaN
+    q = np.quantile(np.minimum(np.array(values, dtype=float), never), [0.25, 0.5, 0.75])
+    q = [math.inf if v >= never / 2 else float(v) for v in q]
+    return q[1], q[0], q[2]
+
+
+def aggregate(per_run: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"seeds": len(per_run)}
+    for key in ("tokens_to_target", "steps_to_target"):
+        vals = [r[key] for r in per_run]
+        med, lo, hi = _quantiles(vals)
+        out[key] = {
+            "median": med,
+            "q25": lo,
+            "q75": hi,
+            "reached": sum(math.isfinite(v) for v in vals),
+        }
+    for key in (
+        "final",
+        "auc",
+        "entropy_start",
+        "entropy_end",
+        "entropy_ratio",
+        "steps",
+        "sampled_tokens",
+        "kept_group_frac",
+        "time_s",
+    ):
+        vals = np.array([r[key] for r in per_run], dtype=float)
+        out[key] = {
+            "mean": float(vals.mean()),
+            "std": float(vals.std(ddof=1)) if vals.size > 1 else 0.0,
+            "median": float(np.median(vals)),
+        }
+    out["collapsed"] = sum(r["collapsed"] for r in per_run)
+    return out
+
+
+def collect(cfg: LearningConfig, runs: list[Run], budgets: dict[str, int]) -> dict[str, Any]:
+    """Per task: the base success, the target, per-run and per-label figures."""
+    results: dict[str, Any] = {}
+    for task in cfg.task_list():
+        task_runs = [r for r in runs if r.task == task]
+        if not task_runs:
+            continue
+        per_run = {}
+        base = None
+        for r in task_runs:
+            records = _records(r.train.run_dir)
+            base = records[0]["heldout_greedy"] if base is None else base
+        target = round(base + cfg.target_gain, 4)
+        for r in task_runs:
+            m = run_metrics(_records(r.train.run_dir), budgets[task], target, cfg.collapse_ratio)
+            per_run.setdefault(r.label, {})[r.seed] = m
+        labels = list(dict.fromkeys(r.label for r in task_runs))
+        results[task] = {
+            "budget_tokens": budgets[task],
+            "base": base,
+            "target": target,
+            "runs": per_run,
+            "summary": {lab: aggregate(list(per_run[lab].values())) for lab in labels},
+        }
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts on the papers' claims.
+# ---------------------------------------------------------------------------------------------
+
+
+def _paired(task_res: dict[str, Any], a: str, b: str, key: str) -> list[tuple[float, float]]:
+    ra, rb = task_res["runs"].get(a, {}), task_res["runs"].get(b, {})
+    return [(ra[s][key], rb[s][key]) for s in sorted(set(ra) & set(rb))]
+
+
+def verdicts(results: dict[str, Any]) -> list[str]:
+    """The claims, tested in measured terms, per task."""
+    out = []
+    for task, res in results.items():
+        summ = res["summary"]
+        # Claim 1: TEPO reduces convergence time by 50 % compared with GRPO / DAPO.
+        if "tepo" in summ:
+            t = summ["tepo"]["tokens_to_target"]
+            parts = []
+            holds = []
+            for ref in ("grpo", "dapo"):
+                if ref not in summ:
+                    continue
+                r = summ[ref]["tokens_to_target"]
+                if math.isfinite(t["median"]) and math.isfinite(r["median"]):
+                    ratio = t["median"] / r["median"]
+                    holds.append(ratio <= 0.5)
+                    parts.append(
+                        f"median tokens to target {ratio:.2f}× {ref.upper()}'s "
+                        f"({t['median'] / 1e3:.0f}k vs {r['median'] / 1e3:.0f}k)"
+                    )
+                else:
+                    holds.append(False)
+                    parts.append(
+                        f"reached the target in {t['reached']}/"
+                        f"{summ['tepo']['seeds']} seeds, {ref.upper()} in "
+                        f"{r['reached']}/{summ[ref]['seeds']}"
+                    )
+                pairs = _paired(res, "tepo", ref, "auc")
+                wins = sum(x > y for x, y in pairs)
+                parts[-1] += f" (AUC higher than {ref.upper()} in {wins}/{len(pairs)} seeds)"
+            verdict = "holds" if holds and all(holds) else "not supported"
+            out.append(
+                f"**{task} — TEPO converges ≥ 50 % faster than GRPO/DAPO: {verdict}.** "
+                f"TEPO: " + "; ".join(parts) + "."
+            )
+        # Claim 2: GTPO / GRPO-S keep entropy higher than DAPO while learning.
+        if "dapo" in summ:
+            d = summ["dapo"]
+            for algo in ("gtpo", "grpo_s"):
+                if algo not in summ:
+                    continue
+                a = summ[algo]
+                ent_pairs = _paired(res, algo, "dapo", "entropy_end")
+                higher = sum(x > y for x, y in ent_pairs)
+                fin_pairs = _paired(res, algo, "dapo", "final")
+                diff = float(np.mean([x - y for x, y in fin_pairs])) if fin_pairs else math.nan
+                learns = a["final"]["mean"] > res["base"] + 0.02
+                keeps = (
+                    higher > len(ent_pairs) / 2
+                    and a["entropy_end"]["mean"] > d["entropy_end"]["mean"]
+                )
+                verdict = "holds" if keeps and learns and diff >= -0.03 else "not supported"
+                out.append(
+                    f"**{task} — {algo.upper().replace('_', '-')} keeps entropy higher than "
+                    f"DAPO while learning: {verdict}.** End entropy {a['entropy_end']['mean']:.3f}"
+                    f" vs DAPO {d['entropy_end']['mean']:.3f} nats (higher in {higher}/"
+                    f"{len(ent_pairs)} paired seeds; end/start {a['entropy_ratio']['mean']:.2f} vs"
+                    f" {d['entropy_ratio']['mean']:.2f}); final success "
+                    f"{a['final']['mean']:.3f} vs {d['final']['mean']:.3f} (paired difference "
+                    f"{diff:+.3f}; base {res['base']:.3f})."
+                )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures and the report.
+# ---------------------------------------------------------------------------------------------
+
+
+def _curve_on_grid(run_dir: Path, key: str, grid: np.ndarray, window: int) -> np.ndarray:
+    from refimpl.plots import smooth
+
+    recs = [r for r in _records(run_dir) if key in r]
+    if not recs:
+        return np.full(grid.shape, np.nan)
+    x = np.array([r.get("sampled_tokens", 0) for r in recs], dtype=float)
+    y = smooth(np.array([r[key] for r in recs], dtype=float), window)
+    if key == "heldout_greedy" and window > 1:
+        y = np.array([y[max(0, i - window + 1) : i + 1].mean() for i in range(y.size)])
+    return np.interp(grid, x, y, left=np.nan, right=np.nan)
+
+
+def plot_task(
+    cfg: LearningConfig,
+    runs: list[Run],
+    task: str,
+    budget: int,
+    labels: list[str],
+    out: Path,
+    title: str,
+) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from refimpl.plots import ALGO_COLORS
+
+    grid = np.linspace(0, budget, 101)
+    panels = (
+        ("heldout_greedy", "held-out success (greedy, 3-eval mean)", 3),
+        ("entropy_mean", "mean token entropy (nats)", 10),
+        ("success_rate_all", "training success (all sampled groups)", 10),
+    )
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.6))
+    styles = ["-", "--", ":", "-."]
+    for i, label in enumerate(labels):
+        dirs = [r.train.run_dir for r in runs if r.task == task and r.label == label]
+        if not dirs:
+            continue
+        algo = label.split()[0]
+        color = ALGO_COLORS.get(algo) if " " not in label else None
+        ls = "-" if " " not in label else styles[i % len(styles)]
+        for ax, (key, _t, window) in zip(axes, panels):
+            curves = np.array([_curve_on_grid(d, key, grid, window) for d in dirs])
+            if np.isnan(curves).all():
+                continue
+            with warnings.catch_warnings():  # grid points past a run's end are NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(curves, axis=0)
+                lo, hi = np.nanmin(curves, 0), np.nanmax(curves, 0)
+            ax.plot(grid / 1e3, mean, color=color, ls=ls, lw=1.6, label=f"{label} (n={len(dirs)})")
+            if len(dirs) > 1:
+                ax.fill_between(grid / 1e3, lo, hi, color=ax.lines[-1].get_color(), alpha=0.10)
+    for ax, (_k, t, _w) in zip(axes, panels):
+        ax.set_title(t, fontsize=10)
+        ax.set_xlabel("sampled tokens (thousands)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def _fmt_q(q: dict[str, float], scale: float = 1.0, unit: str = "") -> str:
+    def f(v: float) -> str:
+        return "n.r." if not math.isfinite(v) else f"{v / scale:.0f}{unit}"
+
+    return f"{f(q['median'])} [{f(q['q25'])}–{f(q['q75'])}] ({q['reached']} reached)"
+
+
+def format_report(
+    cfg: LearningConfig,
+    results: dict[str, Any],
+    info: dict[str, Any],
+    wall_s: float,
+    figures: dict[str, list[Path]],
+) -> str:
+    how = (
+        "summed logged step and evaluation times over the parallel runs"
+        if cfg.report_only
+        else "measured"
+    )
+    lines = [
+        f"Machine: {format_machine(info)}. Wall time of the training: {wall_s / 60:.1f} "
+        f"min ({how}; {cfg.workers or min(4, os.cpu_count() or 1)} parallel runs, one "
+        f"torch thread each).",
+        "",
+        f"Settings: lr {cfg.lr}, {cfg.prompts_per_step} prompts × G = {cfg.group_size}, "
+        f"seeds {cfg.seeds}, budget {cfg.budget_steps} reference-length batches of sampled "
+        f"tokens per run, held-out greedy success on {cfg.eval_problems} problems every "
+        f"{cfg.eval_every} steps, target = base + {cfg.target_gain}, entropy collapse = end"
+        f" < {cfg.collapse_ratio} × start.",
+        "",
+    ]
+    for task, res in results.items():
+        lines += [
+            f"### {task}",
+            "",
+            f"Budget {res['budget_tokens']:,} sampled tokens per run; warm start "
+            f"(held-out greedy) {res['base']:.3f}; target {res['target']:.3f}.",
+            "",
+        ]
+        rows = []
+        for label, s in res["summary"].items():
+            rows.append(
+                [
+                    label,
+                    s["seeds"],
+                    _fmt_q(s["tokens_to_target"], 1e3, "k"),
+                    _fmt_q(s["steps_to_target"]),
+                    f"{s['final']['mean']:.3f} ± {s['final']['std']:.3f}",
+                    f"{s['auc']['mean']:.3f}",
+                    f"{s['entropy_start']['mean']:.3f} → {s['entropy_end']['mean']:.3f}",
+                    f"{s['collapsed']}/{s['seeds']}",
+                    f"{s['steps']['median']:.0f}",
+                    f"{s['kept_group_frac']['mean']:.2f}",
+                ]
+            )
+        lines += [
+            markdown_table(
+                [
+                    "algorithm",
+                    "seeds",
+                    "tokens to target, median [IQR]",
+                    "steps to target",
+                    "final success (mean ± sd)",
+                    "AUC",
+                    "entropy start → end",
+                    "collapsed",
+                    "steps run",
+                    "kept groups",
+                ],
+                rows,
+            ),
+            "",
+        ]
+        for fig in figures.get(task, []):
+            lines += [f"![{fig.stem}](figures/{fig.name})", ""]
+    lines += ["### Verdicts", ""] + [f"- {v}" for v in verdicts(results)] + [""]
+    return "\n".join(lines)
+
+
+def run_learning(cfg: LearningConfig) -> tuple[dict[str, Any], Path]:
+    """Train (or reuse) every run, then write ``report.md``, ``results.json`` and figures."""
+    runs, budgets = plan(cfg)
+    info = machine_info()
+    if cfg.report_only:
+        runs = [r for r in runs if finished(r)]
+        if not runs:
+            raise ValueError(f"--report-only: no finished run under {cfg.out}")
+        wall = sum(
+            run_metrics(_records(r.train.run_dir), budgets[r.task], 0.0, 0.5)["time_s"]
+            for r in runs
+        ) / (cfg.workers or min(4, os.cpu_count() or 1))
+    else:
+        wall = run_all(cfg, runs)
+    results = collect(cfg, runs, budgets)
+    figures: dict[str, list[Path]] = {}
+    main_labels = cfg.algo_list()
+    for task in results:
+        figures[task] = [
+            plot_task(
+                cfg,
+                runs,
+                task,
+                budgets[task],
+                main_labels,
+                cfg.out / "figures" / f"bench_learning_{task}.png",
+                f"{task}: every algorithm, same sampled-token budget",
+            )
+        ]
+        abl = [lab for lab in results[task]["summary"] if " " in lab]
+        if abl:
+            labels = [a for a in ("gtpo", "tepo") if a in main_labels] + abl
+            figures[task].append(
+                plot_task(
+                    cfg,
+                    runs,
+                    task,
+                    budgets[task],
+                    labels,
+                    cfg.out / "figures" / f"bench_ablation_{task}.png",
+                    f"{task}: ablations",
+                )
+            )
+    info_after = machine_info()
+    info["load_1_5_15_after"] = info_after["load_1_5_15"]
+    payload = {
+        "machine": info,
+        "wall_s": wall,
+        "config": {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()
+        },
+        "results": results,
+    }
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    (cfg.out / "results.json").write_text(json.dumps(payload, indent=2, default=str))
+    report = cfg.out / "report.md"
+    report.write_text(format_report(cfg, results, info, wall, figures))
+    return payload, report
+
+
+def main(cfg: LearningConfig) -> Path:
+    _payload, report = run_learning(cfg)
+    print(report.read_text())
+    print(f"report: {report}")
+    return report

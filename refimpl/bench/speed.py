@@ -1,0 +1,666 @@
+"""``refimpl bench-speed``: how close to the machine, how far ahead of the peers.
+
+Every figure is a median over ``--repeats`` timings; every comparison is a ratio of two
+timings taken in the same run, interleaved (A, B, A, B, ...), so that load from other
+processes on a shared machine hits both sides alike. Five measurements:
+
+1. **Sampling** tokens/s with and without the KV cache at response lengths 32 and 128
+   (a 2-layer d = 128 model with ``block_size`` ≥ prompt + 128; ``<eos>`` is masked out of
+   the logits so every row generates exactly the requested length).
+2. **One RL step** of the real trainer (chain task, 16 prompts × G = 8, GRPO) split into
+   sample / score / advantages / loss + backward + optimizer, and the FLOPs of the step
+   (``torch.utils.flop_counter``: matmuls of every forward and backward; attention scores
+   are not counted, ≈ L/(6d) ≈ 4 % more) over its time, against a measured fp32 matmul peak
+   at the same thread count.
+3. **Algorithm overhead**: advantages + loss + its backward (to ``logp``) of every algorithm
+   relative to GRPO, at the trainer's batch shape and as a fraction of the measured step.
+4. **Vectorised vs reference loops**: ``advantages`` against ``reference_advantages`` (the
+   paper's equations as plain Python loops) at ``B = 512, T = 128``.
+5. **Our trainer vs TRL's GRPOTrainer** on the same weights (the GPT-2 twin from
+   ``refimpl.scaleup.hf.to_hf_gpt2``), same batch (16 prompts × 8), group size, completion
+   budget, temperature, threads; TRL's loss set to ours (``loss_type="grpo"``, ε = 0.2,
+   β = 0: GRPO's seq-mean-token-mean clipped surrogate; our GRPO with ``kl_coef=0``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from refimpl import algorithms
+from refimpl.bench import format_machine, machine_info, markdown_table
+from refimpl.core import RolloutBatch
+
+TARGETS = {"kv_cache_speedup": 3.0, "algo_overhead_frac": 0.05, "trl_speedup": 3.0}
+
+
+@dataclass
+class SpeedConfig:
+    """Speed benchmark (figures are medians over repeats; ratios are measured in one run)."""
+
+    repeats: int = 5
+    """timings per figure (the median is reported)"""
+    threads: int = 1
+    """torch CPU threads for every measurement (ours and TRL's alike)"""
+    rl_steps: int = 10
+    """RL steps timed for the step breakdown (after one warm-up step)"""
+    trl_steps: int = 8
+    """steps timed for each trainer in the TRL comparison (after one warm-up step)"""
+    trl: bool = True
+    """run the TRL comparison (needs the scaleup extra: trl, transformers, datasets)"""
+    lengths: tuple[int, ...] = (32, 128)
+    """response lengths of the sampling benchmark"""
+    big_batch: tuple[int, int] = (512, 128)
+    """B, T of the vectorised-vs-reference comparison"""
+    quick: bool = False
+    """tiny sizes (1-layer d = 32 model, few repeats): checks the report is produced"""
+    out: Path = Path("runs/bench/speed")
+    """where report.md and results.json go"""
+    runs_dir: Path = Path("runs")
+    """where the warm-start cache lives"""
+
+    def __post_init__(self) -> None:
+        if self.quick:
+            self.repeats = min(self.repeats, 2)
+            self.rl_steps = min(self.rl_steps, 2)
+            self.trl_steps = min(self.trl_steps, 2)
+            self.lengths = (8, 16)
+            self.big_batch = (64, 32)
+        for name in ("repeats", "threads", "rl_steps", "trl_steps"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name.replace('_', '-')}: expected a positive integer")
+
+
+def _median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """Time each function ``repeats`` times, round-robin, after one warm-up call each."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return times
+
+
+def _median_ratio(num: list[float], den: list[float]) -> float:
+    return statistics.median(a / b for a, b in zip(num, den))
+
+
+# ---------------------------------------------------------------------------------------------
+# 0. The machine's matmul peak.
+# ---------------------------------------------------------------------------------------------
+
+
+def matmul_peak(repeats: int, n: int = 1024) -> float:
+    """FLOP/s of an ``n × n`` fp32 matmul at the current thread count (best of the repeats:
+    a peak, not a typical figure)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    out = torch.empty(n, n)
+    torch.mm(a, b, out=out)
+    best = float("inf")
+    for _ in range(max(3, repeats)):
+        t0 = time.perf_counter()
+        for _ in range(4):
+            torch.mm(a, b, out=out)
+        best = min(best, (time.perf_counter() - t0) / 4)
+    return 2 * n**3 / best
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Sampling with and without the KV cache.
+# ---------------------------------------------------------------------------------------------
+
+
+def _no_eos_model(model_cfg, eos_id: int):
+    """A ``GPT`` whose ``<eos>`` logit is −inf, so every row generates the full length."""
+    from refimpl.model import GPT
+
+    class NoEosGPT(GPT):
+        def forward(self, *args, **kwargs):  # noqa: ANN002, ANN003
+            out = super().forward(*args, **kwargs)
+            logits = out if isinstance(out, torch.Tensor) else out.logits
+            logits[..., eos_id] = float("-inf")
+            return out
+
+    return NoEosGPT(model_cfg).eval()
+
+
+def bench_sampling(cfg: SpeedConfig, model_size: dict[str, int]) -> list[dict[str, Any]]:
+    from refimpl.evaluate import encode_prompts
+    from refimpl.model import GPTConfig
+    from refimpl.sampling import sample_groups
+    from toy_envs import TOKENIZER, get_task
+
+    problems = get_task("chain").sample(16, np.random.default_rng([0, 0]))
+    prompts = encode_prompts(problems)
+    longest = max(len(p) for p in prompts)
+    rows = []
+    for length in cfg.lengths:
+        torch.manual_seed(0)
+        model = _no_eos_model(
+            GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=longest + length, **model_size),
+            TOKENIZER.eos_id,
+        )
+
+        def run(use_cache: bool, _m=model, _n=length):
+            gen = torch.Generator().manual_seed(0)
+            return sample_groups(
+                _m,
+                prompts,
+                group_size=8,
+                max_new_tokens=_n,
+                eos_id=TOKENIZER.eos_id,
+                pad_id=TOKENIZER.pad_id,
+                generator=gen,
+                use_cache=use_cache,
+            )
+
+        tokens = int(run(True).response_mask.sum())
+        assert tokens == 16 * 8 * length, "every row should generate the full length"
+        times = _interleaved(
+            {"cached": lambda: run(True), "uncached": lambda: run(False)}, cfg.repeats
+        )
+        rows.append(
+            {
+                "response_length": length,
+                "rows": 128,
+                "tokens": tokens,
+                "cached_s": statistics.median(times["cached"]),
+                "uncached_s": statistics.median(times["uncached"]),
+                "cached_tok_s": tokens / statistics.median(times["cached"]),
+                "uncached_tok_s": tokens / statistics.median(times["uncached"]),
+                "speedup": _median_ratio(times["uncached"], times["cached"]),
+            }
+        )
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. One RL step, broken down, and its FLOPs.
+# ---------------------------------------------------------------------------------------------
+
+
+def _train_config(cfg: SpeedConfig, **changes):
+    from refimpl.train import TrainConfig
+    from refimpl.warmstart import ModelConfig, WarmstartConfig
+
+    ws = WarmstartConfig(runs_dir=cfg.runs_dir, progress=False, threads=cfg.threads)
+    if cfg.quick:
+        ws = dataclasses.replace(
+            ws,
+            steps=100,
+            batch_size=32,
+            eval_problems=20,
+            model=ModelConfig(n_layer=1, n_embd=32, n_head=2),
+        )
+    base = TrainConfig(
+        lr=5e-5,
+        threads=cfg.threads,
+        progress=False,
+        plot=False,
+        runs_dir=cfg.out / "runs",
+        overwrite=True,
+        warmstart=ws,
+        eval_problems=20 if cfg.quick else 200,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def bench_step(cfg: SpeedConfig, peak: float) -> dict[str, Any]:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from refimpl.train import Trainer
+
+    trainer = Trainer(_train_config(cfg, algo="grpo"))
+    trainer.train_step()  # warm-up
+    trainer.step += 1
+    records = []
+    for _ in range(cfg.rl_steps):
+        records.append(trainer.train_step())
+        trainer.step += 1
+    counter = FlopCounterMode(display=False)
+    with counter:
+        trainer.train_step()
+    flops = counter.get_total_flops()
+    med = {
+        k: statistics.median(r[k] for r in records)
+        for k in ("time_sample", "time_score", "time_adv", "time_loss", "time_step")
+    }
+    med["time_other"] = max(
+        0.0,
+        med["time_step"]
+        - med["time_sample"]
+        - med["time_score"]
+        - med["time_adv"]
+        - med["time_loss"],
+    )
+    tokens = statistics.median(r["sampled_rows"] * r["length_mean"] for r in records)
+    return {
+        **med,
+        "params": trainer.model.num_params(),
+        "rows": trainer.cfg.prompts_per_step * trainer.cfg.group_size,
+        "length_mean": statistics.median(r["length_mean"] for r in records),
+        "sampled_tokens_per_step": tokens,
+        "steps_per_s": 1.0 / med["time_step"],
+        "step_flops": flops,
+        "achieved_flops_per_s": flops / med["time_step"],
+        "peak_flops_per_s": peak,
+        "fraction_of_peak": flops / med["time_step"] / peak,
+        "budget": trainer.budget,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# 3–4. Advantages + loss of every algorithm; vectorised vs reference loops.
+# ---------------------------------------------------------------------------------------------
+
+
+def synthetic_batch(B: int, T: int, group_size: int = 8, seed: int = 0) -> RolloutBatch:
+    """A rollout batch with random lengths, binary rewards, log-probs and entropies."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, T + 1, (B,), generator=gen)
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).float()
+    logp_old = -torch.rand(B, T, generator=gen) * 3 * mask
+    return RolloutBatch(
+        response_ids=torch.randint(0, 18, (B, T), generator=gen),
+        response_mask=mask,
+        rewards=(torch.rand(B, generator=gen) < 0.4).float(),
+        logp_old=logp_old,
+        entropy_old=torch.rand(B, T, generator=gen) * 2 * mask,
+        group_size=group_size,
+        logp_ref=(logp_old - 0.1 * torch.rand(B, T, generator=gen)) * mask,
+    )
+
+
+def _algo_config(name: str, T: int):
+    module = algorithms.get(name)
+    acfg = module.Config()
+    if getattr(acfg, "max_len", "absent") is None:
+        acfg = dataclasses.replace(acfg, max_len=T)
+    return module, acfg
+
+
+def _adv_loss_fn(name: str, batch: RolloutBatch, calls: int = 1) -> Callable[[], None]:
+    module, acfg = _algo_config(name, batch.response_ids.shape[1])
+    noise = 0.05 * torch.randn(batch.logp_old.shape, generator=torch.Generator().manual_seed(1))
+    base = (batch.logp_old + noise * batch.response_mask).clamp(max=0.0)
+    entropy = batch.entropy_old
+
+    def fn() -> None:
+        for _ in range(calls):  # sub-millisecond calls: time several per sample
+            logp = base.clone().requires_grad_(True)
+            adv = module.advantages(batch, acfg)
+            loss, _ = module.loss(batch, logp, adv, acfg, entropy=entropy)
+            loss.backward()
+
+    return fn
+
+
+def bench_algorithms(cfg: SpeedConfig, B: int, T: int, step_time: float) -> list[dict[str, Any]]:
+    batch = synthetic_batch(B, T)
+    calls = max(1, 20_000 // (B * T))  # about 20k token positions per timed sample
+    fns = {name: _adv_loss_fn(name, batch, calls) for name in algorithms.NAMES}
+    times = _interleaved(fns, 3 * cfg.repeats)
+    times = {k: [t / calls for t in v] for k, v in times.items()}
+    rows = []
+    for name in algorithms.NAMES:
+        t = statistics.median(times[name])
+        extra = t - statistics.median(times["grpo"])
+        rows.append(
+            {
+                "algo": name,
+                "adv_loss_s": t,
+                "vs_grpo": _median_ratio(times[name], times["grpo"]),
+                "extra_vs_grpo_s": extra,
+                "extra_frac_of_step": extra / step_time,
+                "total_frac_of_step": t / step_time,
+            }
+        )
+    return rows
+
+
+def bench_reference(cfg: SpeedConfig, B: int, T: int) -> list[dict[str, Any]]:
+    batch = synthetic_batch(B, T)
+    rows = []
+    for name in algorithms.NAMES:
+        module, acfg = _algo_config(name, T)
+        vec = _median_time(lambda m=module, c=acfg: m.advantages(batch, c), cfg.repeats)
+        t0 = time.perf_counter()
+        module.reference_advantages(batch, acfg)  # loops: one timing (seconds each)
+        ref = time.perf_counter() - t0
+        rows.append({"algo": name, "vectorised_s": vec, "reference_s": ref, "speedup": ref / vec})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Our trainer vs TRL's GRPOTrainer.
+# ---------------------------------------------------------------------------------------------
+
+
+def bench_trl(cfg: SpeedConfig) -> dict[str, Any]:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    import tempfile
+
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from refimpl.scaleup.hf import char_tokenizer, to_hf_gpt2
+    from refimpl.train import HELD_OUT_SEED, Trainer
+    from toy_envs import TOKENIZER
+
+    ours = Trainer(_train_config(cfg, algo="grpo", algo_args=("kl_coef=0",)))
+    task, budget = ours.task, ours.budget
+    N, G = ours.cfg.prompts_per_step, ours.cfg.group_size
+    steps = cfg.trl_steps + 1
+    problems = task.sample(N * steps, np.random.default_rng([HELD_OUT_SEED + 1, 0]))
+    dataset = Dataset.from_list([{"prompt": p.prompt, "index": i} for i, p in enumerate(problems)])
+
+    def reward(completions: list[str], index: list[int], **_: object) -> list[float]:
+        return [float(r) for r in task.score([problems[i] for i in index], completions)]
+
+    tokenizer = char_tokenizer(TOKENIZER)
+    twin = to_hf_gpt2(ours.model).train()
+    twin.generation_config.eos_token_id = tokenizer.eos_token_id
+    twin.generation_config.pad_token_id = tokenizer.pad_token_id
+    twin.generation_config.bos_token_id = tokenizer.bos_token_id
+
+    class Timer(TrainerCallback):
+        def __init__(self) -> None:
+            self.times: list[float] = []
+
+        def on_step_begin(self, *_args, **_kwargs):  # noqa: ANN002, ANN003
+            self._t0 = time.perf_counter()
+
+        def on_step_end(self, *_args, **_kwargs):  # noqa: ANN002, ANN003
+            self.times.append(time.perf_counter() - self._t0)
+
+    timer = Timer()
+    with tempfile.TemporaryDirectory() as tmp:
+        args = GRPOConfig(
+            output_dir=tmp,
+            per_device_train_batch_size=N * G,
+            num_generations=G,
+            gradient_accumulation_steps=1,
+            steps_per_generation=1,
+            num_iterations=1,
+            max_completion_length=budget,
+            max_steps=steps,
+            learning_rate=ours.cfg.lr,
+            max_grad_norm=ours.cfg.grad_clip,
+            temperature=ours.cfg.temperature,
+            top_k=0,
+            loss_type="grpo",
+            epsilon=0.2,
+            beta=0.0,
+            scale_rewards="group",
+            logging_steps=10_000,
+            report_to=[],
+            use_cpu=True,
+            save_strategy="no",
+            seed=0,
+            bf16=False,
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+            shuffle_dataset=False,
+            adam_beta1=0.9,
+            adam_beta2=0.999,
+            weight_decay=0.0,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+        )
+        peer = GRPOTrainer(
+            model=twin,
+            reward_funcs=reward,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
+        torch.set_num_threads(cfg.threads)
+        # Interleave: one of our steps, one of TRL's, ... so load hits both alike. TRL's
+        # train() owns its loop, so ours run from its step callback.
+        our_times: list[float] = []
+
+        class Interleave(TrainerCallback):
+            def on_step_begin(self, *_args, **_kwargs):  # noqa: ANN002, ANN003
+                t0 = time.perf_counter()
+                ours.train_step()
+                ours.step += 1
+                our_times.append(time.perf_counter() - t0)
+                timer._t0 = time.perf_counter()
+
+        peer.add_callback(Interleave())
+        peer.train()
+    ours_med = statistics.median(our_times[1:])
+    trl_med = statistics.median(timer.times[1:])
+    return {
+        "ours_step_s": ours_med,
+        "trl_step_s": trl_med,
+        "speedup": _median_ratio(timer.times[1:], our_times[1:]),
+        "ours_steps_per_s": 1 / ours_med,
+        "trl_steps_per_s": 1 / trl_med,
+        "steps": len(timer.times) - 1,
+        "rows": N * G,
+        "group_size": G,
+        "max_new_tokens": budget,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The report.
+# ---------------------------------------------------------------------------------------------
+
+
+def run_speed(cfg: SpeedConfig) -> tuple[dict[str, Any], Path]:
+    """Run every measurement; write ``results.json`` and ``report.md`` under ``cfg.out``."""
+    torch.set_num_threads(cfg.threads)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    info = machine_info()
+    model_size = (
+        dict(n_layer=1, n_embd=32, n_head=2) if cfg.quick else dict(n_layer=2, n_embd=128, n_head=4)
+    )
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "machine": info,
+        "config": {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()
+        },
+    }
+    results["matmul_peak_flops_per_s"] = peak = matmul_peak(cfg.repeats)
+    results["sampling"] = bench_sampling(cfg, model_size)
+    results["step"] = step = bench_step(cfg, peak)
+    results["algorithms"] = bench_algorithms(cfg, step["rows"], step["budget"], step["time_step"])
+    results["reference"] = bench_reference(cfg, *cfg.big_batch)
+    results["big_batch_algorithms"] = bench_algorithms(
+        cfg, *cfg.big_batch, step_time=step["time_step"]
+    )
+    if cfg.trl:
+        results["trl"] = bench_trl(cfg)
+    results["machine_after"] = machine_info()
+    results["wall_s"] = time.perf_counter() - started
+    (cfg.out / "results.json").write_text(json.dumps(results, indent=2))
+    report = cfg.out / "report.md"
+    report.write_text(format_speed(results))
+    return results, report
+
+
+def _ok(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def format_speed(r: dict[str, Any]) -> str:
+    cfg = r["config"]
+    lines = [
+        f"Machine: {format_machine(r['machine'])}; load average after: "
+        f"{', '.join(str(x) for x in r['machine_after']['load_1_5_15'])}. "
+        f"{cfg['threads']} torch thread(s), medians over {cfg['repeats']} repeats, "
+        f"wall time {r['wall_s']:.0f} s.",
+        "",
+    ]
+    lines += [
+        "**Sampling** (16 prompts × G = 8 = 128 rows, every row generates the full length):",
+        "",
+    ]
+    rows = [
+        [
+            s["response_length"],
+            f"{s['cached_tok_s']:,.0f}",
+            f"{s['uncached_tok_s']:,.0f}",
+            f"{s['speedup']:.1f}×",
+            _ok(s["speedup"] >= TARGETS["kv_cache_speedup"]),
+        ]
+        for s in r["sampling"]
+    ]
+    lines += [
+        markdown_table(
+            ["response length", "KV cache tok/s", "no cache tok/s", "speed-up", "target ≥ 3×"], rows
+        ),
+        "",
+    ]
+    s = r["step"]
+    lines += [
+        f"**One RL step** (chain, GRPO, {s['rows']} rows, mean completion "
+        f"{s['length_mean']:.1f} tokens, {s['params']:,} parameters): "
+        f"{s['time_step'] * 1e3:.0f} ms = {s['steps_per_s']:.2f} steps/s.",
+        "",
+    ]
+    parts = [
+        ("sample", "time_sample"),
+        ("score (verifier)", "time_score"),
+        ("advantages (+ reference log-probs)", "time_adv"),
+        ("loss forward + backward + optimizer", "time_loss"),
+        ("other", "time_other"),
+    ]
+    lines += [
+        markdown_table(
+            ["part", "ms", "share"],
+            [[p, f"{s[k] * 1e3:.1f}", f"{s[k] / s['time_step']:.0%}"] for p, k in parts],
+        ),
+        "",
+    ]
+    lines += [
+        f"Model FLOPs of one step (every forward and backward, matmuls): "
+        f"{s['step_flops'] / 1e9:.2f} GFLOP → {s['achieved_flops_per_s'] / 1e9:.2f} "
+        f"GFLOP/s achieved vs a measured fp32 matmul peak of "
+        f"{s['peak_flops_per_s'] / 1e9:.1f} GFLOP/s (1024², same threads): "
+        f"**{s['fraction_of_peak']:.1%} of peak**.",
+        "",
+    ]
+    lines += [
+        "**Advantages + loss + backward to log-probs, per algorithm** (trainer's shape "
+        f"B = {s['rows']}, T = {s['budget']}; and B × T = {cfg['big_batch'][0]} × "
+        f"{cfg['big_batch'][1]}):",
+        "",
+    ]
+    big = {b["algo"]: b for b in r["big_batch_algorithms"]}
+    rows = [
+        [
+            a["algo"],
+            f"{a['adv_loss_s'] * 1e3:.2f}",
+            f"{a['vs_grpo']:.2f}×",
+            f"{a['extra_frac_of_step']:+.1%}",
+            _ok(a["extra_frac_of_step"] <= TARGETS["algo_overhead_frac"]),
+            f"{big[a['algo']]['adv_loss_s'] * 1e3:.1f}",
+            f"{big[a['algo']]['vs_grpo']:.2f}×",
+        ]
+        for a in r["algorithms"]
+    ]
+    lines += [
+        markdown_table(
+            [
+                "algorithm",
+                "ms (step shape)",
+                "vs GRPO",
+                "extra vs GRPO, share of a step",
+                "target ≤ 5 %",
+                f"ms ({cfg['big_batch'][0]}×{cfg['big_batch'][1]})",
+                "vs GRPO",
+            ],
+            rows,
+        ),
+        "",
+    ]
+    lines += [
+        f"**Vectorised vs reference loops** (`advantages` vs `reference_advantages`, "
+        f"B = {cfg['big_batch'][0]}, T = {cfg['big_batch'][1]}):",
+        "",
+    ]
+    rows = [
+        [
+            a["algo"],
+            f"{a['vectorised_s'] * 1e3:.2f}",
+            f"{a['reference_s'] * 1e3:,.0f}",
+            f"{a['speedup']:,.0f}×",
+        ]
+        for a in r["reference"]
+    ]
+    lines += [
+        markdown_table(["algorithm", "vectorised ms", "reference loops ms", "speed-up"], rows),
+        "",
+    ]
+    if "trl" in r:
+        t = r["trl"]
+        lines += [
+            f"**Our trainer vs TRL `GRPOTrainer`** (same GPT-2 weights, {t['rows']} "
+            f"completions = {t['rows'] // t['group_size']} prompts × G = "
+            f"{t['group_size']}, ≤ {t['max_new_tokens']} new tokens, GRPO loss with "
+            f"β = 0 on both sides, {t['steps']} interleaved steps each):",
+            "",
+        ]
+        lines += [
+            markdown_table(
+                ["trainer", "s/step", "steps/s", "ratio", "target ≥ 3×"],
+                [
+                    [
+                        "refimpl Trainer",
+                        f"{t['ours_step_s']:.3f}",
+                        f"{t['ours_steps_per_s']:.2f}",
+                        f"{t['speedup']:.1f}× faster",
+                        _ok(t["speedup"] >= TARGETS["trl_speedup"]),
+                    ],
+                    [
+                        "TRL GRPOTrainer",
+                        f"{t['trl_step_s']:.3f}",
+                        f"{t['trl_steps_per_s']:.2f}",
+                        "1×",
+                        "",
+                    ],
+                ],
+            ),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def main(cfg: SpeedConfig) -> Path:
+    _results, report = run_speed(cfg)
+    print(report.read_text())
+    print(f"report: {report}")
+    return report

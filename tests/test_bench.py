@@ -1,0 +1,148 @@
+"""Benchmarks: the quick sizes produce their reports, the metrics mean what the docs say, and
+the sampled-token budget stops a run."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from refimpl.bench import learning, speed
+from refimpl.bench.learning import LearningConfig, aggregate, run_metrics
+from refimpl.bench.speed import SpeedConfig
+from refimpl.cli import main as cli_main
+
+
+def _records(tokens, success, entropy):
+    """Step-0 evaluation, then one training record per step with an evaluation each."""
+    recs = [{"step": 0, "sampled_tokens": 0, "heldout_greedy": success[0]}]
+    for i, (t, s, h) in enumerate(zip(tokens[1:], success[1:], entropy), start=1):
+        recs.append({"step": i, "sampled_tokens": t, "heldout_greedy": s, "entropy_mean": h})
+    return recs
+
+
+def test_run_metrics_target_auc_and_collapse():
+    """Target reached when the trailing mean of three evaluations first gets there; AUC is the
+    mean success over the budget; collapse is end entropy < ratio × start."""
+    tokens = [0, 100, 200, 300, 400]
+    success = [0.4, 0.4, 0.5, 0.6, 0.6]
+    m = run_metrics(
+        _records(tokens, success, [1.0, 1.0, 0.9, 0.9]), budget=400, target=0.5, collapse_ratio=0.5
+    )
+    # trailing means: 0.4, 0.4, 0.433, 0.5, 0.567 → first ≥ 0.5 at the 4th evaluation
+    assert m["tokens_to_target"] == 300 and m["steps_to_target"] == 3
+    assert m["final"] == pytest.approx((0.5 + 0.6 + 0.6) / 3)
+    expected_auc = np.trapezoid(success, tokens) / 400
+    assert m["auc"] == pytest.approx(expected_auc)
+    assert not m["collapsed"]
+
+    entropy = [1.0] * 5 + [0.2] * 45  # 50 steps: start = first 5, end = last 5
+    tokens = [10 * i for i in range(51)]
+    m = run_metrics(
+        _records(tokens, [0.4] * 51, entropy), budget=500, target=0.5, collapse_ratio=0.5
+    )
+    assert math.isinf(m["tokens_to_target"])
+    assert m["auc"] == pytest.approx(0.4)
+    assert m["entropy_start"] == pytest.approx(1.0) and m["entropy_end"] == pytest.approx(0.2)
+    assert m["collapsed"]
+
+
+def test_aggregate_counts_not_reached_as_infinite():
+    runs = [
+        {
+            "tokens_to_target": v,
+            "steps_to_target": v,
+            "final": 0.5,
+            "auc": 0.4,
+            "entropy_start": 1.0,
+            "entropy_end": 0.4,
+            "entropy_ratio": 0.4,
+            "steps": 10,
+            "sampled_tokens": 100,
+            "kept_group_frac": 1.0,
+            "time_s": 1.0,
+            "collapsed": True,
+        }
+        for v in (100.0, math.inf, math.inf)
+    ]
+    agg = aggregate(runs)
+    assert math.isinf(agg["tokens_to_target"]["median"])  # 2 of 3 never reached it
+    assert agg["tokens_to_target"]["reached"] == 1
+    assert agg["collapsed"] == 3
+
+
+def test_bad_flags_fail_with_the_flag_name():
+    with pytest.raises(ValueError, match="--seeds"):
+        LearningConfig(seeds="a,b").seed_list()
+    with pytest.raises(ValueError, match="--tasks"):
+        LearningConfig(tasks="nope").task_list()
+    with pytest.raises(ValueError, match="--budget-steps"):
+        LearningConfig(budget_steps=0)
+    with pytest.raises(ValueError, match="--repeats"):
+        SpeedConfig(repeats=0)
+
+
+def test_synthetic_batch_is_valid_and_every_algorithm_times():
+    batch = speed.synthetic_batch(32, 16)
+    batch.validate()
+    rows = speed.bench_algorithms(SpeedConfig(repeats=1), 32, 16, step_time=1.0)
+    assert [r["algo"] for r in rows][0] == "grpo" and rows[0]["vs_grpo"] == pytest.approx(1.0)
+    assert all(r["adv_loss_s"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_quick_learning_benchmark_writes_its_report(tmp_path):
+    """``refimpl bench-learning --quick``: every algorithm and ablation on both tasks, with a
+    token budget that stops each run, a report with the tables, verdicts and figures."""
+    out = tmp_path / "learning"
+    rc = cli_main(
+        [
+            "bench-learning",
+            "--quick",
+            "--out",
+            str(out),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--workers",
+            "1",
+        ]
+    )
+    assert rc == 0
+    text = (out / "report.md").read_text()
+    for name in (
+        "### chain",
+        "### countdown",
+        "### Verdicts",
+        "tepo kl_mask=False",
+        "gtpo alpha_2=0.3",
+        "gtpo stats=subgroup",
+        "TEPO converges",
+    ):
+        assert name in text
+    assert (out / "figures" / "bench_learning_chain.png").exists()
+    assert (out / "figures" / "bench_ablation_countdown.png").exists()
+    cfg = LearningConfig(quick=True, out=out, runs_dir=tmp_path / "runs")
+    runs, budgets = learning.plan(cfg)
+    for r in runs:  # every run stopped at its budget, not at its (much larger) step limit
+        assert learning.finished(r)
+        last = learning._records(r.train.run_dir)[-1]
+        assert last["step"] < r.train.steps
+
+
+@pytest.mark.slow
+def test_quick_speed_benchmark_writes_its_report(tmp_path):
+    out = tmp_path / "speed"
+    rc = cli_main(
+        ["bench-speed", "--quick", "--out", str(out), "--runs-dir", str(tmp_path / "runs")]
+    )
+    assert rc == 0
+    text = (out / "report.md").read_text()
+    for name in (
+        "KV cache",
+        "One RL step",
+        "of peak",
+        "Vectorised vs reference",
+        "TRL `GRPOTrainer`",
+    ):
+        assert name in text
