@@ -27,6 +27,7 @@ import dataclasses
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -252,6 +253,13 @@ class Trainer:
     def __init__(self, cfg: TrainConfig):
         self.cfg = cfg
         self.algo, self.task, self.budget, self.acfg = resolve(cfg)
+        if (getattr(self.acfg, "kl_mask", False) and self.acfg.kl_coef > 0
+                and cfg.ppo_epochs * cfg.minibatches == 1):
+            warnings.warn(
+                "TEPO's KL mask compares the current entropy with the rollout's; with one "
+                "update per rollout (--ppo-epochs 1 --minibatches 1) the policy never moves "
+                "before the comparison, so the mask stays empty and the KL term is inactive. "
+                "Use --minibatches or --ppo-epochs > 1 to exercise it.", stacklevel=2)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.device = torch.device(cfg.device)
@@ -327,6 +335,7 @@ class Trainer:
         kept_rewards: list[torch.Tensor] = []
         kept, seen, rounds, sampled_rows = 0, 0, 0, 0
         first_rewards = None
+        entropies: list[torch.Tensor] = []  # every sampled token, kept or filtered out
         t_sample = t_score = 0.0
         dynamic = getattr(self.acfg, "dynamic_sampling", False)
         while True:
@@ -339,6 +348,7 @@ class Trainer:
             t_sample += t1 - t0
             t_score += time.perf_counter() - t1
             self.sampled_tokens += int(samples.response_mask.sum())
+            entropies.append(samples.entropy_old[samples.response_mask.bool()].float())
             sampled_rows += rewards.numel()
             first_rewards = rewards if first_rewards is None else first_rewards
             seen += N
@@ -361,7 +371,8 @@ class Trainer:
                 "kept_group_frac": kept / seen, "groups_trained": kept,
                 "sampled_rows": sampled_rows,
                 "reward_mean_all": float(first_rewards.mean()),
-                "success_rate_all": float((first_rewards >= 0.5).float().mean())}
+                "success_rate_all": float((first_rewards >= 0.5).float().mean()),
+                **entropy_stats(torch.cat(entropies), "entropy")}
         if kept == 0:
             return None, None, info  # type: ignore[return-value]
         return concat_samples(kept_samples), torch.cat(kept_rewards), info
@@ -439,14 +450,13 @@ class Trainer:
         t_loss = time.perf_counter() - t0 - t_adv
 
         mask = batch.response_mask.bool()
-        entropies = samples.entropy_old[samples.response_mask.bool()].float()
-        q = (torch.quantile(entropies, torch.tensor([0.1, 0.5, 0.9], device=entropies.device))
-             if entropies.numel() else torch.zeros(3))
         metrics.update({
             "reward_mean": float(rewards.mean()),
             "success_rate": float((outcome >= 0.5).float().mean()),
-            "entropy_mean": float(entropies.mean()) if entropies.numel() else 0.0,
-            "entropy_p10": float(q[0]), "entropy_p50": float(q[1]), "entropy_p90": float(q[2]),
+            # entropy_* (from rollout) covers every sampled completion: the policy's entropy,
+            # comparable across algorithms. The trained groups alone (after dynamic sampling
+            # kept the informative ones) are biased towards uncertain prompts:
+            **entropy_stats(samples.entropy_old[samples.response_mask.bool()], "entropy_trained"),
             "length_mean": float(lengths.float().mean()),
             "truncated_frac": float(samples.truncated.float().mean()),
             "adv_token_mean": float(adv[mask].mean()) if mask.any() else 0.0,
@@ -555,6 +565,17 @@ class Trainer:
 def train(cfg: TrainConfig) -> Path:
     """Run one training run; return its directory."""
     return Trainer(cfg).run()
+
+
+def entropy_stats(entropies: torch.Tensor, prefix: str) -> dict[str, float]:
+    """Mean and 10/50/90th percentiles of a flat tensor of token entropies."""
+    h = entropies.detach().float().cpu()
+    if h.numel() == 0:
+        return {f"{prefix}_mean": 0.0, f"{prefix}_p10": 0.0, f"{prefix}_p50": 0.0,
+                f"{prefix}_p90": 0.0}
+    q = torch.quantile(h, torch.tensor([0.1, 0.5, 0.9]))
+    return {f"{prefix}_mean": float(h.mean()), f"{prefix}_p10": float(q[0]),
+            f"{prefix}_p50": float(q[1]), f"{prefix}_p90": float(q[2])}
 
 
 def _to(samples: Samples, device: torch.device) -> Samples:

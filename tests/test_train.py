@@ -202,3 +202,22 @@ def test_bfloat16_autocast_trains_with_float32_loss_math(runs):
     assert all(math.isfinite(r["reward_mean"]) for r in records[1:])
     with pytest.raises(ValueError, match="--dtype"):
         Trainer(tiny(runs, name="bad-dtype", dtype="float16"))
+
+
+@pytest.mark.slow
+def test_rl_improves_success_on_the_default_task(tmp_path):
+    """GRPO from the default warm start (2 layers, d = 128, chain with k = 3) raises success
+    within 120 steps at the demo's learning rate. Two measures, each far above its noise:
+    held-out *sampled* success on 400 fixed problems (standard error ≈ 0.025) rises by ≥ 0.04,
+    and training success over steps 91-120 beats steps 1-10 (480 vs 160 samples' worth of
+    prompts) by ≥ 0.04. Seeded, so the run is the same every time on a given machine."""
+    cfg = TrainConfig(algo="grpo", steps=120, lr=5e-5, eval_every=120, eval_problems=400,
+                      probe_every=0, checkpoint_every=120, runs_dir=tmp_path, name="learns",
+                      progress=False, plot=False,
+                      warmstart=WarmstartConfig(runs_dir=tmp_path, progress=False))
+    records = read(train(cfg))
+    start, end = records[0], records[-1]
+    assert end["heldout_sampled"] >= start["heldout_sampled"] + 0.04, (start, end)
+    early = [r["success_rate_all"] for r in records[1:11]]
+    late = [r["success_rate_all"] for r in records[91:121]]
+    assert sum(late) / len(late) >= sum(early) / len(early) + 0.04, (early, late)
