@@ -44,6 +44,12 @@ import numpy as np
 from refimpl import algorithms
 from refimpl.bench import format_machine, machine_info, markdown_table
 
+#: The entropy claim "holds" only when the end entropy is at least this much above DAPO's
+#: (mean of the paired ratios) and higher in every paired seed.
+ENTROPY_MARGIN = 0.05
+
+ABLATION_COLORS = ("#9467bd", "#e377c2", "#000000", "#ff9896", "#8c564b")
+
 #: Ablations: (label, algorithm, --algo-args).
 ABLATIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("gtpo alpha_2=0", "gtpo", ("alpha_1=1.0", "alpha_2=0.0")),
@@ -456,18 +462,18 @@ def verdicts(results: dict[str, Any]) -> list[str]:
                 a = summ[algo]
                 ent_pairs = _paired(res, algo, "dapo", "entropy_end")
                 higher = sum(x > y for x, y in ent_pairs)
+                rel = float(np.mean([x / y - 1 for x, y in ent_pairs])) if ent_pairs else 0.0
                 fin_pairs = _paired(res, algo, "dapo", "final")
                 diff = float(np.mean([x - y for x, y in fin_pairs])) if fin_pairs else math.nan
                 learns = a["final"]["mean"] > res["base"] + 0.02
-                keeps = (
-                    higher > len(ent_pairs) / 2
-                    and a["entropy_end"]["mean"] > d["entropy_end"]["mean"]
-                )
+                # "Higher": ≥ ENTROPY_MARGIN above DAPO on average and in every paired seed.
+                keeps = bool(ent_pairs) and higher == len(ent_pairs) and rel >= ENTROPY_MARGIN
                 verdict = "holds" if keeps and learns and diff >= -0.03 else "not supported"
                 out.append(
                     f"**{task} — {algo.upper().replace('_', '-')} keeps entropy higher than "
                     f"DAPO while learning: {verdict}.** End entropy {a['entropy_end']['mean']:.3f}"
-                    f" vs DAPO {d['entropy_end']['mean']:.3f} nats (higher in {higher}/"
+                    f" vs DAPO {d['entropy_end']['mean']:.3f} nats ({rel:+.1%} paired; higher in "
+                    f"{higher}/"
                     f"{len(ent_pairs)} paired seeds; end/start {a['entropy_ratio']['mean']:.2f} vs"
                     f" {d['entropy_ratio']['mean']:.2f}); final success "
                     f"{a['final']['mean']:.3f} vs {d['final']['mean']:.3f} (paired difference "
@@ -523,8 +529,9 @@ def plot_task(
         if not dirs:
             continue
         algo = label.split()[0]
-        color = ALGO_COLORS.get(algo) if " " not in label else None
-        ls = "-" if " " not in label else styles[i % len(styles)]
+        variant = " " in label  # an ablation: its own colour, dashed
+        color = ABLATION_COLORS[i % len(ABLATION_COLORS)] if variant else ALGO_COLORS.get(algo)
+        ls = styles[1 + i % 3] if variant else "-"
         for ax, (key, _t, window) in zip(axes, panels):
             curves = np.array([_curve_on_grid(d, key, grid, window) for d in dirs])
             if np.isnan(curves).all():
