@@ -43,7 +43,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check refimpl toy_envs tests
+	$(VENV)/bin/ruff format --check refimpl toy_envs tests scripts
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -23,8 +23,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 
-def save_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                    state: dict[str, Any]) -> None:
+def save_checkpoint(
+    path: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    state: dict[str, Any],
+) -> None:
     """Write ``model``, ``optimizer`` and ``state`` to the directory ``path``, atomically."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -69,8 +73,9 @@ def load_model_weights(path: Path, model: torch.nn.Module) -> None:
     model.load_state_dict(weights)
 
 
-def load_checkpoint(path: Path, model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:
+def load_checkpoint(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+) -> dict[str, Any]:
     """Restore ``model`` (and ``optimizer``) from ``path``; return the saved ``state``."""
     path = Path(path)
     load_model_weights(path, model)
@@ -88,5 +93,6 @@ def prepare_run_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
         elif not resume:
             raise FileExistsError(
                 f"run directory {run_dir} already exists: pass --resume to continue it, "
-                "--overwrite to start again, or choose another --name")
+                "--overwrite to start again, or choose another --name"
+            )
     run_dir.mkdir(parents=True, exist_ok=True)

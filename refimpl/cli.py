@@ -1,13 +1,13 @@
 """The ``refimpl`` command line (tyro: every dataclass field is a flag, with its docstring).
 
-    refimpl tasks                                  the tasks and their knobs
-    refimpl algos                                  the algorithms and their Config fields
-    refimpl warmstart [--task chain]               train (or reuse) the cached base model
-    refimpl train --algo gtpo --task chain         one RL run → runs/<task>-<algo>-s<seed>/
-    refimpl compare --algos grpo,dapo,gtpo,grpo_s,tepo --seeds 0,1
-    refimpl plot RUN_DIR [RUN_DIR ...]             redraw figures of finished runs
-    refimpl bench-learning [--quick]               learning benchmark (docs/benchmarks.md)
-    refimpl bench-speed [--quick]                  speed benchmark (docs/benchmarks.md)
+refimpl tasks                                  the tasks and their knobs
+refimpl algos                                  the algorithms and their Config fields
+refimpl warmstart [--task chain]               train (or reuse) the cached base model
+refimpl train --algo gtpo --task chain         one RL run → runs/<task>-<algo>-s<seed>/
+refimpl compare --algos grpo,dapo,gtpo,grpo_s,tepo --seeds 0,1
+refimpl plot RUN_DIR [RUN_DIR ...]             redraw figures of finished runs
+refimpl bench-learning [--quick]               learning benchmark (docs/benchmarks.md)
+refimpl bench-speed [--quick]                  speed benchmark (docs/benchmarks.md)
 """
 
 from __future__ import annotations
@@ -62,8 +62,10 @@ def _list_algos() -> None:
         module = algorithms.get(name)
         summary = (module.__doc__ or "").strip().splitlines()[0]
         print(f"{name:<8} {summary}")
-        fields = ", ".join(f"{f.name}={getattr(module.Config(), f.name)!r}"
-                           for f in dataclasses.fields(module.Config))
+        fields = ", ".join(
+            f"{f.name}={getattr(module.Config(), f.name)!r}"
+            for f in dataclasses.fields(module.Config)
+        )
         print(f"         {fields}")
 
 

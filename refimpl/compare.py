@@ -53,8 +53,9 @@ class CompareConfig:
         try:
             return [int(s) for s in self.seeds.split(",") if s.strip()]
         except ValueError:
-            raise ValueError(f"--seeds: expected comma-separated integers, got "
-                             f"{self.seeds!r}") from None
+            raise ValueError(
+                f"--seeds: expected comma-separated integers, got {self.seeds!r}"
+            ) from None
 
 
 def _worker(cfg: TrainConfig) -> str:
@@ -68,22 +69,30 @@ def compare(cfg: CompareConfig) -> tuple[list[Path], Path, str]:
     """Run every (algorithm, seed); return the run directories, the figure and the table."""
     algos, seeds = cfg.algo_list(), cfg.seed_list()
     root = Path(cfg.train.runs_dir) / cfg.name
-    runs = [dataclasses.replace(cfg.train, algo=a, seed=s, runs_dir=root, name=f"{a}-s{s}",
-                                progress=False)
-            for s in seeds for a in algos]
+    runs = [
+        dataclasses.replace(
+            cfg.train, algo=a, seed=s, runs_dir=root, name=f"{a}-s{s}", progress=False
+        )
+        for s in seeds
+        for a in algos
+    ]
     for r in runs:  # fail fast, before any training, on a bad flag or an existing run
         resolve(r)
         if r.run_dir.exists() and any(r.run_dir.iterdir()) and not (r.resume or r.overwrite):
-            raise FileExistsError(f"{r.run_dir} exists: pass --train.resume or "
-                                  f"--train.overwrite, or choose another --name")
-    train_warmstart(dataclasses.replace(cfg.train.warmstart, task=cfg.train.task,
-                                        task_args=cfg.train.task_args))
+            raise FileExistsError(
+                f"{r.run_dir} exists: pass --train.resume or "
+                f"--train.overwrite, or choose another --name"
+            )
+    train_warmstart(
+        dataclasses.replace(cfg.train.warmstart, task=cfg.train.task, task_args=cfg.train.task_args)
+    )
 
     workers = cfg.workers or min(4, os.cpu_count() or 1, len(runs))
     total = sum(r.steps for r in runs)
     start = time.perf_counter()
-    with tqdm(total=total, desc=f"compare {','.join(algos)}", unit="step",
-              dynamic_ncols=True) as bar:
+    with tqdm(
+        total=total, desc=f"compare {','.join(algos)}", unit="step", dynamic_ncols=True
+    ) as bar:
         if workers <= 1:
             for r in runs:
                 train(dataclasses.replace(r, progress=True))

@@ -88,7 +88,9 @@ def check_config(cfg: object) -> None:
             ok = isinstance(value, (int, float)) and math.isfinite(value) and rule(value)  # type: ignore[operator]
             require(ok, f"{cls}.{f.name}", f"{expectation}, got {value!r}")
         elif f.name == "loss_agg_mode":
-            require(value in AGG_MODES, f"{cls}.loss_agg_mode", f"one of {AGG_MODES}, got {value!r}")
+            require(
+                value in AGG_MODES, f"{cls}.loss_agg_mode", f"one of {AGG_MODES}, got {value!r}"
+            )
 
 
 def require_choice(value: object, argument: str, choices: tuple[str, ...]) -> None:
@@ -157,57 +159,94 @@ class RolloutBatch:
 
     def select_groups(self, keep: Tensor) -> RolloutBatch:
         """The sub-batch made of the groups where ``keep`` (bool ``[N]``) is true."""
-        require(keep.dtype == torch.bool and keep.shape == (self.num_groups,), "keep",
-                f"a bool tensor of shape [{self.num_groups}]")
+        require(
+            keep.dtype == torch.bool and keep.shape == (self.num_groups,),
+            "keep",
+            f"a bool tensor of shape [{self.num_groups}]",
+        )
         rows = keep.repeat_interleave(self.group_size)
-        changes = {f.name: getattr(self, f.name)[rows] for f in fields(self)
-                   if isinstance(getattr(self, f.name), Tensor)}
+        changes = {
+            f.name: getattr(self, f.name)[rows]
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), Tensor)
+        }
         return replace(self, **changes)
 
     # -- validation -----------------------------------------------------------------------
     def validate(self) -> None:
         """Check shapes, dtypes and value ranges; raise ``ValueError`` naming the field."""
         m = self.response_mask
-        require(isinstance(m, Tensor) and m.dim() == 2, "response_mask",
-                "a 2-D [B, T] tensor")
+        require(isinstance(m, Tensor) and m.dim() == 2, "response_mask", "a 2-D [B, T] tensor")
         B, T = m.shape
-        require(isinstance(self.group_size, int) and not isinstance(self.group_size, bool)
-                and self.group_size >= 2, "group_size",
-                f"an int ≥ 2 (a group needs at least two completions), got {self.group_size!r}")
-        require(B % self.group_size == 0, "group_size",
-                f"to divide the batch size B={B}, got group_size={self.group_size}")
+        require(
+            isinstance(self.group_size, int)
+            and not isinstance(self.group_size, bool)
+            and self.group_size >= 2,
+            "group_size",
+            f"an int ≥ 2 (a group needs at least two completions), got {self.group_size!r}",
+        )
+        require(
+            B % self.group_size == 0,
+            "group_size",
+            f"to divide the batch size B={B}, got group_size={self.group_size}",
+        )
         require(bool(((m == 0) | (m == 1)).all()), "response_mask", "values in {0, 1}")
-        require(isinstance(self.response_ids, Tensor)
-                and tuple(self.response_ids.shape) == (B, T)
-                and not self.response_ids.is_floating_point(), "response_ids",
-                f"an integer tensor of shape [{B}, {T}]")
-        require(isinstance(self.rewards, Tensor) and tuple(self.rewards.shape) == (B,),
-                "rewards", f"a tensor of shape [{B}]")
-        require(bool(torch.isfinite(self.rewards).all()), "rewards",
-                "finite values (no NaN or inf)")
+        require(
+            isinstance(self.response_ids, Tensor)
+            and tuple(self.response_ids.shape) == (B, T)
+            and not self.response_ids.is_floating_point(),
+            "response_ids",
+            f"an integer tensor of shape [{B}, {T}]",
+        )
+        require(
+            isinstance(self.rewards, Tensor) and tuple(self.rewards.shape) == (B,),
+            "rewards",
+            f"a tensor of shape [{B}]",
+        )
+        require(
+            bool(torch.isfinite(self.rewards).all()), "rewards", "finite values (no NaN or inf)"
+        )
         active = m.bool()
         _check_matrix(self.logp_old, "logp_old", (B, T))
-        require(bool(torch.isfinite(self.logp_old[active]).all()), "logp_old",
-                "finite log-probs on response tokens")
-        require(bool((self.logp_old[active] <= 1e-4).all()), "logp_old",
-                "log-probs ≤ 0 on response tokens")
+        require(
+            bool(torch.isfinite(self.logp_old[active]).all()),
+            "logp_old",
+            "finite log-probs on response tokens",
+        )
+        require(
+            bool((self.logp_old[active] <= 1e-4).all()),
+            "logp_old",
+            "log-probs ≤ 0 on response tokens",
+        )
         _check_matrix(self.entropy_old, "entropy_old", (B, T))
         h = self.entropy_old[active]
-        require(bool(torch.isfinite(h).all()) and bool((h >= 0).all()), "entropy_old",
-                "finite, non-negative entropies on response tokens")
-        require(not self.entropy_old.requires_grad, "entropy_old",
-                "a detached tensor (rollout entropies never carry gradient)")
+        require(
+            bool(torch.isfinite(h).all()) and bool((h >= 0).all()),
+            "entropy_old",
+            "finite, non-negative entropies on response tokens",
+        )
+        require(
+            not self.entropy_old.requires_grad,
+            "entropy_old",
+            "a detached tensor (rollout entropies never carry gradient)",
+        )
         if self.logp_ref is not None:
             _check_matrix(self.logp_ref, "logp_ref", (B, T))
-            require(bool(torch.isfinite(self.logp_ref[active]).all()), "logp_ref",
-                    "finite log-probs on response tokens")
+            require(
+                bool(torch.isfinite(self.logp_ref[active]).all()),
+                "logp_ref",
+                "finite log-probs on response tokens",
+            )
 
 
 def check_policy_tensor(x: Tensor, batch: RolloutBatch, name: str) -> None:
     """Validate a ``[B, T]`` tensor computed under the current policy (``logp``, ``entropy``)."""
     _check_matrix(x, name, tuple(batch.response_mask.shape))  # type: ignore[arg-type]
-    require(bool(torch.isfinite(x.detach()[batch.response_mask.bool()]).all()), name,
-            "finite values on response tokens")
+    require(
+        bool(torch.isfinite(x.detach()[batch.response_mask.bool()]).all()),
+        name,
+        "finite values on response tokens",
+    )
 
 
 def check_advantages(adv: Tensor, batch: RolloutBatch) -> None:
@@ -263,12 +302,13 @@ def group_mean_std(values: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
 def group_degenerate(values: Tensor, group_size: int) -> Tensor:
     """``[B]`` bool: the row's group has all-equal values (zero variance)."""
     v = group_view(values, group_size)
-    flat = (v.amax(dim=1) == v.amin(dim=1))
+    flat = v.amax(dim=1) == v.amin(dim=1)
     return flat.repeat_interleave(group_size)
 
 
-def group_normalize(rewards: Tensor, group_size: int, *, scale_by_std: bool = True,
-                    eps: float = EPS) -> Tensor:
+def group_normalize(
+    rewards: Tensor, group_size: int, *, scale_by_std: bool = True, eps: float = EPS
+) -> Tensor:
     """Group-relative advantage ``[B]``: ``(r − mean_G r) / (std_G r + eps)``.
 
     With ``scale_by_std=False`` it is ``r − mean_G r`` (Dr. GRPO, GPG). A group whose rewards
@@ -304,8 +344,9 @@ def sequence_log_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
     return masked_mean(logp.float() - logp_old.float(), mask, dim=1)
 
 
-def clipped_surrogate(ratio: Tensor, adv: Tensor, clip_eps_low: float,
-                      clip_eps_high: float) -> Tensor:
+def clipped_surrogate(
+    ratio: Tensor, adv: Tensor, clip_eps_low: float, clip_eps_high: float
+) -> Tensor:
     """``clipped(x, A) = min(x·A, clip(x, 1−ε_low, 1+ε_high)·A)``, elementwise.
 
     The loss is its negative. The gradient through ``x`` vanishes once the ratio leaves the
@@ -360,12 +401,18 @@ def aggregate(loss: Tensor, mask: Tensor, mode: str, *, max_len: int | None = No
         per_seq = masked_sum(loss, mask, dim=1) / lengths.clamp(min=1)
         return masked_sum(per_seq, nonempty) / n_seq
     if mode == "seq-mean-token-sum-norm":
-        require(max_len is not None and max_len > 0, "max_len",
-                "a positive constant L_max for seq-mean-token-sum-norm")
+        require(
+            max_len is not None and max_len > 0,
+            "max_len",
+            "a positive constant L_max for seq-mean-token-sum-norm",
+        )
         return masked_sum(loss, mask) / (n_seq * max_len)
     # "seq-mean": loss is already one value per sequence.
-    require(loss.dim() == 1 and loss.shape[0] == mask.shape[0], "loss",
-            f"a per-sequence [B] loss for seq-mean, got shape {list(loss.shape)}")
+    require(
+        loss.dim() == 1 and loss.shape[0] == mask.shape[0],
+        "loss",
+        f"a per-sequence [B] loss for seq-mean, got shape {list(loss.shape)}",
+    )
     return masked_sum(loss, nonempty) / n_seq
 
 
@@ -387,7 +434,9 @@ def overlong_cache_len(max_len: int, cache_frac: float) -> int:
     fraction (``overlong_cache_frac``) because ``L_max`` is the trainer's generation budget.
     """
     require(max_len > 0, "max_len", "a positive length budget L_max")
-    require(0.0 < cache_frac <= 1.0, "overlong_cache_frac", f"a fraction in (0, 1], got {cache_frac}")
+    require(
+        0.0 < cache_frac <= 1.0, "overlong_cache_frac", f"a fraction in (0, 1], got {cache_frac}"
+    )
     return max(1, min(max_len, round(cache_frac * max_len)))
 
 
@@ -404,8 +453,9 @@ def overlong_penalty(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:
     return torch.clamp(soft, min=-1.0, max=0.0)
 
 
-def ratio_metrics(ratio: Tensor, adv: Tensor, mask: Tensor, clip_eps_low: float,
-                  clip_eps_high: float) -> dict[str, float]:
+def ratio_metrics(
+    ratio: Tensor, adv: Tensor, mask: Tensor, clip_eps_low: float, clip_eps_high: float
+) -> dict[str, float]:
     """Clip fractions (tokens whose gradient the clip switched off, low and high side) and
     the mean ratio, over response tokens."""
     with torch.no_grad():

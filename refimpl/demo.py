@@ -50,15 +50,28 @@ class DemoConfig:
 def main(argv: list[str] | None = None) -> int:
     cfg = tyro.cli(DemoConfig, args=argv, description=__doc__)
     train = dataclasses.replace(
-        TrainConfig(), steps=cfg.steps, lr=cfg.lr, eval_every=cfg.eval_every,
-        runs_dir=cfg.runs_dir, overwrite=True)
+        TrainConfig(),
+        steps=cfg.steps,
+        lr=cfg.lr,
+        eval_every=cfg.eval_every,
+        runs_dir=cfg.runs_dir,
+        overwrite=True,
+    )
     train = dataclasses.replace(
-        train, warmstart=dataclasses.replace(train.warmstart, runs_dir=cfg.runs_dir))
+        train, warmstart=dataclasses.replace(train.warmstart, runs_dir=cfg.runs_dir)
+    )
     start = time.perf_counter()
     try:
-        _dirs, figure, table = compare(CompareConfig(
-            algos=cfg.algos, seeds=cfg.seeds, name=cfg.name, workers=cfg.workers,
-            target=cfg.target, train=train))
+        _dirs, figure, table = compare(
+            CompareConfig(
+                algos=cfg.algos,
+                seeds=cfg.seeds,
+                name=cfg.name,
+                workers=cfg.workers,
+                target=cfg.target,
+                train=train,
+            )
+        )
     except (ValueError, FileExistsError) as err:
         print(f"demo: error: {err}", file=sys.stderr)
         return 2

@@ -33,18 +33,32 @@ def score_samples(task, problems: Sequence, samples: Samples, group_size: int) -
 
 
 @torch.no_grad()
-def success_rate(model, task, problems: Sequence, *, greedy: bool, seed: int = 0,
-                 max_new_tokens: int | None = None, batch_size: int = 256) -> float:
+def success_rate(
+    model,
+    task,
+    problems: Sequence,
+    *,
+    greedy: bool,
+    seed: int = 0,
+    max_new_tokens: int | None = None,
+    batch_size: int = 256,
+) -> float:
     """Fraction of ``problems`` solved by one completion each (greedy, or sampled at T = 1)."""
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     budget = max_new_tokens or task.max_new_tokens
     solved = 0.0
     for start in range(0, len(problems), batch_size):
-        chunk = problems[start:start + batch_size]
+        chunk = problems[start : start + batch_size]
         samples = sample_groups(
-            model, encode_prompts(chunk), group_size=1, max_new_tokens=budget,
-            eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id,
-            top_k=1 if greedy else None, generator=generator)
+            model,
+            encode_prompts(chunk),
+            group_size=1,
+            max_new_tokens=budget,
+            eos_id=TOKENIZER.eos_id,
+            pad_id=TOKENIZER.pad_id,
+            top_k=1 if greedy else None,
+            generator=generator,
+        )
         solved += float((score_samples(task, chunk, samples, 1) >= 0.5).sum())
     return solved / max(len(problems), 1)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def parse_overrides(pairs: tuple[str, ...] | list[str], fields_: dict[str, Any],
-                    flag: str) -> dict[str, Any]:
+def parse_overrides(
+    pairs: tuple[str, ...] | list[str], fields_: dict[str, Any], flag: str
+) -> dict[str, Any]:
     """``("alpha_2=0.2", ...)`` → ``{"alpha_2": 0.2}``, typed like the defaults in ``fields_``."""
     out: dict[str, Any] = {}
     for pair in pairs:
@@ -20,8 +21,9 @@ def parse_overrides(pairs: tuple[str, ...] | list[str], fields_: dict[str, Any],
         key, raw = (s.strip() for s in pair.split("=", 1))
         key = key.replace("-", "_")
         if key not in fields_:
-            raise ValueError(f"{flag}: unknown field {key!r}; valid fields: "
-                             f"{', '.join(sorted(fields_))}")
+            raise ValueError(
+                f"{flag}: unknown field {key!r}; valid fields: {', '.join(sorted(fields_))}"
+            )
         default = fields_[key]
         try:
             if isinstance(default, bool):
@@ -39,7 +41,8 @@ def parse_overrides(pairs: tuple[str, ...] | list[str], fields_: dict[str, Any],
             else:
                 value = raw
         except ValueError:
-            raise ValueError(f"{flag}: {key}={raw!r} is not a valid "
-                             f"{type(default).__name__}") from None
+            raise ValueError(
+                f"{flag}: {key}={raw!r} is not a valid {type(default).__name__}"
+            ) from None
         out[key] = value
     return out

@@ -21,8 +21,14 @@ import numpy as np  # noqa: E402
 
 #: One colour per algorithm, the same in every figure of the project.
 ALGO_COLORS = {
-    "grpo": "#1f77b4", "dapo": "#ff7f0e", "dr_grpo": "#8c564b", "gspo": "#7f7f7f",
-    "gpg": "#bcbd22", "gtpo": "#2ca02c", "grpo_s": "#17becf", "tepo": "#d62728",
+    "grpo": "#1f77b4",
+    "dapo": "#ff7f0e",
+    "dr_grpo": "#8c564b",
+    "gspo": "#7f7f7f",
+    "gpg": "#bcbd22",
+    "gtpo": "#2ca02c",
+    "grpo_s": "#17becf",
+    "tepo": "#d62728",
 }
 
 
@@ -44,8 +50,12 @@ def run_info(run_dir: Path | str) -> dict[str, Any]:
     """Algorithm, task and seed of a run (from its ``config.json``)."""
     state = json.loads((Path(run_dir) / "config.json").read_text())
     tc = state["train_config"]
-    return {"algo": tc["algo"], "task": tc["task"], "seed": tc["seed"],
-            "algo_args": tc.get("algo_args", [])}
+    return {
+        "algo": tc["algo"],
+        "task": tc["task"],
+        "seed": tc["seed"],
+        "algo_args": tc.get("algo_args", []),
+    }
 
 
 def series(records: Sequence[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -90,8 +100,14 @@ def plot_run(run_dir: Path | str, out: Path | str | None = None) -> Path:
         steps, values = series(records, key)
         if window > 1 and values.size:
             ax.plot(steps, values, color=color, alpha=0.25, lw=0.8)
-        ax.plot(steps, smooth(values, window), color=color, lw=1.8,
-                marker="o" if window == 1 else None, ms=3)
+        ax.plot(
+            steps,
+            smooth(values, window),
+            color=color,
+            lw=1.8,
+            marker="o" if window == 1 else None,
+            ms=3,
+        )
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("RL step")
         ax.grid(alpha=0.3)
@@ -113,8 +129,9 @@ def group_runs(run_dirs: Iterable[Path | str]) -> dict[str, list[Path]]:
     return dict(groups)
 
 
-def mean_curve(run_dirs: Sequence[Path], key: str, window: int = 1
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def mean_curve(
+    run_dirs: Sequence[Path], key: str, window: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Mean, min and max over runs of a (smoothed) metric, on the steps all runs share."""
     curves = []
     for d in run_dirs:
@@ -127,8 +144,9 @@ def mean_curve(run_dirs: Sequence[Path], key: str, window: int = 1
     return np.asarray(common), stack.mean(0), stack.min(0), stack.max(0)
 
 
-def plot_compare(run_dirs: Sequence[Path | str], out: Path | str,
-                 panels: Sequence[tuple[str, str, int]] = PANELS) -> Path:
+def plot_compare(
+    run_dirs: Sequence[Path | str], out: Path | str, panels: Sequence[tuple[str, str, int]] = PANELS
+) -> Path:
     """Every algorithm's curves in one figure: mean over seeds, band = min..max over seeds."""
     groups = group_runs(run_dirs)
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
@@ -138,8 +156,15 @@ def plot_compare(run_dirs: Sequence[Path | str], out: Path | str,
             steps, mean, lo, hi = mean_curve(dirs, key, window)
             if steps.size == 0:
                 continue
-            ax.plot(steps, mean, color=color, lw=1.8, label=f"{label} (n={len(dirs)})",
-                    marker="o" if window == 1 else None, ms=3)
+            ax.plot(
+                steps,
+                mean,
+                color=color,
+                lw=1.8,
+                label=f"{label} (n={len(dirs)})",
+                marker="o" if window == 1 else None,
+                ms=3,
+            )
             if len(dirs) > 1:
                 ax.fill_between(steps, lo, hi, color=color, alpha=0.15)
     for ax, (key, title, _w) in zip(axes, panels):
@@ -147,16 +172,14 @@ def plot_compare(run_dirs: Sequence[Path | str], out: Path | str,
             base = [series(load_metrics(d), key)[1][:1] for d in map(Path, run_dirs)]
             base = [b[0] for b in base if b.size]
             if base:
-                ax.axhline(float(np.mean(base)), color="0.4", ls="--", lw=0.9,
-                           label="warm start")
+                ax.axhline(float(np.mean(base)), color="0.4", ls="--", lw=0.9, label="warm start")
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("RL step")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     heldout = [i for i, (k, _t, _w) in enumerate(panels) if k.startswith("heldout")]
     if heldout:
-        axes[heldout[0]].legend(handles=axes[heldout[0]].lines[-1:], fontsize=8,
-                                loc="lower right")
+        axes[heldout[0]].legend(handles=axes[heldout[0]].lines[-1:], fontsize=8, loc="lower right")
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -174,9 +197,14 @@ def entropy_heatmap(ax, run_dir: Path | str, probe_index: int = 0, max_len: int 
     width = max_len or max(len(r) for r in rows)
     grid = np.full((len(rows), width), np.nan)
     for i, r in enumerate(rows):
-        grid[i, :min(len(r), width)] = r[:width]
-    im = ax.imshow(grid, aspect="auto", origin="lower", cmap="magma",
-                   extent=(-0.5, width - 0.5, snaps[0]["step"], snaps[-1]["step"]))
+        grid[i, : min(len(r), width)] = r[:width]
+    im = ax.imshow(
+        grid,
+        aspect="auto",
+        origin="lower",
+        cmap="magma",
+        extent=(-0.5, width - 0.5, snaps[0]["step"], snaps[-1]["step"]),
+    )
     ax.set_xlabel("token position in the completion")
     ax.set_ylabel("RL step")
     return im
@@ -199,21 +227,32 @@ def summary_table(run_dirs: Sequence[Path | str], target: float) -> list[dict[st
             reached.append(int(hit[0]) if hit.size else None)
             _, ent = series(records, "entropy_mean")
             entropies.append(float(ent[-10:].mean()) if ent.size else float("nan"))
-        rows.append({"algo": label, "seeds": len(dirs), "start": float(np.mean(start)),
-                     "final": float(np.mean(finals)), "steps_to_target": reached,
-                     "entropy_end": float(np.mean(entropies))})
+        rows.append(
+            {
+                "algo": label,
+                "seeds": len(dirs),
+                "start": float(np.mean(start)),
+                "final": float(np.mean(finals)),
+                "steps_to_target": reached,
+                "entropy_end": float(np.mean(entropies)),
+            }
+        )
     return rows
 
 
 def format_table(rows: Sequence[dict[str, Any]], target: float) -> str:
     """A plain-text table of :func:`summary_table`."""
-    head = (f"{'algorithm':<28}{'seeds':>6}{'held-out start':>16}{'end':>8}"
-            f"{f'steps to {target:.2f}':>18}{'entropy end':>13}")
+    head = (
+        f"{'algorithm':<28}{'seeds':>6}{'held-out start':>16}{'end':>8}"
+        f"{f'steps to {target:.2f}':>18}{'entropy end':>13}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         reached = ",".join("-" if s is None else str(s) for s in r["steps_to_target"])
-        lines.append(f"{r['algo']:<28}{r['seeds']:>6}{r['start']:>16.3f}{r['final']:>8.3f}"
-                     f"{reached:>18}{r['entropy_end']:>13.3f}")
+        lines.append(
+            f"{r['algo']:<28}{r['seeds']:>6}{r['start']:>16.3f}{r['final']:>8.3f}"
+            f"{reached:>18}{r['entropy_end']:>13.3f}"
+        )
     return "\n".join(lines)
 
 
@@ -234,8 +273,15 @@ def find_runs(root: Path | str) -> dict[str, list[Path]]:
     return dict(sorted(groups.items(), key=lambda kv: (order.get(kv[0].split()[0], 99), kv[0])))
 
 
-def plot_metric(ax, groups: dict[str, Sequence[Path]], key: str, window: int = 1,
-                title: str | None = None, band: bool = True, **line_kwargs) -> None:
+def plot_metric(
+    ax,
+    groups: dict[str, Sequence[Path]],
+    key: str,
+    window: int = 1,
+    title: str | None = None,
+    band: bool = True,
+    **line_kwargs,
+) -> None:
     """One metric vs step for every algorithm of ``groups``: the mean over seeds, and a band
     from the lowest to the highest seed (when there are several). Missing metrics are skipped."""
     for label, dirs in groups.items():
@@ -243,8 +289,15 @@ def plot_metric(ax, groups: dict[str, Sequence[Path]], key: str, window: int = 1
         if steps.size == 0:
             continue
         color = ALGO_COLORS.get(label.split()[0])
-        ax.plot(steps, mean, color=color, lw=1.8, label=f"{label} (n={len(dirs)})",
-                **({"marker": "o", "ms": 3} if window == 1 else {}), **line_kwargs)
+        ax.plot(
+            steps,
+            mean,
+            color=color,
+            lw=1.8,
+            label=f"{label} (n={len(dirs)})",
+            **({"marker": "o", "ms": 3} if window == 1 else {}),
+            **line_kwargs,
+        )
         if band and len(dirs) > 1:
             ax.fill_between(steps, lo, hi, color=color, alpha=0.15, lw=0)
     ax.set_title(title or key, fontsize=10)
@@ -252,8 +305,9 @@ def plot_metric(ax, groups: dict[str, Sequence[Path]], key: str, window: int = 1
     ax.grid(alpha=0.3)
 
 
-def plot_entropy_percentiles(ax, dirs: Sequence[Path], color: str | None = None,
-                             window: int = 5, title: str | None = None) -> None:
+def plot_entropy_percentiles(
+    ax, dirs: Sequence[Path], color: str | None = None, window: int = 5, title: str | None = None
+) -> None:
     """The 10th, 50th and 90th percentile of the rollout token entropy vs step (mean over
     ``dirs``): a band from p10 to p90 and the median as a line (log scale: the low tail is
     where collapse shows)."""
@@ -264,8 +318,15 @@ def plot_entropy_percentiles(ax, dirs: Sequence[Path], color: str | None = None,
     if steps.size == 0:
         ax.set_title((title or "") + " (no data)", fontsize=10)
         return
-    ax.fill_between(steps, np.maximum(p10, 1e-6), out["entropy_p90"][1], color=color,
-                    alpha=0.2, lw=0, label="p10 … p90")
+    ax.fill_between(
+        steps,
+        np.maximum(p10, 1e-6),
+        out["entropy_p90"][1],
+        color=color,
+        alpha=0.2,
+        lw=0,
+        label="p10 … p90",
+    )
     ax.plot(steps, out["entropy_p50"][1], color=color, lw=1.8, label="median")
     ax.plot(*out["entropy_mean"], color=color, lw=1.0, ls="--", label="mean")
     ax.set_yscale("log")
@@ -274,8 +335,9 @@ def plot_entropy_percentiles(ax, dirs: Sequence[Path], color: str | None = None,
     ax.grid(alpha=0.3, which="both")
 
 
-def plot_success_vs_entropy(ax, groups: dict[str, Sequence[Path]],
-                            success_key: str = "heldout_greedy", window: int = 10) -> None:
+def plot_success_vs_entropy(
+    ax, groups: dict[str, Sequence[Path]], success_key: str = "heldout_greedy", window: int = 10
+) -> None:
     """Held-out success against the mean token entropy (trailing ``window`` steps), one
     trajectory per algorithm (mean over seeds) through the evaluation steps; a circle marks
     the start, a triangle the end."""
@@ -306,8 +368,9 @@ def plot_success_vs_entropy(ax, groups: dict[str, Sequence[Path]],
     ax.grid(alpha=0.3)
 
 
-def probe_entropy_grid(run_dirs: Sequence[Path | str], max_len: int | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
+def probe_entropy_grid(
+    run_dirs: Sequence[Path | str], max_len: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``(steps, grid)``: the per-token entropy of the probe completions, averaged over the
     probe prompts (and over ``run_dirs``, e.g. seeds) at each position; ``grid`` is
     ``[snapshots, positions]`` with NaN where no probe completion reaches the position."""
@@ -325,22 +388,34 @@ def probe_entropy_grid(run_dirs: Sequence[Path | str], max_len: int | None = Non
         for r in per_run:
             for p in r[step]:
                 h = np.asarray(p["entropy"][:width], dtype=float)
-                total[:h.size] += h
-                count[:h.size] += 1
+                total[: h.size] += h
+                count[: h.size] += 1
         grid[i] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
     return np.asarray(steps), grid
 
 
-def plot_probe_heatmap(ax, run_dirs: Sequence[Path | str], max_len: int | None = None,
-                       vmin: float = 1e-3, vmax: float = 2.0, title: str | None = None):
+def plot_probe_heatmap(
+    ax,
+    run_dirs: Sequence[Path | str],
+    max_len: int | None = None,
+    vmin: float = 1e-3,
+    vmax: float = 2.0,
+    title: str | None = None,
+):
     """Token entropy of the probe completions (x: position, y: RL step), averaged over the
     probe prompts and ``run_dirs``, on a log colour scale; returns the image for a colorbar."""
     from matplotlib.colors import LogNorm
 
     steps, grid = probe_entropy_grid(run_dirs, max_len)
-    im = ax.imshow(np.clip(grid, vmin, vmax), aspect="auto", origin="lower", cmap="magma",
-                   norm=LogNorm(vmin=vmin, vmax=vmax), interpolation="nearest",
-                   extent=(-0.5, grid.shape[1] - 0.5, -0.5, len(steps) - 0.5))
+    im = ax.imshow(
+        np.clip(grid, vmin, vmax),
+        aspect="auto",
+        origin="lower",
+        cmap="magma",
+        norm=LogNorm(vmin=vmin, vmax=vmax),
+        interpolation="nearest",
+        extent=(-0.5, grid.shape[1] - 0.5, -0.5, len(steps) - 0.5),
+    )
     ticks = np.linspace(0, len(steps) - 1, min(len(steps), 5)).round().astype(int)
     ax.set_yticks(ticks, [str(int(steps[t])) for t in ticks])
     ax.set_xlabel("token position")
@@ -355,12 +430,14 @@ def probe_entropies(run_dir: Path | str, snapshot: int = -1) -> np.ndarray:
     snaps = load_probes(run_dir)
     if not snaps:
         raise ValueError(f"run_dir: {run_dir} has no probes.jsonl snapshots")
-    return np.concatenate([np.asarray(p["entropy"], dtype=float)
-                           for p in snaps[snapshot]["probes"]])
+    return np.concatenate(
+        [np.asarray(p["entropy"], dtype=float) for p in snaps[snapshot]["probes"]]
+    )
 
 
-def plot_entropy_distribution(ax, groups: dict[str, Sequence[Path]], floor: float = 1e-4,
-                              bins: int = 30) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def plot_entropy_distribution(
+    ax, groups: dict[str, Sequence[Path]], floor: float = 1e-4, bins: int = 30
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Histogram (log-spaced bins) of the per-token entropy of the probe completions at the
     first snapshot (the base model, pooled over all runs, grey) and at the last snapshot of
     each algorithm (pooled over seeds). Returns ``{label: (start, end)}`` entropies."""
@@ -371,12 +448,24 @@ def plot_entropy_distribution(ax, groups: dict[str, Sequence[Path]], floor: floa
         end = np.concatenate([probe_entropies(d, -1) for d in dirs])
         starts.append(start)
         out[label] = (start, end)
-        ax.hist(np.clip(end, floor, None), bins=edges, histtype="step", lw=1.6,
-                color=ALGO_COLORS.get(label.split()[0]), label=f"{label}, end",
-                density=True)
+        ax.hist(
+            np.clip(end, floor, None),
+            bins=edges,
+            histtype="step",
+            lw=1.6,
+            color=ALGO_COLORS.get(label.split()[0]),
+            label=f"{label}, end",
+            density=True,
+        )
     if starts:
-        ax.hist(np.clip(np.concatenate(starts), floor, None), bins=edges, color="0.6",
-                alpha=0.5, label="start (base model)", density=True)
+        ax.hist(
+            np.clip(np.concatenate(starts), floor, None),
+            bins=edges,
+            color="0.6",
+            alpha=0.5,
+            label="start (base model)",
+            density=True,
+        )
     ax.set_xscale("log")
     ax.set_xlabel(f"per-token entropy (nats; values below {floor:g} drawn at {floor:g})")
     ax.set_ylabel("density")
@@ -384,8 +473,9 @@ def plot_entropy_distribution(ax, groups: dict[str, Sequence[Path]], floor: floa
     return out
 
 
-def entropy_success_table(groups: dict[str, Sequence[Path]], window: int = 10
-                          ) -> list[dict[str, Any]]:
+def entropy_success_table(
+    groups: dict[str, Sequence[Path]], window: int = 10
+) -> list[dict[str, Any]]:
     """Per algorithm and seed: mean token entropy over the first and the last ``window``
     training steps, the ratio end/start, and held-out greedy and sampled success at the
     first and the last evaluation."""
@@ -398,14 +488,19 @@ def entropy_success_table(groups: dict[str, Sequence[Path]], window: int = 10
             _, sampled = series(records, "heldout_sampled")
             start = float(ent[:window].mean()) if ent.size else float("nan")
             end = float(ent[-window:].mean()) if ent.size else float("nan")
-            rows.append({
-                "algo": label, "seed": run_info(d)["seed"], "entropy_start": start,
-                "entropy_end": end, "entropy_ratio": end / start if start > 0 else float("nan"),
-                "greedy_start": float(greedy[0]) if greedy.size else float("nan"),
-                "greedy_end": float(greedy[-1]) if greedy.size else float("nan"),
-                "sampled_start": float(sampled[0]) if sampled.size else float("nan"),
-                "sampled_end": float(sampled[-1]) if sampled.size else float("nan"),
-            })
+            rows.append(
+                {
+                    "algo": label,
+                    "seed": run_info(d)["seed"],
+                    "entropy_start": start,
+                    "entropy_end": end,
+                    "entropy_ratio": end / start if start > 0 else float("nan"),
+                    "greedy_start": float(greedy[0]) if greedy.size else float("nan"),
+                    "greedy_end": float(greedy[-1]) if greedy.size else float("nan"),
+                    "sampled_start": float(sampled[0]) if sampled.size else float("nan"),
+                    "sampled_end": float(sampled[-1]) if sampled.size else float("nan"),
+                }
+            )
     return rows
 
 
@@ -414,19 +509,32 @@ def format_rows(rows: Sequence[dict[str, Any]], floatfmt: str = ".3f") -> str:
     if not rows:
         return "(no rows)"
     keys = list(rows[0])
-    cells = [[format(r[k], floatfmt) if isinstance(r[k], float) else str(r[k]) for k in keys]
-             for r in rows]
+    cells = [
+        [format(r[k], floatfmt) if isinstance(r[k], float) else str(r[k]) for k in keys]
+        for r in rows
+    ]
     widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
-    lines = ["  ".join(k.rjust(w) for k, w in zip(keys, widths)),
-             "  ".join("-" * w for w in widths)]
+    lines = [
+        "  ".join(k.rjust(w) for k, w in zip(keys, widths)),
+        "  ".join("-" * w for w in widths),
+    ]
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
     return "\n".join(lines)
 
 
-def token_grid(ax, tokens: Sequence[Sequence[str]], values: np.ndarray, *,
-               cmap: str = "RdBu", vmin: float | None = None, vmax: float | None = None,
-               norm=None, row_labels: Sequence[str] | None = None, fontsize: float = 9,
-               fmt: str | None = None):
+def token_grid(
+    ax,
+    tokens: Sequence[Sequence[str]],
+    values: np.ndarray,
+    *,
+    cmap: str = "RdBu",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    norm=None,
+    row_labels: Sequence[str] | None = None,
+    fontsize: float = 9,
+    fmt: str | None = None,
+):
     """Draw completions as rows of cells, one per token, coloured by ``values`` (``[G, T]``,
     NaN or beyond a row's length: blank) with the token written in each cell (and its value
     when ``fmt`` is given, e.g. ``"{:+.1f}"``). Returns the image for a colorbar."""
@@ -440,9 +548,15 @@ def token_grid(ax, tokens: Sequence[Sequence[str]], values: np.ndarray, *,
         vmax = float(np.nanmax(np.abs(shown))) if np.isfinite(shown).any() else 1.0
         vmax = vmax or 1.0
         vmin = -vmax if vmin is None else vmin
-    im = ax.imshow(np.ma.masked_invalid(shown), cmap=cmap, vmin=None if norm else vmin,
-                   vmax=None if norm else vmax, norm=norm, aspect="auto",
-                   interpolation="nearest")
+    im = ax.imshow(
+        np.ma.masked_invalid(shown),
+        cmap=cmap,
+        vmin=None if norm else vmin,
+        vmax=None if norm else vmax,
+        norm=norm,
+        aspect="auto",
+        interpolation="nearest",
+    )
     cm = im.cmap
     for i, row in enumerate(tokens):
         for t, tok in enumerate(row[:T]):
@@ -452,50 +566,88 @@ def token_grid(ax, tokens: Sequence[Sequence[str]], values: np.ndarray, *,
             label = {"<eos>": "⏎", " ": "␣"}.get(tok, tok)
             if fmt and np.isfinite(v):
                 label += "\n" + fmt.format(v)
-            ax.text(t, i, label, ha="center", va="center", fontsize=fontsize,
-                    color="white" if dark else "black", family="monospace")
+            ax.text(
+                t,
+                i,
+                label,
+                ha="center",
+                va="center",
+                fontsize=fontsize,
+                color="white" if dark else "black",
+                family="monospace",
+            )
     ax.set_xticks(np.arange(-0.5, T, 1), minor=True)
     ax.set_yticks(np.arange(-0.5, G, 1), minor=True)
     ax.grid(which="minor", color="white", lw=1.5)
     ax.tick_params(which="minor", length=0)
     ax.set_xticks([])
-    ax.set_yticks(range(G), row_labels if row_labels is not None else [str(i) for i in range(G)],
-                  fontsize=fontsize)
+    ax.set_yticks(
+        range(G),
+        row_labels if row_labels is not None else [str(i) for i in range(G)],
+        fontsize=fontsize,
+    )
     for spine in ax.spines.values():
         spine.set_visible(False)
     return im
 
 
-def plot_token_advantages(advantages: dict[str, np.ndarray], tokens: Sequence[Sequence[str]],
-                          rewards: Sequence[float], entropies: np.ndarray | None = None,
-                          shared_scale: bool = False, fmt: str | None = None,
-                          width: float = 11.0, row_height: float = 0.32, ncols: int = 1,
-                          fontsize: float = 9):
+def plot_token_advantages(
+    advantages: dict[str, np.ndarray],
+    tokens: Sequence[Sequence[str]],
+    rewards: Sequence[float],
+    entropies: np.ndarray | None = None,
+    shared_scale: bool = False,
+    fmt: str | None = None,
+    width: float = 11.0,
+    row_height: float = 0.32,
+    ncols: int = 1,
+    fontsize: float = 9,
+):
     """One panel per entry of ``advantages`` (label → ``[G, T]``): the group's completions
     with each token coloured by its advantage (red < 0 < blue, white = 0). Each panel has its
     own symmetric colour scale unless ``shared_scale``. With ``entropies`` a first panel shows
     the rollout entropy of every token. Returns the figure."""
-    panels = ([("rollout entropy H (nats)", np.asarray(entropies, dtype=float))]
-              if entropies is not None else [])
+    panels = (
+        [("rollout entropy H (nats)", np.asarray(entropies, dtype=float))]
+        if entropies is not None
+        else []
+    )
     panels += [(k, np.asarray(v, dtype=float)) for k, v in advantages.items()]
     G = len(tokens)
     nrows = -(-len(panels) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, squeeze=False,
-                             figsize=(width, nrows * (G * row_height + 0.45)))
+    fig, axes = plt.subplots(
+        nrows, ncols, squeeze=False, figsize=(width, nrows * (G * row_height + 0.45))
+    )
     labels = [f"{'✓' if r >= 0.5 else '✗'} r={r:g}" for r in rewards]
     common = max(float(np.nanmax(np.abs(v))) for k, v in advantages.items()) or 1.0
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     for ax, (title, values) in zip(axes.flat, panels):
         if title.startswith("rollout entropy"):
-            im = token_grid(ax, tokens, values, cmap="Greens", vmin=0.0,
-                            vmax=float(np.nanmax(values)) or 1.0, row_labels=labels,
-                            fmt="{:.2f}" if fmt else None, fontsize=fontsize)
+            im = token_grid(
+                ax,
+                tokens,
+                values,
+                cmap="Greens",
+                vmin=0.0,
+                vmax=float(np.nanmax(values)) or 1.0,
+                row_labels=labels,
+                fmt="{:.2f}" if fmt else None,
+                fontsize=fontsize,
+            )
         else:
             vmax = common if shared_scale else None
-            im = token_grid(ax, tokens, values, cmap="RdBu", vmax=vmax,
-                            vmin=-vmax if vmax else None, row_labels=labels, fmt=fmt,
-                            fontsize=fontsize)
+            im = token_grid(
+                ax,
+                tokens,
+                values,
+                cmap="RdBu",
+                vmax=vmax,
+                vmin=-vmax if vmax else None,
+                row_labels=labels,
+                fmt=fmt,
+                fontsize=fontsize,
+            )
         ax.set_title(title, fontsize=fontsize + 1, loc="left")
         fig.colorbar(im, ax=ax, fraction=0.04, pad=0.01)
     fig.tight_layout()

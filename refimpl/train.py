@@ -160,15 +160,20 @@ def check_config(cfg: TrainConfig, task) -> int:
     """Fail at start-up, naming the flag, on inconsistent sizes. Returns the budget L_max."""
     for name in ("steps", "prompts_per_step", "ppo_epochs", "minibatches", "eval_problems"):
         if getattr(cfg, name) <= 0:
-            raise ValueError(f"--{name.replace('_', '-')}: expected a positive integer, "
-                             f"got {getattr(cfg, name)}")
+            raise ValueError(
+                f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(cfg, name)}"
+            )
     if cfg.group_size < 2:
-        raise ValueError(f"--group-size: expected ≥ 2 (group-relative advantages need "
-                         f"siblings), got {cfg.group_size}")
+        raise ValueError(
+            f"--group-size: expected ≥ 2 (group-relative advantages need "
+            f"siblings), got {cfg.group_size}"
+        )
     if cfg.prompts_per_step % cfg.minibatches:
-        raise ValueError(f"--minibatches: expected a divisor of --prompts-per-step="
-                         f"{cfg.prompts_per_step} (minibatches hold whole groups), "
-                         f"got {cfg.minibatches}")
+        raise ValueError(
+            f"--minibatches: expected a divisor of --prompts-per-step="
+            f"{cfg.prompts_per_step} (minibatches hold whole groups), "
+            f"got {cfg.minibatches}"
+        )
     if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
         raise ValueError(f"--lr: expected a positive learning rate, got {cfg.lr}")
     if cfg.dtype not in ("float32", "bfloat16"):
@@ -179,17 +184,24 @@ def check_config(cfg: TrainConfig, task) -> int:
     probe = task.sample(8, np.random.default_rng([HELD_OUT_SEED, 0]))
     needed = max(len(TOKENIZER.encode(task.reference_solution(p), add_eos=True)) for p in probe)
     if budget < needed:
-        raise ValueError(f"--max-new-tokens: the budget {budget} is shorter than the task's "
-                         f"answers (up to {needed} tokens with <eos>)")
+        raise ValueError(
+            f"--max-new-tokens: the budget {budget} is shorter than the task's "
+            f"answers (up to {needed} tokens with <eos>)"
+        )
     longest_prompt = max(len(TOKENIZER.encode(p.prompt, add_bos=True)) for p in probe)
     if longest_prompt + budget > cfg.warmstart.model.block_size:
-        raise ValueError(f"--max-new-tokens: prompt ({longest_prompt}) + budget ({budget}) "
-                         f"exceeds the model's block size {cfg.warmstart.model.block_size}")
+        raise ValueError(
+            f"--max-new-tokens: prompt ({longest_prompt}) + budget ({budget}) "
+            f"exceeds the model's block size {cfg.warmstart.model.block_size}"
+        )
     if cfg.max_sampled_tokens is not None and cfg.max_sampled_tokens <= 0:
-        raise ValueError(f"--max-sampled-tokens: expected a positive integer, "
-                         f"got {cfg.max_sampled_tokens}")
-    for name, sub in (("--eval-every", cfg.eval_every), ("--checkpoint-every",
-                                                           cfg.checkpoint_every)):
+        raise ValueError(
+            f"--max-sampled-tokens: expected a positive integer, got {cfg.max_sampled_tokens}"
+        )
+    for name, sub in (
+        ("--eval-every", cfg.eval_every),
+        ("--checkpoint-every", cfg.checkpoint_every),
+    ):
         if sub <= 0:
             raise ValueError(f"{name}: expected a positive integer, got {sub}")
     return budget
@@ -237,13 +249,19 @@ def concat_samples(parts: list[Samples]) -> Samples:
     return type(parts[0])(**out)
 
 
-def take_groups(samples: Samples, rewards: torch.Tensor, keep: torch.Tensor,
-                group_size: int) -> tuple[Samples, torch.Tensor]:
+def take_groups(
+    samples: Samples, rewards: torch.Tensor, keep: torch.Tensor, group_size: int
+) -> tuple[Samples, torch.Tensor]:
     """The rows of the groups where ``keep`` ([N] bool) holds."""
     rows = keep.repeat_interleave(group_size)
-    out = {f.name: (getattr(samples, f.name)[rows] if isinstance(getattr(samples, f.name),
-                                                                    torch.Tensor)
-                    else getattr(samples, f.name)) for f in dataclasses.fields(samples)}
+    out = {
+        f.name: (
+            getattr(samples, f.name)[rows]
+            if isinstance(getattr(samples, f.name), torch.Tensor)
+            else getattr(samples, f.name)
+        )
+        for f in dataclasses.fields(samples)
+    }
     return type(samples)(**out), rewards[rows]
 
 
@@ -253,22 +271,29 @@ class Trainer:
     def __init__(self, cfg: TrainConfig):
         self.cfg = cfg
         self.algo, self.task, self.budget, self.acfg = resolve(cfg)
-        if (getattr(self.acfg, "kl_mask", False) and self.acfg.kl_coef > 0
-                and cfg.ppo_epochs * cfg.minibatches == 1):
+        if (
+            getattr(self.acfg, "kl_mask", False)
+            and self.acfg.kl_coef > 0
+            and cfg.ppo_epochs * cfg.minibatches == 1
+        ):
             warnings.warn(
                 "TEPO's KL mask compares the current entropy with the rollout's; with one "
                 "update per rollout (--ppo-epochs 1 --minibatches 1) the policy never moves "
                 "before the comparison, so the mask stays empty and the KL term is inactive. "
-                "Use --minibatches or --ppo-epochs > 1 to exercise it.", stacklevel=2)
+                "Use --minibatches or --ppo-epochs > 1 to exercise it.",
+                stacklevel=2,
+            )
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.device = torch.device(cfg.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device: cuda requested but torch sees no CUDA device")
 
-        base = train_warmstart(dataclasses.replace(cfg.warmstart, task=cfg.task,
-                                                   task_args=cfg.task_args,
-                                                   progress=cfg.progress))
+        base = train_warmstart(
+            dataclasses.replace(
+                cfg.warmstart, task=cfg.task, task_args=cfg.task_args, progress=cfg.progress
+            )
+        )
         self.model: GPT = base.to(self.device)
         self.reference: GPT | None = None
         if needs_reference(self.acfg):
@@ -278,8 +303,9 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
         self.step = 0
         self.sampled_tokens = 0
-        self.held_out = self.task.sample(cfg.eval_problems,
-                                         np.random.default_rng([HELD_OUT_SEED, 0]))
+        self.held_out = self.task.sample(
+            cfg.eval_problems, np.random.default_rng([HELD_OUT_SEED, 0])
+        )
         self.probes = self.task.sample(cfg.probe_prompts, np.random.default_rng([PROBE_SEED, 0]))
         self.run_dir = cfg.run_dir
         self._tb = None
@@ -287,14 +313,18 @@ class Trainer:
     def autocast(self):
         """bf16 autocast around model forward passes when ``--dtype bfloat16`` (the algorithm
         files cast log-probs back to float32 before any loss math)."""
-        return torch.autocast(self.device.type, dtype=torch.bfloat16,
-                              enabled=self.cfg.dtype == "bfloat16")
+        return torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=self.cfg.dtype == "bfloat16"
+        )
 
     # -- state --------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
-        return {"step": self.step, "sampled_tokens": self.sampled_tokens,
-                "train_config": _jsonable(dataclasses.asdict(self.cfg)),
-                "algo_config": dataclasses.asdict(self.acfg)}
+        return {
+            "step": self.step,
+            "sampled_tokens": self.sampled_tokens,
+            "train_config": _jsonable(dataclasses.asdict(self.cfg)),
+            "algo_config": dataclasses.asdict(self.acfg),
+        }
 
     def save(self) -> None:
         save_checkpoint(self.run_dir / "checkpoint", self.model, self.optimizer, self._state())
@@ -306,13 +336,19 @@ class Trainer:
         # Metrics logged after the checkpoint are rewritten by the resumed run.
         metrics = self.run_dir / "metrics.jsonl"
         if metrics.exists():
-            keep = [line for line in metrics.read_text().splitlines()
-                    if line.strip() and json.loads(line)["step"] <= self.step]
+            keep = [
+                line
+                for line in metrics.read_text().splitlines()
+                if line.strip() and json.loads(line)["step"] <= self.step
+            ]
             metrics.write_text("".join(line + "\n" for line in keep))
         probes = self.run_dir / "probes.jsonl"
         if probes.exists():
-            keep = [line for line in probes.read_text().splitlines()
-                    if line.strip() and json.loads(line)["step"] < self.step]
+            keep = [
+                line
+                for line in probes.read_text().splitlines()
+                if line.strip() and json.loads(line)["step"] < self.step
+            ]
             probes.write_text("".join(line + "\n" for line in keep))
 
     # -- one step -------------------------------------------------------------------------
@@ -323,10 +359,17 @@ class Trainer:
     def _sample(self, problems, generator) -> Samples:
         with self.autocast():
             return sample_groups(
-                self.model, encode_prompts(problems), group_size=self.cfg.group_size,
-                max_new_tokens=self.budget, eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id,
-                temperature=self.cfg.temperature, top_k=self.cfg.top_k, top_p=self.cfg.top_p,
-                generator=generator)
+                self.model,
+                encode_prompts(problems),
+                group_size=self.cfg.group_size,
+                max_new_tokens=self.budget,
+                eos_id=TOKENIZER.eos_id,
+                pad_id=TOKENIZER.pad_id,
+                temperature=self.cfg.temperature,
+                top_k=self.cfg.top_k,
+                top_p=self.cfg.top_p,
+                generator=generator,
+            )
 
     def rollout(self) -> tuple[Samples, torch.Tensor, dict[str, float]]:
         """Sample, score and (when asked) filter to informative groups."""
@@ -356,8 +399,7 @@ class Trainer:
                 kept_samples, kept_rewards, kept = [samples], [rewards], N
                 break
             # DAPO dynamic sampling: keep groups with 0 < #successful < G.
-            keep = core.informative_groups(rewards, G, getattr(self.acfg, "success_threshold",
-                                                                0.5))
+            keep = core.informative_groups(rewards, G, getattr(self.acfg, "success_threshold", 0.5))
             keep[torch.cumsum(keep.long(), 0) > N - kept] = False  # never more than N groups
             if keep.any():
                 s, r = take_groups(samples, rewards, keep, G)
@@ -367,12 +409,17 @@ class Trainer:
             rounds += 1
             if kept >= N or rounds > cfg.resample_rounds:
                 break
-        info = {"time_sample": t_sample, "time_score": t_score, "groups_seen": seen,
-                "kept_group_frac": kept / seen, "groups_trained": kept,
-                "sampled_rows": sampled_rows,
-                "reward_mean_all": float(first_rewards.mean()),
-                "success_rate_all": float((first_rewards >= 0.5).float().mean()),
-                **entropy_stats(torch.cat(entropies), "entropy")}
+        info = {
+            "time_sample": t_sample,
+            "time_score": t_score,
+            "groups_seen": seen,
+            "kept_group_frac": kept / seen,
+            "groups_trained": kept,
+            "sampled_rows": sampled_rows,
+            "reward_mean_all": float(first_rewards.mean()),
+            "success_rate_all": float((first_rewards >= 0.5).float().mean()),
+            **entropy_stats(torch.cat(entropies), "entropy"),
+        }
         if kept == 0:
             return None, None, info  # type: ignore[return-value]
         return concat_samples(kept_samples), torch.cat(kept_rewards), info
@@ -384,8 +431,13 @@ class Trainer:
         samples, rewards, info = self.rollout()
         metrics: dict[str, Any] = {"step": self.step, **info}
         if samples is None:  # every group uninformative, even after resampling
-            metrics.update({"skipped": 1, "sampled_tokens": self.sampled_tokens,
-                            "time_step": time.perf_counter() - t_start})
+            metrics.update(
+                {
+                    "skipped": 1,
+                    "sampled_tokens": self.sampled_tokens,
+                    "time_step": time.perf_counter() - t_start,
+                }
+            )
             return metrics
         samples = _to(samples, self.device)
         rewards = rewards.to(self.device)
@@ -400,13 +452,25 @@ class Trainer:
         if self.reference is not None:
             with torch.no_grad(), self.autocast():
                 logp_ref, _ = policy_logprobs(
-                    self.reference, samples.prompt_ids, samples.prompt_mask,
-                    samples.response_ids, samples.response_mask,
-                    temperature=cfg.temperature, with_entropy=False, group_size=G)
+                    self.reference,
+                    samples.prompt_ids,
+                    samples.prompt_mask,
+                    samples.response_ids,
+                    samples.response_mask,
+                    temperature=cfg.temperature,
+                    with_entropy=False,
+                    group_size=G,
+                )
         batch = core.RolloutBatch(
-            response_ids=samples.response_ids, response_mask=samples.response_mask,
-            rewards=rewards, logp_old=samples.logp_old, entropy_old=samples.entropy_old,
-            group_size=G, logp_ref=logp_ref, prompt_ids=samples.prompt_ids)
+            response_ids=samples.response_ids,
+            response_mask=samples.response_mask,
+            rewards=rewards,
+            logp_old=samples.logp_old,
+            entropy_old=samples.entropy_old,
+            group_size=G,
+            logp_ref=logp_ref,
+            prompt_ids=samples.prompt_ids,
+        )
         adv = self.algo.advantages(batch, acfg)
         loss_mask = batch.response_mask
         if getattr(acfg, "overlong_filter", False):
@@ -423,26 +487,34 @@ class Trainer:
         for _epoch in range(cfg.ppo_epochs):
             for start in range(0, n_groups, per_mb):
                 keep = torch.zeros(n_groups, dtype=torch.bool, device=self.device)
-                keep[start:start + per_mb] = True
+                keep[start : start + per_mb] = True
                 mb = batch.select_groups(keep) if per_mb < n_groups else batch
                 rows = keep.repeat_interleave(G)
                 with self.autocast():
                     logp, entropy = policy_logprobs(
-                        self.model, samples.prompt_ids[rows], samples.prompt_mask[rows],
-                        samples.response_ids[rows], samples.response_mask[rows],
-                        temperature=cfg.temperature, with_entropy=True, group_size=G)
+                        self.model,
+                        samples.prompt_ids[rows],
+                        samples.prompt_mask[rows],
+                        samples.response_ids[rows],
+                        samples.response_mask[rows],
+                        temperature=cfg.temperature,
+                        with_entropy=True,
+                        group_size=G,
+                    )
                 loss, lm = self.algo.loss(mb, logp, adv[rows], acfg, entropy=entropy.detach())
                 if not torch.isfinite(loss):
                     raise NonFiniteLossError(
                         f"step {self.step}: non-finite loss {loss.item()}; the step was not "
-                        f"applied and the last good checkpoint in {self.run_dir} is kept")
+                        f"applied and the last good checkpoint in {self.run_dir} is kept"
+                    )
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
                 if not torch.isfinite(norm):
                     raise NonFiniteLossError(
                         f"step {self.step}: non-finite gradient norm; the step was not applied "
-                        f"and the last good checkpoint in {self.run_dir} is kept")
+                        f"and the last good checkpoint in {self.run_dir} is kept"
+                    )
                 self.optimizer.step()
                 grad_norms.append(float(norm))
                 loss_metrics.append({"loss": float(loss.detach()), **lm})
@@ -450,21 +522,27 @@ class Trainer:
         t_loss = time.perf_counter() - t0 - t_adv
 
         mask = batch.response_mask.bool()
-        metrics.update({
-            "reward_mean": float(rewards.mean()),
-            "success_rate": float((outcome >= 0.5).float().mean()),
-            # entropy_* (from rollout) covers every sampled completion: the policy's entropy,
-            # comparable across algorithms. The trained groups alone (after dynamic sampling
-            # kept the informative ones) are biased towards uncertain prompts:
-            **entropy_stats(samples.entropy_old[samples.response_mask.bool()], "entropy_trained"),
-            "length_mean": float(lengths.float().mean()),
-            "truncated_frac": float(samples.truncated.float().mean()),
-            "adv_token_mean": float(adv[mask].mean()) if mask.any() else 0.0,
-            "adv_token_std": float(adv[mask].std()) if mask.sum() > 1 else 0.0,
-            "adv_token_abs_max": float(adv[mask].abs().max()) if mask.any() else 0.0,
-            "grad_norm": float(np.mean(grad_norms)),
-            "time_adv": t_adv, "time_loss": t_loss, "sampled_tokens": self.sampled_tokens,
-        })
+        metrics.update(
+            {
+                "reward_mean": float(rewards.mean()),
+                "success_rate": float((outcome >= 0.5).float().mean()),
+                # entropy_* (from rollout) covers every sampled completion: the policy's entropy,
+                # comparable across algorithms. The trained groups alone (after dynamic sampling
+                # kept the informative ones) are biased towards uncertain prompts:
+                **entropy_stats(
+                    samples.entropy_old[samples.response_mask.bool()], "entropy_trained"
+                ),
+                "length_mean": float(lengths.float().mean()),
+                "truncated_frac": float(samples.truncated.float().mean()),
+                "adv_token_mean": float(adv[mask].mean()) if mask.any() else 0.0,
+                "adv_token_std": float(adv[mask].std()) if mask.sum() > 1 else 0.0,
+                "adv_token_abs_max": float(adv[mask].abs().max()) if mask.any() else 0.0,
+                "grad_norm": float(np.mean(grad_norms)),
+                "time_adv": t_adv,
+                "time_loss": t_loss,
+                "sampled_tokens": self.sampled_tokens,
+            }
+        )
         for key in loss_metrics[0]:
             metrics[key] = float(np.mean([m[key] for m in loss_metrics]))
         metrics["time_step"] = time.perf_counter() - t_start
@@ -474,10 +552,17 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         t0 = time.perf_counter()
         out = {
-            "heldout_greedy": success_rate(self.model, self.task, self.held_out, greedy=True,
-                                           max_new_tokens=self.budget),
-            "heldout_sampled": success_rate(self.model, self.task, self.held_out, greedy=False,
-                                            seed=self.cfg.seed, max_new_tokens=self.budget),
+            "heldout_greedy": success_rate(
+                self.model, self.task, self.held_out, greedy=True, max_new_tokens=self.budget
+            ),
+            "heldout_sampled": success_rate(
+                self.model,
+                self.task,
+                self.held_out,
+                greedy=False,
+                seed=self.cfg.seed,
+                max_new_tokens=self.budget,
+            ),
         }
         out["time_eval"] = time.perf_counter() - t0
         return out
@@ -487,24 +572,33 @@ class Trainer:
         """Entropy snapshot: one sampled completion per probe prompt (fixed seed), with the
         per-token entropy along it, for the token-level heatmaps of the notebooks."""
         samples = sample_groups(
-            self.model, encode_prompts(self.probes), group_size=1, max_new_tokens=self.budget,
-            eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id, temperature=self.cfg.temperature,
-            generator=self._generator(PROBE_SEED))
+            self.model,
+            encode_prompts(self.probes),
+            group_size=1,
+            max_new_tokens=self.budget,
+            eos_id=TOKENIZER.eos_id,
+            pad_id=TOKENIZER.pad_id,
+            temperature=self.cfg.temperature,
+            generator=self._generator(PROBE_SEED),
+        )
         rows = []
         for i, p in enumerate(self.probes):
             n = int(samples.response_mask[i].sum())
             ids = samples.response_ids[i, :n].tolist()
-            rows.append({"prompt": p.prompt,
-                         "tokens": [TOKENIZER.itos[t] for t in ids],
-                         "entropy": [round(float(h), 5) for h in samples.entropy_old[i, :n]]})
+            rows.append(
+                {
+                    "prompt": p.prompt,
+                    "tokens": [TOKENIZER.itos[t] for t in ids],
+                    "entropy": [round(float(h), 5) for h in samples.entropy_old[i, :n]],
+                }
+            )
         return {"step": self.step, "probes": rows}
 
     # -- the loop -------------------------------------------------------------------------
     def finished(self) -> bool:
         """The step budget, or the sampled-token budget when one is set, is spent."""
         budget = self.cfg.max_sampled_tokens
-        return self.step >= self.cfg.steps or (budget is not None
-                                                and self.sampled_tokens >= budget)
+        return self.step >= self.cfg.steps or (budget is not None and self.sampled_tokens >= budget)
 
     def _log(self, name: str, record: dict[str, Any]) -> None:
         with open(self.run_dir / name, "a") as f:
@@ -527,12 +621,18 @@ class Trainer:
         (self.run_dir / "config.json").write_text(json.dumps(self._state(), indent=2))
         if cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
+
             self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
         if self.step == 0:
             record = {"step": 0, "sampled_tokens": 0, **self.evaluate()}
             self._log("metrics.jsonl", record)
-        bar = tqdm(total=cfg.steps, initial=self.step, disable=not cfg.progress,
-                   desc=f"{cfg.algo} s{cfg.seed}", dynamic_ncols=True)
+        bar = tqdm(
+            total=cfg.steps,
+            initial=self.step,
+            disable=not cfg.progress,
+            desc=f"{cfg.algo} s{cfg.seed}",
+            dynamic_ncols=True,
+        )
         try:
             while not self.finished():
                 if cfg.probe_every and self.step % cfg.probe_every == 0:
@@ -544,10 +644,12 @@ class Trainer:
                     metrics.update(self.evaluate())
                 self._log("metrics.jsonl", metrics)
                 bar.update(1)
-                bar.set_postfix(reward=f"{metrics.get('reward_mean', float('nan')):.2f}",
-                                H=f"{metrics.get('entropy_mean', float('nan')):.3f}",
-                                s_step=f"{metrics['time_step']:.2f}",
-                                refresh=False)
+                bar.set_postfix(
+                    reward=f"{metrics.get('reward_mean', float('nan')):.2f}",
+                    H=f"{metrics.get('entropy_mean', float('nan')):.3f}",
+                    s_step=f"{metrics['time_step']:.2f}",
+                    refresh=False,
+                )
                 if self.step % cfg.checkpoint_every == 0 or self.finished():
                     self.save()
         finally:
@@ -558,6 +660,7 @@ class Trainer:
             self._log("probes.jsonl", self.probe())
         if cfg.plot:
             from refimpl.plots import plot_run
+
             plot_run(self.run_dir)
         return self.run_dir
 
@@ -571,18 +674,32 @@ def entropy_stats(entropies: torch.Tensor, prefix: str) -> dict[str, float]:
     """Mean and 10/50/90th percentiles of a flat tensor of token entropies."""
     h = entropies.detach().float().cpu()
     if h.numel() == 0:
-        return {f"{prefix}_mean": 0.0, f"{prefix}_p10": 0.0, f"{prefix}_p50": 0.0,
-                f"{prefix}_p90": 0.0}
+        return {
+            f"{prefix}_mean": 0.0,
+            f"{prefix}_p10": 0.0,
+            f"{prefix}_p50": 0.0,
+            f"{prefix}_p90": 0.0,
+        }
     q = torch.quantile(h, torch.tensor([0.1, 0.5, 0.9]))
-    return {f"{prefix}_mean": float(h.mean()), f"{prefix}_p10": float(q[0]),
-            f"{prefix}_p50": float(q[1]), f"{prefix}_p90": float(q[2])}
+    return {
+        f"{prefix}_mean": float(h.mean()),
+        f"{prefix}_p10": float(q[0]),
+        f"{prefix}_p50": float(q[1]),
+        f"{prefix}_p90": float(q[2]),
+    }
 
 
 def _to(samples: Samples, device: torch.device) -> Samples:
-    return type(samples)(**{f.name: (getattr(samples, f.name).to(device)
-                                     if isinstance(getattr(samples, f.name), torch.Tensor)
-                                     else getattr(samples, f.name))
-                            for f in dataclasses.fields(samples)})
+    return type(samples)(
+        **{
+            f.name: (
+                getattr(samples, f.name).to(device)
+                if isinstance(getattr(samples, f.name), torch.Tensor)
+                else getattr(samples, f.name)
+            )
+            for f in dataclasses.fields(samples)
+        }
+    )
 
 
 def _jsonable(obj: Any) -> Any:

@@ -58,8 +58,15 @@ class ModelConfig:
     """longest prompt + completion, in tokens"""
 
     def build(self) -> GPT:
-        return GPT(GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=self.block_size,
-                             n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd))
+        return GPT(
+            GPTConfig(
+                vocab_size=TOKENIZER.vocab_size,
+                block_size=self.block_size,
+                n_layer=self.n_layer,
+                n_head=self.n_head,
+                n_embd=self.n_embd,
+            )
+        )
 
 
 @dataclass
@@ -103,8 +110,11 @@ class WarmstartConfig:
 
     def cache_key(self) -> str:
         """A hash of every setting that changes the trained weights."""
-        keep = {k: v for k, v in dataclasses.asdict(self).items()
-                if k not in ("runs_dir", "eval_problems", "threads", "force", "progress")}
+        keep = {
+            k: v
+            for k, v in dataclasses.asdict(self).items()
+            if k not in ("runs_dir", "eval_problems", "threads", "force", "progress")
+        }
         keep["mix"] = WARMSTART_MIX.get(self.task, {})
         keep["vocab"] = TOKENIZER.itos
         blob = json.dumps(keep, sort_keys=True, default=str).encode()
@@ -158,7 +168,8 @@ def _train_or_load(cfg: WarmstartConfig, cache: Path) -> GPT:
     mix_task = get_task(cfg.task, **{**cfg.task_knobs(), **WARMSTART_MIX.get(cfg.task, {})})
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(s / cfg.steps, 1.0))))
+        optimizer, lambda s: 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(s / cfg.steps, 1.0)))
+    )
     model.train()
     start = time.perf_counter()
     bar = tqdm(range(cfg.steps), desc=f"warm start {cfg.task}", disable=not cfg.progress)
@@ -168,8 +179,9 @@ def _train_or_load(cfg: WarmstartConfig, cache: Path) -> GPT:
         ids, mask, target_mask = _training_batch(mix_task, problems)
         logits = model(ids, attention_mask=mask)[:, :-1]
         targets, weights = ids[:, 1:], target_mask[:, 1:].float()
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
-                              reduction="none").view_as(weights)
+        nll = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1), reduction="none"
+        ).view_as(weights)
         loss = (nll * weights).sum() / weights.sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -200,5 +212,7 @@ def base_success(model: GPT, task, n: int) -> dict[str, float]:
 def _format_report(report: dict) -> str:
     if not report:
         return "no report"
-    return (f"greedy success {report.get('greedy_success', float('nan')):.2f}, "
-            f"sampled success {report.get('sampled_success', float('nan')):.2f}")
+    return (
+        f"greedy success {report.get('greedy_success', float('nan')):.2f}, "
+        f"sampled success {report.get('sampled_success', float('nan')):.2f}"
+    )

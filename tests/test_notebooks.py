@@ -27,9 +27,13 @@ def runs_dir(tmp_path_factory) -> Path:
 
 
 def _kernel_env(runs_dir: Path) -> dict[str, str]:
-    env = {"REFIMPL_NOTEBOOK_SIZE": "fast", "MPLBACKEND": "Agg",
-           "REFIMPL_NOTEBOOK_RUNS_DIR": str(runs_dir), "TQDM_DISABLE": "1",
-           "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+    env = {
+        "REFIMPL_NOTEBOOK_SIZE": "fast",
+        "MPLBACKEND": "Agg",
+        "REFIMPL_NOTEBOOK_RUNS_DIR": str(runs_dir),
+        "TQDM_DISABLE": "1",
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+    }
     # The kernel runs this interpreter (the venv's), whatever kernelspec is installed.
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
@@ -43,24 +47,41 @@ def test_notebook_executes_and_draws(path: Path, runs_dir: Path, monkeypatch) ->
         monkeypatch.setenv(key, value)
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
-        nb, timeout=TIMEOUT_S, kernel_name="python3",
-        resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+        nb,
+        timeout=TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+    )
     # Start the kernel with this interpreter: the installed kernelspec may point elsewhere.
     client.kernel_manager_class = _kernel_manager_class()
     client.execute()  # raises CellExecutionError on the first failing cell
 
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
+    errors = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors, f"{path.name}: error outputs {errors}"
-    images = sum(1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-                 if "image/png" in o.get("data", {}))
+    images = sum(
+        1
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if "image/png" in o.get("data", {})
+    )
     assert images >= 1, f"{path.name}: no figure in the outputs"
 
 
 def test_notebooks_exist() -> None:
     names = {p.name for p in NOTEBOOKS}
-    for expected in ("01_quickstart.ipynb", "02_advantages_side_by_side.ipynb",
-                     "03_entropy_dynamics.ipynb", "04_token_credit_on_a_real_model.ipynb"):
+    for expected in (
+        "01_quickstart.ipynb",
+        "02_advantages_side_by_side.ipynb",
+        "03_entropy_dynamics.ipynb",
+        "04_token_credit_on_a_real_model.ipynb",
+    ):
         assert expected in names
 
 

@@ -32,11 +32,31 @@ def tiny(runs: Path, **changes) -> TrainConfig:
     """A run small enough for a unit test: 3 steps of 4 groups × 4 completions on one-operation
     chains, from a 1-layer d=32 warm start that solves about half of them (so groups are
     informative and every algorithm has a gradient)."""
-    ws = WarmstartConfig(steps=200, batch_size=64, lr=3e-3, runs_dir=runs, eval_problems=20,
-                         progress=False, model=ModelConfig(n_layer=1, n_embd=32, n_head=2))
-    base = TrainConfig(task_args=("num_ops=1",), steps=3, prompts_per_step=4, group_size=4, eval_every=2, eval_problems=20,
-                       probe_every=2, probe_prompts=2, checkpoint_every=2, runs_dir=runs,
-                       progress=False, plot=False, warmstart=ws, lr=1e-3)
+    ws = WarmstartConfig(
+        steps=200,
+        batch_size=64,
+        lr=3e-3,
+        runs_dir=runs,
+        eval_problems=20,
+        progress=False,
+        model=ModelConfig(n_layer=1, n_embd=32, n_head=2),
+    )
+    base = TrainConfig(
+        task_args=("num_ops=1",),
+        steps=3,
+        prompts_per_step=4,
+        group_size=4,
+        eval_every=2,
+        eval_problems=20,
+        probe_every=2,
+        probe_prompts=2,
+        checkpoint_every=2,
+        runs_dir=runs,
+        progress=False,
+        plot=False,
+        warmstart=ws,
+        lr=1e-3,
+    )
     return dataclasses.replace(base, **changes)
 
 
@@ -77,10 +97,25 @@ def test_metrics_hold_what_the_issue_lists(runs):
     fractions, KL, kept-group fraction, grad norm and per-phase seconds; probes are logged."""
     run_dir = train(tiny(runs, algo="tepo", name="metrics-tepo"))
     step = read(run_dir)[1]
-    for key in ("reward_mean", "success_rate", "entropy_mean", "entropy_p10", "entropy_p90",
-                "length_mean", "adv_token_mean", "adv_token_std", "clip_frac_high",
-                "clip_frac_low", "approx_kl_old", "kl_mask_frac", "kept_group_frac",
-                "grad_norm", "time_sample", "time_score", "time_loss"):
+    for key in (
+        "reward_mean",
+        "success_rate",
+        "entropy_mean",
+        "entropy_p10",
+        "entropy_p90",
+        "length_mean",
+        "adv_token_mean",
+        "adv_token_std",
+        "clip_frac_high",
+        "clip_frac_low",
+        "approx_kl_old",
+        "kl_mask_frac",
+        "kept_group_frac",
+        "grad_norm",
+        "time_sample",
+        "time_score",
+        "time_loss",
+    ):
         assert key in step, key
     assert 0.0 <= step["entropy_p10"] <= step["entropy_p50"] <= step["entropy_p90"]
     probes = [json.loads(x) for x in (run_dir / "probes.jsonl").read_text().splitlines()]
@@ -211,10 +246,20 @@ def test_rl_improves_success_on_the_default_task(tmp_path):
     held-out *sampled* success on 400 fixed problems (standard error ≈ 0.025) rises by ≥ 0.04,
     and training success over steps 91-120 beats steps 1-10 (480 vs 160 samples' worth of
     prompts) by ≥ 0.04. Seeded, so the run is the same every time on a given machine."""
-    cfg = TrainConfig(algo="grpo", steps=120, lr=5e-5, eval_every=120, eval_problems=400,
-                      probe_every=0, checkpoint_every=120, runs_dir=tmp_path, name="learns",
-                      progress=False, plot=False,
-                      warmstart=WarmstartConfig(runs_dir=tmp_path, progress=False))
+    cfg = TrainConfig(
+        algo="grpo",
+        steps=120,
+        lr=5e-5,
+        eval_every=120,
+        eval_problems=400,
+        probe_every=0,
+        checkpoint_every=120,
+        runs_dir=tmp_path,
+        name="learns",
+        progress=False,
+        plot=False,
+        warmstart=WarmstartConfig(runs_dir=tmp_path, progress=False),
+    )
     records = read(train(cfg))
     start, end = records[0], records[-1]
     assert end["heldout_sampled"] >= start["heldout_sampled"] + 0.04, (start, end)

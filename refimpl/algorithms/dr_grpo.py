@@ -130,8 +130,9 @@ def loss(
 
     metrics: dict[str, float] = {}
     if cfg.kl_coef > 0:
-        core.require(batch.logp_ref is not None, "batch.logp_ref",
-                     "reference log-probs when kl_coef > 0")
+        core.require(
+            batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
+        )
         # Off in Dr. GRPO (β = 0); kept so the KL can be switched back on: GRPO's Eq. 4 k3.
         kl = core.kl_k3(logp, batch.logp_ref, mask)
         token_loss = token_loss + cfg.kl_coef * kl

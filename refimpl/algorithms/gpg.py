@@ -78,8 +78,9 @@ class Config:
 def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     """``[B, T]`` advantages: the group-centred outcome reward on every response token."""
     # §3: A_i = (r_i − mean_G r) / F_norm with F_norm = 1 (or std_G r + eps).
-    A_seq = core.group_normalize(batch.rewards, batch.group_size,
-                                 scale_by_std=cfg.normalize_std, eps=cfg.eps)
+    A_seq = core.group_normalize(
+        batch.rewards, batch.group_size, scale_by_std=cfg.normalize_std, eps=cfg.eps
+    )
     # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
@@ -138,8 +139,9 @@ def loss(
 
     metrics: dict[str, float] = {"alpha": alpha}
     if cfg.kl_coef > 0:
-        core.require(batch.logp_ref is not None, "batch.logp_ref",
-                     "reference log-probs when kl_coef > 0")
+        core.require(
+            batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
+        )
         # Not in GPG; GRPO's Eq. 4 k3 term, added per token with weight β.
         kl = core.kl_k3(logp, batch.logp_ref, mask)
         token_loss = token_loss + cfg.kl_coef * kl

@@ -124,8 +124,9 @@ def loss(
 
     metrics: dict[str, float] = {}
     if cfg.kl_coef > 0:
-        core.require(batch.logp_ref is not None, "batch.logp_ref",
-                     "reference log-probs when kl_coef > 0")
+        core.require(
+            batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
+        )
         # Eq. 4: k3 estimate of KL(π_θ ‖ π_ref), added per token with weight β.
         kl = core.kl_k3(logp, batch.logp_ref, mask)
         token_loss = token_loss + cfg.kl_coef * kl

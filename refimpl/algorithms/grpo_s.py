@@ -98,16 +98,24 @@ class Config:
         core.check_config(self)
         for name in ("beta_1", "beta_2"):
             value = getattr(self, name)
-            core.require(isinstance(value, (int, float)) and 0.0 <= value < float("inf"),
-                         f"Config.{name}", f"a finite value ≥ 0, got {value!r}")
+            core.require(
+                isinstance(value, (int, float)) and 0.0 <= value < float("inf"),
+                f"Config.{name}",
+                f"a finite value ≥ 0, got {value!r}",
+            )
         core.require_choice(self.stats, "Config.stats", STATS)
         core.require_choice(self.negative_shaping, "Config.negative_shaping", NEGATIVE_SHAPING)
         core.require_choice(self.ratio, "Config.ratio", RATIOS)
-        core.require(self.loss_agg_mode == "seq-mean", "Config.loss_agg_mode",
-                     f"'seq-mean' (GRPO-S has one loss per sequence), got {self.loss_agg_mode!r}")
-        core.require(isinstance(self.entropy_eps, (int, float)) and 0.0 < self.entropy_eps
-                     < float("inf"), "Config.entropy_eps",
-                     f"a finite value > 0, got {self.entropy_eps!r}")
+        core.require(
+            self.loss_agg_mode == "seq-mean",
+            "Config.loss_agg_mode",
+            f"'seq-mean' (GRPO-S has one loss per sequence), got {self.loss_agg_mode!r}",
+        )
+        core.require(
+            isinstance(self.entropy_eps, (int, float)) and 0.0 < self.entropy_eps < float("inf"),
+            "Config.entropy_eps",
+            f"a finite value > 0, got {self.entropy_eps!r}",
+        )
 
 
 def sequence_rewards(batch: RolloutBatch, cfg: Config) -> tuple[Tensor, Tensor]:
@@ -267,8 +275,9 @@ def loss(
 
     metrics: dict[str, float] = {}
     if cfg.kl_coef > 0:
-        core.require(batch.logp_ref is not None, "batch.logp_ref",
-                     "reference log-probs when kl_coef > 0")
+        core.require(
+            batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
+        )
         # Optional k3 KL to the reference (off in the paper), averaged over each completion.
         kl = core.kl_k3(logp, batch.logp_ref, mask)
         seq_loss = seq_loss + cfg.kl_coef * core.masked_mean(kl, mask, dim=1)
@@ -277,7 +286,10 @@ def loss(
     total = core.aggregate(seq_loss, mask, cfg.loss_agg_mode)
     # Clip fractions count *sequences* here (the ratio is per sequence).
     nonempty = (mask.sum(dim=1, keepdim=True) > 0).float()
-    metrics.update(core.ratio_metrics(w_hat[:, None], A_hat[:, None], nonempty,
-                                      cfg.clip_eps_low, cfg.clip_eps_high))
+    metrics.update(
+        core.ratio_metrics(
+            w_hat[:, None], A_hat[:, None], nonempty, cfg.clip_eps_low, cfg.clip_eps_high
+        )
+    )
     metrics.update(core.common_metrics(batch, logp, adv))
     return total, metrics

@@ -146,8 +146,9 @@ def loss(
 
     metrics: dict[str, float] = {}
     if cfg.kl_coef > 0:
-        core.require(batch.logp_ref is not None, "batch.logp_ref",
-                     "reference log-probs when kl_coef > 0")
+        core.require(
+            batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
+        )
         # Not in GSPO; GRPO's Eq. 4 k3 term, added per token with weight β.
         kl = core.kl_k3(logp, batch.logp_ref, mask)
         if sequence_form:

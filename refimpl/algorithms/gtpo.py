@@ -100,18 +100,25 @@ class Config:
 
     def __post_init__(self) -> None:
         core.check_config(self)
-        core.require(self.loss_agg_mode in ("token-mean", "seq-mean-token-mean"),
-                     "Config.loss_agg_mode", "a per-token mode ('token-mean' or "
-                     f"'seq-mean-token-mean'), got {self.loss_agg_mode!r}")
+        core.require(
+            self.loss_agg_mode in ("token-mean", "seq-mean-token-mean"),
+            "Config.loss_agg_mode",
+            f"a per-token mode ('token-mean' or 'seq-mean-token-mean'), got {self.loss_agg_mode!r}",
+        )
         for name in ("alpha_1", "alpha_2"):
             value = getattr(self, name)
-            core.require(isinstance(value, (int, float)) and 0.0 <= value < float("inf"),
-                         f"Config.{name}", f"a finite value ≥ 0, got {value!r}")
+            core.require(
+                isinstance(value, (int, float)) and 0.0 <= value < float("inf"),
+                f"Config.{name}",
+                f"a finite value ≥ 0, got {value!r}",
+            )
         core.require_choice(self.stats, "Config.stats", STATS)
         core.require_choice(self.negative_shaping, "Config.negative_shaping", NEGATIVE_SHAPING)
-        core.require(isinstance(self.entropy_eps, (int, float)) and 0.0 < self.entropy_eps
-                     < float("inf"), "Config.entropy_eps",
-                     f"a finite value > 0, got {self.entropy_eps!r}")
+        core.require(
+            isinstance(self.entropy_eps, (int, float)) and 0.0 < self.entropy_eps < float("inf"),
+            "Config.entropy_eps",
+            f"a finite value > 0, got {self.entropy_eps!r}",
+        )
 
 
 def token_rewards(batch: RolloutBatch, cfg: Config) -> tuple[Tensor, Tensor]:
@@ -147,8 +154,9 @@ def token_rewards(batch: RolloutBatch, cfg: Config) -> tuple[Tensor, Tensor]:
         # v6 Eq. 5: inverse-entropy weight (1/H̃[j,t]) / Σ_{k∈O⁻ active at t} (1/H̃[k,t]).
         inverse_entropy = 1.0 / h_tilde
         inverse_sum_minus = core.masked_sum(inverse_entropy, active_minus, dim=1)[:, None, :]
-        weight_minus = inverse_entropy / torch.where(h_t > 0, inverse_sum_minus,
-                                                     torch.ones_like(h_t))
+        weight_minus = inverse_entropy / torch.where(
+            h_t > 0, inverse_sum_minus, torch.ones_like(h_t)
+        )
         r_minus = core.masked(-cfg.alpha_1 - cfg.alpha_2 * weight_minus * h_t, active_minus)
     else:
         # Early (Aug 2025) form: no token reward on failed completions [A].
@@ -231,7 +239,7 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
             A_minus = normalise(r_minus, everyone if cfg.stats == "group" else O_minus)
         else:
             A_minus = A_plus  # r⁻ ≡ 0: the R⁺ normalisation of a zero reward [A]
-        for (i, t) in r_plus:
+        for i, t in r_plus:
             A[i, t] = A_plus[i, t] if i in O_plus else A_minus[i, t]
     return A
 
@@ -266,8 +274,9 @@ def loss(
 
     metrics: dict[str, float] = {}
     if cfg.kl_coef > 0:
-        core.require(batch.logp_ref is not None, "batch.logp_ref",
-                     "reference log-probs when kl_coef > 0")
+        core.require(
+            batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
+        )
         # Optional k3 KL to the reference (off in the paper), as in GRPO's Eq. 4.
         kl = core.kl_k3(logp, batch.logp_ref, mask)
         token_loss = token_loss + cfg.kl_coef * kl

@@ -95,16 +95,21 @@ class Config:
 
     def __post_init__(self) -> None:
         core.check_config(self)
-        core.require(self.loss_agg_mode in ("token-mean", "seq-mean-token-mean"),
-                     "Config.loss_agg_mode", "a per-token mode ('token-mean' or "
-                     f"'seq-mean-token-mean'), got {self.loss_agg_mode!r}")
+        core.require(
+            self.loss_agg_mode in ("token-mean", "seq-mean-token-mean"),
+            "Config.loss_agg_mode",
+            f"a per-token mode ('token-mean' or 'seq-mean-token-mean'), got {self.loss_agg_mode!r}",
+        )
         core.require_choice(self.kl_anchor, "Config.kl_anchor", KL_ANCHORS)
-        core.require(isinstance(self.kl_mask, bool), "Config.kl_mask",
-                     f"a bool, got {self.kl_mask!r}")
-        core.require(isinstance(self.entropy_decrease_tol, (int, float))
-                     and 0.0 <= self.entropy_decrease_tol < float("inf"),
-                     "Config.entropy_decrease_tol",
-                     f"a finite value ≥ 0, got {self.entropy_decrease_tol!r}")
+        core.require(
+            isinstance(self.kl_mask, bool), "Config.kl_mask", f"a bool, got {self.kl_mask!r}"
+        )
+        core.require(
+            isinstance(self.entropy_decrease_tol, (int, float))
+            and 0.0 <= self.entropy_decrease_tol < float("inf"),
+            "Config.entropy_decrease_tol",
+            f"a finite value ≥ 0, got {self.entropy_decrease_tol!r}",
+        )
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
@@ -149,8 +154,9 @@ def sequence_token_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor
     return torch.exp(core.masked(log_ratio, mask))
 
 
-def kl_mask(adv: Tensor, entropy: Tensor, entropy_old: Tensor, mask: Tensor,
-            tol: float = 0.0) -> Tensor:
+def kl_mask(
+    adv: Tensor, entropy: Tensor, entropy_old: Tensor, mask: Tensor, tol: float = 0.0
+) -> Tensor:
     """``[B, T]`` float ``M[i,t] = 1[A[i,t] > 0] · 1[H_θ[i,t] < H_old[i,t] − tol]``, 0 on padding.
 
     ``entropy`` (the current policy's, ``H_θ``) is detached: the mask selects tokens, it
@@ -198,14 +204,20 @@ def loss(
         metrics["kl_mask_frac"] = float(core.masked_mean(M, mask))
     if cfg.kl_coef > 0:
         if cfg.kl_mask:
-            core.require(entropy is not None, "entropy",
-                         "the current policy's [B, T] entropy: TEPO's KL mask needs it "
-                         "(or set kl_mask=False or kl_coef=0)")
+            core.require(
+                entropy is not None,
+                "entropy",
+                "the current policy's [B, T] entropy: TEPO's KL mask needs it "
+                "(or set kl_mask=False or kl_coef=0)",
+            )
         else:
             M = mask  # ablation: KL on every response token
         if cfg.kl_anchor == "ref":
-            core.require(batch.logp_ref is not None, "batch.logp_ref",
-                         "reference log-probs when kl_coef > 0 and kl_anchor='ref'")
+            core.require(
+                batch.logp_ref is not None,
+                "batch.logp_ref",
+                "reference log-probs when kl_coef > 0 and kl_anchor='ref'",
+            )
             anchor = batch.logp_ref
         else:
             anchor = batch.logp_old

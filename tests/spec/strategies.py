@@ -183,8 +183,9 @@ def rollout_batches(
 
 
 @st.composite
-def current_logp(draw: st.DrawFn, batch: RolloutBatch, max_log_ratio: float = 0.5,
-                 exact_fraction: bool = True) -> Tensor:
+def current_logp(
+    draw: st.DrawFn, batch: RolloutBatch, max_log_ratio: float = 0.5, exact_fraction: bool = True
+) -> Tensor:
     """``logp`` of a current policy near ``logp_old``: ``logp_old + δ``, ``|δ| ≤ max_log_ratio``.
 
     Clamped to ``≤ 0`` (a log-probability). With ``exact_fraction`` some tokens have ``δ = 0``
@@ -224,8 +225,9 @@ def current_entropy(draw: st.DrawFn, batch: RolloutBatch, max_log_change: float 
 
 
 @st.composite
-def batch_and_policy(draw: st.DrawFn, max_log_ratio: float = 0.5,
-                     **batch_kwargs: object) -> tuple[RolloutBatch, Tensor, Tensor]:
+def batch_and_policy(
+    draw: st.DrawFn, max_log_ratio: float = 0.5, **batch_kwargs: object
+) -> tuple[RolloutBatch, Tensor, Tensor]:
     """``(batch, logp, entropy)``: a batch and a current policy's log-probs and entropies."""
     batch = draw(rollout_batches(**batch_kwargs))  # type: ignore[arg-type]
     logp = draw(current_logp(batch, max_log_ratio=max_log_ratio))
@@ -255,8 +257,9 @@ def pad_with(batch: RolloutBatch, value: float, ids_value: int = 0) -> RolloutBa
     ``logp_ref`` and ``ids_value`` in ``response_ids``. Response tokens are untouched."""
     m = batch.response_mask
     return batch.replace(
-        response_ids=torch.where(m.bool(), batch.response_ids,
-                                 torch.full_like(batch.response_ids, ids_value)),
+        response_ids=torch.where(
+            m.bool(), batch.response_ids, torch.full_like(batch.response_ids, ids_value)
+        ),
         logp_old=pad_tensor(batch.logp_old, m, value),
         entropy_old=pad_tensor(batch.entropy_old, m, value),
         logp_ref=None if batch.logp_ref is None else pad_tensor(batch.logp_ref, m, value),
@@ -298,9 +301,11 @@ def row_permutation(batch: RolloutBatch, perm: list[int] | list[list[int]]) -> T
 def permute_within_groups(batch: RolloutBatch, perm: list[int] | list[list[int]]) -> RolloutBatch:
     """The batch with the completions of each group reordered (see :func:`row_permutation`)."""
     index = row_permutation(batch, perm)
-    changes = {name: getattr(batch, name)[index] for name in (*_TOKEN_FIELDS, "rewards",
-                                                             "prompt_ids")
-               if getattr(batch, name) is not None}
+    changes = {
+        name: getattr(batch, name)[index]
+        for name in (*_TOKEN_FIELDS, "rewards", "prompt_ids")
+        if getattr(batch, name) is not None
+    }
     return batch.replace(**changes)
 
 
@@ -308,8 +313,9 @@ def concat_batches(a: RolloutBatch, b: RolloutBatch) -> RolloutBatch:
     """``a``'s groups followed by ``b``'s (same ``G``). The narrower one gets padding columns
     (holding 0) so the widths match; ``logp_ref`` is kept only when both have it."""
     if a.group_size != b.group_size:
-        raise ValueError(f"group_size: expected equal group sizes, got {a.group_size} and "
-                         f"{b.group_size}")
+        raise ValueError(
+            f"group_size: expected equal group sizes, got {a.group_size} and {b.group_size}"
+        )
     Ta, Tb = a.response_mask.shape[1], b.response_mask.shape[1]
     if Ta < Tb:
         a = add_padding_columns(a, Tb - Ta)

@@ -122,8 +122,9 @@ def test_advantages_invariant_to_padding_contents(name, batch, value):
     """What the padding of ``logp_old``, ``entropy_old``, ``logp_ref`` and ``response_ids``
     holds (NaN included) does not change any advantage."""
     mod, cfg = _setup(name)
-    torch.testing.assert_close(mod.advantages(pad_with(batch, value), cfg),
-                               mod.advantages(batch, cfg), rtol=0, atol=0)
+    torch.testing.assert_close(
+        mod.advantages(pad_with(batch, value), cfg), mod.advantages(batch, cfg), rtol=0, atol=0
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -159,8 +160,9 @@ def test_advantages_groups_independent(name, data):
     group of ``b`` cannot move an advantage in ``a``)."""
     mod, cfg = _setup(name)
     a = data.draw(rollout_batches(max_groups=3))
-    b = data.draw(rollout_batches(max_groups=3, min_group_size=a.group_size,
-                                  max_group_size=a.group_size))
+    b = data.draw(
+        rollout_batches(max_groups=3, min_group_size=a.group_size, max_group_size=a.group_size)
+    )
     both = mod.advantages(concat_batches(a, b), cfg)
     Ba, Ta, Tb = a.batch_size, a.response_mask.shape[1], b.response_mask.shape[1]
     torch.testing.assert_close(both[:Ba, :Ta], mod.advantages(a, cfg), **TIGHT)
@@ -216,8 +218,14 @@ def test_loss_finite_and_gradient_zero_on_padding(name, x):
     assert total.dim() == 0 and math.isfinite(total.item())
     assert bool(torch.isfinite(grad).all())
     assert bool((grad[batch.response_mask == 0] == 0).all())
-    for key in ("clip_frac_low", "clip_frac_high", "ratio_mean", "approx_kl_old",
-                "adv_mean", "adv_std"):
+    for key in (
+        "clip_frac_low",
+        "clip_frac_high",
+        "ratio_mean",
+        "approx_kl_old",
+        "adv_mean",
+        "adv_std",
+    ):
         assert key in metrics and math.isfinite(metrics[key]), key
 
 
@@ -231,8 +239,14 @@ def test_loss_invariant_to_padding_contents(name, x, value):
     adv = mod.advantages(batch, cfg)
     m = batch.response_mask
     l1, g1, _ = _loss(mod, cfg, batch, logp, adv, entropy)
-    l2, g2, _ = _loss(mod, cfg, pad_with(batch, value), pad_tensor(logp, m, value), adv,
-                      pad_tensor(entropy, m, value))
+    l2, g2, _ = _loss(
+        mod,
+        cfg,
+        pad_with(batch, value),
+        pad_tensor(logp, m, value),
+        adv,
+        pad_tensor(entropy, m, value),
+    )
     torch.testing.assert_close(l2, l1, rtol=0, atol=0)
     torch.testing.assert_close(g2, g1, rtol=0, atol=0)
 
@@ -250,15 +264,22 @@ def test_loss_invariant_to_extra_padding_columns(name, x, k):
     adv = mod.advantages(batch, cfg)
     l1, g1, _ = _loss(mod, cfg, batch, logp, adv, entropy)
     wide = add_padding_columns(batch, k)
-    l2, g2, _ = _loss(mod, cfg, wide, add_padding_columns_tensor(logp, k, -3.0),
-                      mod.advantages(wide, cfg), add_padding_columns_tensor(entropy, k, 1.0))
+    l2, g2, _ = _loss(
+        mod,
+        cfg,
+        wide,
+        add_padding_columns_tensor(logp, k, -3.0),
+        mod.advantages(wide, cfg),
+        add_padding_columns_tensor(entropy, k, 1.0),
+    )
     torch.testing.assert_close(l2, l1, **TIGHT)
     torch.testing.assert_close(g2[:, :T], g1, **TIGHT)
     assert bool((g2[:, T:] == 0).all())
 
 
-def expected_onpolicy_grad(name: str, cfg, batch: RolloutBatch, adv: torch.Tensor,
-                           kl_coef: float = 0.0) -> torch.Tensor:
+def expected_onpolicy_grad(
+    name: str, cfg, batch: RolloutBatch, adv: torch.Tensor, kl_coef: float = 0.0
+) -> torch.Tensor:
     """The closed form derived in the module docstring, computed independently of the code
     under test (float64)."""
     m = batch.response_mask.double()
@@ -286,7 +307,7 @@ def expected_onpolicy_grad(name: str, cfg, batch: RolloutBatch, adv: torch.Tenso
         scale = B / (B - M) if B > M else 1.0
     grad = -scale * adv.double() * weight
     if kl_coef:
-        delta = (batch.logp_ref.double() - batch.logp_old.double())
+        delta = batch.logp_ref.double() - batch.logp_old.double()
         grad = grad + kl_coef * weight * (1.0 - torch.exp(delta))
     return torch.where(m.bool(), grad, torch.zeros((), dtype=torch.float64))
 
@@ -356,9 +377,14 @@ def test_config_rejects_out_of_range(name, field, value):
 def small_batch() -> RolloutBatch:
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
     return RolloutBatch(
-        response_ids=torch.zeros(4, 3, dtype=torch.long), response_mask=mask,
-        rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]), logp_old=-torch.ones(4, 3),
-        entropy_old=torch.ones(4, 3), group_size=2, logp_ref=-torch.ones(4, 3))
+        response_ids=torch.zeros(4, 3, dtype=torch.long),
+        response_mask=mask,
+        rewards=torch.tensor([1.0, 0.0, 1.0, 0.0]),
+        logp_old=-torch.ones(4, 3),
+        entropy_old=torch.ones(4, 3),
+        group_size=2,
+        logp_ref=-torch.ones(4, 3),
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)

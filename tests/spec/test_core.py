@@ -80,10 +80,10 @@ def test_aggregation_modes_hand_computed():
     loss = torch.tensor([[1.0, 2.0, 3.0], [4.0, nan, nan]])
     assert core.aggregate(loss, mask, "token-mean").item() == pytest.approx(2.5)
     assert core.aggregate(loss, mask, "seq-mean-token-mean").item() == pytest.approx(3.0)
-    assert core.aggregate(loss, mask, "seq-mean-token-sum-norm", max_len=5).item() == \
-        pytest.approx(1.0)
-    assert core.aggregate(torch.tensor([6.0, 8.0]), mask, "seq-mean").item() == \
-        pytest.approx(7.0)
+    assert core.aggregate(loss, mask, "seq-mean-token-sum-norm", max_len=5).item() == pytest.approx(
+        1.0
+    )
+    assert core.aggregate(torch.tensor([6.0, 8.0]), mask, "seq-mean").item() == pytest.approx(7.0)
 
 
 @given(batch=rollout_batches())
@@ -155,12 +155,15 @@ def test_group_normalize_all_equal_is_exactly_zero(batch):
     """A group with all-equal rewards gets advantage exactly 0 (never NaN, no residue),
     with or without the std division."""
     for scale in (True, False):
-        assert bool((core.group_normalize(batch.rewards, batch.group_size,
-                                          scale_by_std=scale) == 0).all())
+        assert bool(
+            (core.group_normalize(batch.rewards, batch.group_size, scale_by_std=scale) == 0).all()
+        )
 
 
-@given(st.lists(st.floats(-50, 0, width=32), min_size=1, max_size=20),
-       st.lists(st.floats(-50, 0, width=32), min_size=1, max_size=20))
+@given(
+    st.lists(st.floats(-50, 0, width=32), min_size=1, max_size=20),
+    st.lists(st.floats(-50, 0, width=32), min_size=1, max_size=20),
+)
 def test_kl_k3_nonnegative(a, b):
     """k3 ``exp(Δ) − Δ − 1 ≥ 0`` for every ``Δ`` (since ``e^x ≥ 1 + x``), 0 iff ``Δ = 0``."""
     n = min(len(a), len(b))
@@ -220,9 +223,14 @@ def test_informative_groups_keeps_mixed_groups(batch):
 
 
 def _fields(B=4, T=3, G=2):
-    return dict(response_ids=torch.zeros(B, T, dtype=torch.long),
-                response_mask=torch.ones(B, T), rewards=torch.zeros(B),
-                logp_old=-torch.ones(B, T), entropy_old=torch.ones(B, T), group_size=G)
+    return dict(
+        response_ids=torch.zeros(B, T, dtype=torch.long),
+        response_mask=torch.ones(B, T),
+        rewards=torch.zeros(B),
+        logp_old=-torch.ones(B, T),
+        entropy_old=torch.ones(B, T),
+        group_size=G,
+    )
 
 
 BAD_BATCHES = {
@@ -236,8 +244,10 @@ BAD_BATCHES = {
     "rewards inf": ({"rewards": torch.tensor([0.0, float("inf"), 1.0, 0.0])}, "rewards"),
     "logp_old wrong shape": ({"logp_old": -torch.ones(4, 2)}, "logp_old"),
     "logp_old positive": ({"logp_old": torch.ones(4, 3)}, "logp_old"),
-    "logp_old NaN on a token": ({"logp_old": torch.tensor([[float("nan")] * 3] + [[-1.0] * 3] * 3)},
-                                "logp_old"),
+    "logp_old NaN on a token": (
+        {"logp_old": torch.tensor([[float("nan")] * 3] + [[-1.0] * 3] * 3)},
+        "logp_old",
+    ),
     "entropy negative": ({"entropy_old": -torch.ones(4, 3)}, "entropy_old"),
     "entropy with grad": ({"entropy_old": torch.ones(4, 3, requires_grad=True)}, "entropy_old"),
     "ids float": ({"response_ids": torch.zeros(4, 3)}, "response_ids"),

@@ -20,15 +20,22 @@ pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
 def _two_rows(adv: tuple[float, float], log_ratio: float):
     """Two one-token completions (one group) with given advantages, both at ratio e^log_ratio."""
     batch = RolloutBatch(
-        response_ids=torch.zeros(2, 1, dtype=torch.long), response_mask=torch.ones(2, 1),
-        rewards=torch.tensor([1.0, 0.0]), logp_old=torch.full((2, 1), -2.0),
-        entropy_old=torch.ones(2, 1), group_size=2)
+        response_ids=torch.zeros(2, 1, dtype=torch.long),
+        response_mask=torch.ones(2, 1),
+        rewards=torch.tensor([1.0, 0.0]),
+        logp_old=torch.full((2, 1), -2.0),
+        entropy_old=torch.ones(2, 1),
+        group_size=2,
+    )
     logp = (batch.logp_old + log_ratio).requires_grad_(True)
     return batch, logp, torch.tensor([[adv[0]], [adv[1]]])
 
 
-@given(log_ratio=st.floats(-1.0, 1.0).filter(
-    lambda x: abs(math.exp(x) - 1.28) > 1e-3 and abs(math.exp(x) - 0.8) > 1e-3))
+@given(
+    log_ratio=st.floats(-1.0, 1.0).filter(
+        lambda x: abs(math.exp(x) - 1.28) > 1e-3 and abs(math.exp(x) - 0.8) > 1e-3
+    )
+)
 def test_clip_higher_asymmetry(log_ratio):
     """Clip-higher (Eq. 10): for ``A > 0`` the gradient is switched off once ``w > 1+0.28`` and
     flows (= −A·w/Σm) below it, however small ``w`` is; for ``A < 0`` it is switched off once
@@ -107,8 +114,9 @@ def test_dynamic_sampling_counts_successes_not_reward_spread():
 @given(batch=rollout_batches())
 def test_advantage_equals_grpo(batch):
     """DAPO's advantage is GRPO's (Eq. 9): only the loss configuration differs."""
-    torch.testing.assert_close(dapo.advantages(batch, dapo.Config()),
-                               grpo.advantages(batch, grpo.Config()), rtol=0, atol=0)
+    torch.testing.assert_close(
+        dapo.advantages(batch, dapo.Config()), grpo.advantages(batch, grpo.Config()), rtol=0, atol=0
+    )
 
 
 def test_hand_computed_group():
@@ -123,15 +131,21 @@ def test_hand_computed_group():
     """
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
     batch = RolloutBatch(
-        response_ids=torch.zeros(2, 3, dtype=torch.long), response_mask=mask,
-        rewards=torch.tensor([1.0, 0.0]), logp_old=torch.full((2, 3), -1.0),
-        entropy_old=torch.ones(2, 3), group_size=2)
+        response_ids=torch.zeros(2, 3, dtype=torch.long),
+        response_mask=mask,
+        rewards=torch.tensor([1.0, 0.0]),
+        logp_old=torch.full((2, 3), -1.0),
+        entropy_old=torch.ones(2, 3),
+        group_size=2,
+    )
     cfg = dapo.Config()
     adv = dapo.advantages(batch, cfg)
-    torch.testing.assert_close(adv, torch.tensor([[0.707107] * 3, [-0.707107, 0.0, 0.0]]),
-                               rtol=1e-5, atol=1e-5)
-    assert dapo.loss(batch, batch.logp_old, adv, cfg)[0].item() == pytest.approx(-0.353553,
-                                                                                abs=1e-5)
+    torch.testing.assert_close(
+        adv, torch.tensor([[0.707107] * 3, [-0.707107, 0.0, 0.0]]), rtol=1e-5, atol=1e-5
+    )
+    assert dapo.loss(batch, batch.logp_old, adv, cfg)[0].item() == pytest.approx(
+        -0.353553, abs=1e-5
+    )
     logp = batch.logp_old.clone()
     logp[0] += math.log(1.5)
     assert dapo.loss(batch, logp, adv, cfg)[0].item() == pytest.approx(-0.502046, abs=1e-5)

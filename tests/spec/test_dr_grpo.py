@@ -44,22 +44,28 @@ def test_loss_weight_independent_of_length(data):
     if logp_ref is not None:
         logp_ref[i, t] = -1.0
     g1 = _onpolicy_grad(batch, cfg)
-    g2 = _onpolicy_grad(batch.replace(response_mask=longer, logp_old=logp_old,
-                                      entropy_old=entropy_old, logp_ref=logp_ref), cfg)
+    g2 = _onpolicy_grad(
+        batch.replace(
+            response_mask=longer, logp_old=logp_old, entropy_old=entropy_old, logp_ref=logp_ref
+        ),
+        cfg,
+    )
     m = batch.response_mask.bool()
     torch.testing.assert_close(g2[m], g1[m], rtol=1e-6, atol=0)
     assert g2[i, t].item() == pytest.approx(g1[i, 0].item(), rel=1e-6)
 
 
-@given(batch=rollout_batches(), a=st.sampled_from([0.5, 2.0, 4.0]),
-       b=st.sampled_from([-3.0, 0.0, 0.5]))
+@given(
+    batch=rollout_batches(), a=st.sampled_from([0.5, 2.0, 4.0]), b=st.sampled_from([-3.0, 0.0, 0.5])
+)
 def test_advantage_shift_invariant_scale_equivariant(batch, a, b):
     """Without the std division, ``A_i = r_i − r̄`` is invariant to ``r → r + b`` and scales
     with ``a``: ``A(a·r + b) = a·A(r)``."""
     cfg = dr_grpo.Config()
     moved = batch.replace(rewards=a * batch.rewards + b)
-    torch.testing.assert_close(dr_grpo.advantages(moved, cfg),
-                               a * dr_grpo.advantages(batch, cfg), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        dr_grpo.advantages(moved, cfg), a * dr_grpo.advantages(batch, cfg), rtol=1e-4, atol=1e-4
+    )
 
 
 @given(batch=rollout_batches())
@@ -82,16 +88,23 @@ def test_hand_computed_group():
     """
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
     batch = RolloutBatch(
-        response_ids=torch.zeros(4, 2, dtype=torch.long), response_mask=mask,
-        rewards=torch.tensor([1.0, 0.0, 0.0, 0.0]), logp_old=torch.full((4, 2), -1.0),
-        entropy_old=torch.ones(4, 2), group_size=4)
+        response_ids=torch.zeros(4, 2, dtype=torch.long),
+        response_mask=mask,
+        rewards=torch.tensor([1.0, 0.0, 0.0, 0.0]),
+        logp_old=torch.full((4, 2), -1.0),
+        entropy_old=torch.ones(4, 2),
+        group_size=4,
+    )
     cfg = dr_grpo.Config(max_len=4)
     adv = dr_grpo.advantages(batch, cfg)
-    torch.testing.assert_close(adv, torch.tensor([[0.75, 0.75], [-0.25, 0.0], [-0.25, 0.0],
-                                                  [-0.25, 0.0]]))
+    torch.testing.assert_close(
+        adv, torch.tensor([[0.75, 0.75], [-0.25, 0.0], [-0.25, 0.0], [-0.25, 0.0]])
+    )
     logp = batch.logp_old.clone().requires_grad_(True)
     total, _ = dr_grpo.loss(batch, logp, adv, cfg)
     assert total.item() == pytest.approx(-0.046875, abs=1e-7)
     total.backward()
-    torch.testing.assert_close(logp.grad, torch.tensor(
-        [[-0.046875, -0.046875], [0.015625, 0.0], [0.015625, 0.0], [0.015625, 0.0]]))
+    torch.testing.assert_close(
+        logp.grad,
+        torch.tensor([[-0.046875, -0.046875], [0.015625, 0.0], [0.015625, 0.0], [0.015625, 0.0]]),
+    )

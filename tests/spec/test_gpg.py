@@ -23,7 +23,8 @@ def _full(batch: RolloutBatch) -> RolloutBatch:
         response_mask=torch.ones_like(batch.response_mask),
         logp_old=torch.where(m, batch.logp_old, torch.tensor(-1.0)),
         entropy_old=torch.where(m, batch.entropy_old, torch.tensor(1.0)),
-        logp_ref=None)
+        logp_ref=None,
+    )
 
 
 def _grad(batch, cfg):
@@ -56,8 +57,13 @@ def test_alpha_cancels_degenerate_groups(data):
     if bool((r.max(1).values == r.min(1).values).any()):
         return  # a group equal by chance: not the situation this invariant is about
     G, T = informative.group_size, informative.response_mask.shape[1]
-    degenerate = _full(data.draw(rollout_batches(equal_groups=True, min_group_size=G,
-                                                 max_group_size=G, min_len=T, max_len=T)))
+    degenerate = _full(
+        data.draw(
+            rollout_batches(
+                equal_groups=True, min_group_size=G, max_group_size=G, min_len=T, max_len=T
+            )
+        )
+    )
     cfg = gpg.Config()
     g_alone, _ = _grad(informative, cfg)
     g_mixed, metrics = _grad(concat_batches(informative, degenerate), cfg)
@@ -71,11 +77,16 @@ def test_alpha_cancels_degenerate_groups(data):
 def test_normalize_std_gives_grpo_advantage(batch):
     """With ``normalize_std`` (F_norm = std) the advantage is GRPO's; without it, it is the
     centred reward ``r_i − r̄``."""
-    torch.testing.assert_close(gpg.advantages(batch, gpg.Config(normalize_std=True)),
-                               grpo.advantages(batch, grpo.Config()), rtol=0, atol=0)
+    torch.testing.assert_close(
+        gpg.advantages(batch, gpg.Config(normalize_std=True)),
+        grpo.advantages(batch, grpo.Config()),
+        rtol=0,
+        atol=0,
+    )
     centred = core.group_normalize(batch.rewards, batch.group_size, scale_by_std=False)
-    torch.testing.assert_close(gpg.advantages(batch, gpg.Config()),
-                               core.broadcast_to_tokens(centred, batch.response_mask))
+    torch.testing.assert_close(
+        gpg.advantages(batch, gpg.Config()), core.broadcast_to_tokens(centred, batch.response_mask)
+    )
 
 
 @given(batch=rollout_batches(), shift=st.floats(-3.0, 3.0))
@@ -100,10 +111,13 @@ def test_hand_computed_batch():
     Gradient = −α·A/Σ|o| = −0.5·A = [−0.25, 0.25, 0, 0].
     """
     batch = RolloutBatch(
-        response_ids=torch.zeros(4, 1, dtype=torch.long), response_mask=torch.ones(4, 1),
+        response_ids=torch.zeros(4, 1, dtype=torch.long),
+        response_mask=torch.ones(4, 1),
         rewards=torch.tensor([1.0, 0.0, 1.0, 1.0]),
         logp_old=torch.tensor([[-0.5], [-1.0], [-0.2], [-0.3]]),
-        entropy_old=torch.ones(4, 1), group_size=2)
+        entropy_old=torch.ones(4, 1),
+        group_size=2,
+    )
     cfg = gpg.Config()
     adv = gpg.advantages(batch, cfg)
     torch.testing.assert_close(adv[:, 0], torch.tensor([0.5, -0.5, 0.0, 0.0]))

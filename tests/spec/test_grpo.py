@@ -38,16 +38,20 @@ def test_zero_mean_unit_std_per_group(batch):
         assert float(A[g].std()) == pytest.approx(s / (s + cfg.eps), rel=1e-5)
 
 
-@given(batch=rollout_batches(), a=st.sampled_from([0.5, 2.0, 3.0, 10.0]),
-       b=st.sampled_from([-3.0, 0.0, 0.25, 7.0]))
+@given(
+    batch=rollout_batches(),
+    a=st.sampled_from([0.5, 2.0, 3.0, 10.0]),
+    b=st.sampled_from([-3.0, 0.0, 0.25, 7.0]),
+)
 def test_invariant_to_affine_reward_map(batch, a, b):
     """``r → a·r + b`` with ``a > 0`` leaves the advantages unchanged up to eps:
     ``(a·r_i + b − (a·r̄ + b)) / (a·s + eps) = (r_i − r̄)/(s + eps/a)``. The generated rewards
     are 0.01 apart at least (``s ≥ 0.005``), so the eps difference is below 1e-3 relative."""
     cfg = grpo.Config()
     moved = batch.replace(rewards=a * batch.rewards + b)
-    torch.testing.assert_close(grpo.advantages(moved, cfg), grpo.advantages(batch, cfg),
-                               rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(
+        grpo.advantages(moved, cfg), grpo.advantages(batch, cfg), rtol=1e-3, atol=1e-3
+    )
 
 
 @given(batch=rollout_batches(allow_empty=False))
@@ -70,13 +74,18 @@ def test_hand_computed_group():
     seq-mean-token-mean = −(1.8 − 0.5 − 0.5 − 0.5)/4 = −0.3/4 = −0.075.
     """
     batch = RolloutBatch(
-        response_ids=torch.zeros(4, 1, dtype=torch.long), response_mask=torch.ones(4, 1),
-        rewards=torch.tensor([1.0, 0.0, 0.0, 0.0]), logp_old=torch.full((4, 1), -1.0),
-        entropy_old=torch.ones(4, 1), group_size=4)
+        response_ids=torch.zeros(4, 1, dtype=torch.long),
+        response_mask=torch.ones(4, 1),
+        rewards=torch.tensor([1.0, 0.0, 0.0, 0.0]),
+        logp_old=torch.full((4, 1), -1.0),
+        entropy_old=torch.ones(4, 1),
+        group_size=4,
+    )
     cfg = grpo.Config(kl_coef=0.0)
     adv = grpo.advantages(batch, cfg)
-    torch.testing.assert_close(adv[:, 0], torch.tensor([1.5, -0.5, -0.5, -0.5]),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        adv[:, 0], torch.tensor([1.5, -0.5, -0.5, -0.5]), rtol=1e-5, atol=1e-5
+    )
     logp = batch.logp_old.clone()
     logp[0, 0] += torch.log(torch.tensor(1.5))
     total, metrics = grpo.loss(batch, logp, adv, cfg)

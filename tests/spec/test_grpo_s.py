@@ -87,12 +87,12 @@ def test_advantages_invariant_to_scaling_entropies(stats, batch, k):
     uses eps_H = 1e-30 and c = 2^k, exact in float32; see test_gtpo for the argument)."""
     cfg = grpo_s.Config(stats=stats, entropy_eps=1e-30)
     scaled = batch.replace(entropy_old=batch.entropy_old * 2.0**k)
-    torch.testing.assert_close(grpo_s.advantages(scaled, cfg), grpo_s.advantages(batch, cfg),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        grpo_s.advantages(scaled, cfg), grpo_s.advantages(batch, cfg), rtol=1e-5, atol=1e-5
+    )
 
 
-@given(rollout_batches(binary_rewards=True, allow_empty=False),
-       st.sampled_from([0.5, 1.0, 3.0]))
+@given(rollout_batches(binary_rewards=True, allow_empty=False), st.sampled_from([0.5, 1.0, 3.0]))
 def test_beta2_zero_reduces_to_grpo(batch, beta_1):
     """Exact reduction: with β₂ = 0, stats="group", binary rewards and no empty completion,
     GRPO-S's advantage is GRPO's, with eps/β₁ in the denominator.
@@ -117,8 +117,9 @@ def test_empty_completions_excluded(batch):
     r_hat_plus, r_hat_minus = grpo_s.sequence_rewards(batch, cfg)
     assert bool((r_hat_plus[empty] == 0).all()) and bool((r_hat_minus[empty] == 0).all())
     flipped = batch.replace(rewards=torch.where(empty, 1.0 - batch.rewards, batch.rewards))
-    torch.testing.assert_close(grpo_s.advantages(flipped, cfg), grpo_s.advantages(batch, cfg),
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        grpo_s.advantages(flipped, cfg), grpo_s.advantages(batch, cfg), rtol=0, atol=0
+    )
 
 
 @given(batch_and_policy(max_log_ratio=1.0))
@@ -184,9 +185,14 @@ def _hand_batch() -> RolloutBatch:
     o3 ✗ H = [1, 3] (Ĥ = 2); o4 ✗ H = [0.5, ·] (Ĥ = 0.5)."""
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
     entropy = torch.tensor([[1.0, 3.0], [6.0, 0.0], [1.0, 3.0], [0.5, 0.0]])
-    return RolloutBatch(response_ids=torch.zeros(4, 2, dtype=torch.long), response_mask=mask,
-                        rewards=torch.tensor([1.0, 1.0, 0.0, 0.0]), logp_old=-torch.ones(4, 2),
-                        entropy_old=entropy, group_size=4)
+    return RolloutBatch(
+        response_ids=torch.zeros(4, 2, dtype=torch.long),
+        response_mask=mask,
+        rewards=torch.tensor([1.0, 1.0, 0.0, 0.0]),
+        logp_old=-torch.ones(4, 2),
+        entropy_old=entropy,
+        group_size=4,
+    )
 
 
 def test_hand_example_sequence_rewards():
@@ -195,10 +201,12 @@ def test_hand_example_sequence_rewards():
     r̂⁻ = −1.2 (o3), −1.8 (o4)."""
     cfg = grpo_s.Config(beta_2=0.5, entropy_eps=1e-12)
     r_hat_plus, r_hat_minus = grpo_s.sequence_rewards(_hand_batch(), cfg)
-    torch.testing.assert_close(r_hat_plus, torch.tensor([1.25, 1.75, 0.0, 0.0],
-                                                        dtype=torch.float64), atol=1e-9, rtol=0)
-    torch.testing.assert_close(r_hat_minus, torch.tensor([0.0, 0.0, -1.2, -1.8],
-                                                         dtype=torch.float64), atol=1e-9, rtol=0)
+    torch.testing.assert_close(
+        r_hat_plus, torch.tensor([1.25, 1.75, 0.0, 0.0], dtype=torch.float64), atol=1e-9, rtol=0
+    )
+    torch.testing.assert_close(
+        r_hat_minus, torch.tensor([0.0, 0.0, -1.2, -1.8], dtype=torch.float64), atol=1e-9, rtol=0
+    )
 
 
 def test_hand_example_advantages():
@@ -213,8 +221,7 @@ def test_hand_example_advantages():
     group = grpo_s.advantages(batch, grpo_s.Config(beta_2=0.5, entropy_eps=1e-12))
     expected = torch.tensor([0.5 / s, 1.0 / s, -0.5, -7 / 6])[:, None] * mask
     torch.testing.assert_close(group, expected, atol=1e-5, rtol=0)
-    sub = grpo_s.advantages(batch, grpo_s.Config(beta_2=0.5, entropy_eps=1e-12,
-                                                 stats="subgroup"))
+    sub = grpo_s.advantages(batch, grpo_s.Config(beta_2=0.5, entropy_eps=1e-12, stats="subgroup"))
     h = 1 / math.sqrt(2)
     expected = torch.tensor([-h, h, h, -h])[:, None] * mask
     torch.testing.assert_close(sub, expected, atol=1e-5, rtol=0)
@@ -225,11 +232,20 @@ def test_hand_example_advantages():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field, value", [
-    ("beta_1", -0.5), ("beta_2", -0.1), ("beta_2", float("nan")), ("stats", "batch"),
-    ("ratio", "harmonic"), ("negative_shaping", "v1"), ("entropy_eps", 0.0),
-    ("loss_agg_mode", "token-mean"), ("clip_eps_high", -0.1),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("beta_1", -0.5),
+        ("beta_2", -0.1),
+        ("beta_2", float("nan")),
+        ("stats", "batch"),
+        ("ratio", "harmonic"),
+        ("negative_shaping", "v1"),
+        ("entropy_eps", 0.0),
+        ("loss_agg_mode", "token-mean"),
+        ("clip_eps_high", -0.1),
+    ],
+)
 def test_config_rejects_bad_values(field, value):
     """Config validation: negative β, unknown choices, a per-token aggregation for a
     per-sequence loss raise a ValueError naming the field."""

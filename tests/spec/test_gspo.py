@@ -44,8 +44,9 @@ def test_sequence_ratio_independent_of_token_order(x, seed):
     cfg = gspo.Config()
     adv = gspo.advantages(batch, cfg)
     joint = torch.stack([logp, batch.logp_old], dim=-1)
-    shuffled = torch.stack([_shuffle_response_tokens(joint[..., k], m, seed) for k in (0, 1)],
-                           dim=-1)
+    shuffled = torch.stack(
+        [_shuffle_response_tokens(joint[..., k], m, seed) for k in (0, 1)], dim=-1
+    )
     s1 = core.sequence_log_ratio(logp, batch.logp_old, m)
     s2 = core.sequence_log_ratio(shuffled[..., 0], shuffled[..., 1], m)
     torch.testing.assert_close(s2, s1, rtol=1e-5, atol=1e-6)
@@ -86,8 +87,9 @@ def test_clip_acts_on_whole_sequences(x):
         n = int(batch.lengths[i])
         if n == 0 or A[i] == 0:
             continue
-        clipped = (A[i] > 0 and s[i] > 1 + cfg.clip_eps_high) or \
-                  (A[i] < 0 and s[i] < 1 - cfg.clip_eps_low)
+        clipped = (A[i] > 0 and s[i] > 1 + cfg.clip_eps_high) or (
+            A[i] < 0 and s[i] < 1 - cfg.clip_eps_low
+        )
         row = grad[i, :n]
         assert bool((row == 0).all()) if clipped else bool((row != 0).all())
 
@@ -96,8 +98,9 @@ def test_clip_acts_on_whole_sequences(x):
 def test_advantage_equals_grpo(x):
     """GSPO's advantage is GRPO's (Eq. 6)."""
     batch = x[0]
-    torch.testing.assert_close(gspo.advantages(batch, gspo.Config()),
-                               grpo.advantages(batch, grpo.Config()), rtol=0, atol=0)
+    torch.testing.assert_close(
+        gspo.advantages(batch, gspo.Config()), grpo.advantages(batch, grpo.Config()), rtol=0, atol=0
+    )
 
 
 def test_hand_computed_group():
@@ -111,9 +114,13 @@ def test_hand_computed_group():
     """
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
     batch = RolloutBatch(
-        response_ids=torch.zeros(2, 2, dtype=torch.long), response_mask=mask,
-        rewards=torch.tensor([1.0, 0.0]), logp_old=torch.full((2, 2), -1.0),
-        entropy_old=torch.ones(2, 2), group_size=2)
+        response_ids=torch.zeros(2, 2, dtype=torch.long),
+        response_mask=mask,
+        rewards=torch.tensor([1.0, 0.0]),
+        logp_old=torch.full((2, 2), -1.0),
+        entropy_old=torch.ones(2, 2),
+        group_size=2,
+    )
     cfg = gspo.Config()
     adv = gspo.advantages(batch, cfg)
     torch.testing.assert_close(adv[:, 0], torch.tensor([0.707107, -0.707107]))

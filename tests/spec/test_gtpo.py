@@ -150,8 +150,9 @@ def test_advantages_invariant_to_scaling_entropies(stats, negative_shaping, batc
     """
     cfg = gtpo.Config(stats=stats, negative_shaping=negative_shaping, entropy_eps=1e-30)
     scaled = batch.replace(entropy_old=batch.entropy_old * 2.0**k)
-    torch.testing.assert_close(gtpo.advantages(scaled, cfg), gtpo.advantages(batch, cfg),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        gtpo.advantages(scaled, cfg), gtpo.advantages(batch, cfg), rtol=1e-5, atol=1e-5
+    )
 
 
 def _token_zscore(batch: RolloutBatch, eps: float) -> torch.Tensor:
@@ -160,8 +161,12 @@ def _token_zscore(batch: RolloutBatch, eps: float) -> torch.Tensor:
     G = batch.group_size
     out = torch.zeros_like(batch.response_mask, dtype=torch.float64)
     for g in range(batch.num_groups):
-        samples = [(i, t) for i in range(g * G, g * G + G)
-                   for t in range(batch.response_mask.shape[1]) if batch.response_mask[i, t]]
+        samples = [
+            (i, t)
+            for i in range(g * G, g * G + G)
+            for t in range(batch.response_mask.shape[1])
+            if batch.response_mask[i, t]
+        ]
         values = [float(batch.rewards[i]) for i, _ in samples]
         if len(values) < 2 or max(values) == min(values):
             continue
@@ -187,8 +192,9 @@ def test_alpha2_zero_reduces_to_token_level_zscore(negative_shaping, batch, alph
     With negative_shaping="none" a failed token gets (0 − α₁p)/(α₁s + eps): the same value.
     A group with p ∈ {0, 1} has zero variance on both sides: 0, like the z-score.
     """
-    cfg = gtpo.Config(alpha_1=alpha_1, alpha_2=0.0, stats="group",
-                      negative_shaping=negative_shaping)
+    cfg = gtpo.Config(
+        alpha_1=alpha_1, alpha_2=0.0, stats="group", negative_shaping=negative_shaping
+    )
     expected = _token_zscore(batch, cfg.eps / alpha_1).float()
     torch.testing.assert_close(gtpo.advantages(batch, cfg), expected, rtol=1e-5, atol=1e-5)
 
@@ -265,8 +271,9 @@ def test_negative_shaping_none_failed_tokens_get_normalised_zero(stats, batch):
         else:
             expected = float(-R.mean() / (R.std(unbiased=True) + none.eps))
         failed = A[rows][(m & ~succ)[rows]]
-        torch.testing.assert_close(failed.double(), torch.full_like(failed, expected).double(),
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            failed.double(), torch.full_like(failed, expected).double(), rtol=1e-5, atol=1e-5
+        )
 
 
 @given(rollout_batches(binary_rewards=True, equal_groups=True))
@@ -294,9 +301,14 @@ def _hand_batch() -> RolloutBatch:
     """G = 4, T = 2. o1 ✓ H = [1, 2]; o2 ✓ H = [3, ·]; o3 ✗ H = [0.5, 1]; o4 ✗ H = [0.25, ·]."""
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
     entropy = torch.tensor([[1.0, 2.0], [3.0, 0.0], [0.5, 1.0], [0.25, 0.0]])
-    return RolloutBatch(response_ids=torch.zeros(4, 2, dtype=torch.long), response_mask=mask,
-                        rewards=torch.tensor([1.0, 1.0, 0.0, 0.0]), logp_old=-torch.ones(4, 2),
-                        entropy_old=entropy, group_size=4)
+    return RolloutBatch(
+        response_ids=torch.zeros(4, 2, dtype=torch.long),
+        response_mask=mask,
+        rewards=torch.tensor([1.0, 1.0, 0.0, 0.0]),
+        logp_old=-torch.ones(4, 2),
+        entropy_old=entropy,
+        group_size=4,
+    )
 
 
 HAND = gtpo.Config(alpha_1=1.0, alpha_2=0.5, entropy_eps=1e-12)
@@ -312,10 +324,12 @@ def test_hand_example_token_rewards():
     t=1: only o1 in O⁺ (d=1, weight 1): r⁺ = 1.5; only o3 in O⁻ (h=1): r⁻ = −1.5.
     """
     r_plus, r_minus = gtpo.token_rewards(_hand_batch(), HAND)
-    expected_plus = torch.tensor([[1.25, 1.5], [1.75, 0.0], [0.0, 0.0], [0.0, 0.0]],
-                                 dtype=torch.float64)
-    expected_minus = torch.tensor([[0.0, 0.0], [0.0, 0.0], [-4 / 3, -1.5], [-5 / 3, 0.0]],
-                                  dtype=torch.float64)
+    expected_plus = torch.tensor(
+        [[1.25, 1.5], [1.75, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64
+    )
+    expected_minus = torch.tensor(
+        [[0.0, 0.0], [0.0, 0.0], [-4 / 3, -1.5], [-5 / 3, 0.0]], dtype=torch.float64
+    )
     torch.testing.assert_close(r_plus, expected_plus, rtol=0, atol=1e-9)
     torch.testing.assert_close(r_minus, expected_minus, rtol=0, atol=1e-9)
 
@@ -323,8 +337,9 @@ def test_hand_example_token_rewards():
 def test_hand_example_advantages_subgroup():
     """stats="subgroup": R⁺ = {1.25, 1.5, 1.75}: mean 1.5, unbiased std 0.25 → A⁺ = −1, 0, +1.
     R⁻ = {−4/3, −1.5, −5/3}: mean −1.5, deviations +1/6, 0, −1/6, std 1/6 → A⁻ = +1, 0, −1."""
-    A = gtpo.advantages(_hand_batch(), gtpo.Config(alpha_2=0.5, stats="subgroup",
-                                                   entropy_eps=1e-12))
+    A = gtpo.advantages(
+        _hand_batch(), gtpo.Config(alpha_2=0.5, stats="subgroup", entropy_eps=1e-12)
+    )
     expected = torch.tensor([[-1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [-1.0, 0.0]])
     torch.testing.assert_close(A, expected, rtol=0, atol=1e-4)
 
@@ -338,8 +353,14 @@ def test_hand_example_advantages_group():
     variance 494/720 → A⁻ = (−7/12)/σ (o3,t0), (−3/4)/σ (o3,t1), (−11/12)/σ (o4,t0)."""
     A = gtpo.advantages(_hand_batch(), HAND)
     s_plus, s_minus = math.sqrt(0.7), math.sqrt(494 / 720)
-    expected = torch.tensor([[0.5 / s_plus, 0.75 / s_plus], [1.0 / s_plus, 0.0],
-                             [-7 / 12 / s_minus, -0.75 / s_minus], [-11 / 12 / s_minus, 0.0]])
+    expected = torch.tensor(
+        [
+            [0.5 / s_plus, 0.75 / s_plus],
+            [1.0 / s_plus, 0.0],
+            [-7 / 12 / s_minus, -0.75 / s_minus],
+            [-11 / 12 / s_minus, 0.0],
+        ]
+    )
     torch.testing.assert_close(A, expected, rtol=0, atol=1e-5)
 
 
@@ -360,11 +381,22 @@ def test_hand_example_loss_on_policy_gradient():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field, value", [
-    ("alpha_1", -0.1), ("alpha_2", -1.0), ("alpha_2", float("nan")), ("alpha_1", float("inf")),
-    ("stats", "token"), ("negative_shaping", "v5"), ("entropy_eps", 0.0),
-    ("entropy_eps", -1e-6), ("clip_eps_low", -0.2), ("eps", 0.0), ("loss_agg_mode", "seq-mean"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("alpha_1", -0.1),
+        ("alpha_2", -1.0),
+        ("alpha_2", float("nan")),
+        ("alpha_1", float("inf")),
+        ("stats", "token"),
+        ("negative_shaping", "v5"),
+        ("entropy_eps", 0.0),
+        ("entropy_eps", -1e-6),
+        ("clip_eps_low", -0.2),
+        ("eps", 0.0),
+        ("loss_agg_mode", "seq-mean"),
+    ],
+)
 def test_config_rejects_bad_values(field, value):
     """Config validation: out-of-range α, unknown choices, non-positive eps raise a ValueError
     that names the field."""

@@ -76,8 +76,9 @@ def test_gspo_token_ratio_value_and_gradient(x):
     s_token = tepo.sequence_token_ratio(lp, batch.logp_old, m)
     s_i = torch.exp(core.sequence_log_ratio(logp, batch.logp_old, m))
     active = m.bool()
-    torch.testing.assert_close(s_token[active], s_i[:, None].expand_as(m)[active],
-                               rtol=2e-5, atol=0)
+    torch.testing.assert_close(
+        s_token[active], s_i[:, None].expand_as(m)[active], rtol=2e-5, atol=0
+    )
     g = torch.linspace(-1.0, 2.0, m.numel()).reshape(m.shape)
     core.masked(s_token * g, m).sum().backward()
     torch.testing.assert_close(lp.grad, core.masked(s_i[:, None] * g, m), rtol=1e-5, atol=1e-6)
@@ -177,10 +178,15 @@ def test_hand_example():
     (o1, t0) the KL's 0.04/4·(1 − e^−0.6) ≈ 0.004512 → −0.211403; o2: 0 (clipped).
     """
     mask = torch.ones(2, 2)
-    batch = RolloutBatch(response_ids=torch.zeros(2, 2, dtype=torch.long), response_mask=mask,
-                         rewards=torch.tensor([1.0, 0.0]), logp_old=-torch.ones(2, 2),
-                         entropy_old=torch.ones(2, 2), group_size=2,
-                         logp_ref=torch.tensor([[-1.5, -1.0], [-1.0, -1.0]]))
+    batch = RolloutBatch(
+        response_ids=torch.zeros(2, 2, dtype=torch.long),
+        response_mask=mask,
+        rewards=torch.tensor([1.0, 0.0]),
+        logp_old=-torch.ones(2, 2),
+        entropy_old=torch.ones(2, 2),
+        group_size=2,
+        logp_ref=torch.tensor([[-1.5, -1.0], [-1.0, -1.0]]),
+    )
     logp = torch.tensor([[-0.9, -0.7], [-1.4, -1.2]])
     entropy = torch.tensor([[0.5, 1.5], [0.5, 0.5]])
     cfg = tepo.Config()
@@ -200,10 +206,15 @@ def test_hand_example():
 
 
 def _small_batch(with_ref: bool = True) -> RolloutBatch:
-    return RolloutBatch(response_ids=torch.zeros(2, 2, dtype=torch.long),
-                        response_mask=torch.ones(2, 2), rewards=torch.tensor([1.0, 0.0]),
-                        logp_old=-torch.ones(2, 2), entropy_old=torch.ones(2, 2), group_size=2,
-                        logp_ref=-torch.ones(2, 2) if with_ref else None)
+    return RolloutBatch(
+        response_ids=torch.zeros(2, 2, dtype=torch.long),
+        response_mask=torch.ones(2, 2),
+        rewards=torch.tensor([1.0, 0.0]),
+        logp_old=-torch.ones(2, 2),
+        entropy_old=torch.ones(2, 2),
+        group_size=2,
+        logp_ref=-torch.ones(2, 2) if with_ref else None,
+    )
 
 
 def test_loss_requires_entropy_when_mask_on():
@@ -229,14 +240,22 @@ def test_loss_requires_ref_for_ref_anchor():
     adv = tepo.advantages(batch, tepo.Config())
     with pytest.raises(ValueError, match="logp_ref"):
         tepo.loss(batch, batch.logp_old.clone(), adv, tepo.Config(), entropy=torch.ones(2, 2))
-    tepo.loss(batch, batch.logp_old.clone(), adv, tepo.Config(kl_anchor="old"),
-              entropy=torch.ones(2, 2))
+    tepo.loss(
+        batch, batch.logp_old.clone(), adv, tepo.Config(kl_anchor="old"), entropy=torch.ones(2, 2)
+    )
 
 
-@pytest.mark.parametrize("field, value", [
-    ("kl_anchor", "reference"), ("kl_coef", -0.04), ("kl_mask", "yes"), ("clip_eps_low", 1.0),
-    ("loss_agg_mode", "seq-mean"), ("eps", -1.0),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("kl_anchor", "reference"),
+        ("kl_coef", -0.04),
+        ("kl_mask", "yes"),
+        ("clip_eps_low", 1.0),
+        ("loss_agg_mode", "seq-mean"),
+        ("eps", -1.0),
+    ],
+)
 def test_config_rejects_bad_values(field, value):
     """Config validation: unknown anchor, negative β, non-bool mask switch, a per-sequence
     aggregation raise a ValueError naming the field."""
