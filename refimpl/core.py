@@ -421,6 +421,13 @@ def aggregate(loss: Tensor, mask: Tensor, mode: str, *, max_len: int | None = No
 # ---------------------------------------------------------------------------------------------
 
 
+def needs_reference(cfg: object) -> bool:
+    """Whether an algorithm's loss reads ``batch.logp_ref``: a KL term (``kl_coef > 0``)
+    anchored at the frozen reference rather than at ``π_old`` (TEPO's ``kl_anchor="old"``).
+    The trainers use it to decide whether to run the reference model at all."""
+    return getattr(cfg, "kl_coef", 0.0) > 0 and getattr(cfg, "kl_anchor", "ref") == "ref"
+
+
 def informative_groups(rewards: Tensor, group_size: int, threshold: float = 0.5) -> Tensor:
     """DAPO dynamic sampling: ``[N]`` bool, keep groups with ``0 < #successful < G``."""
     n_success = group_view(success(rewards, threshold), group_size).sum(dim=1)

@@ -216,11 +216,6 @@ def resolve(cfg: TrainConfig) -> tuple[ModuleType, Any, int, Any]:
     return algo, task, budget, algorithm_config(cfg, algo, budget)
 
 
-def needs_reference(acfg) -> bool:
-    """A KL term to the frozen reference model is on (β > 0 and not anchored to π_old)."""
-    return getattr(acfg, "kl_coef", 0.0) > 0 and getattr(acfg, "kl_anchor", "ref") == "ref"
-
-
 # ---------------------------------------------------------------------------------------------
 # Rollouts.
 # ---------------------------------------------------------------------------------------------
@@ -296,7 +291,7 @@ class Trainer:
         )
         self.model: GPT = base.to(self.device)
         self.reference: GPT | None = None
-        if needs_reference(self.acfg):
+        if core.needs_reference(self.acfg):
             self.reference = cfg.warmstart.model.build().to(self.device)
             self.reference.load_state_dict(self.model.state_dict())
             self.reference.eval().requires_grad_(False)

@@ -47,12 +47,7 @@ from refimpl import algorithms, core
 from refimpl.core import RolloutBatch
 from refimpl.scaleup.hf import loss_batch, normaliser_count
 
-__all__ = ["RefimplGRPOTrainer", "needs_reference", "GRPOConfig"]
-
-
-def needs_reference(cfg: object) -> bool:
-    """Whether the algorithm's loss reads ``logp_ref`` (a KL to the frozen reference)."""
-    return getattr(cfg, "kl_coef", 0.0) > 0 and getattr(cfg, "kl_anchor", "ref") == "ref"
+__all__ = ["RefimplGRPOTrainer", "GRPOConfig"]
 
 
 class RefimplGRPOTrainer(GRPOTrainer):
@@ -81,7 +76,7 @@ class RefimplGRPOTrainer(GRPOTrainer):
         )
         training_args = kwargs.get("args", args[2] if len(args) > 2 else None)
         core.require(training_args is not None, "args", "a trl.GRPOConfig")
-        beta = self.algorithm_config.kl_coef if needs_reference(self.algorithm_config) else 0.0
+        beta = self.algorithm_config.kl_coef if core.needs_reference(self.algorithm_config) else 0.0
         # A shallow copy, not dataclasses.replace: GRPOConfig.__post_init__ derives fields
         # (steps_per_generation, ...) and refuses to run twice.
         training_args = copy.copy(training_args)
