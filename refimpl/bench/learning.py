@@ -48,14 +48,18 @@ from refimpl.bench import format_machine, machine_info, markdown_table
 #: (mean of the paired ratios) and higher in every paired seed.
 ENTROPY_MARGIN = 0.05
 
-ABLATION_COLORS = ("#9467bd", "#e377c2", "#000000", "#ff9896", "#8c564b")
+ABLATION_COLORS = ("#9467bd", "#e377c2", "#000000", "#ff9896", "#8c564b", "#c49c94")
 
-#: Ablations: (label, algorithm, --algo-args).
-ABLATIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("gtpo alpha_2=0", "gtpo", ("alpha_1=1.0", "alpha_2=0.0")),
-    ("gtpo alpha_2=0.3", "gtpo", ("alpha_1=1.0", "alpha_2=0.3")),
-    ("gtpo stats=subgroup", "gtpo", ("stats=subgroup",)),
-    ("tepo kl_mask=False", "tepo", ("kl_mask=False",)),
+#: Ablations: (label, algorithm, --algo-args, TrainConfig overrides). TEPO's KL mask compares
+#: the current entropy with the rollout's, so it can only act when the policy moves within a
+#: rollout: its with/without pair runs with 4 minibatches (4 updates per rollout).
+ABLATIONS: tuple[tuple[str, str, tuple[str, ...], dict[str, Any]], ...] = (
+    ("gtpo alpha_2=0", "gtpo", ("alpha_1=1.0", "alpha_2=0.0"), {}),
+    ("gtpo alpha_2=0.3", "gtpo", ("alpha_1=1.0", "alpha_2=0.3"), {}),
+    ("gtpo stats=subgroup", "gtpo", ("stats=subgroup",), {}),
+    ("tepo kl_mask=False", "tepo", ("kl_mask=False",), {}),
+    ("tepo minibatches=4", "tepo", (), {"minibatches": 4}),
+    ("tepo minibatches=4 kl_mask=False", "tepo", ("kl_mask=False",), {"minibatches": 4}),
 )
 
 
@@ -70,7 +74,8 @@ class LearningConfig:
     seeds: str = "0,1,2,3,4"
     """comma-separated RL seeds"""
     ablations: bool = True
-    """also run GTPO alpha_2 ∈ {0, 0.3}, GTPO stats=subgroup, TEPO kl_mask=False"""
+    """also run GTPO alpha_2 ∈ {0, 0.3}, GTPO stats=subgroup, TEPO kl_mask=False, and TEPO
+    with and without its mask at 4 minibatches (so that the policy moves within a rollout)"""
     ablation_tasks: str = "chain,countdown"
     """tasks the ablations run on"""
     budget_steps: int = 200
@@ -201,11 +206,11 @@ def plan(cfg: LearningConfig) -> tuple[list[Run], dict[str, int]]:
     budgets, runs = {}, []
     for task in tasks:
         budgets[task] = token_budget(cfg, task)[0]
-        variants = [(a, a, ()) for a in algos]
+        variants = [(a, a, (), {}) for a in algos]
         if task in ablation_tasks:
             variants += [v for v in ABLATIONS if v[1] in algos]
         for seed in seeds:
-            for label, algo, algo_args in variants:
+            for label, algo, algo_args, train_args in variants:
                 name = label.replace(" ", "-").replace("=", "") + f"-s{seed}"
                 train = TrainConfig(
                     algo=algo,
@@ -228,6 +233,7 @@ def plan(cfg: LearningConfig) -> tuple[list[Run], dict[str, int]]:
                     progress=False,
                     plot=False,
                     warmstart=_warmstart(cfg, task),
+                    **train_args,
                 )
                 resolve(train)  # fail fast on a bad flag, before any training
                 runs.append(Run(task, label, algo, algo_args, seed, train))
