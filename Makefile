@@ -35,8 +35,8 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -n auto -m "not slow" $(PYTEST_ARGS)
 
-# docs/benchmarks.md: speed (3-9 min), then learning (5 seeds, 2 tasks, ablations: 1.5-2.5 h
-# on 2 cores; `refimpl bench-learning --quick` is the few-minute size the tests run).
+# docs/benchmarks.md: speed (3-9 min), then learning (5 seeds, 2 tasks, ablations: ~30 min
+# on 2 idle cores; `refimpl bench-learning --quick` is the few-minute size the tests run).
 bench: $(STAMP)
 	$(PY) -m refimpl.cli bench-speed
 	$(PY) -m refimpl.cli bench-learning
