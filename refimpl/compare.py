@@ -12,6 +12,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,33 @@ def _worker(cfg: TrainConfig) -> str:
     return str(train(cfg))
 
 
+def run_in_workers(
+    runs: list[TrainConfig], workers: int, on_poll: Callable[[int], None] = lambda n: None
+) -> None:
+    """Train every config in ``runs``: ``workers`` at a time in spawned processes with one
+    torch thread each, or one after another in this process when ``workers <= 1``.
+
+    ``on_poll(number_finished)`` is called about once a second and whenever a run ends (for
+    progress bars). The first run that fails cancels those not yet started and its exception
+    is raised here.
+    """
+    if workers <= 1 or len(runs) <= 1:
+        for finished, r in enumerate(runs, 1):
+            train(r)
+            on_poll(finished)
+        return
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+        pending = {pool.submit(_worker, r) for r in runs}
+        while pending:
+            done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
+            for future in done:
+                if future.exception() is not None:
+                    for p in pending:
+                        p.cancel()
+                    raise future.exception()  # type: ignore[misc]
+            on_poll(len(runs) - len(pending))
+
+
 def compare(cfg: CompareConfig) -> tuple[list[Path], Path, str]:
     """Run every (algorithm, seed); return the run directories, the figure and the table."""
     algos, seeds = cfg.algo_list(), cfg.seed_list()
@@ -88,32 +116,18 @@ def compare(cfg: CompareConfig) -> tuple[list[Path], Path, str]:
     )
 
     workers = cfg.workers or min(4, os.cpu_count() or 1, len(runs))
+    if workers <= 1:  # one run at a time in this process: show each run's own progress bar
+        runs = [dataclasses.replace(r, progress=True) for r in runs]
     total = sum(r.steps for r in runs)
     start = time.perf_counter()
     with tqdm(
         total=total, desc=f"compare {','.join(algos)}", unit="step", dynamic_ncols=True
     ) as bar:
-        if workers <= 1:
-            for r in runs:
-                train(dataclasses.replace(r, progress=True))
-                bar.update(r.steps)
-        else:
-            ctx = mp.get_context("spawn")
-            with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-                futures = [pool.submit(_worker, r) for r in runs]
-                done_steps = 0
-                while True:
-                    finished, pending = wait(futures, timeout=1.0, return_when=FIRST_EXCEPTION)
-                    for f in finished:
-                        if f.exception() is not None:
-                            for p in pending:
-                                p.cancel()
-                            raise f.exception()  # type: ignore[misc]
-                    steps = sum(_logged_steps(r.run_dir) for r in runs)
-                    bar.update(max(0, steps - done_steps))
-                    done_steps = max(done_steps, steps)
-                    if not pending:
-                        break
+
+        def show_logged_steps(_finished: int) -> None:
+            bar.update(max(0, sum(_logged_steps(r.run_dir) for r in runs) - bar.n))
+
+        run_in_workers(runs, workers, show_logged_steps)
     elapsed = time.perf_counter() - start
     dirs = [r.run_dir for r in runs]
     figure = plot_compare(dirs, root / "compare.png")

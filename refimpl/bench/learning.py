@@ -30,11 +30,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import multiprocessing as mp
 import os
 import time
 import warnings
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -253,19 +251,11 @@ def finished(run: Run) -> bool:
     )
 
 
-def _worker(train_cfg) -> str:
-    import torch
-
-    from refimpl.train import train
-
-    torch.set_num_threads(1)
-    return str(train(train_cfg))
-
-
 def run_all(cfg: LearningConfig, runs: list[Run]) -> float:
     """Train the runs that have not finished (in parallel); return the wall time."""
     from tqdm.auto import tqdm
 
+    from refimpl.compare import run_in_workers
     from refimpl.warmstart import train_warmstart
 
     for task in cfg.task_list():
@@ -275,23 +265,7 @@ def run_all(cfg: LearningConfig, runs: list[Run]) -> float:
     workers = cfg.workers or min(4, os.cpu_count() or 1)
     start = time.perf_counter()
     with tqdm(total=len(todo), desc="bench learning", unit="run", dynamic_ncols=True) as bar:
-        if workers <= 1 or len(todo) <= 1:
-            for r in todo:
-                _worker(r.train)
-                bar.update(1)
-        else:
-            ctx = mp.get_context("spawn")
-            with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-                futures = [pool.submit(_worker, r.train) for r in todo]
-                pending = set(futures)
-                while pending:
-                    done, pending = wait(pending, timeout=5.0, return_when=FIRST_EXCEPTION)
-                    for f in done:
-                        if f.exception() is not None:
-                            for p in pending:
-                                p.cancel()
-                            raise f.exception()  # type: ignore[misc]
-                    bar.update(len(done))
+        run_in_workers([r.train for r in todo], workers, lambda n: bar.update(n - bar.n))
     return time.perf_counter() - start
 
 
