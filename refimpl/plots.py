@@ -150,32 +150,13 @@ def plot_compare(
     """Every algorithm's curves in one figure: mean over seeds, band = min..max over seeds."""
     groups = group_runs(run_dirs)
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
-    for label, dirs in groups.items():
-        color = ALGO_COLORS.get(label.split()[0], None)
-        for ax, (key, _title, window) in zip(axes, panels):
-            steps, mean, lo, hi = mean_curve(dirs, key, window)
-            if steps.size == 0:
-                continue
-            ax.plot(
-                steps,
-                mean,
-                color=color,
-                lw=1.8,
-                label=f"{label} (n={len(dirs)})",
-                marker="o" if window == 1 else None,
-                ms=3,
-            )
-            if len(dirs) > 1:
-                ax.fill_between(steps, lo, hi, color=color, alpha=0.15)
-    for ax, (key, title, _w) in zip(axes, panels):
+    for ax, (key, title, window) in zip(axes, panels):
+        plot_metric(ax, groups, key, window, title=title)
         if key.startswith("heldout"):  # the warm start's level, shared by every run
             base = [series(load_metrics(d), key)[1][:1] for d in map(Path, run_dirs)]
             base = [b[0] for b in base if b.size]
             if base:
                 ax.axhline(float(np.mean(base)), color="0.4", ls="--", lw=0.9, label="warm start")
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("RL step")
-        ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     heldout = [i for i, (k, _t, _w) in enumerate(panels) if k.startswith("heldout")]
     if heldout:

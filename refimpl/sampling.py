@@ -113,8 +113,11 @@ class Samples:
         """The generated tokens of each row as Python lists (EOS included when emitted)."""
         return [row[: int(n)].tolist() for row, n in zip(self.response_ids, self.lengths)]
 
-    def to_rollout_batch(self, rewards: Tensor, group_size: int | None = None) -> RolloutBatch:
-        """Package the samples and their ``[B]`` rewards as a validated ``RolloutBatch``."""
+    def to_rollout_batch(
+        self, rewards: Tensor, group_size: int | None = None, logp_ref: Tensor | None = None
+    ) -> RolloutBatch:
+        """Package the samples, their ``[B]`` rewards and (when a KL term needs them) the
+        reference log-probs as a validated ``RolloutBatch``."""
         group_size = self.group_size if group_size is None else group_size
         require(
             group_size == self.group_size,
@@ -129,6 +132,7 @@ class Samples:
             logp_old=self.logp_old,
             entropy_old=self.entropy_old,
             group_size=group_size,
+            logp_ref=logp_ref,
             prompt_ids=self.prompt_ids,
         )
 

@@ -456,16 +456,7 @@ class Trainer:
                     with_entropy=False,
                     group_size=G,
                 )
-        batch = core.RolloutBatch(
-            response_ids=samples.response_ids,
-            response_mask=samples.response_mask,
-            rewards=rewards,
-            logp_old=samples.logp_old,
-            entropy_old=samples.entropy_old,
-            group_size=G,
-            logp_ref=logp_ref,
-            prompt_ids=samples.prompt_ids,
-        )
+        batch = samples.to_rollout_batch(rewards, G, logp_ref=logp_ref)
         adv = self.algo.advantages(batch, acfg)
         loss_mask = batch.response_mask
         if getattr(acfg, "overlong_filter", False):
