@@ -61,8 +61,8 @@ class _CPUDeviceModule:
     def mem_get_info(*_a, **_k):
         return (0, 1)
 
-    max_memory_allocated = max_memory_reserved = memory_allocated = memory_reserved = (
-        staticmethod(lambda *_a, **_k: 0)
+    max_memory_allocated = max_memory_reserved = memory_allocated = memory_reserved = staticmethod(
+        lambda *_a, **_k: 0
     )
     empty_cache = staticmethod(lambda: None)
     is_available = staticmethod(lambda: True)
