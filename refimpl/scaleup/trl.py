@@ -28,7 +28,9 @@ reference model, accelerate/DeepSpeed, logging, checkpoints. What changes, in tw
     into the advantages (``−α·A·logp`` is linear in ``A``) because a micro-batch does not hold
     whole groups.
 
-Metrics go to TRL's log under ``refimpl/<name>`` plus TRL's own ``entropy``.
+Metrics go to TRL's log under ``refimpl/<name>`` plus TRL's own ``entropy``, pooled over
+processes (TRL logs from the main process only). ``tests/scaleup/test_trl_multiprocess.py``
+checks two processes against one.
 """
 
 from __future__ import annotations

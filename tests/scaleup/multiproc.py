@@ -93,6 +93,25 @@ def launch(args: list[str], env: dict[str, str] | None = None) -> tuple[str, flo
     return text, wall
 
 
+def run_once(tmp_path_factory, name: str, produce) -> Path:
+    """``produce(folder)`` once per test session, even under pytest-xdist: a module fixture
+    would run in every worker that receives one of the module's tests, and these launches are
+    the expensive part. The workers share the session's base folder; a lock lets the first
+    one produce and the others wait for it and read."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, shared by the workers
+    folder = base / f"shared-{name}"
+    with FileLock(str(base / f"shared-{name}.lock")):
+        if not (folder / "done").exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            produce(folder)
+            (folder / "done").touch()
+    return folder
+
+
 def torchrun(script: Path, *script_args: str, nproc: int = 2, env=None) -> tuple[str, float]:
     """``torch.distributed.run --standalone`` (a free rendezvous port on localhost)."""
     return launch(

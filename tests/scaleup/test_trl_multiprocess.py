@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-from tests.scaleup.multiproc import HERE, child_env, launch, save_tiny_qwen2
+from tests.scaleup.multiproc import HERE, child_env, launch, run_once, save_tiny_qwen2
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
@@ -31,17 +31,19 @@ NOT_COMPARED = {"step_time", "train_runtime", "train_samples_per_second", "train
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("trl_multiprocess")
-    model = save_tiny_qwen2(root / "model")
-    env = child_env(TRL_EXPERIMENTAL_SILENCE="1")
-    _, one_s = launch(
-        [str(SCRIPT), str(root / "one"), str(model), f"12x1:{','.join(ALGORITHMS)}"], env
-    )
-    two = f"6x1:{','.join(ALGORITHMS)};3x2:{','.join(ACCUMULATED)}"
-    accelerate = ["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
-    accelerate += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    _, two_s = launch([*accelerate, str(SCRIPT), str(root / "two"), str(model), two], env)
-    print(f"TRL runs: one process {one_s:.1f} s, two processes {two_s:.1f} s")
+    def produce(root):
+        model = save_tiny_qwen2(root / "model")
+        env = child_env(TRL_EXPERIMENTAL_SILENCE="1")
+        one = f"12x1:{','.join(ALGORITHMS)}"
+        _, one_s = launch([str(SCRIPT), str(root / "one"), str(model), one], env)
+        two = f"6x1:{','.join(ALGORITHMS)};3x2:{','.join(ACCUMULATED)}"
+        accelerate = ["-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+        accelerate += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+        _, two_s = launch([*accelerate, str(SCRIPT), str(root / "two"), str(model), two], env)
+        print(f"TRL runs: one process {one_s:.1f} s, two processes {two_s:.1f} s")
+
+    root = run_once(tmp_path_factory, "trl_multiprocess", produce)
+    model = root / "model"
 
     def load(folder, name):
         return torch.load(root / folder / f"{name}.pt", weights_only=False)

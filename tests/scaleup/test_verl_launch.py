@@ -5,7 +5,8 @@ point (``@hydra.main`` over verl's ``ppo_trainer.yaml``, ``validate_config``); o
 the GPU workers are replaced by ``verl_compose_check.py``, which converts the algorithm, actor
 and rollout sections into verl's config dataclasses and looks our names up in verl's
 registries. A key that does not exist or a value verl rejects fails here, on a CPU machine.
-Cost: about 15 s per composition on the 2-core CI machine (importing verl)."""
+Cost: four compositions of 15-40 s each on the 2-core CI machine (importing verl's trainer;
+the upper figure with the machine loaded)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 
 from tests.scaleup.multiproc import ROOT, TIMEOUT_S, child_env
 
-pytestmark = [pytest.mark.multiprocess]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 SCRIPT = ROOT / "examples" / "verl_gtpo_tepo.sh"
 

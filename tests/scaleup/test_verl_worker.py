@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.scaleup.multiproc import HERE, save_tiny_qwen2, torchrun
+from tests.scaleup.multiproc import HERE, run_once, save_tiny_qwen2, torchrun
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
@@ -23,13 +23,13 @@ ROWS, PER_RANK, MICRO = 12, 6, 2
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("verl_worker")
-    save_tiny_qwen2(out / "model")
-    log, wall = torchrun(HERE / "verl_worker_run.py", str(out))
-    results = torch.load(out / "results.pt", weights_only=False)
-    results["wall_s"] = wall
-    print(f"verl worker run: {wall:.1f} s")
-    return results
+    def produce(out):
+        save_tiny_qwen2(out / "model")
+        _, wall = torchrun(HERE / "verl_worker_run.py", str(out))
+        print(f"verl worker run: {wall:.1f} s")
+
+    out = run_once(tmp_path_factory, "verl_worker", produce)
+    return torch.load(out / "results.pt", weights_only=False)
 
 
 def test_runs_in_two_processes_through_our_hook(run) -> None:
