@@ -33,6 +33,7 @@ import types
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -223,10 +224,9 @@ def nested(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.nested.as_nested_tensor(tensors, layout=torch.jagged)
 
 
-def rank_tensordict(batch: dict, rows: range, name: str) -> TensorDict:
+def rank_tensordict(batch: dict, rows: range) -> TensorDict:
     """This rank's rows in verl's no-padding layout: one jagged nested tensor per field, as the
     v1 trainer's agent loop and advantage step write them to TransferQueue."""
-    ids, _, mask, P, T = padded(batch["rows"])
     prompts, responses, resp_mask, input_ids, position_ids = [], [], [], [], []
     per_token = {"old_log_probs": [], "advantages": [], "entropy": [], "ref_log_prob": []}
     for i in rows:
@@ -325,8 +325,6 @@ def main(out_dir: str) -> None:
         uid = [f"g{i // G}" for i in range(N_GROUPS * G)]
         tlr = torch.zeros_like(mask)
         tlr[torch.arange(len(uid)), mask.sum(1).long() - 1] = batch["rewards"]
-        import numpy as np
-
         adv, _ = core_algos.get_adv_estimator_fn(f"refimpl_{name}")(
             token_level_rewards=tlr,
             response_mask=mask,
@@ -369,7 +367,7 @@ def main(out_dir: str) -> None:
 
         per_rank = len(uid) // world
         rows = range(rank * per_rank, (rank + 1) * per_rank)
-        td = rank_tensordict(batch, rows, name)
+        td = rank_tensordict(batch, rows)
         before = {k: full(p).detach().clone() for k, p in engine.module.named_parameters()}
         output = worker.train_mini_batch(td)
         core_algos.POLICY_LOSS_REGISTRY[f"refimpl_{name}"] = original
