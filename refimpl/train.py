@@ -568,9 +568,7 @@ class Trainer:
                 "adv_token_mean": float(adv[mask].mean()) if mask.any() else 0.0,
                 "adv_token_std": float(adv[mask].std()) if mask.sum() > 1 else 0.0,
                 "adv_token_abs_max": float(adv[mask].abs().max()) if mask.any() else 0.0,
-                "cov_logp_adv": logp_advantage_covariance(
-                    batch.logp_old, adv, batch.response_mask
-                ),
+                "cov_logp_adv": logp_advantage_covariance(batch.logp_old, adv, batch.response_mask),
                 "entropy_change": float(entropy_change),
                 "grad_norm": float(np.mean(grad_norms)),
                 "time_adv": t_adv,

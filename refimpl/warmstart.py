@@ -107,7 +107,9 @@ class WarmstartConfig:
         if not self.lr > 0:
             raise ValueError("--lr: expected a positive learning rate")
         if not 0.0 <= self.direct_frac <= 1.0:
-            raise ValueError(f"--direct-frac: expected a fraction in [0, 1], got {self.direct_frac}")
+            raise ValueError(
+                f"--direct-frac: expected a fraction in [0, 1], got {self.direct_frac}"
+            )
 
     def task_knobs(self) -> dict[str, object]:
         """The knobs that ``task_args`` sets (typed like the task's defaults; mix not included)."""

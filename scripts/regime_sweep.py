@@ -64,7 +64,9 @@ VARIANTS: dict[str, dict] = {
         minibatches=4,
         warmstart=_ws(model=ModelConfig(n_embd=64)),
     ),
-    "k4-32x8-lr1e-4-mb4": dict(prompts_per_step=32, lr=1e-4, minibatches=4, task_args=("num_ops=4",)),
+    "k4-32x8-lr1e-4-mb4": dict(
+        prompts_per_step=32, lr=1e-4, minibatches=4, task_args=("num_ops=4",)
+    ),
     "ws300-64x8-lr1e-4-mb4": dict(
         prompts_per_step=64, lr=1e-4, minibatches=4, warmstart=_ws(steps=300)
     ),
