@@ -1,4 +1,4 @@
-"""``make demo``: warm start, then GRPO, DAPO, GTPO and TEPO on the chain task, one figure.
+"""``make demo``: warm start, then GRPO, DAPO, GTPO and TEPO on the countdown task, one figure.
 
     python -m refimpl.demo               # the README's demo (under 5 minutes on 2 idle cores)
     python -m refimpl.demo --steps 20    # a quick look
@@ -31,6 +31,8 @@ class DemoConfig:
 
     algos: str = "grpo,dapo,gtpo,tepo"
     """algorithms to compare"""
+    task: str = "countdown"
+    """task: countdown (many right answers, so entropy and pass@k move most; docs/benchmarks.md)"""
     seeds: str = "0"
     """RL seeds"""
     steps: int = 200
@@ -51,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = tyro.cli(DemoConfig, args=argv, description=__doc__)
     train = dataclasses.replace(
         TrainConfig(),
+        task=cfg.task,
         steps=cfg.steps,
         eval_every=cfg.eval_every,
         runs_dir=cfg.runs_dir,

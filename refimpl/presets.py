@@ -41,10 +41,20 @@ PRESETS: dict[str, Preset] = {
         train=dict(prompts_per_step=16, minibatches=1, ppo_epochs=1, lr=5e-5),
     ),
     "collapse": Preset(
-        "a long horizon on countdown (many right answers) where GRPO's entropy collapses "
-        "and pass@16 falls: are the entropy-aware methods any different?",
-        train=dict(task="countdown", steps=400, lr=1e-4, minibatches=4, ppo_epochs=2),
+        "the default regime on countdown (many right answers) for a long horizon: GRPO's "
+        "entropy falls below half its start and pass@16 below its start; are the "
+        "entropy-aware methods any different?",
+        train=dict(task="countdown", steps=300),
         compare=dict(algos="grpo,dapo,gspo,gtpo,grpo_s,tepo", seeds="0,1,2"),
+        bench=dict(
+            tasks="countdown",
+            algos="grpo,dapo,gspo,gtpo,grpo_s,tepo",
+            seeds="0,1,2",
+            ablations="",
+            ablation_tasks="countdown",
+            budget_steps=300,
+            eval_every=50,
+        ),
     ),
 }
 

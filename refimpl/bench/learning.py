@@ -73,8 +73,8 @@ class LearningConfig:
     """a named regime from refimpl.presets (default, onpolicy, collapse): it sets the training
     settings and the benchmark's tasks, algorithms, seeds, ablations and budget that you leave
     at their defaults"""
-    tasks: str = "chain"
-    """comma-separated tasks (default knobs; chain's default is num_ops=3)"""
+    tasks: str = "countdown"
+    """comma-separated tasks (default knobs): countdown, the demo's task, by default"""
     algos: str = ",".join(algorithms.NAMES)
     """comma-separated algorithms"""
     seeds: str = "0,1,2"
@@ -82,7 +82,7 @@ class LearningConfig:
     ablations: str = "gtpo alpha_2=0.0,gtpo stats=subgroup,tepo kl_mask=False,tepo minibatches=1"
     """comma-separated variants "ALGO FIELD=VALUE ...", each field an algorithm Config field or
     a TrainConfig field ("" for none)"""
-    ablation_tasks: str = "chain"
+    ablation_tasks: str = "countdown"
     """tasks the ablations run on"""
     budget_steps: int = 150
     """sampled-token budget, in steps of one batch of reference-length completions"""
@@ -263,7 +263,7 @@ def plan(cfg: LearningConfig) -> tuple[list[Run], dict[str, int]]:
                     max_sampled_tokens=budgets[task],
                     eval_every=cfg.eval_every,
                     eval_problems=cfg.eval_problems,
-                    probe_every=0,
+                    probe_every=cfg.eval_every,  # token-entropy snapshots for notebook 03
                     checkpoint_every=10_000,
                     runs_dir=cfg.out_dir() / task,
                     name=name,
