@@ -12,6 +12,7 @@ entropy over the last steps.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -46,9 +47,25 @@ class DemoConfig:
     workers: int = 0
     """parallel runs (0: one per core, at most 4)"""
 
+    def check(self) -> None:
+        """The demo's own flags (compare checks the rest before anything runs)."""
+        for name in ("steps", "eval_every"):
+            if getattr(self, name) <= 0:
+                raise ValueError(
+                    f"--{name.replace('_', '-')}: expected a positive integer, "
+                    f"got {getattr(self, name)}"
+                )
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"--lr: expected a positive learning rate, got {self.lr}")
+
 
 def main(argv: list[str] | None = None) -> int:
     cfg = tyro.cli(DemoConfig, args=argv, description=__doc__)
+    try:
+        cfg.check()
+    except ValueError as err:
+        print(f"demo: error: {err}", file=sys.stderr)
+        return 2
     train = dataclasses.replace(
         TrainConfig(),
         steps=cfg.steps,
@@ -75,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileExistsError) as err:
         print(f"demo: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a read-only or full disk
+        print(f"demo: error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("demo: interrupted (the runs keep their checkpoints)", file=sys.stderr)
+        return 130
     minutes = (time.perf_counter() - start) / 60
     print()
     print(table)

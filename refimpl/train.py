@@ -518,6 +518,9 @@ def preflight(cfg: TrainConfig) -> tuple[ModuleType, Any, int, Any, dict[str, An
     """Every check a run makes before it writes anything or trains its warm start: the
     flags (``resolve``), the run directory (``check_run_dir``) and the warm-start cache.
     Returns ``resolve``'s tuple and the saved config.json of the run to resume (or None)."""
+    if cfg.resume and is_run_dir(cfg.run_dir):  # a changed setting is the clearest error
+        saved_config = read_run_config(cfg.run_dir)["train_config"]
+        check_resume_settings(cfg, saved_config, cfg.run_dir / "config.json")
     algo, task, budget, acfg = resolve(cfg)
     saved = check_run_dir(cfg)
     ws = dataclasses.replace(cfg.warmstart, task=cfg.task, task_args=cfg.task_args)
