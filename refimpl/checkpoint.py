@@ -157,6 +157,27 @@ def read_state(path: Path) -> dict[str, Any]:
     return state
 
 
+def _load_optimizer_state(path: Path) -> dict[str, Any]:
+    file = Path(path) / "optimizer.pt"
+    if not file.exists():
+        raise CheckpointError(f"{file}: missing")
+    try:
+        return torch.load(file, weights_only=True)
+    except Exception as err:
+        raise CheckpointError(f"{file}: damaged ({_one_line(err)})") from None
+
+
+def check_optimizer_file(path: Path) -> None:
+    """``CheckpointError`` naming ``path/optimizer.pt`` when it is missing or unreadable."""
+    try:
+        _load_optimizer_state(path)
+    except CheckpointError as err:
+        raise CheckpointError(f"{err}; {FRESH_OPTIMIZER_HINT}") from None
+
+
+FRESH_OPTIMIZER_HINT = "pass --fresh-optimizer to continue with a fresh optimizer state"
+
+
 def load_checkpoint(
     path: Path,
     model: torch.nn.Module,
@@ -172,19 +193,17 @@ def load_checkpoint(
     state = read_state(path)
     load_model_weights(path, model)
     if optimizer is not None:
-        file = path / "optimizer.pt"
         try:
-            if not file.exists():
-                raise CheckpointError(f"{file}: missing")
+            state_dict = _load_optimizer_state(path)
             try:
-                optimizer.load_state_dict(torch.load(file, weights_only=True))
-            except Exception as err:
-                raise CheckpointError(f"{file}: damaged ({_one_line(err)})") from None
+                optimizer.load_state_dict(state_dict)
+            except Exception as err:  # another optimizer or model: not this run's state
+                raise CheckpointError(
+                    f"{path / 'optimizer.pt'}: does not fit the optimizer ({_one_line(err)})"
+                ) from None
         except CheckpointError as err:
             if not fresh_optimizer:
-                raise CheckpointError(
-                    f"{err}; pass --fresh-optimizer to continue with a fresh optimizer state"
-                ) from None
+                raise CheckpointError(f"{err}; {FRESH_OPTIMIZER_HINT}") from None
             warnings.warn(f"{err}: continuing with a fresh optimizer state", stacklevel=2)
     return state
 
@@ -226,6 +245,7 @@ __all__ = [
     "RUN_FILES",
     "CheckpointError",
     "check_deletable",
+    "check_optimizer_file",
     "check_weights_file",
     "find_checkpoint",
     "load_checkpoint",

@@ -47,6 +47,7 @@ from refimpl import algorithms, core
 from refimpl.checkpoint import (
     CheckpointError,
     check_deletable,
+    check_optimizer_file,
     check_weights_file,
     find_checkpoint,
     load_checkpoint,
@@ -479,11 +480,8 @@ def check_run_dir(cfg: TrainConfig) -> dict[str, Any] | None:
         checkpoint = find_checkpoint(run_dir / "checkpoint", warn=False)
         if checkpoint is not None:
             check_weights_file(checkpoint)
-            if not cfg.fresh_optimizer and not (checkpoint / "optimizer.pt").exists():
-                raise CheckpointError(
-                    f"{checkpoint / 'optimizer.pt'}: missing; pass --fresh-optimizer to "
-                    "continue with a fresh optimizer state"
-                )
+            if not cfg.fresh_optimizer:
+                check_optimizer_file(checkpoint)
             step = read_state(checkpoint).get("step")
             if not isinstance(step, int):
                 raise CheckpointError(f"{checkpoint / 'state.json'}: damaged (no step)")

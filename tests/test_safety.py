@@ -182,11 +182,12 @@ def test_resume_keeps_the_saved_settings_and_extends_exactly(runs, base, five_st
 def test_resume_with_other_settings_is_refused_and_changes_nothing(
     runs, base, flags, named, capsys
 ):
-    before = snapshot(base)
+    before, caches = snapshot(base), sorted((runs / "warmstart").iterdir())
     code, _, err = cli(resume(runs, "base", *flags), capsys)
     assert code == 2, err
     assert err.count("\n") == 1 and err.startswith(f"refimpl: error: {named}:"), err
     assert snapshot(base) == before
+    assert sorted((runs / "warmstart").iterdir()) == caches  # no new base model trained
 
 
 def test_resume_may_change_how_the_run_is_watched(runs, base, capsys):
@@ -274,6 +275,18 @@ def crash_between_renames(monkeypatch) -> None:
     monkeypatch.setattr(os, "replace", replace)
 
 
+def crash_on_swap(monkeypatch) -> None:
+    """The process dies as ``checkpoint.tmp`` (whole) is renamed ``checkpoint``."""
+    original = os.replace
+
+    def replace(src, dst):
+        if Path(src).name == "checkpoint.tmp":
+            raise OSError("simulated crash at the swap")
+        return original(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
 def crash_while_writing(monkeypatch) -> None:
     def save_file(*args, **kwargs):
         raise OSError("simulated crash while writing")
@@ -294,7 +307,13 @@ def test_save_checkpoint_always_leaves_one_whole_checkpoint(tmp_path, monkeypatc
     with pytest.warns(UserWarning, match="checkpoint.old"):
         found = ckpt.find_checkpoint(path)
     assert ckpt.read_state(found)["step"] == 1
-    # A save that fails while writing must not delete checkpoint.old, the only whole one.
+    # Saves that die before the new checkpoint is in place must not delete checkpoint.old,
+    # the only whole one: at the swap, and while writing.
+    with monkeypatch.context() as m:
+        crash_on_swap(m)
+        with pytest.raises(OSError, match="simulated"):
+            ckpt.save_checkpoint(path, model, None, {"step": 3})
+    assert ckpt.read_state(tmp_path / "checkpoint.old")["step"] == 1
     with monkeypatch.context() as m:
         crash_while_writing(m)
         with pytest.raises(OSError, match="simulated"):
