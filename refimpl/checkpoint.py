@@ -162,7 +162,9 @@ def _load_optimizer_state(path: Path) -> dict[str, Any]:
     if not file.exists():
         raise CheckpointError(f"{file}: missing")
     try:
-        return torch.load(file, weights_only=True)
+        # On the CPU: load_state_dict moves the state to the parameters' device, so a run
+        # resumes on another device than the one that saved it (--device may change).
+        return torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:
         raise CheckpointError(f"{file}: damaged ({_one_line(err)})") from None
 

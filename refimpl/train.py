@@ -151,7 +151,7 @@ class TrainConfig:
     """start from the settings of this config.json (a run's, to reproduce it); flags typed
     with it override them (command line only)"""
     device: str = "cpu"
-    """torch device: cpu or cuda"""
+    """torch device: cpu, cuda, cuda:N or mps"""
     dtype: str = "float32"
     """model compute dtype: float32, or bfloat16 (autocast; the loss math stays float32)"""
     threads: int | None = None
