@@ -38,7 +38,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import torch
 from torch import Tensor
 
 from refimpl.core import masked_mean, require

@@ -62,3 +62,35 @@ def success_rate(
         )
         solved += float((score_samples(task, chunk, samples, 1) >= 0.5).sum())
     return solved / max(len(problems), 1)
+
+
+@torch.no_grad()
+def correct_counts(
+    model,
+    task,
+    problems: Sequence,
+    n: int,
+    *,
+    max_new_tokens: int | None = None,
+    generator: torch.Generator | None = None,
+    batch_rows: int = 1024,
+) -> list[int]:
+    """For each problem, how many of ``n`` completions sampled at T = 1 earn reward ≥ 0.5
+    (the ``c`` of the unbiased pass@k, ``refimpl.diagnostics.pass_at_k``)."""
+    budget = max_new_tokens or task.max_new_tokens
+    per_call = max(1, batch_rows // n)  # problems per sampling call
+    counts: list[int] = []
+    for start in range(0, len(problems), per_call):
+        chunk = problems[start : start + per_call]
+        samples = sample_groups(
+            model,
+            encode_prompts(chunk),
+            group_size=n,
+            max_new_tokens=budget,
+            eos_id=TOKENIZER.eos_id,
+            pad_id=TOKENIZER.pad_id,
+            generator=generator,
+        )
+        solved = score_samples(task, chunk, samples, n) >= 0.5
+        counts.extend(int(c) for c in solved.reshape(len(chunk), n).sum(axis=1))
+    return counts

@@ -54,9 +54,20 @@ def run_info(run_dir: Path | str) -> dict[str, Any]:
     }
 
 
+#: Metrics computed from logged ones: name -> the logged keys it sums.
+DERIVED = {"clip_frac": ("clip_frac_low", "clip_frac_high")}
+
+
+def _value(record: dict[str, Any], key: str) -> float | None:
+    if key in DERIVED:
+        parts = [record.get(k) for k in DERIVED[key]]
+        return None if any(v is None for v in parts) else float(sum(parts))
+    return record.get(key)
+
+
 def series(records: Sequence[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(steps, values)`` of the records that carry ``key``."""
-    pts = [(r["step"], r[key]) for r in records if key in r and r[key] is not None]
+    """``(steps, values)`` of the records that carry ``key`` (or the parts of a DERIVED key)."""
+    pts = [(r["step"], v) for r in records if (v := _value(r, key)) is not None]
     if not pts:
         return np.array([]), np.array([])
     steps, values = zip(*pts)
@@ -80,33 +91,151 @@ PANELS = (
     # informative groups (the kept groups' reward is biased towards 50 %).
     ("success_rate_all", "training success (all samples)", 10),
     ("heldout_greedy", "held-out success (greedy)", 1),
+    ("heldout_pass@1", "held-out pass@1 (solid), pass@16 (dashed)", 1),
+    ("pass@k vs k", "held-out pass@k: start (dashed), end (solid)", 0),
     ("entropy_mean", "mean token entropy (nats)", 10),
-    ("length_mean", "completion length (tokens)", 10),
+    ("clip_frac", "clip fraction (solid), TEPO mask fraction (dotted)", 10),
+    ("cov_logp_adv", "Cov(log π_old, A) over response tokens", 10),
+    ("cov vs entropy change", "entropy change vs Cov(log π_old, A), per step", 0),
 )
+#: Panels that are not a metric against step: drawn by their own function.
+SPECIAL_PANELS = ("pass@k vs k", "cov vs entropy change")
+
+
+def pass_at_k_points(
+    records: Sequence[dict[str, Any]], which: int
+) -> tuple[list[int], list[float]]:
+    """``(ks, values)`` of the ``which``-th evaluation carrying pass@k (0: first, −1: last)."""
+    evals = [r for r in records if any(k.startswith("heldout_pass@") for k in r)]
+    if not evals:
+        return [], []
+    rec = evals[which]
+    ks = sorted(int(k.split("@")[1]) for k in rec if k.startswith("heldout_pass@"))
+    return ks, [rec[f"heldout_pass@{k}"] for k in ks]
+
+
+def plot_pass_at_k_vs_k(ax, groups: dict[str, Sequence[Path]]) -> None:
+    """pass@k against k (log2 axis): the warm start (first evaluation, dashed grey, mean over
+    every run) and each algorithm at its last evaluation (solid, mean over seeds). RL that only
+    sharpens the policy lifts the left end and lowers or keeps the right end."""
+    starts = []
+    for label, dirs in groups.items():
+        ends = []
+        for d in dirs:
+            records = load_metrics(d)
+            ks, first = pass_at_k_points(records, 0)
+            _, last = pass_at_k_points(records, -1)
+            if ks:
+                starts.append((ks, first))
+                ends.append((ks, last))
+        if ends:
+            ks = ends[0][0]
+            ax.plot(
+                ks,
+                np.mean([v for _k, v in ends], axis=0),
+                color=ALGO_COLORS.get(label.split()[0]),
+                lw=1.8,
+                marker="o",
+                ms=3,
+                label=label,
+            )
+    if starts:
+        ks = starts[0][0]
+        ax.plot(
+            ks,
+            np.mean([v for _k, v in starts], axis=0),
+            color="0.4",
+            ls="--",
+            lw=1.2,
+            marker="s",
+            ms=3,
+            label="warm start",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k (samples per problem)")
+    ax.grid(alpha=0.3, which="both")
+
+
+def entropy_change_points(
+    records: Sequence[dict[str, Any]], key: str = "cov_logp_adv"
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(cov, entropy_change, r)``: per training step, the covariance ``key`` and the measured
+    change of mean entropy on that step's trained tokens, and their Pearson correlation over
+    steps (NaN with fewer than 3 steps or no spread)."""
+    pts = [
+        (r[key], r["entropy_change"])
+        for r in records
+        if r.get(key) is not None and r.get("entropy_change") is not None
+    ]
+    if len(pts) < 3:
+        return np.array([]), np.array([]), float("nan")
+    x, y = (np.asarray(v, dtype=float) for v in zip(*pts))
+    if x.std() == 0 or y.std() == 0:
+        return x, y, float("nan")
+    return x, y, float(np.corrcoef(x, y)[0, 1])
+
+
+def plot_cov_vs_entropy_change(
+    ax, groups: dict[str, Sequence[Path]], key: str = "cov_logp_adv"
+) -> dict[str, float]:
+    """Scatter of the entropy change against the covariance, one point per step, one colour per
+    algorithm; returns each label's correlation over steps (seeds pooled)."""
+    correlations = {}
+    for label, dirs in groups.items():
+        xs, ys = [], []
+        for d in dirs:
+            x, y, _ = entropy_change_points(load_metrics(d), key)
+            xs.append(x)
+            ys.append(y)
+        x, y = np.concatenate(xs), np.concatenate(ys)
+        if x.size < 3:
+            continue
+        r = float(np.corrcoef(x, y)[0, 1]) if x.std() > 0 and y.std() > 0 else float("nan")
+        correlations[label] = r
+        ax.scatter(
+            x,
+            y,
+            s=5,
+            alpha=0.35,
+            color=ALGO_COLORS.get(label.split()[0]),
+            label=f"{label}: r = {r:+.2f}",
+        )
+    ax.axhline(0, color="0.5", lw=0.8)
+    ax.axvline(0, color="0.5", lw=0.8)
+    ax.set_xlabel(
+        key.replace("cov_logp_adv", "Cov(log π_old, A)").replace(
+            "cov_logp_update", "Cov(log π_old, −∂L/∂log π)"
+        )
+    )
+    ax.set_ylabel("entropy change on the batch (nats)")
+    ax.grid(alpha=0.3)
+    return correlations
+
+
+def _draw_panel(ax, groups: dict[str, Sequence[Path]], key: str, title: str, window: int) -> None:
+    """One panel of the run/compare figure (a metric against step, or a special panel)."""
+    if key == "pass@k vs k":
+        plot_pass_at_k_vs_k(ax, groups)
+    elif key == "cov vs entropy change":
+        plot_cov_vs_entropy_change(ax, groups)
+        ax.legend(fontsize=7, loc="best")
+    else:
+        plot_metric(ax, groups, key, window, title=title)
+        if key == "heldout_pass@1":
+            plot_metric(ax, groups, "heldout_pass@16", window, title=title, ls="--")
+        if key == "clip_frac":
+            plot_metric(ax, groups, "kl_mask_frac", window, title=title, ls=":", band=False)
+    ax.set_title(title, fontsize=10)
 
 
 def plot_run(run_dir: Path | str, out: Path | str | None = None) -> Path:
-    """Reward, held-out success, entropy and length vs step of one run → ``curves.png``."""
+    """The panels of ``PANELS`` for one run → ``curves.png``."""
     run_dir = Path(run_dir)
-    records = load_metrics(run_dir)
     info = run_info(run_dir)
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.2))
-    color = ALGO_COLORS.get(info["algo"], "k")
-    for ax, (key, title, window) in zip(axes, PANELS):
-        steps, values = series(records, key)
-        if window > 1 and values.size:
-            ax.plot(steps, values, color=color, alpha=0.25, lw=0.8)
-        ax.plot(
-            steps,
-            smooth(values, window),
-            color=color,
-            lw=1.8,
-            marker="o" if window == 1 else None,
-            ms=3,
-        )
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("RL step")
-        ax.grid(alpha=0.3)
+    groups = {info["algo"]: [run_dir]}
+    fig, axes = plt.subplots(2, len(PANELS) // 2, figsize=(4 * len(PANELS) // 2, 6.6))
+    for ax, (key, title, window) in zip(axes.flat, PANELS):
+        _draw_panel(ax, groups, key, title, window)
     fig.suptitle(f"{info['algo']} on {info['task']} (seed {info['seed']})", fontsize=11)
     fig.tight_layout()
     out = Path(out) if out else run_dir / "curves.png"
@@ -145,18 +274,20 @@ def plot_compare(
 ) -> Path:
     """Every algorithm's curves in one figure: mean over seeds, band = min..max over seeds."""
     groups = group_runs(run_dirs)
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
-    for ax, (key, title, window) in zip(axes, panels):
-        plot_metric(ax, groups, key, window, title=title)
+    rows = 2 if len(panels) > 4 else 1
+    cols = -(-len(panels) // rows)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax, (key, title, window) in zip(axes.flat, panels):
+        _draw_panel(ax, groups, key, title, window)
         if key.startswith("heldout"):  # the warm start's level, shared by every run
             base = [series(load_metrics(d), key)[1][:1] for d in map(Path, run_dirs)]
             base = [b[0] for b in base if b.size]
             if base:
                 ax.axhline(float(np.mean(base)), color="0.4", ls="--", lw=0.9, label="warm start")
-    axes[0].legend(fontsize=8)
-    heldout = [i for i, (k, _t, _w) in enumerate(panels) if k.startswith("heldout")]
-    if heldout:
-        axes[heldout[0]].legend(handles=axes[heldout[0]].lines[-1:], fontsize=8, loc="lower right")
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    first = axes.flat[0]
+    first.legend(handles=[h for h in first.lines if not h.get_label().startswith("_")], fontsize=8)
     fig.tight_layout()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -55,7 +55,8 @@ from refimpl.checkpoint import (
     read_state,
     save_checkpoint,
 )
-from refimpl.evaluate import encode_prompts, score_samples, success_rate
+from refimpl.diagnostics import PASS_AT_K, logp_advantage_covariance, mean_pass_at_k
+from refimpl.evaluate import correct_counts, encode_prompts, score_samples, success_rate
 from refimpl.model import GPT
 from refimpl.overrides import parse_overrides
 from refimpl.runlog import (
@@ -76,6 +77,7 @@ AlgoName = Literal[algorithms.NAMES]  # type: ignore[valid-type]
 
 HELD_OUT_SEED = 10_000  # problems of the held-out set come from default_rng([10_000, 0])
 PROBE_SEED = 20_000  # the fixed probe prompts of the entropy snapshots
+EVAL_SEED = 30_000  # the sampled completions of every held-out evaluation
 
 
 class NonFiniteLossError(RuntimeError):
@@ -127,6 +129,8 @@ class TrainConfig:
     """steps between held-out evaluations (also done at step 0 and at the end)"""
     eval_problems: int = 200
     """size of the held-out problem set"""
+    eval_samples: int = 16
+    """completions sampled per held-out problem (T = 1) for the unbiased pass@k, k ≤ this"""
     probe_every: int = 20
     """steps between entropy snapshots on the probe prompts (0: off)"""
     probe_prompts: int = 8
@@ -196,7 +200,14 @@ def build_task(cfg: TrainConfig):
 def check_config(cfg: TrainConfig, task) -> int:
     """Fail at start-up, naming the flag, on a bad or inconsistent setting (nothing is
     written before this passes). Returns the budget L_max."""
-    for name in ("steps", "prompts_per_step", "ppo_epochs", "minibatches", "eval_problems"):
+    for name in (
+        "steps",
+        "prompts_per_step",
+        "ppo_epochs",
+        "minibatches",
+        "eval_problems",
+        "eval_samples",
+    ):
         if getattr(cfg, name) <= 0:
             raise ValueError(
                 f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(cfg, name)}"
@@ -810,6 +821,7 @@ class Trainer:
                         with_entropy=True,
                         group_size=G,
                     )
+                logp.retain_grad()  # ∂L/∂logp: the per-token weight this update applies
                 loss, lm = self.algo.loss(mb, logp, adv[rows], acfg, entropy=entropy.detach())
                 if not torch.isfinite(loss):
                     raise NonFiniteLossError(
@@ -826,9 +838,37 @@ class Trainer:
                     )
                 self.optimizer.step()
                 grad_norms.append(float(norm))
-                loss_metrics.append({"loss": float(loss.detach()), **lm})
+                # The update's effective advantage: −∂L/∂logp rescaled by the minibatch's token
+                # count (= A·w under token-mean at ratio 1). Clipping, masks, KL terms and the
+                # aggregation weights all show in it, the plain advantage shows none of them.
+                update_weight = -logp.grad * mb.response_mask.sum()
+                loss_metrics.append(
+                    {
+                        "loss": float(loss.detach()),
+                        **lm,
+                        "cov_logp_update": logp_advantage_covariance(
+                            mb.logp_old, update_weight, mb.response_mask
+                        ),
+                    }
+                )
         self.model.eval()
         t_loss = time.perf_counter() - t0 - t_adv
+        # Why entropy moves (Cui et al.): Cov(logp_old, A) over the trained tokens predicts the
+        # sign of the entropy change; measure that change on the very same states.
+        with torch.no_grad(), self.autocast():
+            _, entropy_after = policy_logprobs(
+                self.model,
+                samples.prompt_ids,
+                samples.prompt_mask,
+                samples.response_ids,
+                samples.response_mask,
+                temperature=cfg.temperature,
+                with_entropy=True,
+                group_size=G,
+            )
+        entropy_change = core.masked_mean(
+            entropy_after.float() - batch.entropy_old, batch.response_mask
+        )
 
         mask = batch.response_mask.bool()
         metrics.update(
@@ -846,6 +886,10 @@ class Trainer:
                 "adv_token_mean": float(adv[mask].mean()) if mask.any() else 0.0,
                 "adv_token_std": float(adv[mask].std()) if mask.sum() > 1 else 0.0,
                 "adv_token_abs_max": float(adv[mask].abs().max()) if mask.any() else 0.0,
+                "cov_logp_adv": logp_advantage_covariance(
+                    batch.logp_old, adv, batch.response_mask
+                ),
+                "entropy_change": float(entropy_change),
                 "grad_norm": float(np.mean(grad_norms)),
                 "time_adv": t_adv,
                 "time_loss": t_loss,
@@ -859,19 +903,26 @@ class Trainer:
 
     # -- evaluation and probes ------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
+        """Held-out success: greedy, and the unbiased pass@k from ``eval_samples`` completions
+        per problem at T = 1 (``heldout_pass@k`` for every k in ``PASS_AT_K`` up to it)."""
         t0 = time.perf_counter()
+        n = self.cfg.eval_samples
+        counts = correct_counts(
+            self.model,
+            self.task,
+            self.held_out,
+            n,
+            max_new_tokens=self.budget,
+            generator=self._generator(EVAL_SEED),
+        )
         out = {
             "heldout_greedy": success_rate(
                 self.model, self.task, self.held_out, greedy=True, max_new_tokens=self.budget
             ),
-            "heldout_sampled": success_rate(
-                self.model,
-                self.task,
-                self.held_out,
-                greedy=False,
-                seed=self.cfg.seed,
-                max_new_tokens=self.budget,
-            ),
+            **{
+                f"heldout_pass@{k}": value
+                for k, value in mean_pass_at_k(counts, n, [k for k in PASS_AT_K if k <= n]).items()
+            },
         }
         out["time_eval"] = time.perf_counter() - t0
         return out

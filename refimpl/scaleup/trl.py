@@ -28,7 +28,9 @@ reference model, accelerate/DeepSpeed, logging, checkpoints. What changes, in tw
     into the advantages (``−α·A·logp`` is linear in ``A``) because a micro-batch does not hold
     whole groups.
 
-Metrics go to TRL's log under ``refimpl/<name>`` plus TRL's own ``entropy``.
+Metrics go to TRL's log under ``refimpl/<name>`` plus TRL's own ``entropy``, pooled over
+processes (TRL logs from the main process only). ``tests/scaleup/test_trl_multiprocess.py``
+checks two processes against one.
 """
 
 from __future__ import annotations
@@ -245,7 +247,34 @@ class RefimplGRPOTrainer(GRPOTrainer):
             loss = loss * (local / (per_process * steps))
 
         log = self._metrics[mode]
-        log["entropy"].append(float(core.masked_mean(entropy.detach().float(), mask)))
-        for key, value in metrics.items():
-            log[f"refimpl/{key}"].append(float(value))
+        local = {"entropy": float(core.masked_mean(entropy.detach().float(), mask))}
+        local.update({f"refimpl/{key}": float(value) for key, value in metrics.items()})
+        for key, value in self._pooled_token_means(local, mask.sum()).items():
+            log[key].append(value)
         return loss
+
+    def _pooled_token_means(self, metrics: dict[str, float], n_tokens: Tensor) -> dict[str, float]:
+        """The micro-batch metrics of every process pooled into one value each.
+
+        Each metric is a mean over this micro-batch's response tokens, so
+        ``Σ_p n_p·m_p / Σ_p n_p`` is the mean over all processes' tokens (TRL logs from the
+        main process only; without this its log would show process 0's half of the batch).
+        ``adv_std`` is pooled through ``E[A²] = std² + mean²``. One process: unchanged.
+        """
+        keys = sorted(metrics)  # the same order on every process
+        std_key, mean_key = "refimpl/adv_std", "refimpl/adv_mean"
+        pool_std = std_key in metrics and mean_key in metrics
+        values = [metrics[k] for k in keys]
+        if pool_std:
+            values.append(metrics[std_key] ** 2 + metrics[mean_key] ** 2)
+        n = n_tokens.detach().double().reshape(1)
+        local = torch.tensor(values, dtype=torch.float64, device=n.device) * n
+        totals = self.accelerator.reduce(torch.cat([local, n]), reduction="sum")
+        count = float(totals[-1])
+        if count == 0:  # no response token anywhere (every group masked out)
+            return dict(metrics)
+        pooled = {k: float(totals[i]) / count for i, k in enumerate(keys)}
+        if pool_std:
+            second_moment = float(totals[len(keys)]) / count
+            pooled[std_key] = max(second_moment - pooled[mean_key] ** 2, 0.0) ** 0.5
+        return pooled

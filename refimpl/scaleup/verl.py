@@ -312,8 +312,9 @@ def ppo_loss(config: Any, model_output: Any, data: Any, dp_group: Any = None) ->
 def install_hooks() -> list[str]:
     """Wrap verl's v1 trainer and engine workers so entropies reach our functions.
 
-    Returns the hooks installed (none on an install without verl's runtime extras, such as
-    the CPU test environment, where only the registries are used).
+    Returns the hooks installed: none with plain ``verl`` (no runtime extras: the modules
+    patched here do not import), both with verl's GPU extras. Idempotent.
+    ``tests/scaleup/test_verl_hooks.py`` and ``test_verl_worker.py`` exercise both on CPU.
     """
     installed = []
     with contextlib.suppress(ImportError):

@@ -1,0 +1,207 @@
+"""Sweep training regimes of GRPO on the toy task and print one markdown table.
+
+    .venv/bin/python scripts/regime_sweep.py --variants base,lr2e-4 --seeds 0 --steps 150
+    .venv/bin/python scripts/regime_sweep.py --list
+
+This is how the default regime (``refimpl.train.TrainConfig`` and the demo) was chosen; the
+table it prints is in docs/benchmarks.md. Each variant is a set of changes to a base
+``TrainConfig`` (and its warm start); every run is a normal trainer run under
+``<out>/<variant>-s<seed>``, so ``refimpl plot`` works on it and a finished run is reused.
+
+Columns: held-out greedy success of the warm start and at the end (mean of the last three
+evaluations), the gain, pass@1 and pass@16 at the start and the end, mean token entropy over
+the first five steps and the last 10 % of steps, the mean clip fraction (low + high) and
+TEPO's mask fraction where logged, steps, and the run's own seconds (training + evaluation,
+from ``time_step``/``time_eval``; with ``--workers 2`` two runs share the two cores).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tyro
+
+from refimpl.compare import run_in_workers
+from refimpl.train import TrainConfig
+from refimpl.warmstart import ModelConfig, WarmstartConfig
+
+
+def _ws(**changes) -> WarmstartConfig:
+    return dataclasses.replace(WarmstartConfig(progress=False), **changes)
+
+
+#: name -> changes to the base TrainConfig (``warmstart`` replaces the whole warm start).
+VARIANTS: dict[str, dict] = {
+    # the first wave's regime: one update per rollout, 16 × 8, lr 5e-5
+    "onpolicy-16x8-lr5e-5": dict(prompts_per_step=16, lr=5e-5),
+    "16x8-lr1e-4-mb4": dict(prompts_per_step=16, lr=1e-4, minibatches=4),
+    "32x8-lr1e-4-mb4": dict(prompts_per_step=32, lr=1e-4, minibatches=4),
+    "32x8-lr2e-4-mb4": dict(prompts_per_step=32, lr=2e-4, minibatches=4),
+    "64x8-lr1e-4-mb4": dict(prompts_per_step=64, lr=1e-4, minibatches=4),
+    "64x8-lr2e-4-mb4": dict(prompts_per_step=64, lr=2e-4, minibatches=4),
+    "32x8-lr1e-4-mb4-ep2": dict(prompts_per_step=32, lr=1e-4, minibatches=4, ppo_epochs=2),
+    "32x8-lr1e-4-mb2": dict(prompts_per_step=32, lr=1e-4, minibatches=2),
+    "32x8-lr3e-4-mb4": dict(prompts_per_step=32, lr=3e-4, minibatches=4),
+    "ws300-32x8-lr1e-4-mb4": dict(
+        prompts_per_step=32, lr=1e-4, minibatches=4, warmstart=_ws(steps=300)
+    ),
+    "ws300-32x8-lr2e-4-mb4": dict(
+        prompts_per_step=32, lr=2e-4, minibatches=4, warmstart=_ws(steps=300)
+    ),
+    "ws1200-32x8-lr1e-4-mb4": dict(
+        prompts_per_step=32, lr=1e-4, minibatches=4, warmstart=_ws(steps=1200)
+    ),
+    "d64-32x8-lr2e-4-mb4": dict(
+        prompts_per_step=32,
+        lr=2e-4,
+        minibatches=4,
+        warmstart=_ws(model=ModelConfig(n_embd=64)),
+    ),
+    "k4-32x8-lr1e-4-mb4": dict(prompts_per_step=32, lr=1e-4, minibatches=4, task_args=("num_ops=4",)),
+    "ws300-64x8-lr1e-4-mb4": dict(
+        prompts_per_step=64, lr=1e-4, minibatches=4, warmstart=_ws(steps=300)
+    ),
+    "ws300-32x8-lr1e-4-mb2": dict(
+        prompts_per_step=32, lr=1e-4, minibatches=2, warmstart=_ws(steps=300)
+    ),
+    "32x8-lr1e-4-mb2-ep2": dict(prompts_per_step=32, lr=1e-4, minibatches=2, ppo_epochs=2),
+    "64x8-lr2e-4-mb2": dict(prompts_per_step=64, lr=2e-4, minibatches=2),
+}
+
+
+@dataclass
+class SweepConfig:
+    """Train GRPO (or --algo) under several regimes and print a table."""
+
+    variants: str = "onpolicy-16x8-lr5e-5,32x8-lr1e-4-mb4"
+    """comma-separated names from VARIANTS (--list prints them)"""
+    algo: str = "grpo"
+    """algorithm"""
+    seeds: str = "0"
+    """comma-separated seeds"""
+    steps: int = 150
+    """RL steps per run"""
+    eval_every: int = 25
+    """steps between held-out evaluations"""
+    workers: int = 2
+    """parallel runs (one torch thread each)"""
+    out: Path = Path("runs/regime_sweep")
+    """where the runs go"""
+    list: bool = False
+    """print the variants and exit"""
+
+
+def summarise(run_dir: Path) -> dict:
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x]
+    evals = [r for r in records if "heldout_greedy" in r]
+    steps = [r for r in records if "time_step" in r]
+    n_end = max(1, len(steps) // 10)
+
+    def mean(rs, key):
+        vals = [r[key] for r in rs if key in r]
+        return float(np.mean(vals)) if vals else float("nan")
+
+    end = evals[-3:]
+    return {
+        "start": evals[0]["heldout_greedy"],
+        "end": mean(end, "heldout_greedy"),
+        "p1": (evals[0].get("heldout_pass@1"), mean(end, "heldout_pass@1")),
+        "p16": (evals[0].get("heldout_pass@16"), mean(end, "heldout_pass@16")),
+        "H": (mean(steps[:5], "entropy_mean"), mean(steps[-n_end:], "entropy_mean")),
+        "clip": float(
+            np.mean([r.get("clip_frac_low", 0) + r.get("clip_frac_high", 0) for r in steps])
+        ),
+        "mask": mean(steps, "kl_mask_frac"),
+        "steps": len(steps),
+        "seconds": sum(r["time_step"] for r in steps) + sum(r.get("time_eval", 0) for r in evals),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = tyro.cli(SweepConfig, args=argv, description=__doc__)
+    if cfg.list:
+        for name, changes in VARIANTS.items():
+            print(f"{name:<28} {changes}")
+        return 0
+    names = [v.strip() for v in cfg.variants.split(",") if v.strip()]
+    for n in names:
+        if n not in VARIANTS:
+            print(f"--variants: unknown {n!r}; --list shows them", file=sys.stderr)
+            return 2
+    seeds = [int(s) for s in cfg.seeds.split(",")]
+    runs = []
+    for name in names:
+        changes = dict(VARIANTS[name])
+        ws = changes.pop("warmstart", _ws())
+        ws = dataclasses.replace(ws, runs_dir=Path("runs"))  # share the warm-start cache
+        for seed in seeds:
+            run = TrainConfig(
+                algo=cfg.algo,
+                seed=seed,
+                steps=cfg.steps,
+                eval_every=cfg.eval_every,
+                probe_every=0,
+                runs_dir=cfg.out,
+                name=f"{cfg.algo}-{name}-s{seed}",
+                progress=False,
+                plot=False,
+                warmstart=ws,
+                **changes,
+            )
+            run = dataclasses.replace(run, warmstart=dataclasses.replace(ws, task=run.task))
+            done = run.run_dir / "metrics.jsonl"
+            if done.exists() and any(
+                json.loads(x)["step"] >= cfg.steps and "heldout_greedy" in json.loads(x)
+                for x in done.read_text().splitlines()[-1:]
+                if x
+            ):
+                continue
+            runs.append(dataclasses.replace(run, overwrite=True))
+    # warm starts first, in this process, so the workers only load them
+    import torch
+
+    from refimpl.warmstart import train_warmstart
+
+    torch.set_num_threads(1)
+
+    for r in runs:
+        train_warmstart(dataclasses.replace(r.warmstart, task=r.task, task_args=r.task_args))
+    start = time.perf_counter()
+    load = os.getloadavg()
+    run_in_workers(runs, cfg.workers)
+    print(
+        f"\n{len(runs)} runs in {time.perf_counter() - start:.0f} s; load average before "
+        f"{load[0]:.1f}, after {os.getloadavg()[0]:.1f}\n"
+    )
+    print(
+        "| variant | seeds | greedy start → end | gain | pass@1 start → end | "
+        "pass@16 start → end | entropy start → end | clip frac | mask frac | steps | s/run |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in names:
+        rows = [summarise(cfg.out / f"{cfg.algo}-{name}-s{s}") for s in seeds]
+
+        def m(f, rows=rows):
+            return float(np.mean([f(r) for r in rows]))
+
+        print(
+            f"| {name} | {len(rows)} | {m(lambda r: r['start']):.3f} → {m(lambda r: r['end']):.3f}"
+            f" | {m(lambda r: r['end'] - r['start']):+.3f}"
+            f" | {m(lambda r: r['p1'][0] or 0):.3f} → {m(lambda r: r['p1'][1]):.3f}"
+            f" | {m(lambda r: r['p16'][0] or 0):.3f} → {m(lambda r: r['p16'][1]):.3f}"
+            f" | {m(lambda r: r['H'][0]):.3f} → {m(lambda r: r['H'][1]):.3f}"
+            f" | {m(lambda r: r['clip']):.4f} | {m(lambda r: r['mask']):.4f}"
+            f" | {m(lambda r: r['steps']):.0f} | {m(lambda r: r['seconds']):.0f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
