@@ -297,9 +297,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"refimpl: error: {err.strerror or err}{where}", file=sys.stderr)
             return 1
         except KeyboardInterrupt as err:
-            if not getattr(
-                err, "signum", None
-            ):  # a run prints its own line with the resume command
+            if isinstance(cmd, CompareConfig):
+                print(
+                    "refimpl: interrupted: the runs in progress stop after a checkpoint; the same command "
+                    "with --train.resume continues them",
+                    file=sys.stderr,
+                )
+            elif not getattr(err, "signum", None):  # a run prints its own resume command
                 print("refimpl: interrupted", file=sys.stderr)
             return 128 + int(getattr(err, "signum", None) or signal.SIGINT)
     return 0

@@ -129,14 +129,19 @@ def run_in_workers(
         return
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
         pending = {pool.submit(_worker, r) for r in runs}
-        while pending:
-            done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
-            for future in done:
-                if future.exception() is not None:
-                    for p in pending:
-                        p.cancel()
-                    raise future.exception()  # type: ignore[misc]
-            on_poll(len(runs) - len(pending))
+        try:
+            while pending:
+                done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
+                for future in done:
+                    if future.exception() is not None:
+                        raise future.exception()  # type: ignore[misc]
+                on_poll(len(runs) - len(pending))
+        except BaseException:
+            # A failed run or Ctrl-C: runs not started yet never start (a run started after
+            # Ctrl-C would miss it); the running ones stop after a checkpoint on Ctrl-C.
+            for p in pending:
+                p.cancel()
+            raise
 
 
 def compare(cfg: CompareConfig) -> tuple[list[Path], Path, str]:
