@@ -105,9 +105,20 @@ class CompareConfig:
             raise ValueError(f"--name: {self.root} is a single run, not a comparison")
 
 
-def _worker(cfg: TrainConfig) -> str:
+#: In a worker process: the parent's event "stop, do not start another run" (Ctrl-C).
+_STOP = None
+
+
+def _init_worker(stop) -> None:
+    global _STOP
+    _STOP = stop
+
+
+def _worker(cfg: TrainConfig) -> str | None:
     import torch
 
+    if _STOP is not None and _STOP.is_set():
+        return None  # stopped before this run began: --train.resume starts it later
     torch.set_num_threads(1)
     return str(train(cfg))
 
@@ -127,7 +138,11 @@ def run_in_workers(
             train(r)
             on_poll(finished)
         return
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+    context = mp.get_context("spawn")
+    stop = context.Event()
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_init_worker, initargs=(stop,)
+    ) as pool:
         pending = {pool.submit(_worker, r) for r in runs}
         try:
             while pending:
@@ -137,8 +152,10 @@ def run_in_workers(
                         raise future.exception()  # type: ignore[misc]
                 on_poll(len(runs) - len(pending))
         except BaseException:
-            # A failed run or Ctrl-C: runs not started yet never start (a run started after
-            # Ctrl-C would miss it); the running ones stop after a checkpoint on Ctrl-C.
+            # A failed run or Ctrl-C: runs not started yet never start (one started after
+            # Ctrl-C would not see it; the executor may have handed it to a worker already,
+            # hence the event); the running ones stop after a checkpoint on Ctrl-C.
+            stop.set()
             for p in pending:
                 p.cancel()
             raise

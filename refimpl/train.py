@@ -1075,15 +1075,15 @@ class Trainer:
             file=sys.stderr,
             flush=True,
         )
-        raise Interrupted(signum, f"interrupted at step {self.step}; continue with: {resume}")
+        raise Interrupted(f"interrupted at step {self.step}; continue with: {resume}", signum)
 
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM) stopped a run after a whole step and its checkpoint."""
 
-    def __init__(self, signum: int, message: str):
-        super().__init__(message)
-        self.signum = signum
+    def __init__(self, message: str = "interrupted", signum: int = signal.SIGINT):
+        super().__init__(message)  # message first, signum with a default: picklable, so a
+        self.signum = signum  # compare worker can raise it in the parent process
 
 
 class _StopRequest:
@@ -1100,6 +1100,8 @@ class _StopRequest:
     def __enter__(self) -> _StopRequest:
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
+                if signal.getsignal(sig) is signal.SIG_IGN:
+                    continue  # started immune to it (e.g. `cmd &` in a script): stay so
                 try:
                     self._previous[sig] = signal.signal(sig, self._handle)
                 except (ValueError, OSError):

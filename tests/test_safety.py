@@ -497,7 +497,14 @@ def test_ctrl_c_writes_a_checkpoint_and_prints_how_to_resume(runs, base, capsys)
         "--eval-every", "1000", "--probe-every", "0",
     ]  # fmt: skip
     run = runs / "ctrl-c"
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        # As from a terminal: SIGINT not ignored, even if this test runs as a background job.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
