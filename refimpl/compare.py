@@ -21,7 +21,7 @@ from pathlib import Path
 import tyro
 from tqdm.auto import tqdm
 
-from refimpl import algorithms
+from refimpl import algorithms, presets
 from refimpl.plots import format_table, plot_compare, summary_table
 from refimpl.runlog import is_run_dir, read_metrics
 from refimpl.train import AlgoName, TrainConfig, preflight, train
@@ -57,6 +57,9 @@ class CompareConfig:
     """parallel runs (0: one per CPU core, at most 4)"""
     target: float = 0.5
     """held-out greedy success whose first-reach step the table reports"""
+    preset: str = "default"
+    """a named regime from refimpl.presets (default, onpolicy, collapse); it sets the fields
+    you leave at their defaults, so explicit flags win"""
     train: CompareTrainConfig = field(default_factory=CompareTrainConfig)
     """settings shared by every run (--train.steps, --train.lr, ...); --train.resume continues
     the runs that exist and starts the others"""
@@ -163,6 +166,9 @@ def run_in_workers(
 
 def compare(cfg: CompareConfig) -> tuple[list[Path], Path, str]:
     """Run every (algorithm, seed); return the run directories, the figure and the table."""
+    preset = presets.get(cfg.preset)
+    cfg = presets.fill_defaults(cfg, preset.compare)
+    cfg = dataclasses.replace(cfg, train=presets.fill_defaults(cfg.train, preset.train))
     algos, seeds = cfg.algo_list(), cfg.seed_list()
     cfg.check()
     root = cfg.root

@@ -1,18 +1,18 @@
 """``make demo``: warm start, then GRPO, DAPO, GTPO and TEPO on the chain task, one figure.
 
-    python -m refimpl.demo               # the README's demo (about 10 minutes on 2 CPU cores)
+    python -m refimpl.demo               # the README's demo (under 5 minutes on 2 idle cores)
     python -m refimpl.demo --steps 20    # a quick look
 
-It trains (or reuses) the cached base model, runs ``refimpl compare`` with the settings below,
-writes ``runs/demo/compare.png`` and prints a table: held-out success at the start and the
-end, the first step at which held-out greedy success reached the target, and the mean token
-entropy over the last steps.
+It trains (or reuses) the cached base model, runs ``refimpl compare`` in the default regime
+(``TrainConfig``'s defaults: several optimizer steps per rollout, so the clip and TEPO's mask
+act), writes ``runs/demo/compare.png`` and prints a table: held-out greedy success at the
+start and the end and the gain, pass@1 and pass@16, mean token entropy, the clip and mask
+fractions, and the first step at which held-out greedy success reached the target.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -21,22 +21,21 @@ from pathlib import Path
 import tyro
 
 from refimpl.compare import CompareConfig, compare
+from refimpl.plots import summary_table
 from refimpl.train import TrainConfig
 
 
 @dataclass
 class DemoConfig:
-    """The demo's settings (every one also a flag)."""
+    """The demo's settings (every one also a flag); the rest are TrainConfig's defaults."""
 
     algos: str = "grpo,dapo,gtpo,tepo"
     """algorithms to compare"""
     seeds: str = "0"
     """RL seeds"""
-    steps: int = 300
+    steps: int = 200
     """RL steps per run"""
-    lr: float = 5e-5
-    """Adam learning rate"""
-    eval_every: int = 20
+    eval_every: int = 25
     """steps between held-out evaluations"""
     target: float = 0.5
     """held-out greedy success the table reports the first-reach step of"""
@@ -55,8 +54,6 @@ class DemoConfig:
                     f"--{name.replace('_', '-')}: expected a positive integer, "
                     f"got {getattr(self, name)}"
                 )
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"--lr: expected a positive learning rate, got {self.lr}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     train = dataclasses.replace(
         TrainConfig(),
         steps=cfg.steps,
-        lr=cfg.lr,
         eval_every=cfg.eval_every,
         runs_dir=cfg.runs_dir,
         overwrite=True,
@@ -101,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     minutes = (time.perf_counter() - start) / 60
     print()
     print(table)
+    for row in summary_table(_dirs, cfg.target):
+        print(
+            f"{row['algo']}: held-out greedy success {row['start']:.3f} → {row['final']:.3f}, "
+            f"gain {row['gain']:+.3f} over the warm start"
+        )
     print(f"\nfigure: {figure}")
     print(f"demo finished in {minutes:.1f} min")
     return 0

@@ -6,6 +6,7 @@ Everything reads the run directories the trainer writes (``metrics.jsonl``, ``pr
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -319,48 +320,72 @@ def entropy_heatmap(ax, run_dir: Path | str, probe_index: int = 0, max_len: int 
 
 
 def summary_table(run_dirs: Sequence[Path | str], target: float) -> list[dict[str, Any]]:
-    """Per algorithm: held-out greedy success at step 0 and at the end (mean of the last three
-    evaluations), the first step at which it reached ``target`` (per seed; None when not
-    reached), and the mean token entropy over the last 10 steps."""
+    """Per algorithm (mean over seeds): held-out greedy success at step 0 and at the end (mean
+    of the last three evaluations) and their difference, the first step at which it reached
+    ``target`` (per seed; None when not reached), pass@1 and pass@16 at the start and the end
+    (last three evaluations), the mean token entropy over the first and the last 10 steps,
+    and the mean clip fraction (low + high) and TEPO mask fraction over all steps."""
+
+    def mean_of(records: list[dict[str, Any]], key: str, part: slice) -> float:
+        _, values = series(records, key)
+        return float(values[part].mean()) if values[part].size else float("nan")
+
     rows = []
     for label, dirs in group_runs(run_dirs).items():
-        finals, reached, entropies, start = [], [], [], []
+        per_seed = []
+        reached = []
         for d in dirs:
             records = load_metrics(d)
             steps, success = series(records, "heldout_greedy")
-            start.append(success[0] if success.size else float("nan"))
-            # Windowed: one evaluation on 200 problems has a standard error of ~0.035.
-            finals.append(float(success[-3:].mean()) if success.size else float("nan"))
             hit = steps[success >= target]
             reached.append(int(hit[0]) if hit.size else None)
-            _, ent = series(records, "entropy_mean")
-            entropies.append(float(ent[-10:].mean()) if ent.size else float("nan"))
-        rows.append(
-            {
-                "algo": label,
-                "seeds": len(dirs),
-                "start": float(np.mean(start)),
-                "final": float(np.mean(finals)),
-                "steps_to_target": reached,
-                "entropy_end": float(np.mean(entropies)),
-            }
-        )
+            first, last = slice(0, 1), slice(-3, None)  # one evaluation's SE is ~0.03
+            per_seed.append(
+                {
+                    "start": mean_of(records, "heldout_greedy", first),
+                    "final": mean_of(records, "heldout_greedy", last),
+                    "pass1_start": mean_of(records, "heldout_pass@1", first),
+                    "pass1_end": mean_of(records, "heldout_pass@1", last),
+                    "pass16_start": mean_of(records, "heldout_pass@16", first),
+                    "pass16_end": mean_of(records, "heldout_pass@16", last),
+                    "entropy_start": mean_of(records, "entropy_mean", slice(0, 10)),
+                    "entropy_end": mean_of(records, "entropy_mean", slice(-10, None)),
+                    "clip_frac": mean_of(records, "clip_frac", slice(None)),
+                    "mask_frac": mean_of(records, "kl_mask_frac", slice(None)),
+                }
+            )
+        row = {"algo": label, "seeds": len(dirs), "steps_to_target": reached}
+        for key in per_seed[0]:
+            row[key] = float(np.mean([p[key] for p in per_seed]))
+        row["gain"] = row["final"] - row["start"]
+        rows.append(row)
     return rows
 
 
 def format_table(rows: Sequence[dict[str, Any]], target: float) -> str:
     """A plain-text table of :func:`summary_table`."""
     head = (
-        f"{'algorithm':<28}{'seeds':>6}{'held-out start':>16}{'end':>8}"
-        f"{f'steps to {target:.2f}':>18}{'entropy end':>13}"
+        f"{'algorithm':<22}{'seeds':>6}{'greedy start':>13}{'end':>7}{'gain':>8}"
+        f"{'pass@1':>15}{'pass@16':>15}{'entropy':>15}{'clip':>8}{'mask':>8}"
+        f"{f'steps to {target:.2f}':>16}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         reached = ",".join("-" if s is None else str(s) for s in r["steps_to_target"])
+        mask = "-" if math.isnan(r["mask_frac"]) else f"{r['mask_frac']:.3f}"
         lines.append(
-            f"{r['algo']:<28}{r['seeds']:>6}{r['start']:>16.3f}{r['final']:>8.3f}"
-            f"{reached:>18}{r['entropy_end']:>13.3f}"
+            f"{r['algo']:<22}{r['seeds']:>6}{r['start']:>13.3f}{r['final']:>7.3f}"
+            f"{r['gain']:>+8.3f}"
+            f"{r['pass1_start']:>7.3f}→{r['pass1_end']:<7.3f}"
+            f"{r['pass16_start']:>7.3f}→{r['pass16_end']:<7.3f}"
+            f"{r['entropy_start']:>7.3f}→{r['entropy_end']:<7.3f}"
+            f"{r['clip_frac']:>8.4f}{mask:>8}{reached:>16}"
         )
+    lines.append(
+        "greedy: held-out greedy success (end = mean of the last 3 evaluations); pass@k: "
+        "unbiased, from 16 samples per problem; entropy: mean over the first → last 10 steps; "
+        "clip: mean clip fraction (low + high); mask: TEPO's KL-mask fraction"
+    )
     return "\n".join(lines)
 
 
@@ -585,30 +610,82 @@ def entropy_success_table(
     groups: dict[str, Sequence[Path]], window: int = 10
 ) -> list[dict[str, Any]]:
     """Per algorithm and seed: mean token entropy over the first and the last ``window``
-    training steps, the ratio end/start, and held-out greedy and sampled success at the
-    first and the last evaluation."""
+    training steps, the ratio end/start, and held-out greedy success, pass@1 and pass@16 at
+    the first evaluation and over the last three."""
     rows = []
     for label, dirs in groups.items():
         for d in dirs:
             records = load_metrics(d)
             _, ent = series(records, "entropy_mean")
-            _, greedy = series(records, "heldout_greedy")
-            _, sampled = series(records, "heldout_sampled")
             start = float(ent[:window].mean()) if ent.size else float("nan")
             end = float(ent[-window:].mean()) if ent.size else float("nan")
-            rows.append(
-                {
-                    "algo": label,
-                    "seed": run_info(d)["seed"],
-                    "entropy_start": start,
-                    "entropy_end": end,
-                    "entropy_ratio": end / start if start > 0 else float("nan"),
-                    "greedy_start": float(greedy[0]) if greedy.size else float("nan"),
-                    "greedy_end": float(greedy[-1]) if greedy.size else float("nan"),
-                    "sampled_start": float(sampled[0]) if sampled.size else float("nan"),
-                    "sampled_end": float(sampled[-1]) if sampled.size else float("nan"),
-                }
+            row = {
+                "algo": label,
+                "seed": run_info(d)["seed"],
+                "entropy_start": start,
+                "entropy_end": end,
+                "entropy_ratio": end / start if start > 0 else float("nan"),
+            }
+            for key, name in (
+                ("heldout_greedy", "greedy"),
+                ("heldout_pass@1", "pass1"),
+                ("heldout_pass@16", "pass16"),
+            ):
+                _, values = series(records, key)
+                row[f"{name}_start"] = float(values[0]) if values.size else float("nan")
+                row[f"{name}_end"] = float(values[-3:].mean()) if values.size else float("nan")
+            rows.append(row)
+    return rows
+
+
+def covariance_table(groups: dict[str, Sequence[Path]]) -> list[dict[str, Any]]:
+    """Per algorithm (seeds pooled): the mean of ``cov_logp_adv`` and ``cov_logp_update`` over
+    steps, the mean measured entropy change per step, and the correlation over steps of each
+    covariance with the entropy change (Cui et al. predict a negative one)."""
+    rows = []
+    for label, dirs in groups.items():
+        records = [r for d in dirs for r in load_metrics(d)]
+        row: dict[str, Any] = {"algo": label}
+        for key in ("cov_logp_adv", "cov_logp_update"):
+            x, y, _ = entropy_change_points(records, key)
+            row[f"mean_{key}"] = float(x.mean()) if x.size else float("nan")
+            row[f"r_{key}"] = (
+                float(np.corrcoef(x, y)[0, 1])
+                if x.size > 2 and x.std() and y.std()
+                else float("nan")
             )
+            row["mean_entropy_change"] = float(y.mean()) if y.size else float("nan")
+        row["steps"] = int(x.size)
+        rows.append(row)
+    return rows
+
+
+def entropy_law_fit(
+    groups: dict[str, Sequence[Path]], success_key: str = "heldout_greedy", window: int = 10
+) -> list[dict[str, Any]]:
+    """Least-squares fit of Cui et al.'s ``R = −a·exp(H) + b`` per algorithm (seeds pooled):
+    ``R`` the held-out success at each evaluation, ``H`` the mean token entropy of the
+    ``window`` training steps before it. Returns ``a``, ``b``, R² of the fit and the number of
+    points. The law is linear in ``exp(H)``, so this is an ordinary linear regression."""
+    rows = []
+    for label, dirs in groups.items():
+        xs, ys = [], []
+        for d in dirs:
+            records = load_metrics(d)
+            e_steps, ent = series(records, "entropy_mean")
+            s_steps, succ = series(records, success_key)
+            for step, value in zip(s_steps, succ):
+                before = ent[(e_steps <= step) & (e_steps > step - window)]
+                if step > 0 and before.size:
+                    xs.append(float(np.exp(before.mean())))
+                    ys.append(float(value))
+        if len(xs) < 3:
+            continue
+        x, y = np.asarray(xs), np.asarray(ys)
+        slope, intercept = np.polyfit(x, y, 1)
+        residual = y - (slope * x + intercept)
+        r2 = 1 - residual.var() / y.var() if y.var() > 0 else float("nan")
+        rows.append({"algo": label, "a": -slope, "b": intercept, "r2": r2, "points": len(xs)})
     return rows
 
 

@@ -64,7 +64,9 @@ VARIANTS: dict[str, dict] = {
         minibatches=4,
         warmstart=_ws(model=ModelConfig(n_embd=64)),
     ),
-    "k4-32x8-lr1e-4-mb4": dict(prompts_per_step=32, lr=1e-4, minibatches=4, task_args=("num_ops=4",)),
+    "k4-32x8-lr1e-4-mb4": dict(
+        prompts_per_step=32, lr=1e-4, minibatches=4, task_args=("num_ops=4",)
+    ),
     "ws300-64x8-lr1e-4-mb4": dict(
         prompts_per_step=64, lr=1e-4, minibatches=4, warmstart=_ws(steps=300)
     ),
@@ -73,6 +75,21 @@ VARIANTS: dict[str, dict] = {
     ),
     "32x8-lr1e-4-mb2-ep2": dict(prompts_per_step=32, lr=1e-4, minibatches=2, ppo_epochs=2),
     "64x8-lr2e-4-mb2": dict(prompts_per_step=64, lr=2e-4, minibatches=2),
+    "dapo-64x8-lr1e-4-mb4": dict(algo="dapo", prompts_per_step=64, lr=1e-4, minibatches=4),
+    "k2-64x8-lr1e-4-mb4": dict(
+        prompts_per_step=64, lr=1e-4, minibatches=4, task_args=("num_ops=2",)
+    ),
+    "32x16-lr1e-4-mb4": dict(prompts_per_step=32, group_size=16, lr=1e-4, minibatches=4),
+    "ws1200-64x8-lr1e-4-mb4": dict(
+        prompts_per_step=64, lr=1e-4, minibatches=4, warmstart=_ws(steps=1200)
+    ),
+    "countdown-64x8-lr1e-4-mb4": dict(
+        task="countdown", prompts_per_step=64, lr=1e-4, minibatches=4
+    ),
+    "ep2-64x8-lr1e-4-mb4": dict(prompts_per_step=64, lr=1e-4, minibatches=4, ppo_epochs=2),
+    "ws900-64x8-lr1e-4-mb4": dict(
+        prompts_per_step=64, lr=1e-4, minibatches=4, warmstart=_ws(steps=900)
+    ),
 }
 
 
@@ -140,22 +157,25 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         changes = dict(VARIANTS[name])
         ws = changes.pop("warmstart", _ws())
+        algo = changes.pop("algo", cfg.algo)
         ws = dataclasses.replace(ws, runs_dir=Path("runs"))  # share the warm-start cache
         for seed in seeds:
             run = TrainConfig(
-                algo=cfg.algo,
+                algo=algo,
                 seed=seed,
                 steps=cfg.steps,
                 eval_every=cfg.eval_every,
                 probe_every=0,
                 runs_dir=cfg.out,
-                name=f"{cfg.algo}-{name}-s{seed}",
+                name=f"{name}-s{seed}",
                 progress=False,
                 plot=False,
                 warmstart=ws,
                 **changes,
             )
-            run = dataclasses.replace(run, warmstart=dataclasses.replace(ws, task=run.task))
+            run = dataclasses.replace(
+                run, warmstart=dataclasses.replace(ws, task=run.task, task_args=run.task_args)
+            )
             done = run.run_dir / "metrics.jsonl"
             if done.exists() and any(
                 json.loads(x)["step"] >= cfg.steps and "heldout_greedy" in json.loads(x)
@@ -186,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
-        rows = [summarise(cfg.out / f"{cfg.algo}-{name}-s{s}") for s in seeds]
+        rows = [summarise(cfg.out / f"{name}-s{s}") for s in seeds]
 
         def m(f, rows=rows):
             return float(np.mean([f(r) for r in rows]))

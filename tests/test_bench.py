@@ -93,13 +93,14 @@ def test_synthetic_batch_is_valid_and_every_algorithm_times():
 
 @pytest.mark.slow
 def test_quick_learning_benchmark_writes_its_report(tmp_path):
-    """``refimpl bench-learning --quick``: every algorithm and ablation on both tasks, with a
+    """``refimpl bench-learning --quick``: every algorithm and ablation on two tasks, with a
     token budget that stops each run, a report with the tables, verdicts and figures."""
     out = tmp_path / "learning"
+    args = ["--quick", "--tasks", "chain,countdown", "--ablation-tasks", "countdown"]
     rc = cli_main(
         [
             "bench-learning",
-            "--quick",
+            *args,
             "--out",
             str(out),
             "--runs-dir",
@@ -115,19 +116,43 @@ def test_quick_learning_benchmark_writes_its_report(tmp_path):
         "### countdown",
         "### Verdicts",
         "tepo kl_mask=False",
-        "gtpo alpha_2=0.3",
+        "tepo minibatches=1",
         "gtpo stats=subgroup",
         "TEPO converges",
+        "GRPO lifts held-out greedy success",
+        "preserve pass@16",
+        "pass@16 start → end",
+        "r(Cov, entropy change)",
     ):
-        assert name in text
+        assert name in text, name
     assert (out / "figures" / "bench_learning_chain.png").exists()
     assert (out / "figures" / "bench_ablation_countdown.png").exists()
-    cfg = LearningConfig(quick=True, out=out, runs_dir=tmp_path / "runs")
+    cfg = LearningConfig(
+        quick=True,
+        tasks="chain,countdown",
+        ablation_tasks="countdown",
+        out=out,
+        runs_dir=tmp_path / "runs",
+    )
     runs, budgets = learning.plan(cfg)
+    assert {r.label for r in runs} >= {"tepo minibatches=1", "gtpo alpha_2=0.0"}
     for r in runs:  # every run stopped at its budget, not at its (much larger) step limit
         assert learning.finished(r)
         last = learning._records(r.train.run_dir)[-1]
         assert last["step"] < r.train.steps
+    mb1 = next(r for r in runs if r.label == "tepo minibatches=1")
+    assert mb1.train.minibatches == 1 and mb1.algo_args == ()
+
+
+def test_parse_variant_splits_algorithm_and_trainer_fields():
+    """An ablation label names the algorithm, then FIELD=VALUE pairs: the algorithm's Config
+    fields go to --algo-args, TrainConfig fields to the run's settings (typed)."""
+    algo, algo_args, train_args = learning.parse_variant("tepo kl_mask=False minibatches=2")
+    assert algo == "tepo"
+    assert algo_args == ("kl_mask=False",)
+    assert train_args == {"minibatches": 2}
+    with pytest.raises(ValueError, match="algorithm"):
+        learning.parse_variant("nope x=1")
 
 
 @pytest.mark.slow

@@ -49,43 +49,51 @@ ENTROPY_MARGIN = 0.05
 
 ABLATION_COLORS = ("#9467bd", "#e377c2", "#000000", "#ff9896", "#8c564b", "#c49c94")
 
-#: Ablations: (label, algorithm, --algo-args, TrainConfig overrides). TEPO's KL mask compares
-#: the current entropy with the rollout's, so it can only act when the policy moves within a
-#: rollout: its with/without pair runs with 4 minibatches (4 updates per rollout).
-ABLATIONS: tuple[tuple[str, str, tuple[str, ...], dict[str, Any]], ...] = (
-    ("gtpo alpha_2=0", "gtpo", ("alpha_1=1.0", "alpha_2=0.0"), {}),
-    ("gtpo alpha_2=0.3", "gtpo", ("alpha_1=1.0", "alpha_2=0.3"), {}),
-    ("gtpo stats=subgroup", "gtpo", ("stats=subgroup",), {}),
-    ("tepo kl_mask=False", "tepo", ("kl_mask=False",), {}),
-    ("tepo minibatches=4", "tepo", (), {"minibatches": 4}),
-    ("tepo minibatches=4 kl_mask=False", "tepo", ("kl_mask=False",), {"minibatches": 4}),
-)
+
+def parse_variant(label: str) -> tuple[str, tuple[str, ...], dict[str, Any]]:
+    """``"tepo kl_mask=False minibatches=1"`` → ``("tepo", ("kl_mask=False",),
+    {"minibatches": 1})``: the algorithm, its Config overrides (``--algo-args``) and the
+    ``TrainConfig`` overrides (any FIELD=VALUE whose field belongs to TrainConfig)."""
+    from refimpl.overrides import parse_overrides
+    from refimpl.train import TrainConfig
+
+    algo, *pairs = label.split()
+    algorithms.get(algo)  # ValueError listing the names
+    train_fields = {f.name: getattr(TrainConfig(), f.name) for f in dataclasses.fields(TrainConfig)}
+    algo_args = tuple(p for p in pairs if p.split("=", 1)[0] not in train_fields)
+    train_pairs = tuple(p for p in pairs if p.split("=", 1)[0] in train_fields)
+    train_args = parse_overrides(train_pairs, train_fields, f"--ablations ({label!r})")
+    return algo, algo_args, train_args
 
 
 @dataclass
 class LearningConfig:
     """Learning benchmark: every algorithm × seeds × tasks at the same sampled-token budget."""
 
-    tasks: str = "chain,countdown"
+    preset: str = "default"
+    """a named regime from refimpl.presets (default, onpolicy, collapse): it sets the training
+    settings and the benchmark's tasks, algorithms, seeds, ablations and budget that you leave
+    at their defaults"""
+    tasks: str = "chain"
     """comma-separated tasks (default knobs; chain's default is num_ops=3)"""
     algos: str = ",".join(algorithms.NAMES)
     """comma-separated algorithms"""
-    seeds: str = "0,1,2,3,4"
+    seeds: str = "0,1,2"
     """comma-separated RL seeds"""
-    ablations: bool = True
-    """also run GTPO alpha_2 ∈ {0, 0.3}, GTPO stats=subgroup, TEPO kl_mask=False, and TEPO
-    with and without its mask at 4 minibatches (so that the policy moves within a rollout)"""
-    ablation_tasks: str = "chain,countdown"
+    ablations: str = "gtpo alpha_2=0.0,gtpo stats=subgroup,tepo kl_mask=False,tepo minibatches=1"
+    """comma-separated variants "ALGO FIELD=VALUE ...", each field an algorithm Config field or
+    a TrainConfig field ("" for none)"""
+    ablation_tasks: str = "chain"
     """tasks the ablations run on"""
-    budget_steps: int = 200
+    budget_steps: int = 150
     """sampled-token budget, in steps of one batch of reference-length completions"""
-    lr: float = 5e-5
-    """Adam learning rate (calibrated: 5e-5 learns, ≥ 1e-4 collapses)"""
-    prompts_per_step: int = 16
-    """N"""
-    group_size: int = 8
-    """G"""
-    eval_every: int = 10
+    lr: float | None = None
+    """Adam learning rate (None: the preset's, i.e. TrainConfig's)"""
+    prompts_per_step: int | None = None
+    """N (None: the preset's)"""
+    group_size: int | None = None
+    """G (None: the preset's)"""
+    eval_every: int = 25
     """steps between held-out evaluations"""
     eval_problems: int = 200
     """held-out problems per evaluation"""
@@ -97,8 +105,9 @@ class LearningConfig:
     """parallel runs, one torch thread each (0: one per core, at most 4)"""
     quick: bool = False
     """a few-minute size: tiny model, 1 seed, a few steps (checks the report is produced)"""
-    out: Path = Path("runs/bench/learning")
-    """runs go to <out>/<task>/<label>-s<seed>; report.md, results.json, figures/ next to them"""
+    out: Path | None = None
+    """runs go to <out>/<task>/<label>-s<seed>; report.md, results.json, figures/ next to them
+    (None: runs/bench/learning-<preset>)"""
     runs_dir: Path = Path("runs")
     """where the warm-start cache lives"""
     overwrite: bool = False
@@ -115,11 +124,41 @@ class LearningConfig:
             self.group_size = 4
             self.eval_every = 1
             self.eval_problems = 20
-        for name in ("budget_steps", "prompts_per_step", "eval_every", "eval_problems"):
+        for name in ("budget_steps", "eval_every", "eval_problems"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')}: expected a positive integer")
-        if self.group_size < 2:
+        if self.prompts_per_step is not None and self.prompts_per_step <= 0:
+            raise ValueError("--prompts-per-step: expected a positive integer")
+        if self.group_size is not None and self.group_size < 2:
             raise ValueError("--group-size: expected ≥ 2")
+
+    def with_preset(self) -> LearningConfig:
+        """This config with its preset's benchmark settings on the fields left at default."""
+        from refimpl import presets
+
+        return presets.fill_defaults(self, presets.get(self.preset).bench)
+
+    def train_defaults(self):
+        """The TrainConfig every run starts from: the preset's regime plus --lr/-N/-G."""
+        from refimpl import presets
+        from refimpl.train import TrainConfig
+
+        train = presets.fill_defaults(TrainConfig(), presets.get(self.preset).train)
+        changes = {
+            k: getattr(self, k)
+            for k in ("lr", "prompts_per_step", "group_size")
+            if getattr(self, k) is not None
+        }
+        n = changes.get("prompts_per_step", train.prompts_per_step)
+        if n % train.minibatches:
+            changes["minibatches"] = 1  # e.g. the quick size's 4 prompts: one minibatch
+        return dataclasses.replace(train, **changes)
+
+    def out_dir(self) -> Path:
+        return self.out or Path("runs/bench") / f"learning-{self.preset}"
+
+    def ablation_list(self) -> list[str]:
+        return [a.strip() for a in self.ablations.split(",") if a.strip()]
 
     def _list(self, text: str, flag: str) -> list[str]:
         items = [s.strip() for s in text.split(",") if s.strip()]
@@ -187,53 +226,55 @@ def token_budget(cfg: LearningConfig, task_name: str) -> tuple[int, float]:
     from toy_envs import TOKENIZER, get_task
 
     task = get_task(task_name)
+    train = cfg.train_defaults()
     problems = task.sample(cfg.eval_problems, np.random.default_rng([HELD_OUT_SEED, 0]))
     mean_len = float(
         np.mean([len(TOKENIZER.encode(task.reference_solution(p), add_eos=True)) for p in problems])
     )
-    return int(round(cfg.budget_steps * cfg.prompts_per_step * cfg.group_size * mean_len)), mean_len
+    size = train.prompts_per_step * train.group_size
+    return int(round(cfg.budget_steps * size * mean_len)), mean_len
 
 
 def plan(cfg: LearningConfig) -> tuple[list[Run], dict[str, int]]:
     """Every run of the benchmark (not yet trained), and each task's token budget."""
-    from refimpl.train import TrainConfig, resolve
+    from refimpl.train import resolve
 
     tasks, algos, seeds = cfg.task_list(), cfg.algo_list(), cfg.seed_list()
     ablation_tasks = (
         set(cfg._list(cfg.ablation_tasks, "ablation-tasks")) if cfg.ablations else set()
     )
+    ablations = [(label, *parse_variant(label)) for label in cfg.ablation_list()]
+    base = cfg.train_defaults()
     budgets, runs = {}, []
     for task in tasks:
         budgets[task] = token_budget(cfg, task)[0]
         variants = [(a, a, (), {}) for a in algos]
         if task in ablation_tasks:
-            variants += [v for v in ABLATIONS if v[1] in algos]
+            variants += [v for v in ablations if v[1] in algos]
         for seed in seeds:
             for label, algo, algo_args, train_args in variants:
                 name = label.replace(" ", "-").replace("=", "") + f"-s{seed}"
-                train = TrainConfig(
+                train = dataclasses.replace(
+                    base,
                     algo=algo,
                     task=task,
                     algo_args=algo_args,
                     seed=seed,
                     steps=20 * cfg.budget_steps,
                     max_sampled_tokens=budgets[task],
-                    prompts_per_step=cfg.prompts_per_step,
-                    group_size=cfg.group_size,
-                    lr=cfg.lr,
                     eval_every=cfg.eval_every,
                     eval_problems=cfg.eval_problems,
                     probe_every=0,
                     checkpoint_every=10_000,
-                    runs_dir=cfg.out / task,
+                    runs_dir=cfg.out_dir() / task,
                     name=name,
                     overwrite=True,
                     threads=1,
                     progress=False,
                     plot=False,
                     warmstart=_warmstart(cfg, task),
-                    **train_args,
                 )
+                train = dataclasses.replace(train, **train_args)
                 resolve(train)  # fail fast on a bad flag, before any training
                 runs.append(Run(task, label, algo, algo_args, seed, train))
     return runs, budgets
@@ -294,9 +335,36 @@ def run_metrics(
     tail = max(5, len(ent) // 10)
     start_ent = float(ent[:5].mean()) if ent.size else math.nan
     end_ent = float(ent[-tail:].mean()) if ent.size else math.nan
+
+    def at_evals(key: str) -> np.ndarray:
+        return np.array([r.get(key, math.nan) for r in evals], dtype=float)
+
+    pass1, pass16 = at_evals("heldout_pass@1"), at_evals("heldout_pass@16")
+    clip = [r.get("clip_frac_low", 0.0) + r.get("clip_frac_high", 0.0) for r in trained]
+    mask = [r["kl_mask_frac"] for r in trained if "kl_mask_frac" in r]
+    pairs = [
+        (r["cov_logp_adv"], r["entropy_change"])
+        for r in trained
+        if "cov_logp_adv" in r and "entropy_change" in r
+    ]
+    cov = np.array(pairs, dtype=float).reshape(-1, 2)
+    cov_r = (
+        float(np.corrcoef(cov[:, 0], cov[:, 1])[0, 1])
+        if len(cov) > 2 and cov[:, 0].std() > 0 and cov[:, 1].std() > 0
+        else math.nan
+    )
     return {
         "base": float(success[0]),
         "final": float(success[-3:].mean()),
+        "gain": float(success[-3:].mean() - success[0]),
+        "pass1_start": float(pass1[0]),
+        "pass1_end": float(np.mean(pass1[-3:])),
+        "pass16_start": float(pass16[0]),
+        "pass16_end": float(np.mean(pass16[-3:])),
+        "clip_frac": float(np.mean(clip)) if clip else math.nan,
+        "mask_frac": float(np.mean(mask)) if mask else math.nan,
+        "cov_mean": float(cov[:, 0].mean()) if len(cov) else math.nan,
+        "cov_entropy_r": cov_r,
         "auc": auc,
         "tokens_to_target": float(tokens[hit[0]]) if hit.size else math.inf,
         "steps_to_target": float(steps[hit[0]]) if hit.size else math.inf,
@@ -338,6 +406,15 @@ def aggregate(per_run: list[dict[str, Any]]) -> dict[str, Any]:
         }
     for key in (
         "final",
+        "gain",
+        "pass1_start",
+        "pass1_end",
+        "pass16_start",
+        "pass16_end",
+        "clip_frac",
+        "mask_frac",
+        "cov_mean",
+        "cov_entropy_r",
         "auc",
         "entropy_start",
         "entropy_end",
@@ -347,11 +424,12 @@ def aggregate(per_run: list[dict[str, Any]]) -> dict[str, Any]:
         "kept_group_frac",
         "time_s",
     ):
-        vals = np.array([r[key] for r in per_run], dtype=float)
+        vals = np.array([r.get(key, math.nan) for r in per_run], dtype=float)
         out[key] = {
             "mean": float(vals.mean()),
             "std": float(vals.std(ddof=1)) if vals.size > 1 else 0.0,
             "median": float(np.median(vals)),
+            "min": float(vals.min()),
         }
     out["collapsed"] = sum(r["collapsed"] for r in per_run)
     return out
@@ -456,6 +534,69 @@ def verdicts(results: dict[str, Any]) -> list[str]:
                     f"{a['final']['mean']:.3f} vs {d['final']['mean']:.3f} (paired difference "
                     f"{diff:+.3f}; base {res['base']:.3f})."
                 )
+        out += regime_verdicts(task, res)
+    return out
+
+
+#: pass@16 is "preserved" when its mean change over seeds (end − start) is at least this:
+#: one standard error of pass@16 on 200 problems near 0.8 is about 0.03.
+PASS_AT_16_TOLERANCE = -0.02
+
+
+def _name(label: str) -> str:
+    return label.upper().replace("_", "-")
+
+
+def regime_verdicts(task: str, res: dict[str, Any]) -> list[str]:
+    """The questions of the testbed regime: GRPO's gain, whether TEPO's mask keeps entropy
+    or pass@16 up (against GRPO, DAPO and TEPO without its mask), and which methods preserve
+    pass@16."""
+    summ, out = res["summary"], []
+    if "grpo" in summ:
+        g = summ["grpo"]["gain"]
+        verdict = "holds" if g["min"] >= 0.20 else "does not hold"
+        out.append(
+            f"**{task} — GRPO lifts held-out greedy success by ≥ 0.20 in every seed: "
+            f"{verdict}.** Gain {g['mean']:+.3f} mean, {g['min']:+.3f} worst seed "
+            f"({summ['grpo']['seeds']} seeds; base {res['base']:.3f})."
+        )
+    if "tepo" in summ:
+        t = summ["tepo"]
+        parts, better = [], []
+        for ref in ("grpo", "dapo", "tepo kl_mask=False"):
+            if ref not in summ:
+                continue
+            r = summ[ref]
+            ent = _paired(res, "tepo", ref, "entropy_end")
+            p16 = _paired(res, "tepo", ref, "pass16_end")
+            ent_up = sum(x > y for x, y in ent)
+            p16_up = sum(x > y for x, y in p16)
+            better.append(ent_up == len(ent) > 0 or p16_up == len(p16) > 0)
+            parts.append(
+                f"vs {_name(ref)}: end entropy {t['entropy_end']['mean']:.3f} vs "
+                f"{r['entropy_end']['mean']:.3f} (higher in {ent_up}/{len(ent)} seeds), end "
+                f"pass@16 {t['pass16_end']['mean']:.3f} vs {r['pass16_end']['mean']:.3f} "
+                f"(higher in {p16_up}/{len(p16)})"
+            )
+        if parts:
+            verdict = "yes" if better and all(better) else "no"
+            out.append(
+                f"**{task} — does TEPO (its KL mask acting on {t['mask_frac']['mean']:.3f} of "
+                f"the tokens) keep entropy or pass@16 higher than every baseline in every seed? "
+                f"{verdict}.** " + "; ".join(parts) + "."
+            )
+    kept = []
+    for label, a in summ.items():
+        change = a["pass16_end"]["mean"] - a["pass16_start"]["mean"]
+        kept.append((label, change, change >= PASS_AT_16_TOLERANCE))
+    if kept:
+        held = [f"{_name(lab)} ({c:+.3f})" for lab, c, ok in kept if ok]
+        lost = [f"{_name(lab)} ({c:+.3f})" for lab, c, ok in kept if not ok]
+        out.append(
+            f"**{task} — which methods preserve pass@16 (mean change ≥ "
+            f"{PASS_AT_16_TOLERANCE})? {', '.join(held) if held else 'none'}.** "
+            f"Lost it: {', '.join(lost) if lost else 'none'}."
+        )
     return out
 
 
@@ -496,6 +637,7 @@ def plot_task(
     grid = np.linspace(0, budget, 101)
     panels = (
         ("heldout_greedy", "held-out success (greedy, 3-eval mean)", 3),
+        ("heldout_pass@16", "held-out pass@16", 1),
         ("entropy_mean", "mean token entropy (nats)", 10),
         ("success_rate_all", "training success (all sampled groups)", 10),
     )
@@ -547,6 +689,7 @@ def format_report(
     wall_s: float,
     figures: dict[str, list[Path]],
 ) -> str:
+    train = cfg.train_defaults()
     how = (
         "summed logged step and evaluation times over the parallel runs"
         if cfg.report_only
@@ -557,7 +700,9 @@ def format_report(
         f"min ({how}; {cfg.workers or min(4, os.cpu_count() or 1)} parallel runs, one "
         f"torch thread each).",
         "",
-        f"Settings: lr {cfg.lr}, {cfg.prompts_per_step} prompts × G = {cfg.group_size}, "
+        f"Settings: preset {cfg.preset!r}: lr {train.lr}, {train.prompts_per_step} prompts × "
+        f"G = {train.group_size}, {train.minibatches} minibatch(es) × {train.ppo_epochs} "
+        f"epoch(s) per rollout, task knobs {list(train.task_args) or 'default'}, "
         f"seeds {cfg.seeds}, budget {cfg.budget_steps} reference-length batches of sampled "
         f"tokens per run, held-out greedy success on {cfg.eval_problems} problems every "
         f"{cfg.eval_every} steps, target = base + {cfg.target_gain}, entropy collapse = end"
@@ -572,20 +717,36 @@ def format_report(
             f"(held-out greedy) {res['base']:.3f}; target {res['target']:.3f}.",
             "",
         ]
-        rows = []
+        rows, mechanism_rows = [], []
         for label, s in res["summary"].items():
+
+            def arrow(key: str, s=s) -> str:
+                return f"{s[key + '_start']['mean']:.3f} → {s[key + '_end']['mean']:.3f}"
+
             rows.append(
                 [
                     label,
                     s["seeds"],
-                    _fmt_q(s["tokens_to_target"], 1e3, "k"),
-                    _fmt_q(s["steps_to_target"]),
                     f"{s['final']['mean']:.3f} ± {s['final']['std']:.3f}",
-                    f"{s['auc']['mean']:.3f}",
-                    f"{s['entropy_start']['mean']:.3f} → {s['entropy_end']['mean']:.3f}",
+                    f"{s['gain']['mean']:+.3f} ({s['gain']['min']:+.3f})",
+                    arrow("pass1"),
+                    arrow("pass16"),
+                    arrow("entropy"),
                     f"{s['collapsed']}/{s['seeds']}",
+                    _fmt_q(s["tokens_to_target"], 1e3, "k"),
+                    f"{s['auc']['mean']:.3f}",
+                ]
+            )
+            mechanism_rows.append(
+                [
+                    label,
+                    f"{s['clip_frac']['mean']:.4f}",
+                    "-" if math.isnan(s["mask_frac"]["mean"]) else f"{s['mask_frac']['mean']:.4f}",
+                    f"{s['cov_mean']['mean']:+.4f}",
+                    f"{s['cov_entropy_r']['mean']:+.2f}",
                     f"{s['steps']['median']:.0f}",
                     f"{s['kept_group_frac']['mean']:.2f}",
+                    f"{s['time_s']['mean']:.0f}",
                 ]
             )
         lines += [
@@ -593,16 +754,30 @@ def format_report(
                 [
                     "algorithm",
                     "seeds",
-                    "tokens to target, median [IQR]",
-                    "steps to target",
-                    "final success (mean ± sd)",
-                    "AUC",
+                    "final greedy (mean ± sd)",
+                    "gain (worst seed)",
+                    "pass@1 start → end",
+                    "pass@16 start → end",
                     "entropy start → end",
                     "collapsed",
-                    "steps run",
-                    "kept groups",
+                    "tokens to target, median [IQR]",
+                    "AUC",
                 ],
                 rows,
+            ),
+            "",
+            markdown_table(
+                [
+                    "algorithm",
+                    "clip fraction",
+                    "TEPO mask fraction",
+                    "mean Cov(logp, A)",
+                    "r(Cov, entropy change) over steps",
+                    "steps run",
+                    "kept groups",
+                    "seconds per run",
+                ],
+                mechanism_rows,
             ),
             "",
         ]
@@ -614,12 +789,13 @@ def format_report(
 
 def run_learning(cfg: LearningConfig) -> tuple[dict[str, Any], Path]:
     """Train (or reuse) every run, then write ``report.md``, ``results.json`` and figures."""
+    cfg = cfg.with_preset()
     runs, budgets = plan(cfg)
     info = machine_info()
     if cfg.report_only:
         runs = [r for r in runs if finished(r)]
         if not runs:
-            raise ValueError(f"--report-only: no finished run under {cfg.out}")
+            raise ValueError(f"--report-only: no finished run under {cfg.out_dir()}")
         wall = sum(
             run_metrics(_records(r.train.run_dir), budgets[r.task], 0.0, 0.5)["time_s"]
             for r in runs
@@ -637,7 +813,7 @@ def run_learning(cfg: LearningConfig) -> tuple[dict[str, Any], Path]:
                 task,
                 budgets[task],
                 main_labels,
-                cfg.out / "figures" / f"bench_learning_{task}.png",
+                cfg.out_dir() / "figures" / f"bench_learning_{task}.png",
                 f"{task}: every algorithm, same sampled-token budget",
             )
         ]
@@ -651,7 +827,7 @@ def run_learning(cfg: LearningConfig) -> tuple[dict[str, Any], Path]:
                     task,
                     budgets[task],
                     labels,
-                    cfg.out / "figures" / f"bench_ablation_{task}.png",
+                    cfg.out_dir() / "figures" / f"bench_ablation_{task}.png",
                     f"{task}: ablations",
                 )
             )
@@ -665,9 +841,9 @@ def run_learning(cfg: LearningConfig) -> tuple[dict[str, Any], Path]:
         },
         "results": results,
     }
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    (cfg.out / "results.json").write_text(json.dumps(payload, indent=2, default=str))
-    report = cfg.out / "report.md"
+    cfg.out_dir().mkdir(parents=True, exist_ok=True)
+    (cfg.out_dir() / "results.json").write_text(json.dumps(payload, indent=2, default=str))
+    report = cfg.out_dir() / "report.md"
     report.write_text(format_report(cfg, results, info, wall, figures))
     return payload, report
 
