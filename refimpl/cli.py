@@ -1,19 +1,19 @@
 """The ``refimpl`` command line (tyro: every dataclass field is a flag, with its docstring).
 
-refimpl tasks                                  the tasks and their knobs
-refimpl algos                                  the algorithms and their Config fields
-refimpl warmstart [--task chain]               train (or reuse) the cached base model
-refimpl train --algo gtpo --task chain         one RL run → runs/<task>-<algo>-s<seed>/
-refimpl compare --algos grpo,dapo,gtpo,grpo_s,tepo --seeds 0,1
-refimpl plot RUN_DIR [RUN_DIR ...]             redraw figures of finished runs
-refimpl bench-learning [--quick]               learning benchmark (docs/benchmarks.md)
-refimpl bench-speed [--quick]                  speed benchmark (docs/benchmarks.md)
+Every command checks all its flags before it writes or trains anything: a bad flag is one
+line naming it, exit code 2, and nothing created. Damaged files, unwritable directories and a
+non-finite loss are one line and exit code 1; Ctrl-C stops a run after a checkpoint (130).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import re
+import signal
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +22,17 @@ import tyro
 from refimpl import algorithms
 from refimpl.bench.learning import LearningConfig
 from refimpl.bench.speed import SpeedConfig
+from refimpl.checkpoint import CheckpointError
 from refimpl.compare import CompareConfig, compare
-from refimpl.train import NonFiniteLossError, TrainConfig, train
+from refimpl.runlog import find_runs, is_run_dir, read_metrics, read_run_config
+from refimpl.train import NonFiniteLossError, TrainConfig, load_config_file, train
 from refimpl.warmstart import WarmstartConfig, train_warmstart
+
+DESCRIPTION = (
+    "refimpl: group-relative policy optimisation with token-level credit assignment, on toy "
+    "arithmetic, on a CPU. The commands are listed below, one per line; `refimpl COMMAND "
+    "--help` lists a command's flags, `refimpl --version` prints the versions."
+)
 
 
 @dataclass
@@ -38,13 +46,34 @@ class ListAlgos:
 
 
 @dataclass
+class ListRuns:
+    """List the runs under a runs directory: algorithm, task, seed, steps, last held-out success."""
+
+    runs_dir: tyro.conf.Positional[Path] = Path("runs")
+    """directory searched for runs, at any depth (compare's runs are one level down)"""
+
+
+@dataclass
 class PlotConfig:
     """Redraw the figures of finished (or interrupted) runs."""
 
-    run_dirs: tyro.conf.Positional[tuple[Path, ...]]
-    """run directories (each with metrics.jsonl)"""
+    run_dirs: tyro.conf.Positional[tuple[Path, ...]] = ()
+    """run directories (each with config.json and metrics.jsonl); at least one"""
     out: Path | None = None
     """comparison figure path when several runs are given (default: compare.png next to them)"""
+
+
+COMMANDS: dict[str, type] = {
+    "tasks": ListTasks,
+    "algos": ListAlgos,
+    "warmstart": WarmstartConfig,
+    "train": TrainConfig,
+    "compare": CompareConfig,
+    "runs": ListRuns,
+    "plot": PlotConfig,
+    "bench-learning": LearningConfig,
+    "bench-speed": SpeedConfig,
+}
 
 
 def _list_tasks() -> None:
@@ -69,59 +98,214 @@ def _list_algos() -> None:
         print(f"         {fields}")
 
 
+def run_rows(runs_dir: Path) -> list[dict[str, str]]:
+    """One row per run under ``runs_dir`` for ``refimpl runs`` (damaged logs show ``?``)."""
+    rows = []
+    for d in find_runs(runs_dir):
+        tc = read_run_config(d)["train_config"]
+        try:
+            records = read_metrics(d, missing_ok=True)
+        except ValueError:
+            records = None
+        if records is None:
+            step, heldout = "?", "?"
+        else:
+            last = max((r["step"] for r in records), default=0)
+            step = f"{last}/{tc.get('steps', '?')}"
+            evals = [r for r in records if "heldout_greedy" in r]
+            heldout = f"{evals[-1]['heldout_greedy']:.3f} @ {evals[-1]['step']}" if evals else "-"
+        rows.append(
+            {
+                "run": str(d.relative_to(runs_dir)),
+                "algo": str(tc["algo"])
+                + (" " + " ".join(tc["algo_args"]) if tc.get("algo_args") else ""),
+                "task": str(tc["task"])
+                + (" " + " ".join(tc["task_args"]) if tc.get("task_args") else ""),
+                "seed": str(tc.get("seed", "?")),
+                "steps": step,
+                "held-out greedy": heldout,
+            }
+        )
+    return rows
+
+
+def _list_runs(cfg: ListRuns) -> None:
+    if not Path(cfg.runs_dir).is_dir():
+        raise ValueError(f"runs_dir: {cfg.runs_dir} is not a directory")
+    rows = run_rows(Path(cfg.runs_dir))
+    if not rows:
+        print(f"no runs under {cfg.runs_dir}")
+        return
+    cols = list(rows[0])
+    width = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+    print("  ".join(c.ljust(width[c]) for c in cols).rstrip())
+    for r in rows:
+        print("  ".join(r[c].ljust(width[c]) for c in cols).rstrip())
+
+
 def _plot(cfg: PlotConfig) -> None:
     from refimpl.plots import plot_compare, plot_run
 
-    for d in cfg.run_dirs:
+    if not cfg.run_dirs:
+        raise ValueError("run_dirs: expected at least one run directory, e.g. refimpl plot runs/x")
+    for d in cfg.run_dirs:  # every one checked before any figure is written
+        if not is_run_dir(d):
+            read_run_config(d)  # raises, naming the file and what is wrong with it
         if not (Path(d) / "metrics.jsonl").exists():
             raise ValueError(f"run_dirs: {d} has no metrics.jsonl")
+    for d in cfg.run_dirs:
         print(plot_run(d))
     if len(cfg.run_dirs) > 1:
         out = cfg.out or Path(cfg.run_dirs[0]).parent / "compare.png"
         print(plot_compare(cfg.run_dirs, out))
 
 
-def main(argv: list[str] | None = None) -> int:
-    cmd = tyro.extras.subcommand_cli_from_dict(
-        {
-            "tasks": ListTasks,
-            "algos": ListAlgos,
-            "warmstart": WarmstartConfig,
-            "train": TrainConfig,
-            "compare": CompareConfig,
-            "plot": PlotConfig,
-            "bench-learning": LearningConfig,
-            "bench-speed": SpeedConfig,
-        },
-        args=argv,
-        description=__doc__,
-    )
+# ---------------------------------------------------------------------------------------------
+# Parsing: tyro's errors on one line; --resume and --config take defaults from a config.json.
+# ---------------------------------------------------------------------------------------------
+
+
+def _parse(parser, args: list[str], **kwargs):
+    """``tyro.cli`` with its error box (bad type, unknown flag, bad choice) turned into one
+    line ``refimpl: error: ...`` and exit code 2; help and completion pass through."""
+    err = io.StringIO()
     try:
-        if isinstance(cmd, ListTasks):
-            _list_tasks()
-        elif isinstance(cmd, ListAlgos):
-            _list_algos()
-        elif isinstance(cmd, WarmstartConfig):
-            train_warmstart(cmd)
-        elif isinstance(cmd, TrainConfig):
-            print(f"run directory: {train(cmd)}")
-        elif isinstance(cmd, CompareConfig):
-            dirs, figure, table = compare(cmd)
-            print(table)
-            print(f"figure: {figure}")
-        elif isinstance(cmd, PlotConfig):
-            _plot(cmd)
-        elif isinstance(cmd, LearningConfig):
-            from refimpl.bench.learning import main as bench_learning
+        with contextlib.redirect_stderr(err):
+            return parser(args=args, **kwargs)
+    except SystemExit as exit_:
+        text = err.getvalue()
+        if exit_.code not in (0, None) and text:
+            sys.stderr.write(_one_line_error(text) + "\n")
+        elif text:
+            sys.stderr.write(text)
+        raise
 
-            bench_learning(cmd)
-        elif isinstance(cmd, SpeedConfig):
-            from refimpl.bench.speed import main as bench_speed
 
-            bench_speed(cmd)
-    except (ValueError, FileExistsError, NonFiniteLossError) as err:
-        print(f"refimpl: error: {err}", file=sys.stderr)
-        return 2
+def _one_line_error(text: str) -> str:
+    """The message inside tyro's error box, on one line."""
+    body: list[str] = []
+    for raw in text.splitlines():
+        if raw.strip().startswith("╭"):  # the box's title: the error's kind
+            continue
+        line = raw.strip().strip("│╭╮╰╯─").strip()
+        if set(raw.strip()) <= set("│─ ") and "─" in raw:  # the box's inner rule
+            break
+        if not line or line.startswith(("For full helptext", "Arguments similar")):
+            break
+        body.append(line)
+    message = re.sub(r"\s+", " ", " ".join(body)).strip()
+    return f"refimpl: error: {message or text.strip()}"
+
+
+def _train_defaults(first: TrainConfig, args: list[str]) -> TrainConfig:
+    """With ``--resume`` or ``--config``, parse the flags again over the saved settings, so
+    that a flag not typed keeps the run's value (the run directory is the source of truth)."""
+    if first.resume and first.config is not None:
+        raise ValueError(
+            "--config: cannot be combined with --resume (a resumed run keeps the settings of its "
+            "own config.json)"
+        )
+    if first.resume:
+        run_dir = first.run_dir
+        if not is_run_dir(run_dir):
+            raise ValueError(
+                f"--resume: nothing to resume in {run_dir} (no config.json written by refimpl "
+                "train); check --name and --runs-dir, or drop --resume to start a new run"
+            )
+        base = load_config_file(run_dir / "config.json")
+        # The run is where it was found now, whatever its config.json says.
+        base = dataclasses.replace(base, runs_dir=first.runs_dir, name=first.name or run_dir.name)
+    elif first.config is not None:
+        base = load_config_file(first.config)
+    else:
+        return first
+    return _parse(tyro.cli, args, f=TrainConfig, default=base, prog="refimpl train")
+
+
+@contextlib.contextmanager
+def _plain_warnings():
+    """Warnings as ``refimpl: warning: ...`` lines, not file:line: Category: ... source."""
+    previous = warnings.formatwarning
+    warnings.formatwarning = lambda message, *a, **k: f"refimpl: warning: {message}\n"
+    try:
+        yield
+    finally:
+        warnings.formatwarning = previous
+
+
+def version_line() -> str:
+    from refimpl.runlog import versions
+
+    v = versions()
+    extra = f", git {v['git_commit']}" if "git_commit" in v else ""
+    return f"refimpl {v['refimpl']} (torch {v['torch']}, numpy {v['numpy']}, python {v['python']}{extra})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["--version"], ["-V"]):
+        print(version_line())
+        return 0
+    try:
+        cmd = _parse(
+            tyro.extras.subcommand_cli_from_dict,
+            args,
+            subcommands=COMMANDS,
+            description=DESCRIPTION,
+            prog="refimpl",
+        )
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    with _plain_warnings():
+        try:
+            if isinstance(cmd, ListTasks):
+                _list_tasks()
+            elif isinstance(cmd, ListAlgos):
+                _list_algos()
+            elif isinstance(cmd, ListRuns):
+                _list_runs(cmd)
+            elif isinstance(cmd, WarmstartConfig):
+                train_warmstart(cmd)
+            elif isinstance(cmd, TrainConfig):
+                try:
+                    cmd = _train_defaults(cmd, args[args.index("train") + 1 :])
+                except SystemExit as exit_:
+                    return int(exit_.code or 0)
+                print(f"run directory: {train(cmd)}")
+            elif isinstance(cmd, CompareConfig):
+                dirs, figure, table = compare(cmd)
+                print(table)
+                print(f"figure: {figure}")
+            elif isinstance(cmd, PlotConfig):
+                _plot(cmd)
+            elif isinstance(cmd, LearningConfig):
+                from refimpl.bench.learning import main as bench_learning
+
+                bench_learning(cmd)
+            elif isinstance(cmd, SpeedConfig):
+                from refimpl.bench.speed import main as bench_speed
+
+                bench_speed(cmd)
+        except (CheckpointError, NonFiniteLossError) as err:
+            print(f"refimpl: error: {err}", file=sys.stderr)
+            return 1
+        except (ValueError, FileExistsError) as err:
+            print(f"refimpl: error: {err}", file=sys.stderr)
+            return 2
+        except OSError as err:  # a read-only directory, a full disk, ...
+            where = f": {err.filename}" if err.filename else ""
+            print(f"refimpl: error: {err.strerror or err}{where}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt as err:
+            if isinstance(cmd, CompareConfig):
+                print(
+                    "refimpl: interrupted: the runs in progress stop after a checkpoint; the same command "
+                    "with --train.resume continues them",
+                    file=sys.stderr,
+                )
+            elif not getattr(err, "signum", None):  # a run prints its own resume command
+                print("refimpl: interrupted", file=sys.stderr)
+            return 128 + int(getattr(err, "signum", None) or signal.SIGINT)
     return 0
 
 

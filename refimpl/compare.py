@@ -12,17 +12,33 @@ import dataclasses
 import multiprocessing as mp
 import os
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tyro
 from tqdm.auto import tqdm
 
 from refimpl import algorithms, presets
 from refimpl.plots import format_table, plot_compare, summary_table
-from refimpl.train import TrainConfig, resolve, train
+from refimpl.runlog import is_run_dir, read_metrics
+from refimpl.train import AlgoName, TrainConfig, preflight, train
 from refimpl.warmstart import train_warmstart
+
+
+@dataclass
+class CompareTrainConfig(TrainConfig):
+    """The settings every run of a comparison shares. Compare sets each run's algorithm,
+    seed, name, runs directory and progress bar itself, so those are not flags here."""
+
+    algo: tyro.conf.Suppress[AlgoName] = "grpo"
+    seed: tyro.conf.Suppress[int] = 0
+    runs_dir: tyro.conf.Suppress[Path] = Path("runs")
+    name: tyro.conf.Suppress[str | None] = None
+    progress: tyro.conf.Suppress[bool] = True
+    config: tyro.conf.Suppress[Path | None] = None
 
 
 @dataclass
@@ -35,6 +51,8 @@ class CompareConfig:
     """comma-separated RL seeds"""
     name: str = "compare"
     """comparison name: runs go to <runs_dir>/<name>/<algo>-s<seed>"""
+    runs_dir: Path | None = None
+    """parent directory of the comparison (None: --train's, runs/)"""
     workers: int = 0
     """parallel runs (0: one per CPU core, at most 4)"""
     target: float = 0.5
@@ -42,8 +60,13 @@ class CompareConfig:
     preset: str = "default"
     """a named regime from refimpl.presets (default, onpolicy, collapse); it sets the fields
     you leave at their defaults, so explicit flags win"""
-    train: TrainConfig = field(default_factory=TrainConfig)
-    """settings shared by every run (--train.steps, --train.lr, ...)"""
+    train: CompareTrainConfig = field(default_factory=CompareTrainConfig)
+    """settings shared by every run (--train.steps, --train.lr, ...); --train.resume continues
+    the runs that exist and starts the others"""
+
+    @property
+    def root(self) -> Path:
+        return Path(self.runs_dir if self.runs_dir is not None else self.train.runs_dir) / self.name
 
     def algo_list(self) -> list[str]:
         names = [a.strip() for a in self.algos.split(",") if a.strip()]
@@ -55,16 +78,50 @@ class CompareConfig:
 
     def seed_list(self) -> list[int]:
         try:
-            return [int(s) for s in self.seeds.split(",") if s.strip()]
+            seeds = [int(s) for s in self.seeds.split(",") if s.strip()]
         except ValueError:
             raise ValueError(
                 f"--seeds: expected comma-separated integers, got {self.seeds!r}"
             ) from None
+        if not seeds or min(seeds) < 0:
+            raise ValueError(f"--seeds: expected comma-separated integers ≥ 0, got {self.seeds!r}")
+        return seeds
+
+    def check(self) -> None:
+        """The comparison's own flags (each run's are checked by ``preflight``)."""
+        if self.workers < 0:
+            raise ValueError(
+                f"--workers: expected an integer ≥ 0 (0: one per core), got {self.workers}"
+            )
+        parts = self.name.replace(os.sep, "/").split("/")
+        if (
+            not self.name.strip()
+            or Path(self.name).is_absolute()
+            or any(p in ("", ".", "..") for p in parts)
+        ):
+            raise ValueError(
+                f"--name: expected a directory name inside --runs-dir, got {self.name!r}"
+            )
+        if not 0 <= self.target <= 1:
+            raise ValueError(f"--target: expected a success rate in [0, 1], got {self.target}")
+        if is_run_dir(self.root):
+            raise ValueError(f"--name: {self.root} is a single run, not a comparison")
 
 
-def _worker(cfg: TrainConfig) -> str:
+#: In a worker process: the parent's event "stop, do not start another run" (Ctrl-C).
+_STOP = None
+
+
+def _init_worker(stop) -> None:
+    global _STOP
+    _STOP = stop
+
+
+def _worker(cfg: TrainConfig) -> str | None:
     import torch
 
+    if _STOP is not None and _STOP.is_set():
+        return None  # stopped before this run began: --train.resume starts it later
     torch.set_num_threads(1)
     return str(train(cfg))
 
@@ -84,16 +141,27 @@ def run_in_workers(
             train(r)
             on_poll(finished)
         return
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+    context = mp.get_context("spawn")
+    stop = context.Event()
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_init_worker, initargs=(stop,)
+    ) as pool:
         pending = {pool.submit(_worker, r) for r in runs}
-        while pending:
-            done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
-            for future in done:
-                if future.exception() is not None:
-                    for p in pending:
-                        p.cancel()
-                    raise future.exception()  # type: ignore[misc]
-            on_poll(len(runs) - len(pending))
+        try:
+            while pending:
+                done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
+                for future in done:
+                    if future.exception() is not None:
+                        raise future.exception()  # type: ignore[misc]
+                on_poll(len(runs) - len(pending))
+        except BaseException:
+            # A failed run or Ctrl-C: runs not started yet never start (one started after
+            # Ctrl-C would not see it; the executor may have handed it to a worker already,
+            # hence the event); the running ones stop after a checkpoint on Ctrl-C.
+            stop.set()
+            for p in pending:
+                p.cancel()
+            raise
 
 
 def compare(cfg: CompareConfig) -> tuple[list[Path], Path, str]:
@@ -102,23 +170,34 @@ def compare(cfg: CompareConfig) -> tuple[list[Path], Path, str]:
     cfg = presets.fill_defaults(cfg, preset.compare)
     cfg = dataclasses.replace(cfg, train=presets.fill_defaults(cfg.train, preset.train))
     algos, seeds = cfg.algo_list(), cfg.seed_list()
-    root = Path(cfg.train.runs_dir) / cfg.name
-    runs = [
-        dataclasses.replace(
-            cfg.train, algo=a, seed=s, runs_dir=root, name=f"{a}-s{s}", progress=False
-        )
-        for s in seeds
-        for a in algos
-    ]
-    for r in runs:  # fail fast, before any training, on a bad flag or an existing run
-        resolve(r)
-        if r.run_dir.exists() and any(r.run_dir.iterdir()) and not (r.resume or r.overwrite):
+    cfg.check()
+    root = cfg.root
+    runs = []
+    for s in seeds:
+        for a in algos:
+            r = dataclasses.replace(
+                cfg.train, algo=a, seed=s, runs_dir=root, name=f"{a}-s{s}", progress=False
+            )
+            # --train.resume continues the runs that exist and starts the others.
+            runs.append(dataclasses.replace(r, resume=r.resume and is_run_dir(r.run_dir)))
+    for r in runs:  # fail fast, before anything is written or trained: flags, run directories
+        try:
+            preflight(r)
+        except FileExistsError:
             raise FileExistsError(
                 f"{r.run_dir} exists: pass --train.resume or "
                 f"--train.overwrite, or choose another --name"
-            )
+            ) from None
+        except ValueError as err:  # the run's flags are --train.* here
+            message = str(err)
+            if message.startswith("--"):
+                raise type(err)("--train." + message[2:]) from None
+            raise
     train_warmstart(
-        dataclasses.replace(cfg.train.warmstart, task=cfg.train.task, task_args=cfg.train.task_args)
+        dataclasses.replace(
+            cfg.train.warmstart, task=cfg.train.task, task_args=cfg.train.task_args
+        ),
+        prefix="--train.warmstart.",
     )
 
     workers = cfg.workers or min(4, os.cpu_count() or 1, len(runs))
@@ -144,8 +223,9 @@ def compare(cfg: CompareConfig) -> tuple[list[Path], Path, str]:
 
 def _logged_steps(run_dir: Path) -> int:
     """Training steps logged so far (one line per step after the step-0 evaluation)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
+    try:
+        with warnings.catch_warnings():  # a line being written is not torn: read it next poll
+            warnings.simplefilter("ignore")
+            return max((r["step"] for r in read_metrics(run_dir, missing_ok=True)), default=0)
+    except ValueError:
         return 0
-    with open(path) as f:
-        return max(0, sum(1 for _ in f) - 1)

@@ -48,9 +48,23 @@ class DemoConfig:
     workers: int = 0
     """parallel runs (0: one per core, at most 4)"""
 
+    def check(self) -> None:
+        """The demo's own flags (compare checks the rest before anything runs)."""
+        for name in ("steps", "eval_every"):
+            if getattr(self, name) <= 0:
+                raise ValueError(
+                    f"--{name.replace('_', '-')}: expected a positive integer, "
+                    f"got {getattr(self, name)}"
+                )
+
 
 def main(argv: list[str] | None = None) -> int:
     cfg = tyro.cli(DemoConfig, args=argv, description=__doc__)
+    try:
+        cfg.check()
+    except ValueError as err:
+        print(f"demo: error: {err}", file=sys.stderr)
+        return 2
     train = dataclasses.replace(
         TrainConfig(),
         task=cfg.task,
@@ -77,6 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileExistsError) as err:
         print(f"demo: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # a read-only or full disk
+        print(f"demo: error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("demo: interrupted (the runs keep their checkpoints)", file=sys.stderr)
+        return 130
     minutes = (time.perf_counter() - start) / 60
     print()
     print(table)

@@ -6,7 +6,6 @@ Everything reads the run directories the trainer writes (``metrics.jsonl``, ``pr
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -19,6 +18,8 @@ matplotlib.use("Agg")  # files, not windows: runs on headless machines and in te
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from refimpl.runlog import read_metrics, read_probes, read_run_config  # noqa: E402
 
 #: One colour per algorithm, the same in every figure of the project.
 ALGO_COLORS = {
@@ -35,22 +36,17 @@ ALGO_COLORS = {
 
 def load_metrics(run_dir: Path | str) -> list[dict[str, Any]]:
     """The records of ``run_dir/metrics.jsonl`` (one per step, plus step 0's evaluation)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_metrics(run_dir)
 
 
 def load_probes(run_dir: Path | str) -> list[dict[str, Any]]:
     """The entropy snapshots of ``run_dir/probes.jsonl``."""
-    path = Path(run_dir) / "probes.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_probes(run_dir)
 
 
 def run_info(run_dir: Path | str) -> dict[str, Any]:
     """Algorithm, task and seed of a run (from its ``config.json``)."""
-    state = json.loads((Path(run_dir) / "config.json").read_text())
-    tc = state["train_config"]
+    tc = read_run_config(run_dir)["train_config"]
     return {
         "algo": tc["algo"],
         "task": tc["task"],

@@ -26,26 +26,54 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import shlex
+import signal
+import sys
+import threading
 import time
+import typing
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from refimpl import algorithms, core
-from refimpl.checkpoint import load_checkpoint, prepare_run_dir, save_checkpoint
+from refimpl.checkpoint import (
+    CheckpointError,
+    check_deletable,
+    check_optimizer_file,
+    check_weights_file,
+    find_checkpoint,
+    load_checkpoint,
+    prepare_run_dir,
+    read_state,
+    save_checkpoint,
+)
 from refimpl.diagnostics import PASS_AT_K, logp_advantage_covariance, mean_pass_at_k
 from refimpl.evaluate import correct_counts, encode_prompts, score_samples, success_rate
 from refimpl.model import GPT
 from refimpl.overrides import parse_overrides
+from refimpl.runlog import (
+    is_run_dir,
+    read_metrics,
+    read_probes,
+    read_run_config,
+    versions,
+    write_jsonl,
+    write_text_atomic,
+)
 from refimpl.sampling import Samples, policy_logprobs, sample_groups
-from refimpl.warmstart import WarmstartConfig, train_warmstart
+from refimpl.warmstart import RunWarmstartConfig, TaskName, train_warmstart
 from toy_envs import TASK_NAMES, TOKENIZER, get_task
+
+#: ``--algo`` choices, listed by ``--help`` (built from the registry: new algorithms appear).
+AlgoName = Literal[algorithms.NAMES]  # type: ignore[valid-type]
 
 HELD_OUT_SEED = 10_000  # problems of the held-out set come from default_rng([10_000, 0])
 PROBE_SEED = 20_000  # the fixed probe prompts of the entropy snapshots
@@ -61,10 +89,10 @@ class NonFiniteLossError(RuntimeError):
 class TrainConfig:
     """One RL run of one algorithm on one task."""
 
-    algo: str = "grpo"
-    """algorithm, one of refimpl.algorithms.NAMES"""
-    task: str = "chain"
-    """task, one of toy_envs.TASK_NAMES"""
+    algo: AlgoName = "grpo"
+    """algorithm (`refimpl algos` lists them with their Config fields)"""
+    task: TaskName = "chain"
+    """task (`refimpl tasks` lists them with their knobs)"""
     algo_args: tuple[str, ...] = ()
     """algorithm Config overrides as FIELD=VALUE, e.g. --algo-args alpha_2=0.2 stats=subgroup"""
     task_args: tuple[str, ...] = ()
@@ -116,11 +144,20 @@ class TrainConfig:
     name: str | None = None
     """run directory name (default: <task>-<algo>-s<seed>)"""
     resume: bool = False
-    """continue the run in the existing run directory from its last checkpoint"""
+    """continue the run in the existing run directory from its last checkpoint, with the
+    settings of its config.json (only --steps, --max-sampled-tokens and the flags that do not
+    change the math may differ, see RESUME_MAY_CHANGE)"""
     overwrite: bool = False
-    """delete an existing run directory and start again"""
+    """delete an existing run directory (only a run's: its config.json and files) and start
+    again"""
+    fresh_optimizer: bool = False
+    """with --resume: continue with a fresh Adam state when the checkpoint's optimizer.pt is
+    missing or damaged (the run then differs from an uninterrupted one)"""
+    config: Path | None = None
+    """start from the settings of this config.json (a run's, to reproduce it); flags typed
+    with it override them (command line only)"""
     device: str = "cpu"
-    """torch device: cpu or cuda"""
+    """torch device: cpu, cuda, cuda:N or mps"""
     dtype: str = "float32"
     """model compute dtype: float32, or bfloat16 (autocast; the loss math stays float32)"""
     threads: int | None = None
@@ -131,7 +168,7 @@ class TrainConfig:
     """also write TensorBoard scalars (needs the tensorboard package)"""
     plot: bool = True
     """write the run's figures when it ends"""
-    warmstart: WarmstartConfig = field(default_factory=WarmstartConfig)
+    warmstart: RunWarmstartConfig = field(default_factory=RunWarmstartConfig)
     """the base model (trained once and cached)"""
 
     @property
@@ -163,7 +200,8 @@ def build_task(cfg: TrainConfig):
 
 
 def check_config(cfg: TrainConfig, task) -> int:
-    """Fail at start-up, naming the flag, on inconsistent sizes. Returns the budget L_max."""
+    """Fail at start-up, naming the flag, on a bad or inconsistent setting (nothing is
+    written before this passes). Returns the budget L_max."""
     for name in (
         "steps",
         "prompts_per_step",
@@ -189,11 +227,46 @@ def check_config(cfg: TrainConfig, task) -> int:
         )
     if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
         raise ValueError(f"--lr: expected a positive learning rate, got {cfg.lr}")
+    if not cfg.grad_clip > 0:  # ≤ 0 would flip (< 0) or zero (= 0) every gradient; inf: no clip
+        raise ValueError(f"--grad-clip: expected a positive max gradient norm, got {cfg.grad_clip}")
+    if cfg.seed < 0:
+        raise ValueError(f"--seed: expected an integer ≥ 0, got {cfg.seed}")
     if cfg.dtype not in ("float32", "bfloat16"):
         raise ValueError(f"--dtype: expected float32 or bfloat16, got {cfg.dtype!r}")
-    if not cfg.temperature > 0:
+    if not (cfg.temperature > 0 and math.isfinite(cfg.temperature)):
         raise ValueError(f"--temperature: expected > 0, got {cfg.temperature}")
-    budget = cfg.max_new_tokens or task.max_new_tokens
+    if cfg.top_k is not None and cfg.top_k < 1:
+        raise ValueError(f"--top-k: expected an integer ≥ 1 (or None: no top-k), got {cfg.top_k}")
+    if cfg.top_p is not None and not 0 < cfg.top_p <= 1:
+        raise ValueError(f"--top-p: expected 0 < p ≤ 1 (or None: no nucleus), got {cfg.top_p}")
+    if cfg.resample_rounds < 0:
+        raise ValueError(f"--resample-rounds: expected an integer ≥ 0, got {cfg.resample_rounds}")
+    if cfg.probe_every < 0:
+        raise ValueError(f"--probe-every: expected an integer ≥ 0 (0: off), got {cfg.probe_every}")
+    if cfg.probe_every and cfg.probe_prompts < 1:
+        raise ValueError(
+            f"--probe-prompts: expected a positive integer (or --probe-every 0), "
+            f"got {cfg.probe_prompts}"
+        )
+    if cfg.threads is not None and cfg.threads < 1:
+        raise ValueError(f"--threads: expected a positive integer (or None), got {cfg.threads}")
+    check_device(cfg.device)
+    if cfg.tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+        except ImportError:
+            raise ValueError(
+                "--tensorboard: needs the tensorboard package (pip install tensorboard)"
+            ) from None
+    if cfg.max_new_tokens is not None and cfg.max_new_tokens < 1:
+        raise ValueError(
+            f"--max-new-tokens: expected a positive integer (or None: the task's default "
+            f"{task.max_new_tokens}), got {cfg.max_new_tokens}"
+        )
+    # The warm start trains on the run's task: its flags are checked under their full names.
+    ws = dataclasses.replace(cfg.warmstart, task=cfg.task, task_args=cfg.task_args)
+    ws.check("--warmstart.")
+    budget = task.max_new_tokens if cfg.max_new_tokens is None else cfg.max_new_tokens
     probe = task.sample(8, np.random.default_rng([HELD_OUT_SEED, 0]))
     needed = max(len(TOKENIZER.encode(task.reference_solution(p), add_eos=True)) for p in probe)
     if budget < needed:
@@ -201,11 +274,12 @@ def check_config(cfg: TrainConfig, task) -> int:
             f"--max-new-tokens: the budget {budget} is shorter than the task's "
             f"answers (up to {needed} tokens with <eos>)"
         )
-    longest_prompt = max(len(TOKENIZER.encode(p.prompt, add_bos=True)) for p in probe)
-    if longest_prompt + budget > cfg.warmstart.model.block_size:
+    block = cfg.warmstart.model.block_size
+    if task.max_prompt_tokens + budget > block:
         raise ValueError(
-            f"--max-new-tokens: prompt ({longest_prompt}) + budget ({budget}) "
-            f"exceeds the model's block size {cfg.warmstart.model.block_size}"
+            f"--max-new-tokens: prompts (up to {task.max_prompt_tokens} tokens) + budget "
+            f"({budget}) exceed the model's block size {block}: lower --max-new-tokens or "
+            f"raise --warmstart.model.block-size"
         )
     if cfg.max_sampled_tokens is not None and cfg.max_sampled_tokens <= 0:
         raise ValueError(
@@ -220,6 +294,28 @@ def check_config(cfg: TrainConfig, task) -> int:
     return budget
 
 
+def check_device(device: str) -> torch.device:
+    """``--device`` as a torch device that exists on this machine (else ``ValueError``)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device: expected cpu, cuda, cuda:N or mps, got {device!r}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device: {device} requested but torch sees no CUDA device")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"--device: {device} requested but torch sees {torch.cuda.device_count()} "
+                "CUDA device(s)"
+            )
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"--device: {device} requested but torch sees no MPS device")
+    elif dev.type != "cpu":
+        raise ValueError(f"--device: expected cpu, cuda, cuda:N or mps, got {device!r}")
+    return dev
+
+
 def resolve(cfg: TrainConfig) -> tuple[ModuleType, Any, int, Any]:
     """Check every flag of ``cfg`` without training: ``(algorithm, task, L_max, algo config)``.
     Raises ``ValueError`` naming the flag (unknown names list the valid ones)."""
@@ -227,6 +323,220 @@ def resolve(cfg: TrainConfig) -> tuple[ModuleType, Any, int, Any]:
     task = build_task(cfg)
     budget = check_config(cfg, task)
     return algo, task, budget, algorithm_config(cfg, algo, budget)
+
+
+# ---------------------------------------------------------------------------------------------
+# Run directories: a new run, --overwrite, --resume (the run directory is the source of truth).
+# ---------------------------------------------------------------------------------------------
+
+#: The settings a resumed run may change (dotted field names): how long it goes and how it is
+#: watched, never what a step computes. Any other difference from the run's config.json is an
+#: error naming the flag. The warm-start fields here are those outside its cache key.
+RESUME_MAY_CHANGE = frozenset(
+    {
+        "steps",  # extend the run (not below the step it has reached)
+        "max_sampled_tokens",  # extend or set the token budget
+        "checkpoint_every",
+        "progress",
+        "plot",
+        "tensorboard",
+        "threads",
+        "device",
+        "runs_dir",  # where the run is now
+        "name",
+        "resume",
+        "overwrite",
+        "fresh_optimizer",
+        "config",
+        "warmstart.runs_dir",
+        "warmstart.threads",
+        "warmstart.progress",
+        "warmstart.force",
+        "warmstart.eval_problems",
+    }
+)
+#: Of those, the settings config.json records when a resumed run changes them (they say how
+#: long the run is, so that a later --resume or --config gets them back).
+RESUME_RECORDED = ("steps", "max_sampled_tokens")
+
+
+def _flag(dotted: str) -> str:
+    return "--" + dotted.replace("_", "-")
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def config_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """``cfg`` as JSON-ready data (what config.json records under ``train_config``)."""
+    return _jsonable(dataclasses.asdict(cfg))
+
+
+def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
+    """The ``TrainConfig`` recorded in ``data`` (a ``train_config`` of config.json). Fields
+    it lacks keep their defaults; a field this version does not know is an error naming
+    ``source``."""
+
+    def build(cls, values: dict[str, Any], prefix: str):
+        hints = typing.get_type_hints(cls)
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in values.items():
+            if key not in known:
+                raise ValueError(
+                    f"{source}: unknown setting {prefix}{key!r} (written by another version "
+                    "of refimpl?)"
+                )
+            hint = hints[key]
+            args = typing.get_args(hint)
+            if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+                kwargs[key] = build(hint, value, f"{prefix}{key}.")
+            elif value is not None and (hint is Path or Path in args):
+                kwargs[key] = Path(value)
+            elif isinstance(value, list):
+                kwargs[key] = tuple(value)
+            else:
+                kwargs[key] = value
+        return cls(**kwargs)
+
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: expected the settings of a run")
+    return build(TrainConfig, data, "")
+
+
+def load_config_file(path: Path | str) -> TrainConfig:
+    """The settings in a config.json (a run's, or a bare ``train_config`` object), with
+    ``resume``, ``overwrite`` and ``config`` reset: a saved file never deletes anything."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"--config: {path}: no such file") from None
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError(f"--config: {path}: not valid JSON") from None
+    if isinstance(data, dict) and isinstance(data.get("train_config"), dict):
+        data = data["train_config"]
+    cfg = config_from_dict(data, f"--config: {path}")
+    return dataclasses.replace(cfg, resume=False, overwrite=False, config=None)
+
+
+def check_resume_settings(cfg: TrainConfig, saved: dict[str, Any], source: Path) -> None:
+    """Raise ``ValueError`` naming the first flag whose value differs from the saved run's,
+    unless it is one a resumed run may change (``RESUME_MAY_CHANGE``)."""
+    now = _flatten(config_dict(cfg))
+    defaults = _flatten(config_dict(TrainConfig()))
+    was = _flatten(saved)
+    for key, value in now.items():
+        if key in RESUME_MAY_CHANGE or key.startswith(("warmstart.task",)):
+            continue  # warmstart.task/task_args: the trainer uses --task/--task-args
+        before = was.get(key, defaults.get(key))
+        if value != before:
+            raise ValueError(
+                f"{_flag(key)}: the run in {source.parent} was made with {before!r}, got "
+                f"{value!r}; a resumed run keeps its settings (start a new one with --config "
+                f"{source} --name NEW to change them)"
+            )
+
+
+def _writable(path: Path, flag: str, what: str) -> None:
+    target = Path(path).absolute()
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag}: {target} is not writable ({what})")
+
+
+def check_run_dir(cfg: TrainConfig) -> dict[str, Any] | None:
+    """Check the run directory before anything is written: a valid ``--name``, ``--resume``
+    only of a run (with the same settings, see ``RESUME_MAY_CHANGE``, and a whole
+    checkpoint), ``--overwrite`` only of a run, never an existing directory otherwise,
+    writable directories. Returns the saved config.json of the run to resume, else None."""
+    runs_dir, run_dir = Path(cfg.runs_dir), cfg.run_dir
+    if cfg.name is not None:
+        parts = cfg.name.replace(os.sep, "/").split("/")
+        if (
+            not cfg.name.strip()
+            or PurePath(cfg.name).is_absolute()
+            or any(p in ("", ".", "..") for p in parts)
+        ):
+            raise ValueError(
+                f"--name: expected a directory name inside --runs-dir (no '.', '..' or "
+                f"absolute path), got {cfg.name!r}"
+            )
+    cache_root = (Path(cfg.warmstart.runs_dir) / "warmstart").resolve()
+    here = run_dir.resolve()
+    if here == cache_root or cache_root in here.parents or here in cache_root.parents:
+        raise ValueError(
+            f"--name: {run_dir} would hold or sit in the warm-start cache {cache_root}; "
+            "choose another name"
+        )
+    if cfg.resume and cfg.overwrite:
+        raise ValueError("--overwrite: cannot be combined with --resume (choose one)")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"--name: {run_dir} exists and is not a directory")
+    if cfg.resume:
+        if not is_run_dir(run_dir):
+            raise ValueError(
+                f"--resume: nothing to resume in {run_dir} (no config.json written by refimpl "
+                "train); check --name and --runs-dir, or drop --resume to start a new run"
+            )
+        saved = read_run_config(run_dir)
+        check_resume_settings(cfg, saved["train_config"], run_dir / "config.json")
+        _writable(run_dir, "--resume", "the resumed run writes its logs and checkpoints there")
+        checkpoint = find_checkpoint(run_dir / "checkpoint", warn=False)
+        if checkpoint is not None:
+            check_weights_file(checkpoint)
+            if not cfg.fresh_optimizer:
+                check_optimizer_file(checkpoint)
+            step = read_state(checkpoint).get("step")
+            if not isinstance(step, int):
+                raise CheckpointError(f"{checkpoint / 'state.json'}: damaged (no step)")
+            if cfg.steps < step:
+                raise ValueError(f"--steps: the run is already at step {step}; expected ≥ {step}")
+        else:
+            logged = max((r["step"] for r in read_metrics(run_dir, missing_ok=True)), default=0)
+            every = saved["train_config"].get("checkpoint_every", cfg.checkpoint_every)
+            if logged >= every:
+                raise CheckpointError(
+                    f"{run_dir / 'checkpoint'}: missing, although the run logged step {logged} "
+                    f"(a checkpoint every {every} steps); --overwrite starts it again"
+                )
+        return saved
+    if run_dir.exists() and any(run_dir.iterdir()):
+        if not cfg.overwrite:
+            raise FileExistsError(
+                f"run directory {run_dir} already exists: pass --resume to continue it, "
+                "--overwrite to start again, or choose another --name"
+            )
+        if here == runs_dir.resolve():
+            raise ValueError(f"--overwrite: {run_dir} is the runs directory itself")
+        check_deletable(run_dir, "--overwrite")
+        _writable(run_dir.parent, "--overwrite", f"{run_dir} is deleted and written again")
+        _writable(run_dir, "--overwrite", f"{run_dir} is deleted and written again")
+    else:
+        _writable(run_dir, "--runs-dir", f"the run directory {run_dir} is created there")
+    return None
+
+
+def preflight(cfg: TrainConfig) -> tuple[ModuleType, Any, int, Any, dict[str, Any] | None]:
+    """Every check a run makes before it writes anything or trains its warm start: the
+    flags (``resolve``), the run directory (``check_run_dir``) and the warm-start cache.
+    Returns ``resolve``'s tuple and the saved config.json of the run to resume (or None)."""
+    if cfg.resume and is_run_dir(cfg.run_dir):  # a changed setting is the clearest error
+        saved_config = read_run_config(cfg.run_dir)["train_config"]
+        check_resume_settings(cfg, saved_config, cfg.run_dir / "config.json")
+    algo, task, budget, acfg = resolve(cfg)
+    saved = check_run_dir(cfg)
+    ws = dataclasses.replace(cfg.warmstart, task=cfg.task, task_args=cfg.task_args)
+    ws.check_writable("--warmstart.")
+    return algo, task, budget, acfg, saved
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,7 +588,20 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig):
         self.cfg = cfg
-        self.algo, self.task, self.budget, self.acfg = resolve(cfg)
+        # Every check before anything is written or trained (the warm start included).
+        self.algo, self.task, self.budget, self.acfg, self._saved = preflight(cfg)
+        if self._saved is not None:
+            # A resumed run continues with the algorithm settings it was made with, even if
+            # this version of refimpl has other defaults.
+            saved_acfg = self._saved.get("algo_config")
+            if isinstance(saved_acfg, dict):
+                try:
+                    self.acfg = self.algo.Config(**saved_acfg)
+                except (TypeError, ValueError) as err:
+                    raise ValueError(
+                        f"{cfg.run_dir / 'config.json'}: algo_config does not fit "
+                        f"{cfg.algo}.Config ({err})"
+                    ) from None
         if (
             getattr(self.acfg, "kl_mask", False)
             and self.acfg.kl_coef > 0
@@ -293,14 +616,13 @@ class Trainer:
             )
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        self.device = torch.device(cfg.device)
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError("--device: cuda requested but torch sees no CUDA device")
+        self.device = check_device(cfg.device)
 
         base = train_warmstart(
             dataclasses.replace(
                 cfg.warmstart, task=cfg.task, task_args=cfg.task_args, progress=cfg.progress
-            )
+            ),
+            prefix="--warmstart.",
         )
         self.model: GPT = base.to(self.device)
         self.reference: GPT | None = None
@@ -338,26 +660,27 @@ class Trainer:
         save_checkpoint(self.run_dir / "checkpoint", self.model, self.optimizer, self._state())
 
     def restore(self) -> None:
-        state = load_checkpoint(self.run_dir / "checkpoint", self.model, self.optimizer)
-        self.step = int(state["step"])
-        self.sampled_tokens = int(state["sampled_tokens"])
-        # Metrics logged after the checkpoint are rewritten by the resumed run.
-        metrics = self.run_dir / "metrics.jsonl"
-        if metrics.exists():
-            keep = [
-                line
-                for line in metrics.read_text().splitlines()
-                if line.strip() and json.loads(line)["step"] <= self.step
-            ]
-            metrics.write_text("".join(line + "\n" for line in keep))
-        probes = self.run_dir / "probes.jsonl"
-        if probes.exists():
-            keep = [
-                line
-                for line in probes.read_text().splitlines()
-                if line.strip() and json.loads(line)["step"] < self.step
-            ]
-            probes.write_text("".join(line + "\n" for line in keep))
+        """Continue from the run directory's last checkpoint (``checkpoint.old`` when a save
+        was cut short), or from step 0 when the run stopped before its first checkpoint.
+        Everything is read before anything is rewritten."""
+        checkpoint = find_checkpoint(self.run_dir / "checkpoint")
+        step, sampled_tokens = 0, 0
+        if checkpoint is not None:
+            state = load_checkpoint(
+                checkpoint, self.model, self.optimizer, fresh_optimizer=self.cfg.fresh_optimizer
+            )
+            try:
+                step, sampled_tokens = int(state["step"]), int(state["sampled_tokens"])
+            except (KeyError, TypeError, ValueError):
+                raise CheckpointError(
+                    f"{checkpoint / 'state.json'}: damaged (no step or sampled_tokens)"
+                ) from None
+        metrics = read_metrics(self.run_dir, missing_ok=True) if checkpoint else []
+        probes = read_probes(self.run_dir) if checkpoint else []
+        self.step, self.sampled_tokens = step, sampled_tokens
+        # Lines logged after the checkpoint are written again by the resumed run.
+        write_jsonl(self.run_dir / "metrics.jsonl", [r for r in metrics if r["step"] <= step])
+        write_jsonl(self.run_dir / "probes.jsonl", [r for r in probes if r.get("step", 0) < step])
 
     # -- one step -------------------------------------------------------------------------
     def _generator(self, *salt: int) -> torch.Generator:
@@ -649,23 +972,52 @@ class Trainer:
                 if isinstance(v, (int, float)) and k != "step":
                     self._tb.add_scalar(k, v, record["step"])
 
-    def run(self) -> Path:
-        """Train until ``cfg.steps``; return the run directory."""
+    def _open_run_dir(self) -> None:
+        """A new run: create the directory (``--overwrite``: delete the old run first) and
+        write config.json. A resumed run: restore the checkpoint, then record in config.json
+        the new length of the run (``RESUME_RECORDED``) and when it was resumed."""
         cfg = self.cfg
-        prepare_run_dir(self.run_dir, resume=cfg.resume, overwrite=cfg.overwrite)
-        if cfg.resume and (self.run_dir / "checkpoint").exists():
-            self.restore()
-        else:
+        config_file = self.run_dir / "config.json"
+        if self._saved is None:
+            # Checked again here: the warm start may have taken minutes since preflight.
+            prepare_run_dir(self.run_dir, resume=False, overwrite=cfg.overwrite)
+            record = {
+                "train_config": config_dict(cfg),
+                "algo_config": dataclasses.asdict(self.acfg),
+                "versions": versions(),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
+            write_text_atomic(config_file, json.dumps(record, indent=2))
             (self.run_dir / "metrics.jsonl").write_text("")
             (self.run_dir / "probes.jsonl").write_text("")
-        (self.run_dir / "config.json").write_text(json.dumps(self._state(), indent=2))
+            return
+        self.restore()
+        record = self._saved
+        now = config_dict(cfg)
+        changed = {k: now[k] for k in RESUME_RECORDED if now[k] != record["train_config"].get(k)}
+        record["train_config"].update(changed)
+        record.setdefault("resumed", []).append(
+            {
+                "at_step": self.step,
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "versions": versions(),
+                **({"changed": changed} if changed else {}),
+            }
+        )
+        write_text_atomic(config_file, json.dumps(record, indent=2))
+
+    def run(self) -> Path:
+        """Train until ``cfg.steps``; return the run directory.
+
+        Ctrl-C (or SIGTERM) lets the step in progress finish, writes a checkpoint, prints how
+        to resume and raises ``KeyboardInterrupt``; a second Ctrl-C stops at once (the last
+        checkpoint is kept)."""
+        cfg = self.cfg
+        self._open_run_dir()
         if cfg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
-        if self.step == 0:
-            record = {"step": 0, "sampled_tokens": 0, **self.evaluate()}
-            self._log("metrics.jsonl", record)
         bar = tqdm(
             total=cfg.steps,
             initial=self.step,
@@ -673,29 +1025,36 @@ class Trainer:
             desc=f"{cfg.algo} s{cfg.seed}",
             dynamic_ncols=True,
         )
+        stop = _StopRequest()
         try:
-            while not self.finished():
-                if cfg.probe_every and self.step % cfg.probe_every == 0:
-                    self._log("probes.jsonl", self.probe())
-                metrics = self.train_step()
-                self.step += 1
-                metrics["step"] = self.step
-                if self.step % cfg.eval_every == 0 or self.finished():
-                    metrics.update(self.evaluate())
-                self._log("metrics.jsonl", metrics)
-                bar.update(1)
-                bar.set_postfix(
-                    reward=f"{metrics.get('reward_mean', float('nan')):.2f}",
-                    H=f"{metrics.get('entropy_mean', float('nan')):.3f}",
-                    s_step=f"{metrics['time_step']:.2f}",
-                    refresh=False,
-                )
-                if self.step % cfg.checkpoint_every == 0 or self.finished():
-                    self.save()
+            with stop:
+                if self.step == 0:
+                    record = {"step": 0, "sampled_tokens": 0, **self.evaluate()}
+                    self._log("metrics.jsonl", record)
+                while not self.finished() and not stop.requested:
+                    if cfg.probe_every and self.step % cfg.probe_every == 0:
+                        self._log("probes.jsonl", self.probe())
+                    metrics = self.train_step()
+                    self.step += 1
+                    metrics["step"] = self.step
+                    if self.step % cfg.eval_every == 0 or self.finished():
+                        metrics.update(self.evaluate())
+                    self._log("metrics.jsonl", metrics)
+                    bar.update(1)
+                    bar.set_postfix(
+                        reward=f"{metrics.get('reward_mean', float('nan')):.2f}",
+                        H=f"{metrics.get('entropy_mean', float('nan')):.3f}",
+                        s_step=f"{metrics['time_step']:.2f}",
+                        refresh=False,
+                    )
+                    if self.step % cfg.checkpoint_every == 0 or self.finished() or stop.requested:
+                        self.save()
         finally:
             bar.close()
             if self._tb is not None:
                 self._tb.close()
+        if stop.requested and not self.finished():
+            self._report_interrupt(stop.requested)
         if cfg.probe_every:
             self._log("probes.jsonl", self.probe())
         if cfg.plot:
@@ -703,6 +1062,74 @@ class Trainer:
 
             plot_run(self.run_dir)
         return self.run_dir
+
+    def _report_interrupt(self, signum: int) -> None:
+        cfg = self.cfg
+        resume = (
+            f"refimpl train --resume --runs-dir {shlex.quote(str(cfg.runs_dir))} "
+            f"--name {shlex.quote(cfg.name or self.run_dir.name)}"
+        )
+        if self.step > 0:
+            where = f"checkpoint of step {self.step} written to {self.run_dir / 'checkpoint'}"
+        else:
+            where = "stopped before the first step (nothing to checkpoint)"
+        print(
+            f"refimpl: interrupted: {where}\nrefimpl: continue with: {resume}",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise Interrupted(f"interrupted at step {self.step}; continue with: {resume}", signum)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) stopped a run after a whole step and its checkpoint."""
+
+    def __init__(self, message: str = "interrupted", signum: int = signal.SIGINT):
+        super().__init__(message)  # message first, signum with a default: picklable, so a
+        self.signum = signum  # compare worker can raise it in the parent process
+
+
+class _StopRequest:
+    """The first SIGINT/SIGTERM becomes a request to stop after the current step (the loop
+    then writes a checkpoint); a second one raises ``KeyboardInterrupt`` at once. Signal
+    handlers can only be set in the main thread; elsewhere Ctrl-C behaves as usual."""
+
+    SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM") if hasattr(signal, n))
+
+    def __init__(self) -> None:
+        self.requested: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                if signal.getsignal(sig) is signal.SIG_IGN:
+                    continue  # started immune to it (e.g. `cmd &` in a script): stay so
+                try:
+                    self._previous[sig] = signal.signal(sig, self._handle)
+                except (ValueError, OSError):
+                    pass
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested is not None:
+            self._restore()
+            raise KeyboardInterrupt
+        self.requested = signum
+        # os.write, not print: a handler may run while tqdm is writing to stderr.
+        os.write(
+            2,
+            b"\nrefimpl: stopping after this step to write a checkpoint "
+            b"(Ctrl-C again stops at once, keeping the last checkpoint)\n",
+        )
+
+    def _restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def __exit__(self, *exc) -> None:
+        self._restore()
 
 
 def train(cfg: TrainConfig) -> Path:

@@ -18,21 +18,28 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+import tyro
 from filelock import FileLock
 from tqdm.auto import tqdm
 
-from refimpl.checkpoint import load_model_weights, save_checkpoint
+from refimpl.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.evaluate import success_rate
 from refimpl.model import GPT, GPTConfig
 from refimpl.overrides import parse_overrides
-from toy_envs import TOKENIZER, get_task
+from toy_envs import TASK_NAMES, TOKENIZER, get_task
+
+#: ``--task`` choices, listed by ``--help`` (built from the registry: new tasks appear).
+TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]
 
 #: Task knobs of the supervised mix, per task (the RL task keeps its knobs). ``chain``:
 #: k = 1..num_ops operations uniformly (CALIBRATION.md: the cheapest mix that lands in the
@@ -57,6 +64,18 @@ class ModelConfig:
     block_size: int = 64
     """longest prompt + completion, in tokens"""
 
+    def check(self, prefix: str = "--model.") -> None:
+        """Raise ``ValueError`` naming the flag (``prefix`` + field) on an impossible size."""
+        for name, low in (("n_layer", 1), ("n_embd", 1), ("n_head", 1), ("block_size", 2)):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= low):
+                raise ValueError(f"{_flag(prefix, name)}: expected an integer ≥ {low}, got {value}")
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"{_flag(prefix, 'n_head')}: expected a divisor of {_flag(prefix, 'n_embd')}="
+                f"{self.n_embd}, got {self.n_head}"
+            )
+
     def build(self) -> GPT:
         return GPT(
             GPTConfig(
@@ -73,7 +92,7 @@ class ModelConfig:
 class WarmstartConfig:
     """Supervised warm start on reference solutions (AdamW, cosine schedule)."""
 
-    task: str = "chain"
+    task: TaskName = "chain"
     """task whose base model is trained (its easier mix, see WARMSTART_MIX)"""
     task_args: tuple[str, ...] = ()
     """task knobs as KNOB=VALUE (the RL run passes its own --task-args); the mix applies on top"""
@@ -100,15 +119,64 @@ class WarmstartConfig:
     progress: bool = True
     """show a progress bar"""
 
-    def __post_init__(self) -> None:
+    def check(self, prefix: str = "--") -> None:
+        """Raise ``ValueError`` naming the flag on a bad setting, before anything is trained.
+
+        ``prefix`` is how the flags are spelled where this config is read: ``--`` for
+        ``refimpl warmstart``, ``--warmstart.`` inside ``refimpl train``."""
+        if self.task not in TASK_NAMES:
+            raise ValueError(
+                f"{_flag(prefix, 'task')}: expected one of {', '.join(TASK_NAMES)}, "
+                f"got {self.task!r}"
+            )
         for name in ("steps", "batch_size", "eval_problems"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"--{name.replace('_', '-')}: expected a positive integer")
-        if not self.lr > 0:
-            raise ValueError("--lr: expected a positive learning rate")
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value > 0):
+                raise ValueError(f"{_flag(prefix, name)}: expected a positive integer, got {value}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(
+                f"{_flag(prefix, 'lr')}: expected a positive learning rate, got {self.lr}"
+            )
         if not 0.0 <= self.direct_frac <= 1.0:
             raise ValueError(
-                f"--direct-frac: expected a fraction in [0, 1], got {self.direct_frac}"
+                f"{_flag(prefix, 'direct_frac')}: expected a fraction in [0, 1], "
+                f"got {self.direct_frac}"
+            )
+        if self.seed < 0:
+            raise ValueError(f"{_flag(prefix, 'seed')}: expected an integer ≥ 0, got {self.seed}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(
+                f"{_flag(prefix, 'threads')}: expected a positive integer (or None), "
+                f"got {self.threads}"
+            )
+        self.model.check(prefix + "model.")
+        # The mix's sequences, <bos> prompt answer <eos>, must fit the model's positions.
+        task = get_task(self.task, **self.task_knobs())
+        longest = task.max_prompt_tokens + task.max_new_tokens
+        if longest > self.model.block_size:
+            raise ValueError(
+                f"{_flag(prefix, 'model.block_size')}: {self.model.block_size} is too small for "
+                f"{self.task} {' '.join(self.task_args)}".rstrip()
+                + f" (prompts up to {task.max_prompt_tokens} tokens + answers up to "
+                f"{task.max_new_tokens}): pass {_flag(prefix, 'model.block_size')} {longest} "
+                "or more, or make the task smaller"
+            )
+
+    def cache_complete(self) -> bool:
+        """The cache holds a whole trained model (saves are atomic: present means whole)."""
+        return (self.cache_dir / "model.safetensors").exists()
+
+    def check_writable(self, prefix: str = "--") -> None:
+        """Raise ``ValueError`` naming ``runs_dir`` when the model must be trained but its
+        cache cannot be written (a cached model is read without writing anything)."""
+        if self.cache_complete() and not self.force:
+            return
+        target = _nearest_existing(self.cache_dir)
+        if not os.access(target, os.W_OK | os.X_OK):
+            raise ValueError(
+                f"{_flag(prefix, 'runs_dir')}: {target} is not writable, and the warm start "
+                f"{self.cache_dir} has to be trained and cached there; choose a writable "
+                f"{_flag(prefix, 'runs_dir')}"
             )
 
     def task_knobs(self) -> dict[str, object]:
@@ -132,6 +200,28 @@ class WarmstartConfig:
     @property
     def cache_dir(self) -> Path:
         return Path(self.runs_dir) / "warmstart" / f"{self.task}-{self.cache_key()}"
+
+
+@dataclass
+class RunWarmstartConfig(WarmstartConfig):
+    """The warm start of an RL run: its task and task knobs are the run's (``--task``,
+    ``--task-args``) and its progress bar follows ``--progress``, so those three fields are
+    not flags of ``refimpl train``."""
+
+    task: tyro.conf.Suppress[TaskName] = "chain"
+    task_args: tyro.conf.Suppress[tuple[str, ...]] = ()
+    progress: tyro.conf.Suppress[bool] = True
+
+
+def _flag(prefix: str, name: str) -> str:
+    return prefix + name.replace("_", "-")
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def direct_solution(solution: str) -> str:
@@ -164,25 +254,41 @@ def _training_batch(
     return ids_t, mask_t, target_mask
 
 
-def train_warmstart(cfg: WarmstartConfig) -> GPT:
-    """Train (or load from the cache) the base model for ``cfg.task``; print its success."""
+def train_warmstart(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
+    """Train (or load from the cache) the base model for ``cfg.task``; print its success.
+
+    A cached model is read without writing anything (a read-only cache works). Otherwise the
+    lock file ``<cache>.lock`` makes two processes asking for the same model (a notebook and
+    ``make demo``, say) train it once: the second waits, then loads the first one's cache.
+    ``prefix``: how the flags are spelled in error messages (``--warmstart.`` for a run)."""
+    cfg.check(prefix)
+    cfg.check_writable(prefix)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     cache = cfg.cache_dir
+    if cfg.cache_complete() and not cfg.force:
+        return _load(cfg, cache, prefix)
     cache.parent.mkdir(parents=True, exist_ok=True)
-    # Two processes asking for the same base model (a notebook and `make demo`, say) train it
-    # once: the second waits for the first and then loads its cache.
     with FileLock(str(cache) + ".lock"):
-        return _train_or_load(cfg, cache)
+        if cfg.cache_complete() and not cfg.force:  # trained by another process meanwhile
+            return _load(cfg, cache, prefix)
+        return _train(cfg, cache)
 
 
-def _train_or_load(cfg: WarmstartConfig, cache: Path) -> GPT:
+def _load(cfg: WarmstartConfig, cache: Path, prefix: str) -> GPT:
     model = cfg.model.build()
-    if (cache / "model.safetensors").exists() and not cfg.force:
+    try:
         load_model_weights(cache, model)
-        report = json.loads((cache / "state.json").read_text()).get("report", {})
-        print(f"warm start: reusing {cache} ({_format_report(report)})")
-        return model.eval()
+        report = read_state(cache).get("report", {})
+    except CheckpointError as err:
+        raise CheckpointError(
+            f"warm start cache: {err}; retrain it with {_flag(prefix, 'force')}"
+        ) from None
+    print(f"warm start: reusing {cache} ({_format_report(report)})")
+    return model.eval()
+
+
+def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
 
     torch.manual_seed(cfg.seed)
     model = cfg.model.build()  # re-built after seeding: weights depend on cfg.seed only

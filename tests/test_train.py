@@ -215,15 +215,11 @@ def test_unknown_names_list_the_valid_ones(runs):
 
 
 def test_cli_help_and_bad_flags(capsys):
-    with pytest.raises(SystemExit) as exit_help:
-        cli_main(["train", "--help"])
-    assert exit_help.value.code == 0
+    assert cli_main(["train", "--help"]) == 0  # main returns the exit code (tests/test_cli.py)
     out = capsys.readouterr().out
     for flag in ("--algo", "--task", "--algo-args", "--resume", "--lr"):
         assert flag in out
-    with pytest.raises(SystemExit) as exit_bad:
-        cli_main(["train", "--no-such-flag", "1"])
-    assert exit_bad.value.code != 0
+    assert cli_main(["train", "--no-such-flag", "1"]) == 2
     assert "no-such-flag" in capsys.readouterr().err
     assert cli_main(["train", "--algo", "ppo", "--steps", "1"]) == 2
     assert "gtpo" in capsys.readouterr().err

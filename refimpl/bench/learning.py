@@ -41,6 +41,7 @@ import numpy as np
 
 from refimpl import algorithms
 from refimpl.bench import format_machine, machine_info, markdown_table
+from refimpl.runlog import read_metrics
 
 #: The entropy claim "holds" only when the end entropy is at least this much above DAPO's
 #: (mean of the paired ratios) and higher in every paired seed.
@@ -281,14 +282,11 @@ def plan(cfg: LearningConfig) -> tuple[list[Run], dict[str, int]]:
 
 def finished(run: Run) -> bool:
     """The run reached its token budget (its last logged step did)."""
-    path = run.train.run_dir / "metrics.jsonl"
-    if not path.exists():
-        return False
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    records = read_metrics(run.train.run_dir, missing_ok=True)
     return (
-        bool(lines)
-        and json.loads(lines[-1]).get("sampled_tokens", 0) >= run.train.max_sampled_tokens
-        and "heldout_greedy" in json.loads(lines[-1])
+        bool(records)
+        and records[-1].get("sampled_tokens", 0) >= run.train.max_sampled_tokens
+        and "heldout_greedy" in records[-1]
     )
 
 
@@ -316,8 +314,7 @@ def run_all(cfg: LearningConfig, runs: list[Run]) -> float:
 
 
 def _records(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_metrics(run_dir)
 
 
 def run_metrics(

@@ -1,0 +1,231 @@
+"""What a run directory holds, read in one place.
+
+A run directory (``runs/<name>/``) is written by ``refimpl train``:
+
+    config.json      the run's settings (``train_config``, ``algo_config``) and the versions
+                     of refimpl, torch, numpy and Python (and the git commit) that made it
+    metrics.jsonl    one JSON line per step (plus step 0's evaluation), flushed every step
+    probes.jsonl     entropy snapshots along completions of fixed probe prompts
+    checkpoint/      the last checkpoint (``checkpoint.old``/``.tmp`` only while one is saved)
+    curves.png       the run's figure; tensorboard/ with ``--tensorboard``
+
+``read_metrics`` is the one reader of ``metrics.jsonl``: the trainer's resume, ``plot``,
+``compare``, ``runs`` and the benchmarks all go through it. A crash in the middle of a write
+can leave a torn last line; it is dropped with a warning (the step it belonged to is simply
+not logged). Garbage anywhere else is an error naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import warnings
+from pathlib import Path
+from typing import Any
+
+#: Everything the trainer and ``plot`` write into a run directory. ``--overwrite`` deletes a
+#: directory only when it holds a run's ``config.json`` and nothing outside this list.
+RUN_FILES = frozenset(
+    {
+        "config.json",
+        "config.json.tmp",
+        "metrics.jsonl",
+        "metrics.jsonl.tmp",
+        "probes.jsonl",
+        "probes.jsonl.tmp",
+        "checkpoint",
+        "checkpoint.tmp",
+        "checkpoint.old",
+        "curves.png",
+        "tensorboard",
+    }
+)
+
+
+class TornLineWarning(UserWarning):
+    """The last line of a JSON-lines log was cut by a crash mid-write and is ignored."""
+
+
+def read_jsonl(path: Path | str, *, missing_ok: bool = False) -> list[dict[str, Any]]:
+    """The records of a JSON-lines log written by the trainer, one dict per line.
+
+    A last line that is not valid JSON (a write cut short by a crash) is dropped with a
+    ``TornLineWarning``; an invalid line anywhere else raises ``ValueError`` naming the file
+    and the line. ``missing_ok``: a missing file reads as no records."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if missing_ok:
+            return []
+        raise ValueError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file (damaged?)") from None
+    lines = text.split("\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    records: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            if i == last:
+                warnings.warn(
+                    f"{path}: dropped a torn last line (line {i + 1}, written when the run "
+                    "was stopped mid-write)",
+                    TornLineWarning,
+                    stacklevel=2,
+                )
+                break
+            raise ValueError(f"{path}: line {i + 1} is not a JSON object (damaged?)") from None
+        records.append(record)
+    return records
+
+
+def read_metrics(run: Path | str, *, missing_ok: bool = False) -> list[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl`` (``run``: the run directory or the file).
+
+    One record per step, plus step 0's evaluation; every record has an integer ``step``."""
+    path = Path(run)
+    if path.is_dir() or path.name != "metrics.jsonl":
+        path = path / "metrics.jsonl"
+    records = read_jsonl(path, missing_ok=missing_ok)
+    for n, r in enumerate(records):
+        if not isinstance(r.get("step"), int):
+            raise ValueError(f"{path}: record {n + 1} has no integer 'step' (damaged?)")
+    return records
+
+
+def read_probes(run: Path | str) -> list[dict[str, Any]]:
+    """The entropy snapshots of a run's ``probes.jsonl`` (none when the file is missing)."""
+    return read_jsonl(Path(run) / "probes.jsonl", missing_ok=True)
+
+
+def write_jsonl(path: Path | str, records: list[dict[str, Any]]) -> None:
+    """Replace ``path`` by ``records``, atomically (a crash leaves the old file or the new)."""
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def write_text_atomic(path: Path | str, text: str) -> None:
+    """Write ``text`` to ``path`` through ``path.tmp`` and a rename."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Run directories.
+# ---------------------------------------------------------------------------------------------
+
+
+def read_run_config(run_dir: Path | str) -> dict[str, Any]:
+    """A run's ``config.json`` as a dict with at least ``train_config`` (a dict naming the
+    ``algo`` and the ``task``). Raises ``ValueError`` naming the file when it is missing,
+    damaged or not written by ``refimpl train``."""
+    path = Path(run_dir) / "config.json"
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file (not a run directory?)") from None
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError(f"{path}: not valid JSON (damaged?)") from None
+    tc = state.get("train_config") if isinstance(state, dict) else None
+    if not (isinstance(tc, dict) and "algo" in tc and "task" in tc):
+        raise ValueError(f"{path}: not a config.json written by refimpl train")
+    return state
+
+
+def is_run_dir(path: Path | str) -> bool:
+    """``path`` is a directory holding a ``config.json`` written by ``refimpl train``."""
+    try:
+        read_run_config(path)
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def foreign_files(run_dir: Path | str) -> list[str]:
+    """Entries of ``run_dir`` that neither the trainer nor ``plot`` writes (sorted)."""
+    return sorted(p.name for p in Path(run_dir).iterdir() if p.name not in RUN_FILES)
+
+
+def find_runs(root: Path | str) -> list[Path]:
+    """Every run directory under ``root`` (at any depth, e.g. ``compare``'s
+    ``<name>/<algo>-s<seed>``), sorted; the warm-start cache is not a run."""
+    root = Path(root)
+    found: list[Path] = []
+
+    def walk(d: Path) -> None:
+        if is_run_dir(d):
+            found.append(d)
+            return
+        try:
+            children = sorted(p for p in d.iterdir() if p.is_dir())
+        except OSError:
+            return
+        for child in children:
+            if not (child.name == "warmstart" and child.parent == root):
+                walk(child)
+
+    walk(root)
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Versions: what made a run.
+# ---------------------------------------------------------------------------------------------
+
+
+def versions() -> dict[str, str]:
+    """refimpl, torch, numpy and Python versions, and the git commit of the refimpl checkout
+    (with ``+dirty`` when it has uncommitted changes; absent outside a git checkout)."""
+    import numpy
+    import torch
+
+    import refimpl
+
+    out = {
+        "refimpl": refimpl.__version__,
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+    }
+    commit = git_commit()
+    if commit:
+        out["git_commit"] = commit
+    return out
+
+
+def git_commit() -> str | None:
+    """The commit of the git checkout refimpl is imported from, or None (not a checkout,
+    no git)."""
+    source = Path(__file__).resolve().parent.parent
+    if not (source / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(source), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(source), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "") if head else None

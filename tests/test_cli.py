@@ -1,0 +1,286 @@
+"""The command line's first contact: help that teaches, bad flags that cost nothing.
+
+Every bad flag must give one line naming it and exit code 2 before anything is written or
+trained. The tests make any side effect fail loudly (the warm start and the run directory are
+patched to raise) and check that the runs directory was not even created. No test here
+trains a model, so the file runs in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import refimpl
+from refimpl import algorithms
+from refimpl.cli import COMMANDS
+from refimpl.cli import main as cli_main
+from refimpl.runlog import TornLineWarning
+from toy_envs import TASK_NAMES
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``refimpl ARGV`` in this process: (exit code, stdout, stderr)."""
+    code = cli_main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def no_side_effects(monkeypatch):
+    """Any attempt to train a warm start or create a run directory fails the test."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a side effect happened before the flags were checked")
+
+    monkeypatch.setattr("refimpl.warmstart._train", forbidden)
+    monkeypatch.setattr("refimpl.train.train_warmstart", forbidden)
+    monkeypatch.setattr("refimpl.compare.train_warmstart", forbidden)
+    monkeypatch.setattr("refimpl.train.prepare_run_dir", forbidden)
+
+
+# ---------------------------------------------------------------------------------------------
+# Help, version, completion.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_top_level_help_lists_one_command_per_line(capsys):
+    code, out, _ = run_cli(["--help"], capsys)
+    assert code == 0
+    bullets = [line for line in out.splitlines() if "• " in line]
+    named = [line.split("• ")[1].split()[0] for line in bullets]
+    assert named == list(COMMANDS), out
+
+
+def test_train_help_lists_the_algorithm_and_task_choices(capsys):
+    code, out, _ = run_cli(["train", "--help"], capsys)
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "{" + ",".join(algorithms.NAMES) + "}" in flat
+    assert "{" + ",".join(TASK_NAMES) + "}" in flat
+    for flag in ("--resume", "--overwrite", "--fresh-optimizer", "--config", "--grad-clip"):
+        assert flag in out
+    # The warm start's task follows --task: it is not a flag of `train`.
+    assert "--warmstart.task" not in out and "--warmstart.progress" not in out
+    assert "--warmstart.model.block-size" in out
+
+
+def test_compare_help_hides_the_train_fields_it_sets_and_takes_runs_dir(capsys):
+    code, out, _ = run_cli(["compare", "--help"], capsys)
+    assert code == 0
+    for hidden in ("--train.algo ", "--train.name", "--train.seed", "--train.runs-dir"):
+        assert hidden not in out, hidden
+    assert "--train.progress" not in out and "--train.config" not in out
+    for shown in ("--runs-dir", "--workers", "--train.steps", "--train.resume", "--train.lr"):
+        assert shown in out, shown
+
+
+def test_version_names_refimpl_torch_and_python(capsys):
+    code, out, _ = run_cli(["--version"], capsys)
+    assert code == 0
+    assert out.startswith(f"refimpl {refimpl.__version__} ")
+    assert f"torch {torch.__version__}" in out
+    assert "python {}.{}.".format(*sys.version_info[:2]) in out
+
+
+def test_shell_completion_script_as_the_readme_says(tmp_path, capsys):
+    """README: ``refimpl --tyro-write-completion bash FILE`` writes a bash completion."""
+    script = tmp_path / "refimpl.bash"
+    code, _, _ = run_cli(["--tyro-write-completion", "bash", str(script)], capsys)
+    assert code == 0
+    text = script.read_text()
+    assert "complete" in text and "refimpl" in text
+    for command in ("train", "compare", "runs"):
+        assert command in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad flags: one line naming the flag, exit code 2, nothing created.
+# ---------------------------------------------------------------------------------------------
+
+TRAIN_BAD_FLAGS = [
+    (["--grad-clip", "-1"], "--grad-clip"),  # was accepted: gradient ascent
+    (["--grad-clip", "0"], "--grad-clip"),  # was accepted: frozen training
+    (["--top-k", "0"], "--top-k"),
+    (["--top-p", "0"], "--top-p"),
+    (["--top-p", "5"], "--top-p"),
+    (["--probe-prompts", "0"], "--probe-prompts"),
+    (["--probe-every", "-1"], "--probe-every"),
+    (["--device", "gpu"], "--device"),
+    (["--threads", "-1"], "--threads"),
+    (["--threads", "0"], "--threads"),
+    (["--max-new-tokens", "0"], "--max-new-tokens"),  # was: silently the task's default
+    (["--resample-rounds", "-1"], "--resample-rounds"),
+    (["--seed", "-1"], "--seed"),
+    (["--temperature", "0"], "--temperature"),
+    (["--lr", "0"], "--lr"),
+    (["--steps", "0"], "--steps"),
+    (["--checkpoint-every", "0"], "--checkpoint-every"),
+    (["--eval-every", "0"], "--eval-every"),
+    (["--max-sampled-tokens", "0"], "--max-sampled-tokens"),
+    (["--group-size", "1"], "--group-size"),
+    (["--prompts-per-step", "4", "--minibatches", "3"], "--minibatches"),
+    (["--dtype", "float16"], "--dtype"),
+    (["--algo", "gtpo", "--algo-args", "nonsense=1"], "--algo-args"),
+    (["--task-args", "num_ops=x"], "--task-args"),
+    (["--warmstart.steps", "0"], "--warmstart.steps"),  # was: "--steps"
+    (["--warmstart.lr", "-1"], "--warmstart.lr"),
+    (["--warmstart.model.n-head", "3"], "--warmstart.model.n-head"),
+    (["--warmstart.direct-frac", "2"], "--warmstart.direct-frac"),
+    # was: blamed --max-new-tokens; the fix is a bigger model
+    (["--task-args", "num_ops=12"], "--warmstart.model.block-size"),
+    (["--max-new-tokens", "60"], "--max-new-tokens"),
+    (["--name", "."], "--name"),
+    (["--name", ".."], "--name"),
+    (["--name", "a/../../b"], "--name"),
+    (["--resume", "--name", "no-such-run"], "--resume"),  # was: a new run
+    (["--config", "no/such/config.json"], "--config"),
+    # tyro's own errors, also on one line
+    (["--algo", "ppo"], "--algo"),
+    (["--task", "chess"], "--task"),
+    (["--steps", "x"], "--steps"),
+    (["--no-such-flag", "1"], "--no-such-flag"),
+]
+if not torch.backends.mps.is_available():
+    TRAIN_BAD_FLAGS.append((["--device", "mps"], "--device"))
+if not torch.cuda.is_available():
+    TRAIN_BAD_FLAGS.append((["--device", "cuda"], "--device"))
+
+
+@pytest.mark.parametrize(("flags", "named"), TRAIN_BAD_FLAGS, ids=lambda x: " ".join(x))
+def test_bad_train_flag_is_one_line_exit_2_and_nothing_created(
+    flags, named, tmp_path, capsys, no_side_effects
+):
+    runs = tmp_path / "runs"
+    argv = ["train", *flags, "--runs-dir", str(runs), "--warmstart.runs-dir", str(runs)]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("refimpl: error: ") and named in lines[0], lines[0]
+    assert not runs.exists()
+
+
+def test_algo_error_lists_the_valid_names(tmp_path, capsys, no_side_effects):
+    code, _, err = run_cli(["train", "--algo", "ppo", "--runs-dir", str(tmp_path)], capsys)
+    assert code == 2
+    assert all(name in err for name in algorithms.NAMES)
+
+
+def test_missing_tensorboard_is_caught_before_the_run_directory(
+    tmp_path, capsys, monkeypatch, no_side_effects
+):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails
+    runs = tmp_path / "runs"
+    argv = ["train", "--tensorboard", "--runs-dir", str(runs), "--warmstart.runs-dir", str(runs)]
+    code, _, err = run_cli(argv, capsys)
+    assert code == 2 and err.count("\n") == 1 and "--tensorboard" in err
+    assert not runs.exists()
+
+
+def test_resume_and_overwrite_together_and_config_with_resume_are_refused(
+    tmp_path, capsys, no_side_effects
+):
+    runs = tmp_path / "runs"
+    run = runs / "r"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(
+        json.dumps({"train_config": {"algo": "grpo", "task": "chain"}})
+    )
+    before = sorted(p.name for p in run.iterdir())
+    for extra, named in ((["--overwrite"], "--overwrite"), (["--config", "x.json"], "--config")):
+        argv = ["train", "--resume", "--name", "r", "--runs-dir", str(runs), *extra]
+        code, _, err = run_cli(argv, capsys)
+        assert code == 2 and named in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in run.iterdir()) == before
+
+
+COMPARE_BAD_FLAGS = [
+    (["--workers", "-1"], "--workers"),
+    (["--seeds", "-1"], "--seeds"),
+    (["--seeds", "a"], "--seeds"),
+    (["--algos", "grpo,ppo"], "ppo"),
+    (["--name", "."], "--name"),
+    (["--target", "2"], "--target"),
+    (["--train.grad-clip", "-1"], "--train.grad-clip"),
+    (["--train.warmstart.steps", "0"], "--train.warmstart.steps"),
+    (["--train.algo", "gtpo"], "--train.algo"),  # set by --algos: not a flag of compare
+]
+
+
+@pytest.mark.parametrize(("flags", "named"), COMPARE_BAD_FLAGS, ids=lambda x: " ".join(x))
+def test_bad_compare_flag_is_one_line_exit_2_and_nothing_created(
+    flags, named, tmp_path, capsys, no_side_effects
+):
+    runs = tmp_path / "runs"
+    argv = ["compare", *flags, "--runs-dir", str(runs), "--train.warmstart.runs-dir", str(runs)]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and err.startswith("refimpl: error: ") and named in err, err
+    assert not runs.exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [(["--steps", "0"], "--steps"), (["--model.n-head", "3"], "--model.n-head")],
+)
+def test_bad_warmstart_flag_is_one_line_exit_2(flags, named, tmp_path, capsys, no_side_effects):
+    code, _, err = run_cli(["warmstart", *flags, "--runs-dir", str(tmp_path / "r")], capsys)
+    assert code == 2 and err.count("\n") == 1 and named in err, err
+    assert not (tmp_path / "r").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# plot and runs, on directories written by hand (the trainer's format, independently).
+# ---------------------------------------------------------------------------------------------
+
+
+def fake_run(path: Path, algo: str, task: str, steps: int, heldout: list[tuple[int, float]]):
+    """A run directory as the trainer writes it: config.json and metrics.jsonl."""
+    path.mkdir(parents=True)
+    tc = {"algo": algo, "task": task, "seed": 0, "steps": steps, "algo_args": [], "task_args": []}
+    (path / "config.json").write_text(json.dumps({"train_config": tc}))
+    records = [{"step": s} for s in range(steps + 1)]
+    for s, value in heldout:
+        records[s]["heldout_greedy"] = value
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_runs_lists_runs_at_any_depth_with_their_last_heldout_success(tmp_path, capsys):
+    fake_run(tmp_path / "a", "gtpo", "chain", 4, [(0, 0.25), (2, 0.5), (4, 0.625)])
+    fake_run(tmp_path / "cmp" / "tepo-s1", "tepo", "countdown", 2, [(0, 0.125)])
+    (tmp_path / "warmstart" / "chain-x").mkdir(parents=True)  # the cache is not a run
+    (tmp_path / "notes").mkdir()
+    code, out, err = run_cli(["runs", str(tmp_path)], capsys)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert lines[0].split() == ["run", "algo", "task", "seed", "steps", "held-out", "greedy"]
+    assert lines[1].split() == ["a", "gtpo", "chain", "0", "4/4", "0.625", "@", "4"]
+    assert lines[2].split() == ["cmp/tepo-s1", "tepo", "countdown", "0", "2/2", "0.125", "@", "0"]
+    assert len(lines) == 3
+    code, out, _ = run_cli(["runs", str(tmp_path / "notes")], capsys)
+    assert code == 0 and "no runs" in out
+    code, _, err = run_cli(["runs", str(tmp_path / "missing")], capsys)
+    assert code == 2 and "runs_dir" in err
+
+
+def test_plot_without_arguments_or_on_a_non_run_is_an_error(tmp_path, capsys):
+    code, _, err = run_cli(["plot"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "run_dirs" in err
+    (tmp_path / "empty").mkdir()
+    code, _, err = run_cli(["plot", str(tmp_path / "empty")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "config.json" in err
+
+
+def test_plot_draws_a_run_with_a_torn_last_line(tmp_path, capsys):
+    fake_run(tmp_path / "a", "grpo", "chain", 3, [(0, 0.25), (3, 0.5)])
+    with open(tmp_path / "a" / "metrics.jsonl", "a") as f:
+        f.write('{"step": 4, "rew')  # a crash mid-write
+    with pytest.warns(TornLineWarning, match="torn last line"):
+        code, out, err = run_cli(["plot", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    assert (tmp_path / "a" / "curves.png").stat().st_size > 0
