@@ -86,6 +86,9 @@ VARIANTS: dict[str, dict] = {
     "countdown-64x8-lr1e-4-mb4": dict(
         task="countdown", prompts_per_step=64, lr=1e-4, minibatches=4
     ),
+    "countdown-ep2-64x8-lr1e-4-mb4": dict(
+        task="countdown", prompts_per_step=64, lr=1e-4, minibatches=4, ppo_epochs=2
+    ),
     "ep2-64x8-lr1e-4-mb4": dict(prompts_per_step=64, lr=1e-4, minibatches=4, ppo_epochs=2),
     "ws900-64x8-lr1e-4-mb4": dict(
         prompts_per_step=64, lr=1e-4, minibatches=4, warmstart=_ws(steps=900)
