@@ -57,7 +57,7 @@ class CompareConfig:
     """parallel runs (0: one per CPU core, at most 4)"""
     target: float = 0.5
     """held-out greedy success whose first-reach step the table reports"""
-    preset: str = "default"
+    preset: presets.PresetName = "default"
     """a named regime from refimpl.presets (default, onpolicy, collapse); it sets the fields
     you leave at their defaults, so explicit flags win"""
     train: CompareTrainConfig = field(default_factory=CompareTrainConfig)

@@ -218,8 +218,8 @@ def _draw_panel(ax, groups: dict[str, Sequence[Path]], key: str, title: str, win
     if key == "pass@k vs k":
         plot_pass_at_k_vs_k(ax, groups)
     elif key == "cov vs entropy change":
-        plot_cov_vs_entropy_change(ax, groups)
-        ax.legend(fontsize=7, loc="best")
+        if plot_cov_vs_entropy_change(ax, groups):
+            ax.legend(fontsize=7, loc="best")
     else:
         plot_metric(ax, groups, key, window, title=title)
         if key == "heldout_pass@1":

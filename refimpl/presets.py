@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -75,3 +75,7 @@ def get(name: str) -> Preset:
     if name not in PRESETS:
         raise ValueError(f"--preset: expected one of {', '.join(PRESETS)}, got {name!r}")
     return PRESETS[name]
+
+
+#: The preset names as a type, so that ``--preset`` lists its choices in ``--help``.
+PresetName = Literal[tuple(PRESETS)]  # type: ignore[valid-type]

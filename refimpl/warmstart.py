@@ -109,9 +109,6 @@ class WarmstartConfig:
     """where the cache lives (runs/warmstart/...)"""
     eval_problems: int = 200
     """held-out problems for the final success report"""
-    direct_frac: float = 0.0
-    """fraction of supervised examples that skip the scratchpad and answer "#<value>" at once
-    (tasks whose solutions have a "#"-separated scratchpad: chain, multiplication)"""
     threads: int | None = None
     """torch CPU threads (None: torch's default)"""
     force: bool = False
@@ -136,11 +133,6 @@ class WarmstartConfig:
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(
                 f"{_flag(prefix, 'lr')}: expected a positive learning rate, got {self.lr}"
-            )
-        if not 0.0 <= self.direct_frac <= 1.0:
-            raise ValueError(
-                f"{_flag(prefix, 'direct_frac')}: expected a fraction in [0, 1], "
-                f"got {self.direct_frac}"
             )
         if self.seed < 0:
             raise ValueError(f"{_flag(prefix, 'seed')}: expected an integer ≥ 0, got {self.seed}")
@@ -190,8 +182,6 @@ class WarmstartConfig:
             for k, v in dataclasses.asdict(self).items()
             if k not in ("runs_dir", "eval_problems", "threads", "force", "progress")
         }
-        if not self.direct_frac:  # keeps the keys of caches made before the knob existed
-            keep.pop("direct_frac")
         keep["mix"] = WARMSTART_MIX.get(self.task, {})
         keep["vocab"] = TOKENIZER.itos
         blob = json.dumps(keep, sort_keys=True, default=str).encode()
@@ -224,24 +214,12 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
-def direct_solution(solution: str) -> str:
-    """The answer without its scratchpad: ``"8,6,13#13"`` → ``"#13"`` (unchanged without ``#``)."""
-    cut = solution.rfind("#")
-    return solution if cut < 0 else solution[cut:]
-
-
-def _training_batch(
-    task, problems, direct: np.ndarray | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``<bos> prompt solution <eos>``, right-padded, with a loss mask on the solution; rows
-    where ``direct`` is true answer without the scratchpad (:func:`direct_solution`)."""
+def _training_batch(task, problems) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``<bos> prompt solution <eos>``, right-padded, with a loss mask on the solution."""
     seqs, loss_starts = [], []
-    for i, p in enumerate(problems):
+    for p in problems:
         prompt = TOKENIZER.encode(p.prompt, add_bos=True)
-        solution = task.reference_solution(p)
-        if direct is not None and direct[i]:
-            solution = direct_solution(solution)
-        completion = TOKENIZER.encode(solution, add_eos=True)
+        completion = TOKENIZER.encode(task.reference_solution(p), add_eos=True)
         seqs.append(prompt + completion)
         loss_starts.append(len(prompt))
     ids, mask = TOKENIZER.pad(seqs, side="right")
@@ -302,10 +280,8 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
     bar = tqdm(range(cfg.steps), desc=f"warm start {cfg.task}", disable=not cfg.progress)
     for step in bar:
         # Problems of step s come from a generator seeded by (seed, s): deterministic.
-        rng = np.random.default_rng([cfg.seed, step])
-        problems = mix_task.sample(cfg.batch_size, rng)
-        direct = rng.random(cfg.batch_size) < cfg.direct_frac if cfg.direct_frac > 0 else None
-        ids, mask, target_mask = _training_batch(mix_task, problems, direct)
+        problems = mix_task.sample(cfg.batch_size, np.random.default_rng([cfg.seed, step]))
+        ids, mask, target_mask = _training_batch(mix_task, problems)
         logits = model(ids, attention_mask=mask)[:, :-1]
         targets, weights = ids[:, 1:], target_mask[:, 1:].float()
         nll = F.cross_entropy(

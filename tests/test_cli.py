@@ -130,7 +130,6 @@ TRAIN_BAD_FLAGS = [
     (["--warmstart.steps", "0"], "--warmstart.steps"),  # was: "--steps"
     (["--warmstart.lr", "-1"], "--warmstart.lr"),
     (["--warmstart.model.n-head", "3"], "--warmstart.model.n-head"),
-    (["--warmstart.direct-frac", "2"], "--warmstart.direct-frac"),
     # was: blamed --max-new-tokens; the fix is a bigger model
     (["--task-args", "num_ops=12"], "--warmstart.model.block-size"),
     (["--max-new-tokens", "60"], "--max-new-tokens"),

@@ -41,6 +41,7 @@ import numpy as np
 
 from refimpl import algorithms
 from refimpl.bench import format_machine, machine_info, markdown_table
+from refimpl.presets import PresetName
 from refimpl.runlog import read_metrics
 
 #: The entropy claim "holds" only when the end entropy is at least this much above DAPO's
@@ -70,7 +71,7 @@ def parse_variant(label: str) -> tuple[str, tuple[str, ...], dict[str, Any]]:
 class LearningConfig:
     """Learning benchmark: every algorithm × seeds × tasks at the same sampled-token budget."""
 
-    preset: str = "default"
+    preset: PresetName = "default"
     """a named regime from refimpl.presets (default, onpolicy, collapse): it sets the training
     settings and the benchmark's tasks, algorithms, seeds, ablations and budget that you leave
     at their defaults"""
