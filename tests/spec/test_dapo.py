@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl import core
-from refimpl.algorithms import dapo, grpo
+from refimpl.algorithms import dapo
 from refimpl.core import RolloutBatch
 from tests.spec.strategies import rollout_batches
 
@@ -97,7 +98,7 @@ def test_dynamic_sampling_keeps_exactly_mixed_groups(batch):
     cfg = dapo.Config()
     assert cfg.dynamic_sampling
     G = batch.group_size
-    keep = core.informative_groups(batch.rewards, G)
+    keep = core.informative_groups(batch.rewards, G, cfg.success_threshold)
     n_success = (batch.rewards >= 0.5).view(-1, G).sum(1)
     assert keep.tolist() == [0 < int(n) < G for n in n_success]
     A = core.group_normalize(batch.rewards, G).view(-1, G)
@@ -108,15 +109,30 @@ def test_dynamic_sampling_counts_successes_not_reward_spread():
     """After overlong shaping an all-wrong group can have different rewards (0 and −0.5);
     the filter still drops it, because it counts successes (Eq. 11), not reward spread."""
     shaped = torch.tensor([0.0, -0.5, 1.0, 0.75])
-    assert core.informative_groups(shaped, 2).tolist() == [False, False]
+    assert core.informative_groups(shaped, 2, dapo.Config().success_threshold).tolist() == [
+        False,
+        False,
+    ]
 
 
 @given(batch=rollout_batches())
-def test_advantage_equals_grpo(batch):
-    """DAPO's advantage is GRPO's (Eq. 9): only the loss configuration differs."""
-    torch.testing.assert_close(
-        dapo.advantages(batch, dapo.Config()), grpo.advantages(batch, grpo.Config()), rtol=0, atol=0
-    )
+def test_advantage_is_the_group_zscore(batch):
+    """DAPO's advantage is GRPO's (Eq. 9): the z-score of r_i within its group with the
+    unbiased std and eps = 1e-6, on every response token; computed here with the standard
+    library's ``statistics`` (float64), independently of ``core``."""
+    cfg = dapo.Config()
+    assert cfg.eps == 1e-6
+    adv = dapo.advantages(batch, cfg)
+    G, r = batch.group_size, batch.rewards.tolist()
+    for g in range(batch.num_groups):
+        group = r[g * G : (g + 1) * G]
+        for i in range(g * G, (g + 1) * G):
+            if max(group) == min(group):
+                expected = 0.0
+            else:
+                expected = (r[i] - statistics.mean(group)) / (statistics.stdev(group) + 1e-6)
+            row = adv[i][batch.response_mask[i].bool()]
+            assert torch.allclose(row.double(), torch.tensor(expected).double(), atol=1e-5)
 
 
 def test_hand_computed_group():
