@@ -175,6 +175,30 @@ def test_arithmetic_ratio_gradient(batch, data):
     torch.testing.assert_close(lp.grad, expected, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("stats", grpo_s.STATS)
+@given(batch=rollout_batches())
+def test_negative_shaping_none_failed_get_their_own_sets_normalisation(stats, batch):
+    """negative_shaping="none": r̂⁻ ≡ 0 and a failed completion's advantage normalises its 0
+    within its own set [A]: stats="group" → −mean(R̂⁺)/(std(R̂⁺) + eps) over the group's
+    non-empty completions; "subgroup" → O⁻'s zeros, exactly 0."""
+    cfg = grpo_s.Config(stats=stats, negative_shaping="none")
+    r_hat_plus, r_hat_minus = grpo_s.sequence_rewards(batch, cfg)
+    assert bool((r_hat_minus == 0).all())
+    A = grpo_s.advantages(batch, cfg)[:, 0]
+    G = batch.group_size
+    nonempty = batch.response_mask.sum(1) > 0
+    failed = nonempty & (batch.rewards < 0.5)
+    for g in range(batch.num_groups):
+        rows = slice(g * G, g * G + G)
+        R = r_hat_plus[rows][nonempty[rows]]
+        if stats == "subgroup" or R.numel() < 2 or R.max() == R.min():
+            expected = 0.0
+        else:
+            expected = float(-R.mean() / (R.std(unbiased=True) + cfg.eps))
+        got = A[rows][failed[rows]].double()
+        torch.testing.assert_close(got, torch.full_like(got, expected), rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------
 # A hand-computed example
 # ---------------------------------------------------------------------------------------------
