@@ -184,7 +184,7 @@ DEGENERATE = {
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=60)
+@settings(max_examples=max(60, settings().max_examples))  # 8 cases: more than the CI's 40
 @given(data=st.data())
 def test_finite_on_degenerate_inputs(name, data):
     """Advantages, loss, its gradient and every metric are finite on degenerate inputs:

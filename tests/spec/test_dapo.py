@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from refimpl import core
 from refimpl.algorithms import dapo
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -165,3 +166,31 @@ def test_hand_computed_group():
     logp = batch.logp_old.clone()
     logp[0] += math.log(1.5)
     assert dapo.loss(batch, logp, adv, cfg)[0].item() == pytest.approx(-0.502046, abs=1e-5)
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/dapo.md``: shaping with
+    L_max = 4 (o2 uses the whole budget), the shaped advantages, the clip-higher loss and
+    its gradient, each derived by hand on the page."""
+    batch, logp = worked.batch()
+    cfg = dapo.Config()
+    lengths = batch.response_mask.sum(1)
+    assert core.informative_groups(batch.rewards, 4, cfg.success_threshold).tolist() == [True]
+    shaped = core.shape_rewards(batch.rewards, lengths, 4, cfg)
+    assert shaped.tolist() == [1.0, 0.5, 0.0, 0.0]
+    batch = batch.replace(rewards=shaped, outcome_rewards=batch.rewards)
+    A = [1.305582, 0.261116, -0.783349, -0.783349]
+    adv = dapo.advantages(batch, cfg)
+    expected = worked.rows([[A[0]] * 2, [A[1]] * 4, [A[2]] * 3, [A[3]]])
+    torch.testing.assert_close(adv, expected, atol=1e-5, rtol=0)
+    total, grad, _ = worked.loss_and_grad(dapo, cfg, batch, logp)
+    assert total == pytest.approx(-0.082252, abs=1e-5)
+    expected = worked.rows(
+        [
+            [-0.143614, -0.163198],
+            [-0.026112] * 4,
+            [0.070501, 0.0, 0.078335],
+            [0.117502],
+        ]
+    )
+    torch.testing.assert_close(grad, expected, atol=1e-5, rtol=0)

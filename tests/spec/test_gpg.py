@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from refimpl.algorithms import gpg
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import concat_batches, rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -136,3 +137,20 @@ def test_hand_computed_batch():
     assert total.item() == pytest.approx(-0.125, abs=1e-7)
     total.backward()
     torch.testing.assert_close(logp.grad[:, 0], torch.tensor([-0.25, 0.25, 0.0, 0.0]))
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/gpg.md``, derived by hand on
+    the page, and its remark: one more group of equal rewards doubles α."""
+    batch, logp = worked.batch()
+    cfg = gpg.Config()
+    adv = gpg.advantages(batch, cfg)
+    torch.testing.assert_close(adv, worked.rows([[0.5] * 2, [0.5] * 4, [-0.5] * 3, [-0.5]]))
+    total, grad, metrics = worked.loss_and_grad(gpg, cfg, batch, logp)
+    assert metrics["alpha"] == 1.0
+    assert total == pytest.approx(0.054013, abs=1e-6)
+    expected = worked.rows([[-0.05] * 2, [-0.05] * 4, [0.05] * 3, [0.05]])
+    torch.testing.assert_close(grad, expected, atol=1e-6, rtol=0)
+    doubled = concat_batches(batch, batch.replace(rewards=torch.ones(4)))
+    _, metrics = gpg.loss(doubled, doubled.logp_old, gpg.advantages(doubled, cfg), cfg)
+    assert metrics["alpha"] == 2.0

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from refimpl import core
 from refimpl.algorithms import grpo_s, gspo
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import batch_and_policy, current_logp, rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -275,3 +276,34 @@ def test_config_rejects_bad_values(field, value):
     per-sequence loss raise a ValueError naming the field."""
     with pytest.raises(ValueError, match=field):
         grpo_s.Config(**{field: value})
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/grpo_s.md`` (defaults: β₁ = 1,
+    β₂ = 0.1, stats="group", arithmetic ratio), each derived by hand on the page."""
+    batch, logp = worked.batch()
+    cfg = grpo_s.Config()
+    r_hat_plus, r_hat_minus = grpo_s.sequence_rewards(batch, cfg)
+    torch.testing.assert_close(
+        r_hat_plus, torch.tensor([1.096, 1.104, 0, 0]).double(), atol=1e-6, rtol=0
+    )
+    torch.testing.assert_close(
+        r_hat_minus, torch.tensor([0, 0, -1.15, -1.05]).double(), atol=1e-6, rtol=0
+    )
+    A = grpo_s.advantages(batch, cfg)
+    A_hat = [0.859716, 0.872312, -0.942809, -0.785674]
+    expected = worked.rows([[A_hat[0]] * 2, [A_hat[1]] * 4, [A_hat[2]] * 3, [A_hat[3]]])
+    torch.testing.assert_close(A, expected, atol=1e-5, rtol=0)
+    w_hat = grpo_s.sequence_ratio(logp, batch.logp_old, batch.response_mask, "arithmetic")
+    torch.testing.assert_close(w_hat, torch.tensor([1.175, 1.0, 0.883333, 1.5]), atol=1e-5, rtol=0)
+    total, grad, _ = worked.loss_and_grad(grpo_s, cfg, batch, logp)
+    assert total == pytest.approx(0.032212, abs=1e-5)
+    expected = worked.rows(
+        [
+            [-0.118211, -0.134331],
+            [-0.054520] * 4,
+            [0.070711, 0.058926, 0.078567],
+            [0.294628],
+        ]
+    )
+    torch.testing.assert_close(grad, expected, atol=1e-5, rtol=0)

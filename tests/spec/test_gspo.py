@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from refimpl import core
 from refimpl.algorithms import gspo
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import batch_and_policy
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -171,3 +172,22 @@ def test_hand_computed_group():
     expected = -(1.0004 * 0.7071068 - math.exp(1e-3) * 0.7071068) / 2
     assert expected == pytest.approx(0.000212, abs=1e-6)
     assert total.item() == pytest.approx(expected, abs=2e-6)
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/gspo.md``: the ratios there
+    move by at most 10⁻³; the loss and gradient of both forms, derived by hand on the page."""
+    ratios = [[1.0002, 1.0004], [1.001] * 4, [0.9995, 0.9999, 1.0], [0.999]]
+    batch, logp = worked.batch(ratios)
+    a = 0.8660254
+    for cfg in (gspo.Config(), gspo.Config(loss_agg_mode="seq-mean-token-mean")):
+        s = torch.exp(core.sequence_log_ratio(logp, batch.logp_old, batch.response_mask))
+        torch.testing.assert_close(
+            s, torch.tensor([1.0003, 1.001, 0.99979998, 0.999]), atol=2e-7, rtol=0
+        )
+        total, grad, metrics = worked.loss_and_grad(gspo, cfg, batch, logp)
+        adv = gspo.advantages(batch, cfg)
+        torch.testing.assert_close(adv[:, 0], torch.tensor([a, a, -a, -a]), atol=2e-6, rtol=0)
+        assert total == pytest.approx(-0.00025981, abs=5e-7)
+        expected = worked.rows([[-0.10828565] * 2, [0.0] * 4, [0.07215435] * 3, [0.0]])
+        torch.testing.assert_close(grad, expected, atol=1e-6, rtol=0)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from refimpl import core
 from refimpl.algorithms import gtpo
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -451,3 +452,36 @@ def test_config_rejects_bad_values(field, value):
     that names the field."""
     with pytest.raises(ValueError, match=field):
         gtpo.Config(**{field: value})
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/gtpo.md`` (defaults: α₁ = 1,
+    α₂ = 0.1, stats="group", "v6"), each derived by hand on the page."""
+    batch, logp = worked.batch()
+    cfg = gtpo.Config()
+    r_plus, r_minus = gtpo.token_rewards(batch, cfg)
+    expected_plus = worked.rows([[1.05, 1.1], [1.15, 1.1, 1.1, 1.1], [0, 0, 0], [0]])
+    expected_minus = worked.rows([[0, 0], [0] * 4, [-1.16, -1.1, -1.1], [-1.04]])
+    torch.testing.assert_close(r_plus.float(), expected_plus, atol=1e-5, rtol=0)
+    torch.testing.assert_close(r_minus.float(), expected_minus, atol=1e-5, rtol=0)
+    A = gtpo.advantages(batch, cfg)
+    expected = worked.rows(
+        [
+            [0.685984, 0.773931],
+            [0.861877, 0.773931, 0.773931, 0.773931],
+            [-1.265953, -1.160457, -1.160457],
+            [-1.054961],
+        ]
+    )
+    torch.testing.assert_close(A, expected, atol=1e-5, rtol=0)
+    total, grad, _ = worked.loss_and_grad(gtpo, cfg, batch, logp)
+    assert total == pytest.approx(-0.009504, abs=1e-5)
+    expected = worked.rows(
+        [
+            [-0.075458, -0.096741],
+            [-0.086188, -0.077393, -0.077393, -0.077393],
+            [0.113936, 0.0, 0.116046],
+            [0.158244],
+        ]
+    )
+    torch.testing.assert_close(grad, expected, atol=1e-5, rtol=0)

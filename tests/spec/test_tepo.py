@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from refimpl import core
 from refimpl.algorithms import dapo, gspo, tepo
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import batch_and_policy, rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -391,3 +392,32 @@ def test_kl_mask_ignores_entropy_changes_within_the_tolerance(x):
     room = (H_old >= 2 * tau) & (H_old <= 100)
     M = tepo.kl_mask(adv, torch.where(room, H_old - 2 * tau, H_old), H_old, m, cfg).bool()
     assert torch.equal(M, m.bool() & (adv > 0) & room)
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/tepo.md`` (defaults), each
+    derived by hand on the page."""
+    batch, logp = worked.batch()
+    cfg = tepo.Config()
+    a = 0.866025
+    adv = tepo.advantages(batch, cfg)
+    torch.testing.assert_close(
+        adv, worked.rows([[a] * 2, [a] * 4, [-a] * 3, [-a]]), atol=1e-5, rtol=0
+    )
+    s = torch.exp(core.sequence_log_ratio(logp, batch.logp_old, batch.response_mask))
+    torch.testing.assert_close(s, torch.tensor([1.172604, 1.0, 0.877205, 1.5]), atol=1e-5, rtol=0)
+    entropy = worked.rows(worked.ENTROPY_NOW)
+    M = tepo.kl_mask(adv, entropy, batch.entropy_old, batch.response_mask, cfg)
+    torch.testing.assert_close(M, worked.rows([[0, 1], [1, 0, 0, 0], [0, 0, 0], [0]]))
+    total, grad, metrics = worked.loss_and_grad(tepo, cfg, batch, logp, entropy=entropy)
+    assert total == pytest.approx(-0.191518, abs=1e-5)
+    assert metrics["kl_mask_frac"] == pytest.approx(0.2)
+    expected = worked.rows(
+        [
+            [-0.101550, -0.100750],
+            [-0.085803, -0.086603, -0.086603, -0.086603],
+            [0.075968] * 3,
+            [0.129904],
+        ]
+    )
+    torch.testing.assert_close(grad, expected, atol=1e-5, rtol=0)
