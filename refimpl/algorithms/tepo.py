@@ -183,15 +183,21 @@ def policy_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor, ratio: str) -> Te
 
 
 def kl_mask(
-    adv: Tensor, entropy: Tensor | None, entropy_old: Tensor, mask: Tensor, cfg: Config
+    adv: Tensor,
+    entropy: Tensor | None,
+    entropy_old: Tensor,
+    mask: Tensor,
+    cfg: Config | None = None,
 ) -> Tensor:
     """``[B, T]`` float ``M[i,t] = 1[A[i,t] > 0] · 1[entropy decreased at (i,t)]``, 0 on padding.
 
+    The same rule as :func:`loss` applies with ``cfg`` (default: ``Config()``).
     "Decreased" (τ = ``cfg.entropy_decrease_tol``, ``<`` or ``≤`` by ``cfg.entropy_strict``):
     ``entropy_source="current"``: ``H_θ[i,t] < H_old[i,t] − τ`` with ``H_θ = entropy`` (the
     current policy's, detached: the mask selects tokens, it carries no gradient);
     ``"sequence"``: ``H_old[i,t] < H_old[i,t−1] − τ``, false at a completion's first token.
     """
+    cfg = Config() if cfg is None else cfg
     positive = adv.detach() > 0
     tol = cfg.entropy_decrease_tol
     if cfg.entropy_source == "current":
