@@ -266,11 +266,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig):
         self.cfg = cfg
         self.algo, self.task, self.budget, self.acfg = resolve(cfg)
-        if (
-            getattr(self.acfg, "kl_mask", False)
-            and self.acfg.kl_coef > 0
-            and cfg.ppo_epochs * cfg.minibatches == 1
-        ):
+        if core.reads_current_entropy(self.acfg) and cfg.ppo_epochs * cfg.minibatches == 1:
             warnings.warn(
                 "TEPO's KL mask compares the current entropy with the rollout's; with one "
                 "update per rollout (--ppo-epochs 1 --minibatches 1) the policy never moves "

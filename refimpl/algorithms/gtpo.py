@@ -57,10 +57,11 @@ Assumptions [A] (each is a Config field; ``docs/fidelity.md`` lists them)
   whole group, so A[j,t] = (0 − mean(R⁺)) / (std(R⁺) + eps): one normalisation over all the
   group's tokens. With ``stats="subgroup"`` it is O⁻'s tokens, all 0, so A[j,t] = 0: failed
   completions get no gradient. (Normalising the 0 with O⁺'s statistics instead, a set it does
-  not belong to, is unbounded: about −21 in a typical group and −1.1e6 when two successful
-  entropies differ by one float32 ulp.) So every advantage is the z-score of a member of the
-  set whose statistics it uses, and |A| ≤ (L − 1)/√L with L the size of that set
-  (Samuelson's inequality with the unbiased std), at most the group's active-token count.
+  not belong to, is unbounded: −34.8 in the worked example of ``docs/algorithms/gtpo.md`` and
+  −1.1e6 when two successful entropies differ by one float32 ulp.) So every advantage is the
+  z-score of a member of the set whose statistics it uses, and |A| ≤ (L − 1)/√L with L the
+  size of that set (Samuelson's inequality with the unbiased std), at most the group's
+  active-token count.
 * ``entropy_eps``: every entropy is floored as H̃ = H + eps_H on *both* sides, so that 1/H̃ is
   finite and a position where all entropies are 0 splits the bonus uniformly (the limit of
   equal entropies). Conservation stays exact; invariance to scaling all entropies by c > 0 is
