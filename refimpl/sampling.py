@@ -5,8 +5,9 @@ completion for each copy, score them, and compare completions *within* a group. 
 tokens, the losses need two numbers per generated token from the policy that sampled it
 (``π_old``):
 
-* ``logp_old[i,t] = log π_old(o_{i,t} | q, o_{i,<t})``, the denominator of the importance
-  ratio ``w = π_θ / π_old``;
+* ``logp_old[i,t] = log μ(o_{i,t} | q, o_{i,<t})`` under the distribution ``μ`` the token was
+  actually drawn from (the behaviour policy), the denominator of the importance ratio
+  ``w = π_θ / μ``;
 * ``entropy_old[i,t] = H(π_old(· | q, o_{i,<t}))`` over the **full vocabulary**, which the
   entropy-weighted algorithms (GTPO, GRPO-S) turn into token-level credit.
 
@@ -16,13 +17,15 @@ quantities for the policy being trained, in one forward pass with gradient.
 
 Temperature, top-k and top-p
 ----------------------------
-The recorded distribution is the *temperature-scaled* one, ``softmax(logits / τ)``: with
+The sampling distribution is the *temperature-scaled* one, ``softmax(logits / τ)``: with
 ``τ ≠ 1`` the policy being optimised is the tempered model, and ``policy_logprobs`` must be
-called with the same ``temperature`` (verl and TRL do the same). Top-k / top-p truncation is
-applied *after* recording, only to the distribution the token is drawn from: the records
-describe the untruncated policy, so with truncation the rollout is slightly off-policy
-relative to them (a token outside the nucleus is never sampled, though it has probability
-under ``π_old``). Leave ``top_k`` / ``top_p`` unset for RL; they are there for evaluation.
+called with the same ``temperature`` (verl and TRL do the same). With top-k / top-p the token
+is drawn from the truncated, renormalised distribution ``μ``, and ``logp_old`` records ``log μ``
+of the drawn token: the probability it was actually sampled with, so ``w = π_θ / μ`` is the
+correct importance ratio. Right after sampling it is then not 1 but the mass ``π_θ`` puts on
+the kept tokens (≤ 1). ``entropy_old`` stays the *untruncated* distribution's entropy (the
+policy's uncertainty, which GTPO and TEPO read and compare with ``policy_logprobs``).
+Leave ``top_k`` / ``top_p`` unset for on-policy RL; they are there for evaluation.
 
 Layout of a batch
 -----------------
@@ -87,10 +90,11 @@ class Samples:
         response_ids: ``[B, T]`` long, generated tokens, ``pad_id`` after the EOS.
         response_mask: ``[B, T]`` float32, 1.0 on generated tokens *including* the EOS, 0.0
             after it; a row that reached ``max_new_tokens`` without EOS is all ones.
-        logp_old: ``[B, T]`` float32, log-prob of each generated token under the
-            temperature-scaled rollout policy; 0 on padding.
-        entropy_old: ``[B, T]`` float32, full-vocabulary entropy of that distribution at each
-            position; 0 on padding.
+        logp_old: ``[B, T]`` float32, log-prob of each generated token under the distribution
+            it was drawn from (temperature-scaled, truncated by top-k/top-p when set); 0 on
+            padding.
+        entropy_old: ``[B, T]`` float32, full-vocabulary entropy of the temperature-scaled
+            distribution (before truncation) at each position; 0 on padding.
         truncated: ``[B]`` bool, the row hit the token budget without emitting EOS.
         group_size: ``G``.
     """
@@ -252,8 +256,9 @@ def sample_groups(
         eos_id, pad_id: end-of-sequence and padding token ids (``pad_id`` fills the left of
             short prompts and the right of short responses; it is never attended to).
         temperature: sample from and record ``softmax(logits / temperature)``.
-        top_k, top_p: optional truncation of the sampling distribution (not of the records;
-            see the module docstring).
+        top_k, top_p: optional truncation of the sampling distribution; ``logp_old`` records
+            the truncated distribution's log-probs, ``entropy_old`` the untruncated entropy
+            (see the module docstring).
         generator: seeded ``torch.Generator`` (any device) for reproducible sampling.
         use_cache: decode incrementally with the KV cache; ``False`` recomputes the whole
             prefix at every step (slow; kept for the benchmark and as a test oracle).
@@ -346,12 +351,15 @@ def sample_groups(
                     use_cache=True,
                 )
                 logits, cache = _logits_and_cache(output)
-            # Record the temperature-scaled distribution, in float32, *before* truncation.
+            # The temperature-scaled distribution in float32: its entropy before truncation,
+            # the log-prob of the drawn token under the (truncated) distribution sampled from.
             scaled = logits[:, -1, :].float() / temperature
             logp_all = F.log_softmax(scaled, dim=-1)
             entropy = _entropy_from_logp(logp_all)
-            probs = _truncate(scaled, top_k, top_p).softmax(dim=-1)
-            token = _draw(probs, generator)
+            truncated = _truncate(scaled, top_k, top_p)  # `scaled` itself without top-k/top-p
+            token = _draw(truncated.softmax(dim=-1), generator)
+            if truncated is not scaled:
+                logp_all = F.log_softmax(truncated, dim=-1)  # μ, the distribution sampled from
 
             alive = ~finished
             token = torch.where(alive, token, torch.full_like(token, pad_id))

@@ -602,11 +602,7 @@ class Trainer:
                         f"{cfg.run_dir / 'config.json'}: algo_config does not fit "
                         f"{cfg.algo}.Config ({err})"
                     ) from None
-        if (
-            getattr(self.acfg, "kl_mask", False)
-            and self.acfg.kl_coef > 0
-            and cfg.ppo_epochs * cfg.minibatches == 1
-        ):
+        if core.reads_current_entropy(self.acfg) and cfg.ppo_epochs * cfg.minibatches == 1:
             warnings.warn(
                 "TEPO's KL mask compares the current entropy with the rollout's; with one "
                 "update per rollout (--ppo-epochs 1 --minibatches 1) the policy never moves "
@@ -702,6 +698,22 @@ class Trainer:
                 generator=generator,
             )
 
+    @torch.no_grad()
+    def _entropy_fp32(self, samples: Samples, rows: Any) -> torch.Tensor:
+        """The current model's entropy at every response position of ``samples[rows]``, from a
+        float32 forward pass (no autocast), for TEPO's entropy comparison under bf16."""
+        _, entropy = policy_logprobs(
+            self.model,
+            samples.prompt_ids[rows],
+            samples.prompt_mask[rows],
+            samples.response_ids[rows],
+            samples.response_mask[rows],
+            temperature=self.cfg.temperature,
+            with_entropy=True,
+            group_size=self.cfg.group_size,
+        )
+        return entropy  # type: ignore[return-value]
+
     def rollout(self) -> tuple[Samples, torch.Tensor, dict[str, float]]:
         """Sample, score and (when asked) filter to informative groups."""
         cfg, G, N = self.cfg, self.cfg.group_size, self.cfg.prompts_per_step
@@ -729,8 +741,8 @@ class Trainer:
             if not dynamic:
                 kept_samples, kept_rewards, kept = [samples], [rewards], N
                 break
-            # DAPO dynamic sampling: keep groups with 0 < #successful < G.
-            keep = core.informative_groups(rewards, G, getattr(self.acfg, "success_threshold", 0.5))
+            # DAPO dynamic sampling: keep groups with 0 < #successful < G (outcome rewards).
+            keep = core.informative_groups(rewards, G, self.acfg.success_threshold)
             keep[torch.cumsum(keep.long(), 0) > N - kept] = False  # never more than N groups
             if keep.any():
                 s, r = take_groups(samples, rewards, keep, G)
@@ -774,10 +786,13 @@ class Trainer:
         rewards = rewards.to(self.device)
         lengths = samples.response_mask.sum(1)
         outcome = rewards.clone()
-        if getattr(acfg, "overlong_shaping", False):
-            # DAPO Eq. 13: soft length penalty added to the reward.
-            cache_len = max(1, round(acfg.overlong_cache_frac * self.budget))
-            rewards = rewards + core.overlong_penalty(lengths, self.budget, cache_len)
+        # DAPO Eq. 13 when cfg.overlong_shaping: the soft length penalty, on the outcome's scale.
+        rewards = core.shape_rewards(outcome, lengths, self.budget, acfg)
+        fp32_entropy = core.reads_current_entropy(acfg) and cfg.dtype == "bfloat16"
+        if fp32_entropy:
+            # TEPO's mask compares H_θ with H_old to τ = 1e-4 nats; bf16 logits move each by
+            # up to ~7e-3, so both are computed in float32 (here H_old, below H_θ).
+            samples.entropy_old = self._entropy_fp32(samples, slice(None))
         t0 = time.perf_counter()
         logp_ref = None
         if self.reference is not None:
@@ -793,6 +808,7 @@ class Trainer:
                     group_size=G,
                 )
         batch = samples.to_rollout_batch(rewards, G, logp_ref=logp_ref)
+        batch = batch.replace(outcome_rewards=outcome)  # success stays the outcome's
         adv = self.algo.advantages(batch, acfg)
         loss_mask = batch.response_mask
         if getattr(acfg, "overlong_filter", False):
@@ -805,12 +821,13 @@ class Trainer:
         loss_metrics: list[dict[str, float]] = []
         grad_norms = []
         n_groups = batch.num_groups
-        per_mb = max(1, n_groups // cfg.minibatches)
         for _epoch in range(cfg.ppo_epochs):
-            for start in range(0, n_groups, per_mb):
+            # Minibatch sizes differ by at most one group (fewer groups than minibatches:
+            # one group each), however many groups dynamic sampling kept.
+            for groups in core.split_groups(n_groups, cfg.minibatches):
                 keep = torch.zeros(n_groups, dtype=torch.bool, device=self.device)
-                keep[start : start + per_mb] = True
-                mb = batch.select_groups(keep) if per_mb < n_groups else batch
+                keep[groups.start : groups.stop] = True
+                mb = batch.select_groups(keep) if len(groups) < n_groups else batch
                 rows = keep.repeat_interleave(G)
                 with self.autocast():
                     logp, entropy = policy_logprobs(
@@ -824,6 +841,8 @@ class Trainer:
                         group_size=G,
                     )
                 logp.retain_grad()  # ∂L/∂logp: the per-token weight this update applies
+                if fp32_entropy:
+                    entropy = self._entropy_fp32(samples, rows)
                 loss, lm = self.algo.loss(mb, logp, adv[rows], acfg, entropy=entropy.detach())
                 if not torch.isfinite(loss):
                     raise NonFiniteLossError(

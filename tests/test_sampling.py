@@ -212,8 +212,8 @@ def test_entropy_from_logits() -> None:
 
 
 def test_greedy_truncation_picks_the_argmax(model: GPT) -> None:
-    """top_k=1 (and a tiny top_p) sample the most likely token; the records still describe
-    the untruncated policy, so logp_old < 0 while the draw was certain."""
+    """top_k=1 (and a tiny top_p) sample the most likely token; logp_old records the
+    distribution the token was drawn from, where the draw was certain: log 1 = 0."""
     for truncation in (dict(top_k=1), dict(top_p=1e-6)):
         s = sample(model, seed=1, max_new_tokens=6, **truncation)
         ids = torch.cat([s.prompt_ids, s.response_ids], dim=1)
@@ -221,7 +221,7 @@ def test_greedy_truncation_picks_the_argmax(model: GPT) -> None:
         logits = model(ids, mask)[:, s.prompt_ids.shape[1] - 1 : -1]
         real = s.response_mask.bool()
         assert torch.equal(logits.argmax(-1)[real], s.response_ids[real])
-        assert (s.logp_old[real] < -1e-3).all()
+        assert (s.logp_old[real] == 0).all()
 
 
 def test_top_k_restricts_support(model: GPT) -> None:

@@ -1,4 +1,4 @@
-"""One file per algorithm, each honouring the contract in ``shared/DESIGN.md``:
+"""One file per algorithm, each with the same contract:
 
 ``Config`` (frozen dataclass of paper defaults), ``advantages(batch, cfg)``,
 ``reference_advantages(batch, cfg)`` and ``loss(batch, logp, adv, cfg, entropy=None)``.

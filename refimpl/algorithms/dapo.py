@@ -11,8 +11,8 @@ succeed or all fail (their advantage is zero, so they only shrink the batch), av
 over *tokens* rather than sequences (long answers are not under-weighted), and penalise
 completions that run into the length budget softly instead of with a cliff.
 
-Equations (ALGORITHMS.md, "DAPO")
----------------------------------
+Equations
+---------
     Advantage (Eq. 9), as GRPO:
         A_i = (r_i − mean_G r) / (std_G r + eps)             broadcast to every token of o_i
 
@@ -25,32 +25,46 @@ Equations (ALGORITHMS.md, "DAPO")
     Aggregation "token-mean" (Eq. 8/12's 1/Σ_i|o_i| Σ_i Σ_t):
         L = Σ_{i,t} m[i,t] ℓ[i,t] / Σ_{i,t} m[i,t]
 
-    Dynamic sampling (Eq. 11), applied by the trainer with ``core.informative_groups``:
-        keep a group only if 0 < |{o_i : o_i successful}| < G
+    Dynamic sampling (Eq. 11), applied by the trainer with ``core.informative_groups`` on
+    the outcome rewards:
+        keep a group only if 0 < |{o_i : r_i ≥ success_threshold}| < G
 
     Soft overlong punishment (Eq. 13), added to r_i by the trainer with
-    ``core.overlong_penalty`` before the advantage is computed:
+    ``core.shape_rewards`` after dynamic sampling and before the advantage:
         R_len(|o|) = 0                                 if |o| ≤ L_max − L_cache
                    = ((L_max − L_cache) − |o|) / L_cache    if L_max − L_cache < |o| ≤ L_max
                    = −1                                if |o| > L_max
+        r̃_i = r_i + c·R_len(|o_i|),   c = half the reward range (0.5 for {0, 1} rewards)
 
 Relative to GRPO
 ----------------
 Only the configuration changes: ``clip_eps_high`` 0.2 → 0.28 (clip-higher), ``kl_coef``
 0.04 → 0, ``loss_agg_mode`` seq-mean-token-mean → token-mean, ``dynamic_sampling`` and
 ``overlong_shaping`` on. The advantage and the loss code are GRPO's line for line; the two
-batch-level mechanisms live once in ``core`` and the trainer (they need the sampler and the
-length budget ``L_max``, which an advantage function does not see).
+batch-level mechanisms live once in ``core`` (``informative_groups``, ``shape_rewards``),
+called by the trainers (they need the sampler and the length budget ``L_max``, which an
+advantage function does not see).
 
 Assumptions
 -----------
-The paper uses ±1 rewards; with group normalisation that is the same advantage as {0, 1}
-rewards (an affine map of r), so the toy tasks' {0, 1} rewards are used unchanged [C].
-Dynamic sampling counts *successful* completions (``r ≥ success_threshold``, default 0.5
-[A]), as Eq. 11 counts correct answers, not "reward std > 0": after overlong shaping the
-rewards of an all-wrong group can differ, and such a group must still be dropped.
+The paper's rewards are ±1; the toy tasks' are {0, 1}. Group normalisation is invariant to
+an affine map of r, but only if the *whole* reward is mapped: DAPO's shaped reward
+(2r − 1) + R_len equals 2·(r + R_len/2) − 1, so the penalty is added at half its size,
+``overlong_penalty_scale = 0.5`` (half the reward range). Then the shaped rewards of (correct,
+truncated correct, wrong, truncated wrong) are 1, 0.5, 0, −0.5, an affine image of DAPO's
+1, 0, −1, −2, and every advantage is DAPO's [C]. (Adding R_len at full size to {0, 1} would
+double the penalty relative to the correct/wrong gap and tie a truncated correct answer,
+1 − 1 = 0, with a short wrong one.)
+Dynamic sampling counts *successful* completions on the outcome rewards (``r ≥
+success_threshold``, 0.5 [A]), as Eq. 11 counts correct answers, not "reward std > 0": after
+shaping the rewards of an all-wrong group can differ, and such a group must still be dropped.
+Order in every trainer: outcome → dynamic sampling → shaping → advantages → overlong filter
+(which masks truncated rows out of the loss; they still count in their group's statistics).
 ``L_cache / L_max`` = 4096 / 20480 = 0.2 as in the paper; the toy ``L_max`` is the trainer's
 generation budget [C].
+
+Worked example: ``docs/algorithms/dapo.md`` computes one group by hand;
+``tests/spec/test_dapo.py::test_worked_example`` checks every number of it.
 """
 
 from __future__ import annotations
@@ -65,6 +79,9 @@ from refimpl.core import RolloutBatch
 
 NAME = "dapo"
 
+#: Aggregations the loss supports (its loss is per token; L_max-normalisation is Dr. GRPO's).
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -74,15 +91,17 @@ class Config:
     clip_eps_high: float = 0.28  # ε_high > ε_low: clip-higher (§3.1) [C]
     kl_coef: float = 0.0  # β: the KL term is removed (§2.3) [C]
     loss_agg_mode: str = "token-mean"  # token-level policy gradient loss (§3.3, Eq. 12) [C]
-    eps: float = core.EPS  # in the std denominator (verl/TRL) [C]
+    eps: float = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling (Eq. 11) [A]
     dynamic_sampling: bool = True  # keep groups with 0 < #successful < G (§3.2, Eq. 11) [C]
     overlong_shaping: bool = True  # soft overlong punishment added to r (§3.4, Eq. 13) [C]
     overlong_cache_frac: float = 0.2  # L_cache / L_max = 4096 / 20480 (§4.1) [C]
+    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
     overlong_filter: bool = False  # mask truncated completions out of the loss (§3.4); the
     #                                paper's final recipe uses the soft punishment instead [C]
 
     def __post_init__(self) -> None:
-        core.check_config(self)
+        core.check_config(self, LOSS_AGG_MODES)
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:

@@ -12,8 +12,8 @@ it is (so wrong answers grow long), and dividing the advantage by the group's re
 up-weights prompts that are too easy or too hard. Dr. GRPO removes both: advantages are plain
 centred rewards and every token weighs the same constant ``1/(B·L_max)``.
 
-Equations (ALGORITHMS.md, "Dr. GRPO")
--------------------------------------
+Equations
+---------
     Advantage (§3.2, GRPO's Eq. 2 with the std denominator removed):
         A_i = r_i − mean_G r                                 broadcast to every token of o_i
 
@@ -40,7 +40,12 @@ Assumptions
 it is ``None`` the loss uses the batch's padded width ``T``, which is a constant only if the
 trainer pads every batch to the budget; otherwise the per-token weight would change from batch
 to batch [A]. A group whose rewards are all equal has ``A_i = 0`` exactly (no rounding
-residue from the mean) [C].
+residue from the mean) [C]. The names of the aggregation modes are verl's; with verl 0.9.1
+its ``seq-mean-token-sum-norm`` with ``loss_scale_factor = L_max`` is this formula (older
+verl releases left out the ``1/B'``).
+
+Worked example: ``docs/algorithms/dr_grpo.md`` computes one group by hand;
+``tests/spec/test_dr_grpo.py::test_worked_example`` checks every number of it.
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ from refimpl.core import RolloutBatch
 
 NAME = "dr_grpo"
 
+#: Aggregations the loss supports (its loss is per token).
+LOSS_AGG_MODES = ("seq-mean-token-sum-norm", "seq-mean-token-mean", "token-mean")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -65,13 +73,15 @@ class Config:
     kl_coef: float = 0.0  # β: no KL term in the R1-Zero recipe (§4) [C]
     loss_agg_mode: str = "seq-mean-token-sum-norm"  # §3.2: constant normaliser, no 1/|o_i| [C]
     max_len: int | None = None  # L_max, the generation budget; None → the batch's T [A]
+    success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; not part of Dr. GRPO [C]
     overlong_shaping: bool = False  # DAPO's length penalty; not part of Dr. GRPO [C]
     overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
+    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
     overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
 
     def __post_init__(self) -> None:
-        core.check_config(self)
+        core.check_config(self, LOSS_AGG_MODES)
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:

@@ -2,7 +2,8 @@
 
 Paper: Chu et al., "GPG: A Simple and Strong Reinforcement Learning Baseline for Model
 Reasoning", arXiv 2504.02546 (v3; ICLR 2026), §3. Confidence: [C] (paper and the authors'
-AMAP-ML/GPG code, also registered in verl as ``adv_estimator: gpg`` / ``loss_mode: gpg``).
+AMAP-ML/GPG code). verl registers a ``gpg`` estimator and loss with a *different* α (see
+Assumptions).
 
 Idea
 ----
@@ -12,8 +13,8 @@ keeps the gradient estimate unbiased in scale: rows of groups whose rewards are 
 contribute nothing, so the loss is scaled up by ``α = B / (B − M)`` to average over the rows
 that do carry signal ("accurate gradient estimation").
 
-Equations (ALGORITHMS.md, "GPG")
---------------------------------
+Equations
+---------
     Advantage (§3, F_norm = 1 by default, or the group std with ``normalize_std``):
         A_i = (r_i − mean_G r) / F_norm                      broadcast to every token of o_i
 
@@ -40,9 +41,18 @@ Assumptions
 ``M`` counts rows of zero-variance groups in the batch passed to the loss (the trainer does
 not filter groups for GPG: ``dynamic_sampling`` is off) [C]. α is computed from
 ``batch.rewards``; the paper's optional threshold on the fraction of such rows is not
-implemented [A]. The loss value depends on ``logp`` itself (it is not 0 on policy); only its
+implemented. The loss value depends on ``logp`` itself (it is not 0 on policy); only its
 gradient is meaningful. Ratio metrics are reported for monitoring; nothing is clipped, so the
 clip fractions are 0 by construction.
+
+verl 0.9.1's ``gpg`` estimator differs: it folds ``α = B / count_nonzero(r)`` into the
+advantages, counting rows with a *non-zero reward* over the whole batch (with {0, 1} rewards:
+B over the number of correct answers), not rows of groups with non-zero variance; ours is
+``B/(B − M)`` on the batch the loss sees (a minibatch, in the toy trainer).
+``tests/spec/test_peers.py`` pins the difference when verl is installed.
+
+Worked example: ``docs/algorithms/gpg.md`` computes one group by hand;
+``tests/spec/test_gpg.py::test_worked_example`` checks every number of it.
 """
 
 from __future__ import annotations
@@ -57,6 +67,9 @@ from refimpl.core import RolloutBatch
 
 NAME = "gpg"
 
+#: Aggregations the loss supports (its loss is per token; L_max-normalisation is Dr. GRPO's).
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -65,14 +78,16 @@ class Config:
     kl_coef: float = 0.0  # β: no KL and no reference model (§3) [C]
     loss_agg_mode: str = "token-mean"  # 1/Σ|o_i| Σ_i Σ_t (§3; verl's gpg loss) [C]
     normalize_std: bool = False  # F_norm = std_G r instead of 1 (§3, off by default) [C]
-    eps: float = core.EPS  # in the std denominator when normalize_std is on (verl/TRL) [C]
+    eps: float = core.EPS  # in the std denominator when normalize_std is on (verl's) [C]
+    success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; GPG keeps all groups and rescales by α [C]
     overlong_shaping: bool = False  # DAPO's length penalty; not part of GPG [C]
     overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
+    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
     overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
 
     def __post_init__(self) -> None:
-        core.check_config(self)
+        core.check_config(self, LOSS_AGG_MODES)
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:

@@ -10,8 +10,8 @@ the group itself as the baseline: a completion's advantage is how much better it
 than its siblings', in units of the group's spread. Every token of a completion receives that
 same advantage; there is no token-level credit assignment.
 
-Equations (ALGORITHMS.md, "GRPO")
----------------------------------
+Equations
+---------
     Advantage (§4.1.2, outcome supervision):
         A_i = (r_i − mean_G r) / (std_G r + eps)             broadcast to every token of o_i
 
@@ -32,8 +32,11 @@ shows what the other algorithm changes.
 
 Assumptions
 -----------
-None beyond the shared notation: unbiased group std and ``eps = 1e-6`` in the denominator
-(verl and TRL do the same) [C].
+None beyond the shared notation: unbiased group std (verl and TRL) and ``eps = 1e-6`` in the
+denominator (verl's value; TRL 1.16 adds 1e-4) [C].
+
+Worked example: ``docs/algorithms/grpo.md`` computes one group by hand;
+``tests/spec/test_grpo.py::test_worked_example`` checks every number of it.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ from refimpl.core import RolloutBatch
 
 NAME = "grpo"
 
+#: Aggregations the loss supports (its loss is per token; L_max-normalisation is Dr. GRPO's).
+LOSS_AGG_MODES = ("seq-mean-token-mean", "token-mean")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -57,14 +63,16 @@ class Config:
     clip_eps_high: float = 0.2  # ε [C]
     kl_coef: float = 0.04  # β, KL penalty to the reference policy (§4.2) [C]
     loss_agg_mode: str = "seq-mean-token-mean"  # Eq. 3: 1/G Σ_i 1/|o_i| Σ_t [C]
-    eps: float = core.EPS  # in the std denominator (verl/TRL) [C]
+    eps: float = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; not part of GRPO [C]
     overlong_shaping: bool = False  # DAPO's length penalty; not part of GRPO [C]
     overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
+    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
     overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
 
     def __post_init__(self) -> None:
-        core.check_config(self)
+        core.check_config(self, LOSS_AGG_MODES)
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:

@@ -13,9 +13,9 @@ more exploratory (higher mean entropy) ones get a larger reward; among the wrong
 more confident (lower mean entropy) ones get the larger penalty. The loss is a sequence-level
 clipped surrogate on the mean token ratio, which the paper finds more stable on long CoT.
 
-Equations (ALGORITHMS.md, "GRPO-S"; our sources do not pin v6's numbers for GRPO-S, so each
-line cites the GTPO equation it is the per-sequence analogue of)
---------------------------------------------------------------------------------------------
+Equations (our sources do not pin v6's numbers for GRPO-S, so each line cites the GTPO
+equation it is the per-sequence analogue of)
+-----------------------------------------------------------------------------------------
     Non-empty completions only (|o_i| > 0) [A];  O⁺ = { i : r_i ≥ success_threshold },
     O⁻ = the rest;  n = |O⁺|,  m = |O⁻|.
     Mean entropy:  Ĥ_i = (1/|o_i|) Σ_t m[i,t] H[i,t],   H̃_i = Ĥ_i + eps_H  [A]
@@ -51,9 +51,17 @@ Assumptions [A] (each is a Config field; ``docs/fidelity.md`` lists them)
 * Empty completions (|o_i| = 0) have no mean entropy: they are excluded from O⁺/O⁻, from n
   and m, from the statistics and from the loss, and get advantage 0.
 * ``negative_shaping``: as GTPO, ``"v6"`` (default) is the failed reward above; ``"none"``
-  sets r̂⁻ ≡ 0 and a failed completion gets the R̂⁺ normalisation of a reward of 0.
+  sets r̂⁻ ≡ 0 and a failed completion gets the normalisation of its reward 0 within its own
+  set: with ``stats="group"`` the R̂⁺ normalisation over the group, −mean(R̂⁺)/(std(R̂⁺) + eps);
+  with ``"subgroup"`` O⁻'s zeros among themselves, 0. Every advantage is then the z-score of a
+  member of the set whose statistics it uses: |Â| ≤ (G − 1)/√G (Samuelson's inequality).
 * ``entropy_eps``: H̃_i = Ĥ_i + eps_H on both sides (finite 1/H̃, uniform split at H = 0).
-* ``ratio``: ALGORITHMS.md gives the arithmetic mean [S]; ``"geometric"`` is GSPO's s_i.
+* ``ratio``: the arithmetic mean, as the secondary sources restate it [S]; ``"geometric"`` is
+  GSPO's s_i.
+* ``success_threshold``: decided on the outcome reward before any shaping, as GTPO.
+
+Worked example: ``docs/algorithms/grpo_s.md`` computes one group by hand;
+``tests/spec/test_grpo_s.py::test_worked_example`` checks every number of it.
 """
 
 from __future__ import annotations
@@ -71,6 +79,8 @@ NAME = "grpo_s"
 STATS = ("group", "subgroup")
 NEGATIVE_SHAPING = ("v6", "none")
 RATIOS = ("arithmetic", "geometric")
+#: Aggregations the loss supports (one loss per sequence).
+LOSS_AGG_MODES = ("seq-mean",)
 
 
 @dataclass(frozen=True)
@@ -82,20 +92,21 @@ class Config:
     stats: str = "group"  # completions entering mean/std of R̂⁺, R̂⁻ in the advantage [A]
     negative_shaping: str = "v6"  # "v6" = failed reward above; "none" = r̂⁻ ≡ 0 [A]
     ratio: str = "arithmetic"  # ŵ_i: mean of token ratios [S]; "geometric" = GSPO's s_i [A]
-    success_threshold: float = 0.5  # r_i ≥ this ⇒ i ∈ O⁺ (binary rewards) [A]
     entropy_eps: float = core.EPS  # H̃_i = Ĥ_i + eps_H, so 1/H̃ is finite [A]
     clip_eps_low: float = 0.2  # ε_low, DAPO clip-higher [S]
     clip_eps_high: float = 0.28  # ε_high, DAPO clip-higher [S]
     kl_coef: float = 0.0  # β: no KL term [S]
     loss_agg_mode: str = "seq-mean"  # GRPO-S objective: 1/G Σ_i ℓ_i, one loss per sequence [S]
-    eps: float = core.EPS  # in the std denominators of the advantage (verl/TRL) [C]
+    eps: float = core.EPS  # in the std denominators (verl's; TRL uses 1e-4) [C]
+    success_threshold: float = 0.5  # r_i ≥ this ⇒ i ∈ O⁺, and for dynamic sampling [A]
     dynamic_sampling: bool = True  # DAPO's filter 0 < #successful < G, as GTPO [A]
     overlong_shaping: bool = False  # DAPO's length penalty; not used by the paper [A]
     overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
+    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
     overlong_filter: bool = False  # DAPO's truncated-sample masking; off [A]
 
     def __post_init__(self) -> None:
-        core.check_config(self)
+        core.check_config(self, LOSS_AGG_MODES)
         for name in ("beta_1", "beta_2"):
             value = getattr(self, name)
             core.require(
@@ -106,11 +117,6 @@ class Config:
         core.require_choice(self.stats, "Config.stats", STATS)
         core.require_choice(self.negative_shaping, "Config.negative_shaping", NEGATIVE_SHAPING)
         core.require_choice(self.ratio, "Config.ratio", RATIOS)
-        core.require(
-            self.loss_agg_mode == "seq-mean",
-            "Config.loss_agg_mode",
-            f"'seq-mean' (GRPO-S has one loss per sequence), got {self.loss_agg_mode!r}",
-        )
         core.require(
             isinstance(self.entropy_eps, (int, float)) and 0.0 < self.entropy_eps < float("inf"),
             "Config.entropy_eps",
@@ -130,7 +136,7 @@ def sequence_rewards(batch: RolloutBatch, cfg: Config) -> tuple[Tensor, Tensor]:
     mask = batch.response_mask
     nonempty = core.group_view(mask.sum(dim=1) > 0, G)  # [N, G]
     rewards = core.group_view(batch.rewards.to(torch.float64), G)
-    success = core.group_view(core.success(batch.rewards, cfg.success_threshold), G)
+    success = core.group_view(core.successful(batch, cfg.success_threshold), G)
     in_plus = nonempty & success  # O⁺
     in_minus = nonempty & ~success  # O⁻
     # Ĥ_i = (1/|o_i|) Σ_t H[i,t] over the completion's own tokens (π_old's, detached), + eps_H.
@@ -161,7 +167,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     completion's value on every one of its tokens."""
     G = batch.group_size
     nonempty = core.group_view(batch.response_mask.sum(dim=1) > 0, G)  # [N, G]
-    success = core.group_view(core.success(batch.rewards, cfg.success_threshold), G)
+    success = core.group_view(core.successful(batch, cfg.success_threshold), G)
     r_hat_plus, r_hat_minus = (core.group_view(r, G) for r in sequence_rewards(batch, cfg))
 
     # Which completions enter the statistics [A]: "group" = all non-empty completions (the
@@ -172,10 +178,10 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
         set_plus, set_minus = nonempty & success, nonempty & ~success
     # v6 Eq. 6 per sequence; a set with < 2 members or zero variance gives 0.
     A_plus = core.masked_zscore(r_hat_plus, set_plus, cfg.eps)
-    if cfg.negative_shaping == "v6":
-        A_minus = core.masked_zscore(r_hat_minus, set_minus, cfg.eps)
-    else:
-        A_minus = A_plus  # r̂⁻ ≡ 0: the R̂⁺ normalisation of a zero reward [A]
+    # A failed completion is normalised with the statistics of its own set: "none" gives it
+    # r̂⁺ = 0, the early form's one reward [A] ("subgroup": O⁻'s zeros, hence 0).
+    failed_rewards = r_hat_minus if cfg.negative_shaping == "v6" else r_hat_plus
+    A_minus = core.masked_zscore(failed_rewards, set_minus, cfg.eps)
     A_hat = core.masked(torch.where(success, A_plus, A_minus), nonempty).reshape(-1)
     # Sequence-level advantage: every token of o_i gets Â_i; padding gets exactly 0.
     return core.broadcast_to_tokens(A_hat, batch.response_mask)
@@ -187,6 +193,7 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     G = batch.group_size
     A = torch.zeros(B, T, dtype=torch.float32)
     r = batch.rewards.tolist()
+    outcome = r if batch.outcome_rewards is None else batch.outcome_rewards.tolist()
     mask = batch.response_mask.tolist()
     H = batch.entropy_old.tolist()
     beta_1, beta_2 = cfg.beta_1, cfg.beta_2
@@ -197,8 +204,8 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
             length = sum(mask[i])
             H_hat[i] = sum(H[i][t] for t in range(T) if mask[i][t] == 1) / length
             H_hat[i] += cfg.entropy_eps
-        O_plus = [i for i in rows if r[i] >= cfg.success_threshold]
-        O_minus = [i for i in rows if r[i] < cfg.success_threshold]
+        O_plus = [i for i in rows if outcome[i] >= cfg.success_threshold]  # on the outcome
+        O_minus = [i for i in rows if outcome[i] < cfg.success_threshold]
         n, m = len(O_plus), len(O_minus)
         r_hat_plus = {i: 0.0 for i in rows}
         r_hat_minus = {i: 0.0 for i in rows}
@@ -222,10 +229,9 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
             return {i: (v - mean) / (std + cfg.eps) for i, v in rewards.items()}
 
         A_plus = normalise(r_hat_plus, rows if cfg.stats == "group" else O_plus)
-        if cfg.negative_shaping == "v6":
-            A_minus = normalise(r_hat_minus, rows if cfg.stats == "group" else O_minus)
-        else:
-            A_minus = A_plus  # r̂⁻ ≡ 0: the R̂⁺ normalisation of a zero reward [A]
+        # "none": the failed completions' reward is r̂⁺ = 0, normalised within their own set [A].
+        failed_rewards = r_hat_minus if cfg.negative_shaping == "v6" else r_hat_plus
+        A_minus = normalise(failed_rewards, rows if cfg.stats == "group" else O_minus)
         for i in rows:
             A_hat_i = A_plus[i] if i in O_plus else A_minus[i]
             for t in range(T):

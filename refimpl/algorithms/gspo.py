@@ -10,8 +10,8 @@ per-token ratios are noisy single-sample estimates whose noise accumulates over 
 (and is what destabilises MoE training); GSPO replaces them with one length-normalised
 sequence likelihood ratio per completion and clips that, with a very tight clip range.
 
-Equations (ALGORITHMS.md, "GSPO")
----------------------------------
+Equations
+---------
     Advantage (Eq. 6), as GRPO:
         A_i = (r_i − mean_G r) / (std_G r + eps)
 
@@ -44,6 +44,13 @@ The sequence form uses A_i = the mean of ``adv`` over the completion's tokens (t
 of every GRPO-style advantage function is constant along a completion, so this is A_i
 exactly); per-token advantages need the GSPO-token form [C]. When ``kl_coef > 0`` the k3 KL
 is averaged per completion and added to ℓ_i (GRPO's Eq. 3/4 form) [A]; GSPO itself has none.
+
+verl 0.9.1's ``compute_policy_loss_gspo`` computes the GSPO-token ratio; its keyword default
+is ``loss_agg_mode="seq-mean-token-mean"`` (this file's token form with that mode), while
+verl's actor config passes ``token-mean`` unless told otherwise.
+
+Worked example: ``docs/algorithms/gspo.md`` computes one group by hand;
+``tests/spec/test_gspo.py::test_worked_example`` checks every number of it.
 """
 
 from __future__ import annotations
@@ -58,6 +65,9 @@ from refimpl.core import RolloutBatch
 
 NAME = "gspo"
 
+#: Aggregations the loss supports: "seq-mean" is Eq. 5, a per-token mode the GSPO-token form.
+LOSS_AGG_MODES = ("seq-mean", "seq-mean-token-mean", "token-mean")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -67,14 +77,16 @@ class Config:
     clip_eps_high: float = 4e-4  # right clip range of s_i (§5.1) [C]
     kl_coef: float = 0.0  # β: no KL term (Eq. 5) [C]
     loss_agg_mode: str = "seq-mean"  # Eq. 5: 1/G Σ_i; a token mode selects GSPO-token [C]
-    eps: float = core.EPS  # in the std denominator (verl/TRL) [C]
+    eps: float = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; not part of GSPO [C]
     overlong_shaping: bool = False  # DAPO's length penalty; not part of GSPO [C]
     overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
+    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
     overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
 
     def __post_init__(self) -> None:
-        core.check_config(self)
+        core.check_config(self, LOSS_AGG_MODES)
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
@@ -140,8 +152,7 @@ def loss(
     else:
         # Eq. 14: s[i,t] = sg[s_i]·π_θ(o_{i,t})/sg[π_θ(o_{i,t})]: value s_i, gradient through
         # token t alone (the stop-gradients), so per-token advantages can be used.
-        log_w = log_s.detach()[:, None] + logp - logp.detach()
-        w = torch.exp(core.masked(log_w, mask))
+        w = core.sequence_token_ratio(logp, batch.logp_old, mask)
         token_loss = -core.clipped_surrogate(w, adv, cfg.clip_eps_low, cfg.clip_eps_high)
 
     metrics: dict[str, float] = {}

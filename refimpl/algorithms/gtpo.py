@@ -13,8 +13,8 @@ more), and the tokens of the *wrong* completions share a penalty in proportion t
 *inverse* entropy (confident mistakes get more). The token rewards are then group-normalised
 into token-specific advantages and trained with DAPO's loss.
 
-Equations (ALGORITHMS.md, "GTPO"; numbers are v6's)
----------------------------------------------------
+Equations (numbers are v6's)
+----------------------------
     O⁺ = { i : r_i ≥ success_threshold },  O⁻ = the rest of the group      (n = |O⁺|, m = |O⁻|)
     d_t = #{ k ∈ O⁺ : m[k,t] = 1 },  h_t = #{ k ∈ O⁻ : m[k,t] = 1 }        (active at t)
     H̃[i,t] = H[i,t] + eps_H           (rollout entropy, detached, floored by eps_H [A])
@@ -52,14 +52,28 @@ Assumptions [A] (each is a Config field; ``docs/fidelity.md`` lists them)
 * Statistics: unbiased std; a set with < 2 tokens or all-equal values normalises to exactly
   0 (never NaN). So a group with no successful completion has A⁺ ≡ 0.
 * ``negative_shaping``: ``"v6"`` (default) is Eq. 5; ``"none"`` is the early (Aug 2025) form,
-  r⁻ ≡ 0, where a failed token gets only what the R⁺ normalisation gives a reward of 0:
-  A[j,t] = (0 − mean(R⁺)) / (std(R⁺) + eps) (with ``stats="group"`` that is exactly one
-  normalisation over all tokens of the group).
+  which shapes the rewards of correct answers only: r⁻ ≡ 0, and a failed token gets what the
+  normalisation of its own set gives its reward of 0. With ``stats="group"`` that set is the
+  whole group, so A[j,t] = (0 − mean(R⁺)) / (std(R⁺) + eps): one normalisation over all the
+  group's tokens. With ``stats="subgroup"`` it is O⁻'s tokens, all 0, so A[j,t] = 0: failed
+  completions get no gradient. (Normalising the 0 with O⁺'s statistics instead, a set it does
+  not belong to, is unbounded: −34.8 in the worked example of ``docs/algorithms/gtpo.md`` and
+  −1.1e6 when two successful entropies differ by one float32 ulp.) So every advantage is the
+  z-score of a member of the set whose statistics it uses, and |A| ≤ (L − 1)/√L with L the
+  size of that set (Samuelson's inequality with the unbiased std), at most the group's
+  active-token count.
 * ``entropy_eps``: every entropy is floored as H̃ = H + eps_H on *both* sides, so that 1/H̃ is
-  finite (ALGORITHMS.md: "use 1/(H+eps)") and a position where all entropies are 0 splits the
-  bonus uniformly (the limit of equal entropies). Conservation stays exact; invariance to
-  scaling all entropies by c > 0 is exact only as eps_H → 0.
-* ``success_threshold = 0.5``: r_i ≥ 0.5 is success (binary toy rewards).
+  finite and a position where all entropies are 0 splits the bonus uniformly (the limit of
+  equal entropies). Conservation stays exact; invariance to scaling all entropies by c > 0 is
+  exact only as eps_H → 0.
+* ``success_threshold = 0.5``: r_i ≥ 0.5 is success (binary toy rewards), decided on the
+  outcome reward before any reward shaping (``RolloutBatch.outcome_rewards``), as dynamic
+  sampling decides it. With ``overlong_shaping`` on (off by default; not in the paper) the
+  shaped r_i enters α₁·r_i of Eq. 3, while Eq. 5 has no r_j: the length penalty then reaches
+  successful completions only.
+
+Worked example: ``docs/algorithms/gtpo.md`` computes one group by hand;
+``tests/spec/test_gtpo.py::test_worked_example`` checks every number of it.
 """
 
 from __future__ import annotations
@@ -76,6 +90,8 @@ NAME = "gtpo"
 
 STATS = ("group", "subgroup")
 NEGATIVE_SHAPING = ("v6", "none")
+#: Aggregations the loss supports (its loss is per token).
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
@@ -86,25 +102,21 @@ class Config:
     alpha_2: float = 0.1  # α₂, weight of the entropy-shaped part (v6); α₁+α₂ ≠ 1 here [S]
     stats: str = "group"  # tokens entering mean/std of R⁺, R⁻ in Eq. 6 (see docstring) [A]
     negative_shaping: str = "v6"  # "v6" = Eq. 5; "none" = early version, r⁻ ≡ 0 [A]
-    success_threshold: float = 0.5  # r_i ≥ this ⇒ i ∈ O⁺ (binary rewards) [A]
-    entropy_eps: float = core.EPS  # H̃ = H + eps_H, so 1/H̃ is finite (ALGORITHMS.md) [A]
+    entropy_eps: float = core.EPS  # H̃ = H + eps_H, so 1/H̃ is finite [A]
     clip_eps_low: float = 0.2  # ε_low, DAPO clip-higher (Eq. 7 uses DAPO's objective) [S]
     clip_eps_high: float = 0.28  # ε_high, DAPO clip-higher [S]
     kl_coef: float = 0.0  # β: no KL term (DAPO's objective) [S]
     loss_agg_mode: str = "token-mean"  # Eq. 7: 1/Σ|o_i| Σ_i Σ_t (DAPO's token-level loss) [S]
-    eps: float = core.EPS  # in the std denominators of Eq. 6 (verl/TRL) [C]
+    eps: float = core.EPS  # in the std denominators of Eq. 6 (verl's; TRL uses 1e-4) [C]
+    success_threshold: float = 0.5  # r_i ≥ this ⇒ i ∈ O⁺, and for dynamic sampling [A]
     dynamic_sampling: bool = True  # DAPO's filter 0 < #successful < G, as in DAPO [A]
     overlong_shaping: bool = False  # DAPO's length penalty; not used by the paper [A]
     overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
+    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
     overlong_filter: bool = False  # DAPO's truncated-sample masking; off [A]
 
     def __post_init__(self) -> None:
-        core.check_config(self)
-        core.require(
-            self.loss_agg_mode in ("token-mean", "seq-mean-token-mean"),
-            "Config.loss_agg_mode",
-            f"a per-token mode ('token-mean' or 'seq-mean-token-mean'), got {self.loss_agg_mode!r}",
-        )
+        core.check_config(self, LOSS_AGG_MODES)
         for name in ("alpha_1", "alpha_2"):
             value = getattr(self, name)
             core.require(
@@ -132,7 +144,7 @@ def token_rewards(batch: RolloutBatch, cfg: Config) -> tuple[Tensor, Tensor]:
     G = batch.group_size
     active = core.group_view(batch.response_mask.bool(), G)  # [N, G, T]
     rewards = core.group_view(batch.rewards.to(torch.float64), G)[:, :, None]  # [N, G, 1]
-    success = core.group_view(core.success(batch.rewards, cfg.success_threshold), G)[:, :, None]
+    success = core.group_view(core.successful(batch, cfg.success_threshold), G)[:, :, None]
     active_plus = active & success  # tokens of O⁺ still generating
     active_minus = active & ~success  # tokens of O⁻ still generating
     # Entropies of π_old, detached (Remark 2.5), floored by eps_H [A]; 1 on padding so that
@@ -168,7 +180,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     """``[B, T]`` token advantages: R⁺ and R⁻ group-normalised separately (v6 Eq. 6)."""
     G = batch.group_size
     active = core.group_view(batch.response_mask.bool(), G)  # [N, G, T]
-    success = core.group_view(core.success(batch.rewards, cfg.success_threshold), G)[:, :, None]
+    success = core.group_view(core.successful(batch, cfg.success_threshold), G)[:, :, None]
     r_plus, r_minus = (core.group_view(r, G) for r in token_rewards(batch, cfg))
 
     # Which tokens enter mean(R⁺)/std(R⁺) and mean(R⁻)/std(R⁻) [A]: "group" = every active
@@ -179,12 +191,12 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
         set_plus, set_minus = active & success, active & ~success
     # v6 Eq. 6; a set with < 2 tokens or zero variance gives 0 (so no success ⇒ A⁺ ≡ 0).
     A_plus = core.masked_zscore(r_plus, set_plus, cfg.eps)
-    if cfg.negative_shaping == "v6":
-        A_minus = core.masked_zscore(r_minus, set_minus, cfg.eps)
-    else:
-        # r⁻ ≡ 0: a failed token gets what the R⁺ normalisation gives a reward of 0 [A]
-        # (r_plus is 0 on failed tokens, so A_plus there is (0 − mean(R⁺)) / (std(R⁺) + eps)).
-        A_minus = A_plus
+    # A failed token is normalised with the statistics of its own set (so |A| stays bounded).
+    # "v6": its reward r⁻ (Eq. 5). "none": r⁻ ≡ 0 and the early form's one reward is r⁺, which
+    # is 0 on failed tokens [A]: "group" gives (0 − mean(R⁺))/(std(R⁺) + eps); "subgroup"
+    # normalises O⁻'s zeros among themselves, which gives 0.
+    failed_rewards = r_minus if cfg.negative_shaping == "v6" else r_plus
+    A_minus = core.masked_zscore(failed_rewards, set_minus, cfg.eps)
     A = torch.where(success, A_plus, A_minus)
     return core.masked(A, active).reshape(batch.response_mask.shape).to(torch.float32)
 
@@ -195,13 +207,14 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     G = batch.group_size
     A = torch.zeros(B, T, dtype=torch.float32)
     r = batch.rewards.tolist()
+    outcome = r if batch.outcome_rewards is None else batch.outcome_rewards.tolist()
     m = batch.response_mask.tolist()
     H = batch.entropy_old.tolist()
     alpha_1, alpha_2 = cfg.alpha_1, cfg.alpha_2
     for g in range(batch.num_groups):
         rows = range(g * G, g * G + G)
-        O_plus = [i for i in rows if r[i] >= cfg.success_threshold]
-        O_minus = [i for i in rows if r[i] < cfg.success_threshold]
+        O_plus = [i for i in rows if outcome[i] >= cfg.success_threshold]  # on the outcome
+        O_minus = [i for i in rows if outcome[i] < cfg.success_threshold]
         r_plus = {}  # (i, t) -> r⁺[i,t] for every active token of the group
         r_minus = {}  # (i, t) -> r⁻[i,t]
         for t in range(T):
@@ -235,10 +248,9 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
 
         everyone = list(rows)
         A_plus = normalise(r_plus, everyone if cfg.stats == "group" else O_plus)
-        if cfg.negative_shaping == "v6":
-            A_minus = normalise(r_minus, everyone if cfg.stats == "group" else O_minus)
-        else:
-            A_minus = A_plus  # r⁻ ≡ 0: the R⁺ normalisation of a zero reward [A]
+        # "none": the failed tokens' reward is r⁺ = 0, normalised within their own set [A].
+        failed_rewards = r_minus if cfg.negative_shaping == "v6" else r_plus
+        A_minus = normalise(failed_rewards, everyone if cfg.stats == "group" else O_minus)
         for i, t in r_plus:
             A[i, t] = A_plus[i, t] if i in O_plus else A_minus[i, t]
     return A

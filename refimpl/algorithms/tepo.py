@@ -15,15 +15,15 @@ same, unlike GSPO's per-sequence mean). A KL penalty is applied only to the toke
 policy is being sharpened on a good answer: positive advantage and decreasing entropy, the
 tokens that drive entropy collapse and "abrupt policy updates".
 
-Equations (ALGORITHMS.md, "TEPO"; no equation numbers are public)
-----------------------------------------------------------------
-    Advantage (GRPO's) [A]:
+Equations (no equation numbers are public)
+------------------------------------------
+    Advantage (GRPO's) [A: ``advantage``]:
         A_i = (r_i − mean_G r) / (std_G r + eps)             broadcast to every token of o_i
 
     Sequence likelihood ratio (length-normalised, geometric mean of token ratios) [S]:
         s_i = exp( (1/|o_i|) Σ_t (logp − logp_old)[i,t] )
 
-    GSPO-token form, value s_i, gradient through token t only [A]:
+    GSPO-token form, value s_i, gradient through token t only [A: ``ratio``]:
         s[i,t] = sg[s_i] · π_θ(o_{i,t}) / sg[π_θ(o_{i,t})]
         ∂s[i,t]/∂logp[i,t'] = s_i · 1[t = t']          (plain s_i: s_i / |o_i| for every t')
 
@@ -41,24 +41,42 @@ Same advantage. The ratio is the sequence ratio s_i applied per token (GSPO-toke
 is token-mean (DAPO-style) with clip-higher; the KL term is masked to tokens with A > 0 whose
 entropy decreased, and can anchor at π_old instead of π_ref.
 
-Assumptions [A] (each is a Config field)
-----------------------------------------
-* The ratio form (GSPO-token s[i,t]) and token-mean aggregation: the reading of "sequence-level
-  likelihood ... via token-level aggregation". With ``kl_coef = 0`` this is exactly verl's
-  ``gspo`` policy loss with ``loss_agg_mode="token-mean"``.
+Assumptions [A] (each is a Config field; ``docs/fidelity.md`` lists them)
+-------------------------------------------------------------------------
+* ``advantage``: ``"grpo"`` (default) GRPO's z-score; ``"centred"`` the centred reward
+  r_i − mean_G r (Dr. GRPO's, no std).
+* ``ratio``: ``"gspo_token"`` (default) the GSPO-token s[i,t], the reading of "sequence-level
+  likelihood ... via token-level aggregation"; ``"token"`` GRPO's per-token ratio w[i,t] (the
+  KL mask on a DAPO-style loss). With ``kl_coef = 0`` the default is exactly verl's ``gspo``
+  policy loss called with ``loss_agg_mode="token-mean"`` (verl's function defaults to
+  ``seq-mean-token-mean``; its actor config passes ``token-mean``).
 * ``clip_eps_low/high = 0.2/0.28`` (DAPO's), ``kl_coef = β = 0.04`` (GRPO's).
 * ``kl_anchor``: ``"ref"`` (default) KL to the frozen reference, as GRPO; ``"old"`` KL to the
   rollout policy (a trust-region reading of "mitigate abrupt policy updates").
 * ``kl_mask``: ``True`` (default) is the paper's mask; ``False`` puts the KL on every response
   token (the ablation).
-* The KL term's token-mean divides by all response tokens (Σ m), not by the masked ones.
-* "Decreasing entropy" compares the current policy's entropy H_θ (passed to :func:`loss`,
-  detached) with the rollout entropy H_old: H_θ < H_old − τ, ``entropy_decrease_tol`` τ =
-  1e-4 nats. Without the margin the mask is noise whenever θ = θ_old (the first minibatch of
-  every rollout, and every minibatch with one update per rollout): the two entropies then come
-  from two computations of the same distribution and differ by float rounding (~1e-6), so
-  "H_θ < H_old" would hold on about half the tokens at random. With τ the mask switches on only
-  once the policy has actually moved, i.e. with ``ppo_epochs > 1`` or ``minibatches > 1``.
+* ``kl_denominator``: ``"all"`` (default) the KL term's token-mean divides by all response
+  tokens (Σ m), so the mask only removes terms; ``"masked"`` divides by the masked tokens
+  (Σ M), the KL's mean over the tokens it constrains.
+* ``entropy_source``: ``"current"`` (default) compares the entropy H_θ of the policy being
+  trained (passed to :func:`loss`, detached) with the rollout entropy H_old at the same
+  position: "decreasing" under the update. ``"sequence"`` compares H_old[i,t] with
+  H_old[i,t−1]: entropy falling along the completion (needs no current entropy; never at the
+  first token).
+* ``entropy_strict``: ``True`` (default) "decreasing" is the strict H < H' − τ; ``False``
+  uses ≤ (with τ = 0 an unchanged entropy then counts as decreasing).
+* ``entropy_decrease_tol`` τ = 1e-4 nats: H_θ < H_old − τ. Without the margin the mask is
+  noise whenever θ = θ_old (the first minibatch of every rollout, and every minibatch with one
+  update per rollout): the two entropies then come from two float32 computations of the same
+  distribution and differ by rounding (~1e-6), so "H_θ < H_old" would hold on about half the
+  tokens at random. With τ the mask switches on only once the policy has actually moved, i.e.
+  with ``ppo_epochs > 1`` or ``minibatches > 1``. The argument needs both entropies in
+  float32: under bf16 autocast they differ by up to ~7e-3 at θ = θ_old (2-3 % of the toy
+  model's tokens by more than τ, measured on CPU), so under ``--dtype bfloat16`` the trainer
+  recomputes both in float32 (``core.reads_current_entropy``).
+
+Worked example: ``docs/algorithms/tepo.md`` computes one group by hand;
+``tests/spec/test_tepo.py::test_worked_example`` checks every number of it.
 """
 
 from __future__ import annotations
@@ -73,37 +91,49 @@ from refimpl.core import RolloutBatch
 
 NAME = "tepo"
 
+ADVANTAGES = ("grpo", "centred")
+RATIOS = ("gspo_token", "token")
 KL_ANCHORS = ("ref", "old")
+KL_DENOMINATORS = ("all", "masked")
+ENTROPY_SOURCES = ("current", "sequence")
+#: Aggregations the loss supports (its loss is per token).
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
 class Config:
     """TEPO hyper-parameters; a reconstruction (see the module docstring)."""
 
+    advantage: str = "grpo"  # A_i: GRPO's z-score; "centred" = r − mean (Dr. GRPO's) [A]
+    ratio: str = "gspo_token"  # s[i,t] = sg[s_i]·π_θ/sg[π_θ]; "token" = w[i,t] [A]
     clip_eps_low: float = 0.2  # ε_low of the clip on s[i,t] (DAPO's) [A]
     clip_eps_high: float = 0.28  # ε_high, clip-higher (DAPO's) [A]
     kl_coef: float = 0.04  # β, weight of the masked KL term (GRPO's value) [A]
     kl_anchor: str = "ref"  # KL to π_ref ("ref") or to π_old ("old") [A]
-    kl_mask: bool = True  # M[i,t] = 1[A>0]·1[H_θ<H_old−τ]; False = KL on every token [C]/[A]
+    kl_mask: bool = True  # M[i,t] = 1[A>0]·1[entropy decreased]; False = KL on every token [C]
+    kl_denominator: str = "all"  # β·Σ M·kl / Σ m ("all") or / Σ M ("masked") [A]
+    entropy_source: str = "current"  # H_θ vs H_old; "sequence": H_old[t] vs H_old[t−1] [A]
+    entropy_strict: bool = True  # "decreasing" is H < H' − τ; False: H ≤ H' − τ [A]
     entropy_decrease_tol: float = 1e-4  # τ in nats: smaller falls are float noise [A]
     loss_agg_mode: str = "token-mean"  # "token-level aggregation" (abstract) [C]/[A]
-    eps: float = core.EPS  # in the std denominator (verl/TRL) [C]
+    eps: float = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; not stated for TEPO [A]
     overlong_shaping: bool = False  # DAPO's length penalty; not stated for TEPO [A]
     overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
+    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
     overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [A]
 
     def __post_init__(self) -> None:
-        core.check_config(self)
-        core.require(
-            self.loss_agg_mode in ("token-mean", "seq-mean-token-mean"),
-            "Config.loss_agg_mode",
-            f"a per-token mode ('token-mean' or 'seq-mean-token-mean'), got {self.loss_agg_mode!r}",
-        )
+        core.check_config(self, LOSS_AGG_MODES)
+        core.require_choice(self.advantage, "Config.advantage", ADVANTAGES)
+        core.require_choice(self.ratio, "Config.ratio", RATIOS)
         core.require_choice(self.kl_anchor, "Config.kl_anchor", KL_ANCHORS)
-        core.require(
-            isinstance(self.kl_mask, bool), "Config.kl_mask", f"a bool, got {self.kl_mask!r}"
-        )
+        core.require_choice(self.kl_denominator, "Config.kl_denominator", KL_DENOMINATORS)
+        core.require_choice(self.entropy_source, "Config.entropy_source", ENTROPY_SOURCES)
+        for name in ("kl_mask", "entropy_strict"):
+            value = getattr(self, name)
+            core.require(isinstance(value, bool), f"Config.{name}", f"a bool, got {value!r}")
         core.require(
             isinstance(self.entropy_decrease_tol, (int, float))
             and 0.0 <= self.entropy_decrease_tol < float("inf"),
@@ -114,8 +144,10 @@ class Config:
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
-    # GRPO §4.1.2 [A]: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
-    A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
+    # GRPO §4.1.2 [A]: A_i = (r_i − mean_G r) / (std_G r + eps); "centred": r_i − mean_G r.
+    A_seq = core.group_normalize(
+        batch.rewards, batch.group_size, scale_by_std=cfg.advantage == "grpo", eps=cfg.eps
+    )
     # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
@@ -131,40 +163,58 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
         rewards = [r[i] for i in rows]
         mean = sum(rewards) / G
         std = (sum((x - mean) ** 2 for x in rewards) / (G - 1)) ** 0.5  # Bessel-corrected
+        scale = std + cfg.eps if cfg.advantage == "grpo" else 1.0
         for i in rows:
-            A_i = 0.0 if max(rewards) == min(rewards) else (r[i] - mean) / (std + cfg.eps)
+            A_i = 0.0 if max(rewards) == min(rewards) else (r[i] - mean) / scale
             for t in range(T):
                 if batch.response_mask[i, t] == 1:
                     A[i, t] = A_i
     return A
 
 
-def sequence_token_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
-    """``[B, T]`` GSPO-token ratio ``s[i,t] = sg[s_i] · π_θ(o_{i,t}) / sg[π_θ(o_{i,t})]``.
-
-    Its value is ``s_i`` on every response token (1 on padding); its gradient reaches
-    ``logp[i,t]`` alone, with weight ``s_i`` (the stop-gradients remove the ``1/|o_i|``
-    coupling of the plain geometric mean). Float32.
-    """
-    logp = logp.float()
-    # log s_i = (1/|o_i|) Σ_t (logp − logp_old)[i,t]  (GSPO's length-normalised ratio).
-    log_s = core.sequence_log_ratio(logp, logp_old, mask)
-    # sg[log s_i] + logp − sg[logp]: value log s_i, d/dlogp[i,t] = 1 at t only.
-    log_ratio = log_s.detach()[:, None] + logp - logp.detach()
-    return torch.exp(core.masked(log_ratio, mask))
+def policy_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor, ratio: str) -> Tensor:
+    """``[B, T]`` ratio of the policy term, 1 on padding, float32: the GSPO-token
+    ``s[i,t] = sg[s_i]·π_θ(o_{i,t})/sg[π_θ(o_{i,t})]`` (value ``s_i``, gradient ``s_i`` through
+    its own token only), or (``ratio="token"``) the token ratio ``w[i,t]``."""
+    core.require_choice(ratio, "ratio", RATIOS)
+    if ratio == "gspo_token":
+        return core.sequence_token_ratio(logp, logp_old, mask)
+    return core.token_ratio(logp, logp_old, mask)
 
 
 def kl_mask(
-    adv: Tensor, entropy: Tensor, entropy_old: Tensor, mask: Tensor, tol: float = 0.0
+    adv: Tensor,
+    entropy: Tensor | None,
+    entropy_old: Tensor,
+    mask: Tensor,
+    cfg: Config | None = None,
 ) -> Tensor:
-    """``[B, T]`` float ``M[i,t] = 1[A[i,t] > 0] · 1[H_θ[i,t] < H_old[i,t] − tol]``, 0 on padding.
+    """``[B, T]`` float ``M[i,t] = 1[A[i,t] > 0] · 1[entropy decreased at (i,t)]``, 0 on padding.
 
-    ``entropy`` (the current policy's, ``H_θ``) is detached: the mask selects tokens, it
-    carries no gradient. ``loss`` passes ``tol = cfg.entropy_decrease_tol``.
+    The same rule as :func:`loss` applies with ``cfg`` (default: ``Config()``).
+    "Decreased" (τ = ``cfg.entropy_decrease_tol``, ``<`` or ``≤`` by ``cfg.entropy_strict``):
+    ``entropy_source="current"``: ``H_θ[i,t] < H_old[i,t] − τ`` with ``H_θ = entropy`` (the
+    current policy's, detached: the mask selects tokens, it carries no gradient);
+    ``"sequence"``: ``H_old[i,t] < H_old[i,t−1] − τ``, false at a completion's first token.
     """
+    cfg = Config() if cfg is None else cfg
     positive = adv.detach() > 0
-    entropy_decreased = entropy.detach().float() < entropy_old.detach().float() - tol
-    return core.masked((positive & entropy_decreased).float(), mask)
+    tol = cfg.entropy_decrease_tol
+    if cfg.entropy_source == "current":
+        core.require(
+            entropy is not None, "entropy", "the current policy's [B, T] entropy for the mask"
+        )
+        new = entropy.detach().float()  # type: ignore[union-attr]
+        old = entropy_old.detach().float()
+        earlier = torch.ones_like(positive)
+    else:
+        new = core.masked(entropy_old.detach().float(), mask)
+        old = torch.zeros_like(new)
+        old[:, 1:] = new[:, :-1]  # H_old[i,t−1]
+        earlier = torch.zeros_like(positive)
+        earlier[:, 1:] = mask.bool()[:, :-1]  # position t−1 is a response token
+    fell = new < old - tol if cfg.entropy_strict else new <= old - tol
+    return core.masked((positive & fell & earlier).float(), mask)
 
 
 def loss(
@@ -183,7 +233,8 @@ def loss(
         adv: ``[B, T]`` advantages from :func:`advantages`.
         cfg: the configuration.
         entropy: ``[B, T]`` entropy ``H_θ`` of the policy being trained at each position;
-            required when the KL mask is on (``kl_mask`` and ``kl_coef > 0``); detached.
+            required when the mask compares it (``kl_mask``, ``kl_coef > 0`` and
+            ``entropy_source="current"``); detached.
     """
     core.check_policy_tensor(logp, batch, "logp")
     core.check_advantages(adv, batch)
@@ -193,22 +244,25 @@ def loss(
     adv = adv.float()
 
     # s[i,t]: the sequence likelihood ratio s_i, applied per token (GSPO-token form) [A].
-    w = sequence_token_ratio(logp, batch.logp_old, mask)
+    w = policy_ratio(logp, batch.logp_old, mask, cfg.ratio)
     # Token-level aggregation of −min(s[i,t]·A, clip(s[i,t], 1−ε_low, 1+ε_high)·A).
     token_loss = -core.clipped_surrogate(w, adv, cfg.clip_eps_low, cfg.clip_eps_high)
 
     metrics: dict[str, float] = {}
+    M = None
     if entropy is not None:
         core.check_policy_tensor(entropy, batch, "entropy")
-        M = kl_mask(adv, entropy, batch.entropy_old, mask, cfg.entropy_decrease_tol)
+    if entropy is not None or cfg.entropy_source == "sequence":
+        M = kl_mask(adv, entropy, batch.entropy_old, mask, cfg)
         metrics["kl_mask_frac"] = float(core.masked_mean(M, mask))
+    kl_term = torch.zeros((), device=logp.device)
     if cfg.kl_coef > 0:
         if cfg.kl_mask:
             core.require(
-                entropy is not None,
+                M is not None,
                 "entropy",
                 "the current policy's [B, T] entropy: TEPO's KL mask needs it "
-                "(or set kl_mask=False or kl_coef=0)",
+                "(or set kl_mask=False, kl_coef=0 or entropy_source='sequence')",
             )
         else:
             M = mask  # ablation: KL on every response token
@@ -223,10 +277,15 @@ def loss(
             anchor = batch.logp_old
         # k3 estimate of KL(π_θ ‖ π_anchor), kept only where M[i,t] = 1.
         kl = core.kl_k3(logp, anchor, mask)
-        token_loss = token_loss + cfg.kl_coef * core.masked(kl, M)
+        if cfg.kl_denominator == "all":
+            # β·Σ M·kl / Σ m: the masked KL joins the per-token loss and its aggregation.
+            token_loss = token_loss + cfg.kl_coef * core.masked(kl, M)
+        else:
+            # β·Σ M·kl / Σ M: the KL's mean over the tokens it constrains.
+            kl_term = cfg.kl_coef * core.masked_mean(kl, M)
         metrics[f"kl_{cfg.kl_anchor}"] = float(core.masked_mean(kl.detach(), mask))
 
-    total = core.aggregate(token_loss, mask, cfg.loss_agg_mode)
+    total = core.aggregate(token_loss, mask, cfg.loss_agg_mode) + kl_term
     metrics.update(core.ratio_metrics(w, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high))
     metrics.update(core.common_metrics(batch, logp, adv))
     return total, metrics

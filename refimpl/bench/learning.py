@@ -628,10 +628,9 @@ def plot_task(
     out: Path,
     title: str,
 ) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A bare Figure, not pyplot: drawing a report file must not switch the backend of a
+    # notebook that called this (its inline figures would stop showing).
+    from matplotlib.figure import Figure
 
     from refimpl.plots import ALGO_COLORS
 
@@ -642,7 +641,8 @@ def plot_task(
         ("entropy_mean", "mean token entropy (nats)", 10),
         ("success_rate_all", "training success (all sampled groups)", 10),
     )
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.6))
+    fig = Figure(figsize=(4.4 * len(panels), 3.6))
+    axes = fig.subplots(1, len(panels))
     styles = ["-", "--", ":", "-."]
     for i, label in enumerate(labels):
         dirs = [r.train.run_dir for r in runs if r.task == task and r.label == label]
@@ -672,7 +672,6 @@ def plot_task(
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100)
-    plt.close(fig)
     return out
 
 

@@ -158,10 +158,9 @@ class RefimplGRPOTrainer(GRPOTrainer):
             g_ref = self._gather_rows(output["ref_per_token_logps"].float())
         G = self.num_generations if mode == "train" else self.num_generations_eval
 
-        if getattr(cfg, "overlong_shaping", False):  # DAPO Eq. 13, added to the reward
-            L_max = self.max_completion_length
-            cache = core.overlong_cache_len(L_max, cfg.overlong_cache_frac)
-            rewards = rewards + core.overlong_penalty(g_mask.sum(dim=1), L_max, cache)
+        outcome = rewards.float()  # success (dynamic sampling, GTPO's O⁺) is decided on it
+        # DAPO Eq. 13 when cfg.overlong_shaping: the soft length penalty, on the outcome's scale.
+        rewards = core.shape_rewards(outcome, g_mask.sum(dim=1), self.max_completion_length, cfg)
         if getattr(cfg, "overlong_filter", False):  # truncated rows (no EOS) leave the loss
             eos = self.processing_class.eos_token_id
             truncated = ~(g_ids == eos).logical_and(g_mask.bool()).any(dim=1)
@@ -175,10 +174,11 @@ class RefimplGRPOTrainer(GRPOTrainer):
             entropy_old=g_entropy_old,
             group_size=G,
             logp_ref=g_ref,
+            outcome_rewards=outcome,
         )
         keep = torch.ones(batch.num_groups, dtype=torch.bool, device=device)
         if getattr(cfg, "dynamic_sampling", False):
-            keep = core.informative_groups(batch.rewards, G, getattr(cfg, "success_threshold", 0.5))
+            keep = core.informative_groups(outcome, G, cfg.success_threshold)
         adv = torch.zeros_like(g_mask)
         if bool(keep.any()):
             kept = batch.select_groups(keep)

@@ -172,7 +172,7 @@ def _make_estimator(name: str):
         )
         keep = torch.ones(batch.num_groups, dtype=torch.bool, device=mask.device)
         if getattr(cfg, "dynamic_sampling", False):
-            keep = core.informative_groups(batch.rewards, G, getattr(cfg, "success_threshold", 0.5))
+            keep = core.informative_groups(batch.rewards, G, cfg.success_threshold)
         adv_sorted = torch.zeros_like(mask)
         if bool(keep.any()):
             kept = batch.select_groups(keep)

@@ -13,7 +13,9 @@ What a generated batch looks like
   the grid keeps two distinct rewards at least 0.01 apart, so ``std ≫ eps`` and affine maps
   ``a·r + b`` stay exact enough to compare). Some groups have all-equal rewards on purpose.
 * ``entropy_old`` (float32 ``[B, T]``, ≥ 0): per batch one regime among zero, tiny (≤ 1e-6),
-  ordinary (≤ 5), huge (≤ 1e3) and mixed (all scales at once, with exact zeros).
+  ordinary (≤ 5), huge (≤ 1e3), mixed (all scales at once, with exact zeros) and near-equal
+  (one value, some elements one or two float32 ulps away: statistics over a subgroup then
+  have a std of ~1e-8 relative, the case that amplifies a division by the std).
 * ``logp_old`` (float32 ``[B, T]``, ≤ 0, ≥ −50): per batch one regime among near 0
   (≥ −1e-3), ordinary (≥ −5), very negative (−50 … −40) and mixed.
 * ``logp_ref`` (float32 ``[B, T]``), present unless ``with_ref=False``: ``logp_old`` moved by
@@ -27,7 +29,8 @@ Bulk tensor contents come from a ``torch.Generator`` seeded by a drawn integer: 
 contents of the ``[B, T]`` tensors are reproducible from the seed. Everything is float32.
 
 Strategies: :func:`rollout_batches`, :func:`current_logp`, :func:`current_entropy`,
-:func:`batch_and_policy`, :func:`group_permutations`.
+:func:`batch_and_policy`, :func:`group_permutations`, :func:`configs` (every switch
+combination of an algorithm's ``Config``).
 Helpers: :func:`pad_with`, :func:`pad_tensor`, :func:`add_padding_columns`,
 :func:`add_padding_columns_tensor`, :func:`permute_within_groups`, :func:`row_permutation`,
 :func:`concat_batches`.
@@ -39,12 +42,13 @@ import torch
 from hypothesis import strategies as st
 from torch import Tensor
 
+from refimpl import algorithms
 from refimpl.core import RolloutBatch
 
 #: Size of the token vocabulary used for ``response_ids`` (the ids are never read by the losses).
 VOCAB = 16
 
-ENTROPY_REGIMES = ("ordinary", "zero", "tiny", "huge", "mixed")
+ENTROPY_REGIMES = ("ordinary", "zero", "tiny", "huge", "mixed", "near_equal")
 LOGP_REGIMES = ("ordinary", "near_zero", "very_negative", "mixed")
 
 # Fields of a RolloutBatch that are per-token [B, T] tensors.
@@ -70,6 +74,13 @@ def _entropies(gen: torch.Generator, shape: tuple[int, int], regime: str) -> Ten
         scales = torch.tensor([0.0, 1e-6, 1e-2, 1.0, 10.0, 1e3])
         pick = torch.randint(0, len(scales), shape, generator=gen)
         return u * scales[pick]
+    if regime == "near_equal":
+        # One value in (0.1, 5]; each element moved up by 0, 1 or 2 float32 ulps.
+        x = torch.full(shape, 0.1 + 4.9 * float(u.flatten()[0]))
+        steps = torch.randint(0, 3, shape, generator=gen)
+        for k in (1, 2):
+            x = torch.where(steps >= k, torch.nextafter(x, torch.tensor(float("inf"))), x)
+        return x
     return u * 5.0  # ordinary: a small vocabulary's entropy is at most log(|V|)
 
 
@@ -303,7 +314,7 @@ def permute_within_groups(batch: RolloutBatch, perm: list[int] | list[list[int]]
     index = row_permutation(batch, perm)
     changes = {
         name: getattr(batch, name)[index]
-        for name in (*_TOKEN_FIELDS, "rewards", "prompt_ids")
+        for name in (*_TOKEN_FIELDS, "rewards", "prompt_ids", "outcome_rewards")
         if getattr(batch, name) is not None
     }
     return batch.replace(**changes)
@@ -322,6 +333,11 @@ def concat_batches(a: RolloutBatch, b: RolloutBatch) -> RolloutBatch:
     elif Tb < Ta:
         b = add_padding_columns(b, Ta - Tb)
     both_ref = a.logp_ref is not None and b.logp_ref is not None
+
+    def outcome(x: RolloutBatch) -> Tensor:
+        return x.rewards if x.outcome_rewards is None else x.outcome_rewards
+
+    any_outcome = a.outcome_rewards is not None or b.outcome_rewards is not None
     return RolloutBatch(
         response_ids=torch.cat([a.response_ids, b.response_ids]),
         response_mask=torch.cat([a.response_mask, b.response_mask]),
@@ -330,4 +346,61 @@ def concat_batches(a: RolloutBatch, b: RolloutBatch) -> RolloutBatch:
         entropy_old=torch.cat([a.entropy_old, b.entropy_old]),
         group_size=a.group_size,
         logp_ref=torch.cat([a.logp_ref, b.logp_ref]) if both_ref else None,
+        outcome_rewards=torch.cat([outcome(a), outcome(b)]) if any_outcome else None,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Configurations: every switch of an algorithm, drawn.
+# ---------------------------------------------------------------------------------------------
+
+#: For each ``str`` switch of a ``Config``, the module constant that lists its choices.
+CHOICES = {
+    "loss_agg_mode": "LOSS_AGG_MODES",
+    "stats": "STATS",
+    "negative_shaping": "NEGATIVE_SHAPING",
+    "ratio": "RATIOS",
+    "kl_anchor": "KL_ANCHORS",
+    "advantage": "ADVANTAGES",
+    "kl_denominator": "KL_DENOMINATORS",
+    "entropy_source": "ENTROPY_SOURCES",
+}
+
+#: Numeric fields drawn from a few values (the others keep their defaults).
+NUMERIC = {
+    "kl_coef": (0.0, 0.04, 1.0),
+    "alpha_1": (0.0, 1.0, 3.0),
+    "alpha_2": (0.0, 0.1, 1.0),
+    "beta_1": (0.0, 1.0, 3.0),
+    "beta_2": (0.0, 0.1, 1.0),
+    "entropy_decrease_tol": (0.0, 1e-4),
+    "max_len": (None, 16),
+}
+
+
+def switch_strategies(name: str) -> dict[str, st.SearchStrategy]:
+    """One strategy per switch of ``name``'s ``Config``: every ``bool`` field, every ``str``
+    field (its choices from the module constant in :data:`CHOICES`; a ``str`` field without
+    one raises ``KeyError``, so a new switch cannot escape the tests) and the numeric fields
+    in :data:`NUMERIC`."""
+    import dataclasses
+
+    mod = algorithms.get(name)
+    out: dict[str, st.SearchStrategy] = {}
+    for f in dataclasses.fields(mod.Config):
+        default = getattr(mod.Config(), f.name)
+        if isinstance(default, bool):
+            out[f.name] = st.booleans()
+        elif isinstance(default, str):
+            out[f.name] = st.sampled_from(getattr(mod, CHOICES[f.name]))
+        elif f.name in NUMERIC:
+            out[f.name] = st.sampled_from(NUMERIC[f.name])
+    return out
+
+
+@st.composite
+def configs(draw: st.DrawFn, name: str, **fixed: object):
+    """A valid ``Config`` of algorithm ``name`` with every switch drawn (``fixed`` pins some)."""
+    mod = algorithms.get(name)
+    values = {k: draw(v, label=k) for k, v in switch_strategies(name).items() if k not in fixed}
+    return mod.Config(**values, **fixed)

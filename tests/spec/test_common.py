@@ -46,13 +46,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refimpl import algorithms
+from refimpl import algorithms, core
 from refimpl.core import RolloutBatch
 from tests.spec.strategies import (
     add_padding_columns,
     add_padding_columns_tensor,
     batch_and_policy,
     concat_batches,
+    configs,
     current_entropy,
     current_logp,
     group_permutations,
@@ -61,6 +62,7 @@ from tests.spec.strategies import (
     permute_within_groups,
     rollout_batches,
     row_permutation,
+    switch_strategies,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -172,6 +174,7 @@ def test_advantages_groups_independent(name, data):
 DEGENERATE = {
     "all-equal rewards": dict(equal_groups=True),
     "zero entropy": dict(entropy_regime="zero"),
+    "near-equal entropy": dict(entropy_regime="near_equal"),
     "tiny entropy": dict(entropy_regime="tiny"),
     "huge entropy": dict(entropy_regime="huge"),
     "length 0/1, T=1": dict(max_len=1),
@@ -181,13 +184,15 @@ DEGENERATE = {
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=60)
+@settings(max_examples=max(60, settings().max_examples))  # 8 cases: more than the CI's 40
 @given(data=st.data())
 def test_finite_on_degenerate_inputs(name, data):
     """Advantages, loss, its gradient and every metric are finite on degenerate inputs:
-    all-equal rewards, zero/tiny/huge entropies, length-0 and length-1 completions,
-    log-probs near 0 and near −50 (each case drawn in turn)."""
-    mod, cfg = _setup(name)
+    all-equal rewards, zero/tiny/huge/near-equal entropies, length-0 and length-1
+    completions, log-probs near 0 and near −50 (each case drawn in turn), for every
+    combination of the algorithm's switches (``strategies.configs``)."""
+    mod = algorithms.get(name)
+    cfg = data.draw(configs(name), label="cfg")
     case = data.draw(st.sampled_from(list(DEGENERATE)), label="case")
     batch = data.draw(rollout_batches(**DEGENERATE[case]))
     logp = data.draw(current_logp(batch))
@@ -337,6 +342,175 @@ def test_kl_gradient_closed_form(name, batch):
     _, grad, _ = _loss(mod, cfg, batch, batch.logp_old, adv, batch.entropy_old)
     expected = expected_onpolicy_grad(name, cfg, batch, adv, kl_coef=0.1)
     torch.testing.assert_close(grad.double(), expected, rtol=1e-4, atol=1e-7)
+
+
+def _ratio_form(name: str, cfg) -> str:
+    """How ``name``'s loss turns log-probs into the ratio it clips (see each module)."""
+    if name == "gpg":
+        return "none"
+    if name == "gspo":
+        return "geometric" if cfg.loss_agg_mode == "seq-mean" else "gspo_token"
+    if name in ("grpo_s", "tepo"):
+        return cfg.ratio  # "arithmetic" / "geometric", or "gspo_token" / "token"
+    return "token"
+
+
+def expected_offpolicy_grad(name: str, cfg, batch: RolloutBatch, logp, adv):
+    """``∂L/∂logp`` at any ``logp`` (``kl_coef = 0``), derived independently in float64, and
+    a mask of the tokens whose clip decision is too close to call in float32.
+
+    With ``x`` the ratio a token's term uses and ``a`` its advantage, ``min(x·a, clip(x)·a)``
+    has derivative ``a`` in ``x`` unless the clip is active: ``a > 0`` and ``x > 1+ε_high``, or
+    ``a < 0`` and ``x < 1−ε_low``, where it is 0. The chain rule gives, per ratio form:
+
+    * token ``w = exp(Δ)``, ``Δ = logp − logp_old``: ``−a·w·weight[i,t]``;
+    * GSPO-token ``s[i,t]`` (value ``s_i``, gradient ``s_i`` at its own token only):
+      ``−a[i,t]·s_i·weight[i,t]``, the clip decided per token on ``s_i``;
+    * geometric ``s_i = exp(mean_t Δ)`` (GSPO, GRPO-S): ``−A_i·s_i/|o_i| / B'`` on every token,
+      ``A_i`` the mean of ``adv`` over the row, the clip decided per row;
+    * arithmetic ``ŵ_i = mean_t w`` (GRPO-S): ``−A_i·w[i,t]/|o_i| / B'``, per row;
+    * GPG (no ratio): ``−α·a·weight``.
+    """
+    m = batch.response_mask.double()
+    active = m.bool()
+    B, T = m.shape
+    lengths = m.sum(1)
+    b_prime = max(float((lengths > 0).sum()), 1.0)
+    n_tokens = max(float(m.sum()), 1.0)
+    delta = torch.where(active, logp.double() - batch.logp_old.double(), 0.0)
+    a = torch.where(active, adv.double(), 0.0)
+    mode = cfg.loss_agg_mode
+    if mode == "token-mean":
+        weight = torch.full((B, 1), 1.0 / n_tokens, dtype=torch.float64)
+    elif mode in ("seq-mean-token-mean", "seq-mean"):
+        weight = 1.0 / (b_prime * lengths.clamp(min=1))[:, None]
+    else:  # seq-mean-token-sum-norm
+        L = cfg.max_len if getattr(cfg, "max_len", None) is not None else T
+        weight = torch.full((B, 1), 1.0 / (b_prime * L), dtype=torch.float64)
+    form = _ratio_form(name, cfg)
+    if form == "none":
+        r = batch.rewards.view(-1, batch.group_size)
+        M = int((r.max(dim=1).values == r.min(dim=1).values).sum()) * batch.group_size
+        grad = -(B / (B - M) if B > M else 1.0) * a * weight
+        return torch.where(active, grad, 0.0), torch.zeros_like(active)
+    lo, hi = 1.0 - cfg.clip_eps_low, 1.0 + cfg.clip_eps_high
+
+    def clip_active(x, adv_x):
+        return ((adv_x > 0) & (x > hi)) | ((adv_x < 0) & (x < lo))
+
+    def too_close(x):
+        return ((x - hi).abs() < 5e-5) | ((x - lo).abs() < 5e-5)
+
+    n = lengths.clamp(min=1)
+    s = torch.exp(delta.sum(1) / n)  # geometric mean of the token ratios
+    if form == "token":
+        w = torch.exp(delta)
+        grad = -a * w * ~clip_active(w, a) * weight
+        close = too_close(w)
+    elif form == "gspo_token":
+        s_t = s[:, None].expand(B, T)
+        grad = -a * s_t * ~clip_active(s_t, a) * weight
+        close = too_close(s_t)
+    else:
+        A_i = a.sum(1) / n
+        if form == "geometric":
+            x, per_token = s, s[:, None] / n[:, None]
+        else:  # arithmetic
+            w = torch.where(active, torch.exp(delta), 0.0)
+            x, per_token = w.sum(1) / n, w / n[:, None]
+        keep = ~clip_active(x, A_i)
+        grad = -(A_i * keep)[:, None] * per_token / b_prime
+        close = too_close(x)[:, None].expand(B, T)
+    return torch.where(active, grad, 0.0), close & active
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+def test_offpolicy_gradient_closed_form(name, data):
+    """Away from ``logp == logp_old`` the gradient is the closed form of
+    ``expected_offpolicy_grad`` (ratios inside and outside the clip range, per-token
+    advantages, every switch drawn): it tells token from sequence ratios, arithmetic from
+    geometric means, ε_low from ε_high, and the GSPO-token stop-gradient (with per-token
+    advantages a plain ``s_i`` would spread ``s_i/|o_i|`` over the row) from its absence."""
+    mod = algorithms.get(name)
+    cfg = data.draw(configs(name, kl_coef=0.0), label="cfg")
+    batch = data.draw(rollout_batches(), label="batch")
+    size = data.draw(st.sampled_from([1e-3, 0.05, 0.5]), label="max_log_ratio")
+    logp = data.draw(current_logp(batch, max_log_ratio=size), label="logp")
+    seed = data.draw(st.integers(0, 2**31 - 1), label="adv_seed")
+    adv = torch.randn(batch.response_mask.shape, generator=torch.Generator().manual_seed(seed))
+    adv = pad_tensor(adv, batch.response_mask, 0.0)
+    entropy = data.draw(current_entropy(batch), label="entropy")
+    _, grad, _ = _loss(mod, cfg, batch, logp, adv, entropy)
+    expected, close = expected_offpolicy_grad(name, cfg, batch, logp, adv)
+    decided = ~close
+    torch.testing.assert_close(grad.double()[decided], expected[decided], rtol=1e-4, atol=1e-7)
+
+
+def _advantage_bound(name: str, cfg, batch: RolloutBatch) -> torch.Tensor:
+    """``[B, T]`` bound on ``|A[i,t]|`` from the group alone.
+
+    A z-score of a member of a set of ``L`` values with the unbiased std satisfies
+    ``|x − mean| / std ≤ (L − 1)/√L`` (Samuelson's inequality: the other ``L − 1`` deviations
+    sum to ``−(x − mean)``, so their squares sum to at least ``(x − mean)²/(L − 1)``); ``+ eps``
+    in the denominator only lowers it. GTPO normalises token rewards over a set of at most the
+    group's active tokens ``L_g``; GRPO-S over at most its ``G`` completions; GRPO, DAPO, GSPO
+    (and TEPO, GPG with a std) over its ``G`` rewards. A centred reward (Dr. GRPO, GPG, TEPO
+    "centred") is bounded by the group's reward range.
+    """
+    G = batch.group_size
+    m = core.group_view(batch.response_mask, G)
+    r = core.group_view(batch.rewards.double(), G)
+
+    def samuelson(L):
+        return (L - 1).clamp(min=0) / L.clamp(min=1).sqrt()
+
+    if name == "gtpo":
+        bound = samuelson(m.sum(dim=(1, 2)).double())
+    elif name in ("dr_grpo",) or (name == "gpg" and not cfg.normalize_std):
+        bound = r.max(dim=1).values - r.min(dim=1).values
+    elif name == "tepo" and cfg.advantage == "centred":
+        bound = r.max(dim=1).values - r.min(dim=1).values
+    else:
+        bound = samuelson(torch.full((r.shape[0],), float(G), dtype=torch.float64))
+    return bound.repeat_interleave(G)[:, None].expand_as(batch.response_mask)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+def test_advantages_bounded_by_their_group(name, data):
+    """Every advantage is finite and bounded by its group (``_advantage_bound``), for every
+    switch combination, near-equal entropies included: no division by a std computed on a
+    set that does not contain the value being normalised."""
+    mod = algorithms.get(name)
+    cfg = data.draw(configs(name), label="cfg")
+    batch = data.draw(rollout_batches(), label="batch")
+    adv = mod.advantages(batch, cfg).double()
+    assert bool(torch.isfinite(adv).all())
+    bound = _advantage_bound(name, cfg, batch)
+    assert bool((adv.abs() <= bound * (1 + 1e-6) + 1e-6).all()), float((adv.abs() - bound).max())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_config_has_success_threshold(name):
+    """Every Config states its success threshold and its overlong-penalty scale, so no trainer
+    falls back to a hidden default (dynamic sampling and reward shaping read them)."""
+    cfg = algorithms.get(name).Config()
+    assert cfg.success_threshold == 0.5
+    assert cfg.overlong_penalty_scale == 0.5
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_str_or_bool_field_is_a_drawn_switch(name):
+    """``strategies.configs`` draws every ``str`` and ``bool`` field of every Config (so the
+    property tests above run over all switch combinations); a ``str`` field without a list
+    of choices in its module would raise here."""
+    fields = dataclasses.fields(algorithms.get(name).Config)
+    drawn = switch_strategies(name)
+    for f in fields:
+        default = getattr(algorithms.get(name).Config(), f.name)
+        if isinstance(default, (str, bool)):
+            assert f.name in drawn, f.name
 
 
 # ---------------------------------------------------------------------------------------------

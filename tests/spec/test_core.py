@@ -209,7 +209,7 @@ def test_overlong_penalty_hand_computed():
 def test_informative_groups_keeps_mixed_groups(batch):
     """Dynamic sampling keeps exactly the groups with ``0 < #successful < G`` (DAPO Eq. 11):
     with binary rewards, those whose rewards are not all equal."""
-    keep = core.informative_groups(batch.rewards, batch.group_size)
+    keep = core.informative_groups(batch.rewards, batch.group_size, 0.5)
     r = batch.rewards.view(-1, batch.group_size)
     n = (r >= 0.5).sum(1)
     assert keep.tolist() == [(0 < int(k) < batch.group_size) for k in n]
@@ -252,6 +252,11 @@ BAD_BATCHES = {
     "entropy with grad": ({"entropy_old": torch.ones(4, 3, requires_grad=True)}, "entropy_old"),
     "ids float": ({"response_ids": torch.zeros(4, 3)}, "response_ids"),
     "logp_ref wrong shape": ({"logp_ref": -torch.ones(2, 3)}, "logp_ref"),
+    "outcome_rewards wrong shape": ({"outcome_rewards": torch.zeros(3)}, "outcome_rewards"),
+    "outcome_rewards NaN": (
+        {"outcome_rewards": torch.tensor([0.0, float("nan"), 1.0, 0.0])},
+        "outcome_rewards",
+    ),
 }
 
 
@@ -283,3 +288,122 @@ def test_overlong_rejects_bad_lengths():
     with pytest.raises(ValueError, match="overlong_cache_frac"):
         core.overlong_cache_len(10, 0.0)
     assert math.isclose(core.overlong_cache_len(20480, 0.2), 4096)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reward shaping, success on the outcome, minibatch split, the GSPO-token ratio.
+# ---------------------------------------------------------------------------------------------
+
+
+class _Shaping:
+    """A stand-in Config carrying the shaping fields (every algorithm Config has them)."""
+
+    def __init__(self, on: bool = True, frac: float = 0.2, scale: float = 0.5):
+        self.overlong_shaping, self.overlong_cache_frac, self.overlong_penalty_scale = (
+            on,
+            frac,
+            scale,
+        )
+
+
+def test_shape_rewards_hand_computed():
+    """L_max = 10, L_cache = round(0.2·10) = 2, band (8, 10]; rewards {0, 1}, scale ½:
+    |o| = 8 → R_len = 0, 9 → −1/2, 10 → −1, so the shaped rewards of r = [1, 1, 0, 0] at
+    |o| = [8, 10, 9, 10] are [1 + 0, 1 − ½, 0 − ¼, 0 − ½] = [1, 0.5, −0.25, −0.5]. Off, the
+    rewards pass through unchanged."""
+    r = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    lengths = torch.tensor([8, 10, 9, 10])
+    shaped = core.shape_rewards(r, lengths, 10, _Shaping())
+    assert shaped.tolist() == [1.0, 0.5, -0.25, -0.5]
+    assert core.shape_rewards(r, lengths, 10, _Shaping(on=False)) is r
+
+
+@given(
+    L_max=st.integers(4, 64),
+    lengths=st.lists(st.integers(1, 64), min_size=4, max_size=4),
+    correct=st.lists(st.booleans(), min_size=4, max_size=4).filter(lambda c: 0 < sum(c) < 4),
+)
+def test_shaped_advantage_equals_dapo_on_pm1_rewards(L_max, lengths, correct):
+    """DAPO shapes ±1 rewards: r' = ±1 + R_len (Eq. 13). With {0, 1} rewards and the penalty
+    at half the reward range, r̃ = r + R_len/2 and 2·r̃ − 1 = r' exactly, an affine map: the
+    GRPO-normalised advantages are DAPO's (up to eps, scaled by the factor 2 in the std)."""
+    lengths_t = torch.tensor([min(n, L_max) for n in lengths])
+    r01 = torch.tensor([1.0 if c else 0.0 for c in correct])
+    ours = core.shape_rewards(r01, lengths_t, L_max, _Shaping())
+    cache = core.overlong_cache_len(L_max, 0.2)
+    dapo_rewards = (2 * r01 - 1) + core.overlong_penalty(lengths_t, L_max, cache)
+    torch.testing.assert_close(2 * ours - 1, dapo_rewards, rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        core.group_normalize(ours, 4), core.group_normalize(dapo_rewards, 4), rtol=0, atol=1e-5
+    )
+
+
+def test_shaping_orders_correct_truncated_wrong_as_dapo():
+    """One group: correct, truncated correct, wrong, truncated wrong (L_max = 10, truncated =
+    |o| = 10, so R_len = −1). DAPO's ±1 rewards give 1, 0, −1, −2: a truncated correct answer
+    lies strictly between a correct and a wrong one. Ours give 1, 0.5, 0, −0.5 and the same
+    advantages, in the same strict order. (The penalty added at full size to {0, 1} rewards
+    gives 1, 0, 0, −1: the truncated correct answer ties with the short wrong one.)"""
+    r = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    lengths = torch.tensor([5, 10, 5, 10])
+    ours = core.shape_rewards(r, lengths, 10, _Shaping())
+    assert ours.tolist() == [1.0, 0.5, 0.0, -0.5]
+    A = core.group_normalize(ours, 4)
+    A_dapo = core.group_normalize(torch.tensor([1.0, 0.0, -1.0, -2.0]), 4)
+    torch.testing.assert_close(A, A_dapo, rtol=0, atol=1e-5)
+    assert A[0] > A[1] > A[2] > A[3]
+    doubled = core.shape_rewards(r, lengths, 10, _Shaping(scale=1.0))
+    assert doubled[1] == doubled[2]  # the defect the scale ½ removes
+
+
+def test_success_is_decided_on_the_outcome():
+    """With ``outcome_rewards`` set, success reads them, not the (shaped) rewards: a correct
+    answer whose reward fell below the threshold is still a success, a wrong one whose reward
+    rose above it is still a failure. Without them, success reads the rewards."""
+    outcome = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    shaped = torch.tensor([1.0, 0.25, 0.75, -0.5])
+    batch = RolloutBatch(**{**_fields(), "rewards": shaped, "outcome_rewards": outcome})
+    assert core.successful(batch, 0.5).tolist() == [True, True, False, False]
+    assert core.successful(batch.replace(outcome_rewards=None), 0.5).tolist() == [
+        True,
+        False,
+        True,
+        False,
+    ]
+
+
+@given(n_groups=st.integers(0, 40), minibatches=st.integers(1, 12))
+def test_split_groups_even(n_groups, minibatches):
+    """The minibatches cover every group once, in order, with sizes that differ by at most
+    one; there are ``min(minibatches, n_groups)`` of them and none is empty."""
+    parts = core.split_groups(n_groups, minibatches)
+    assert [g for p in parts for g in p] == list(range(n_groups))
+    assert len(parts) == min(minibatches, n_groups)
+    sizes = [len(p) for p in parts]
+    assert all(size >= 1 for size in sizes)
+    if sizes:
+        assert max(sizes) - min(sizes) <= 1
+
+
+def test_split_groups_hand_computed():
+    """7 groups in 2 minibatches: 3 and 4 (not 3, 3 and 1); 8 in 4: 2 each; 3 in 4: 1 each."""
+    assert [len(p) for p in core.split_groups(7, 2)] == [3, 4]
+    assert [len(p) for p in core.split_groups(8, 4)] == [2, 2, 2, 2]
+    assert [len(p) for p in core.split_groups(3, 4)] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("scale", [45.0, 1.0, 1e-3])
+def test_sequence_token_ratio_value_is_exactly_s_i(scale):
+    """The GSPO-token ratio's value is exactly ``exp(log s_i)`` on every response token, also
+    at large ``|logp|`` (≈ 45, where float32's spacing is 3.8e-6): its exponent is
+    ``sg[log s_i] + (logp − sg[logp])`` and the bracket is exactly 0. Evaluating
+    ``log s_i + logp − sg[logp]`` left to right rounds ``log s_i + logp`` to that spacing."""
+    gen = torch.Generator().manual_seed(0)
+    logp_old = -scale * (1 + torch.rand(6, 5, generator=gen))
+    logp = logp_old + 1e-3 * (2 * torch.rand(6, 5, generator=gen) - 1)
+    mask = torch.ones(6, 5)
+    mask[2, 3:] = 0
+    s_i = torch.exp(core.sequence_log_ratio(logp, logp_old, mask))
+    ratio = core.sequence_token_ratio(logp.requires_grad_(), logp_old, mask)
+    expected = torch.where(mask.bool(), s_i[:, None].expand(6, 5), torch.ones(()))
+    assert torch.equal(ratio.detach(), expected)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 import torch
@@ -10,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl import core
-from refimpl.algorithms import dapo, grpo
+from refimpl.algorithms import dapo
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -97,7 +99,7 @@ def test_dynamic_sampling_keeps_exactly_mixed_groups(batch):
     cfg = dapo.Config()
     assert cfg.dynamic_sampling
     G = batch.group_size
-    keep = core.informative_groups(batch.rewards, G)
+    keep = core.informative_groups(batch.rewards, G, cfg.success_threshold)
     n_success = (batch.rewards >= 0.5).view(-1, G).sum(1)
     assert keep.tolist() == [0 < int(n) < G for n in n_success]
     A = core.group_normalize(batch.rewards, G).view(-1, G)
@@ -108,15 +110,30 @@ def test_dynamic_sampling_counts_successes_not_reward_spread():
     """After overlong shaping an all-wrong group can have different rewards (0 and −0.5);
     the filter still drops it, because it counts successes (Eq. 11), not reward spread."""
     shaped = torch.tensor([0.0, -0.5, 1.0, 0.75])
-    assert core.informative_groups(shaped, 2).tolist() == [False, False]
+    assert core.informative_groups(shaped, 2, dapo.Config().success_threshold).tolist() == [
+        False,
+        False,
+    ]
 
 
 @given(batch=rollout_batches())
-def test_advantage_equals_grpo(batch):
-    """DAPO's advantage is GRPO's (Eq. 9): only the loss configuration differs."""
-    torch.testing.assert_close(
-        dapo.advantages(batch, dapo.Config()), grpo.advantages(batch, grpo.Config()), rtol=0, atol=0
-    )
+def test_advantage_is_the_group_zscore(batch):
+    """DAPO's advantage is GRPO's (Eq. 9): the z-score of r_i within its group with the
+    unbiased std and eps = 1e-6, on every response token; computed here with the standard
+    library's ``statistics`` (float64), independently of ``core``."""
+    cfg = dapo.Config()
+    assert cfg.eps == 1e-6
+    adv = dapo.advantages(batch, cfg)
+    G, r = batch.group_size, batch.rewards.tolist()
+    for g in range(batch.num_groups):
+        group = r[g * G : (g + 1) * G]
+        for i in range(g * G, (g + 1) * G):
+            if max(group) == min(group):
+                expected = 0.0
+            else:
+                expected = (r[i] - statistics.mean(group)) / (statistics.stdev(group) + 1e-6)
+            row = adv[i][batch.response_mask[i].bool()]
+            assert torch.allclose(row.double(), torch.tensor(expected).double(), atol=1e-5)
 
 
 def test_hand_computed_group():
@@ -149,3 +166,31 @@ def test_hand_computed_group():
     logp = batch.logp_old.clone()
     logp[0] += math.log(1.5)
     assert dapo.loss(batch, logp, adv, cfg)[0].item() == pytest.approx(-0.502046, abs=1e-5)
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/dapo.md``: shaping with
+    L_max = 4 (o2 uses the whole budget), the shaped advantages, the clip-higher loss and
+    its gradient, each derived by hand on the page."""
+    batch, logp = worked.batch()
+    cfg = dapo.Config()
+    lengths = batch.response_mask.sum(1)
+    assert core.informative_groups(batch.rewards, 4, cfg.success_threshold).tolist() == [True]
+    shaped = core.shape_rewards(batch.rewards, lengths, 4, cfg)
+    assert shaped.tolist() == [1.0, 0.5, 0.0, 0.0]
+    batch = batch.replace(rewards=shaped, outcome_rewards=batch.rewards)
+    A = [1.305582, 0.261116, -0.783349, -0.783349]
+    adv = dapo.advantages(batch, cfg)
+    expected = worked.rows([[A[0]] * 2, [A[1]] * 4, [A[2]] * 3, [A[3]]])
+    torch.testing.assert_close(adv, expected, atol=1e-5, rtol=0)
+    total, grad, _ = worked.loss_and_grad(dapo, cfg, batch, logp)
+    assert total == pytest.approx(-0.082252, abs=1e-5)
+    expected = worked.rows(
+        [
+            [-0.143614, -0.163198],
+            [-0.026112] * 4,
+            [0.070501, 0.0, 0.078335],
+            [0.117502],
+        ]
+    )
+    torch.testing.assert_close(grad, expected, atol=1e-5, rtol=0)

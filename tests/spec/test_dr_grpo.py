@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from refimpl.algorithms import dr_grpo
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -108,3 +109,16 @@ def test_hand_computed_group():
         logp.grad,
         torch.tensor([[-0.046875, -0.046875], [0.015625, 0.0], [0.015625, 0.0], [0.015625, 0.0]]),
     )
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/dr_grpo.md`` (L_max = 4),
+    each derived by hand on the page."""
+    batch, logp = worked.batch()
+    cfg = dr_grpo.Config(max_len=4)
+    adv = dr_grpo.advantages(batch, cfg)
+    torch.testing.assert_close(adv, worked.rows([[0.5] * 2, [0.5] * 4, [-0.5] * 3, [-0.5]]))
+    total, grad, _ = worked.loss_and_grad(dr_grpo, cfg, batch, logp)
+    assert total == pytest.approx(-0.065625, abs=1e-6)
+    expected = worked.rows([[-0.034375, 0.0], [-0.03125] * 4, [0.028125, 0.0, 0.03125], [0.046875]])
+    torch.testing.assert_close(grad, expected, atol=1e-6, rtol=0)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refimpl import core
-from refimpl.algorithms import gpg, grpo
+from refimpl.algorithms import gpg
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import concat_batches, rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -74,19 +76,27 @@ def test_alpha_cancels_degenerate_groups(data):
 
 
 @given(batch=rollout_batches())
-def test_normalize_std_gives_grpo_advantage(batch):
-    """With ``normalize_std`` (F_norm = std) the advantage is GRPO's; without it, it is the
-    centred reward ``r_i − r̄``."""
-    torch.testing.assert_close(
-        gpg.advantages(batch, gpg.Config(normalize_std=True)),
-        grpo.advantages(batch, grpo.Config()),
-        rtol=0,
-        atol=0,
-    )
-    centred = core.group_normalize(batch.rewards, batch.group_size, scale_by_std=False)
-    torch.testing.assert_close(
-        gpg.advantages(batch, gpg.Config()), core.broadcast_to_tokens(centred, batch.response_mask)
-    )
+def test_advantage_centred_or_normalised(batch):
+    """F_norm = 1 (default): the advantage is the centred reward ``r_i − r̄``; with
+    ``normalize_std`` (F_norm = std + eps) it is GRPO's z-score. Both computed here with the
+    standard library's ``statistics`` (float64), independently of ``core``; all-equal groups
+    give exactly 0 in both."""
+    G, r = batch.group_size, batch.rewards.tolist()
+    plain = gpg.advantages(batch, gpg.Config())
+    scaled = gpg.advantages(batch, gpg.Config(normalize_std=True))
+    for g in range(batch.num_groups):
+        group = r[g * G : (g + 1) * G]
+        for i in range(g * G, (g + 1) * G):
+            tokens = batch.response_mask[i].bool()
+            if max(group) == min(group):
+                assert bool((plain[i] == 0).all()) and bool((scaled[i] == 0).all())
+                continue
+            centred = r[i] - statistics.mean(group)
+            z = centred / (statistics.stdev(group) + 1e-6)
+            assert torch.allclose(
+                plain[i][tokens].double(), torch.tensor(centred).double(), atol=1e-5
+            )
+            assert torch.allclose(scaled[i][tokens].double(), torch.tensor(z).double(), atol=1e-5)
 
 
 @given(batch=rollout_batches(), shift=st.floats(-3.0, 3.0))
@@ -127,3 +137,20 @@ def test_hand_computed_batch():
     assert total.item() == pytest.approx(-0.125, abs=1e-7)
     total.backward()
     torch.testing.assert_close(logp.grad[:, 0], torch.tensor([-0.25, 0.25, 0.0, 0.0]))
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/gpg.md``, derived by hand on
+    the page, and its remark: one more group of equal rewards doubles α."""
+    batch, logp = worked.batch()
+    cfg = gpg.Config()
+    adv = gpg.advantages(batch, cfg)
+    torch.testing.assert_close(adv, worked.rows([[0.5] * 2, [0.5] * 4, [-0.5] * 3, [-0.5]]))
+    total, grad, metrics = worked.loss_and_grad(gpg, cfg, batch, logp)
+    assert metrics["alpha"] == 1.0
+    assert total == pytest.approx(0.054013, abs=1e-6)
+    expected = worked.rows([[-0.05] * 2, [-0.05] * 4, [0.05] * 3, [0.05]])
+    torch.testing.assert_close(grad, expected, atol=1e-6, rtol=0)
+    doubled = concat_batches(batch, batch.replace(rewards=torch.ones(4)))
+    _, metrics = gpg.loss(doubled, doubled.logp_old, gpg.advantages(doubled, cfg), cfg)
+    assert metrics["alpha"] == 2.0

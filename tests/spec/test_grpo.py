@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from refimpl.algorithms import grpo
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -91,3 +92,28 @@ def test_hand_computed_group():
     total, metrics = grpo.loss(batch, logp, adv, cfg)
     assert total.item() == pytest.approx(-0.075, abs=1e-5)
     assert metrics["clip_frac_high"] == pytest.approx(0.25)
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/grpo.md`` (group in
+    ``tests/spec/worked.py``), each derived by hand on the page."""
+    batch, logp = worked.batch()
+    cfg = grpo.Config()
+    adv = grpo.advantages(batch, cfg)
+    a = 0.866025
+    torch.testing.assert_close(
+        adv, worked.rows([[a] * 2, [a] * 4, [-a] * 3, [-a]]), atol=1e-5, rtol=0
+    )
+    total, grad, metrics = worked.loss_and_grad(grpo, cfg, batch, logp)
+    assert total == pytest.approx(0.055215, abs=1e-5)
+    expected = worked.rows(
+        [
+            [-0.118624, 0.001000],
+            [-0.053627, -0.054127, -0.054127, -0.054127],
+            [0.064582, -0.001111, 0.072169],
+            [0.328093],
+        ]
+    )
+    torch.testing.assert_close(grad, expected, atol=1e-5, rtol=0)
+    assert metrics["clip_frac_high"] == pytest.approx(1 / 10)  # o1's second token
+    assert metrics["clip_frac_low"] == pytest.approx(1 / 10)  # o3's second token

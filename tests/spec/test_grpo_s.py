@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from refimpl import core
 from refimpl.algorithms import grpo_s, gspo
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import batch_and_policy, current_logp, rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -175,6 +176,30 @@ def test_arithmetic_ratio_gradient(batch, data):
     torch.testing.assert_close(lp.grad, expected, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("stats", grpo_s.STATS)
+@given(batch=rollout_batches())
+def test_negative_shaping_none_failed_get_their_own_sets_normalisation(stats, batch):
+    """negative_shaping="none": r̂⁻ ≡ 0 and a failed completion's advantage normalises its 0
+    within its own set [A]: stats="group" → −mean(R̂⁺)/(std(R̂⁺) + eps) over the group's
+    non-empty completions; "subgroup" → O⁻'s zeros, exactly 0."""
+    cfg = grpo_s.Config(stats=stats, negative_shaping="none")
+    r_hat_plus, r_hat_minus = grpo_s.sequence_rewards(batch, cfg)
+    assert bool((r_hat_minus == 0).all())
+    A = grpo_s.advantages(batch, cfg)[:, 0]
+    G = batch.group_size
+    nonempty = batch.response_mask.sum(1) > 0
+    failed = nonempty & (batch.rewards < 0.5)
+    for g in range(batch.num_groups):
+        rows = slice(g * G, g * G + G)
+        R = r_hat_plus[rows][nonempty[rows]]
+        if stats == "subgroup" or R.numel() < 2 or R.max() == R.min():
+            expected = 0.0
+        else:
+            expected = float(-R.mean() / (R.std(unbiased=True) + cfg.eps))
+        got = A[rows][failed[rows]].double()
+        torch.testing.assert_close(got, torch.full_like(got, expected), rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------
 # A hand-computed example
 # ---------------------------------------------------------------------------------------------
@@ -251,3 +276,34 @@ def test_config_rejects_bad_values(field, value):
     per-sequence loss raise a ValueError naming the field."""
     with pytest.raises(ValueError, match=field):
         grpo_s.Config(**{field: value})
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/grpo_s.md`` (defaults: β₁ = 1,
+    β₂ = 0.1, stats="group", arithmetic ratio), each derived by hand on the page."""
+    batch, logp = worked.batch()
+    cfg = grpo_s.Config()
+    r_hat_plus, r_hat_minus = grpo_s.sequence_rewards(batch, cfg)
+    torch.testing.assert_close(
+        r_hat_plus, torch.tensor([1.096, 1.104, 0, 0]).double(), atol=1e-6, rtol=0
+    )
+    torch.testing.assert_close(
+        r_hat_minus, torch.tensor([0, 0, -1.15, -1.05]).double(), atol=1e-6, rtol=0
+    )
+    A = grpo_s.advantages(batch, cfg)
+    A_hat = [0.859716, 0.872312, -0.942809, -0.785674]
+    expected = worked.rows([[A_hat[0]] * 2, [A_hat[1]] * 4, [A_hat[2]] * 3, [A_hat[3]]])
+    torch.testing.assert_close(A, expected, atol=1e-5, rtol=0)
+    w_hat = grpo_s.sequence_ratio(logp, batch.logp_old, batch.response_mask, "arithmetic")
+    torch.testing.assert_close(w_hat, torch.tensor([1.175, 1.0, 0.883333, 1.5]), atol=1e-5, rtol=0)
+    total, grad, _ = worked.loss_and_grad(grpo_s, cfg, batch, logp)
+    assert total == pytest.approx(0.032212, abs=1e-5)
+    expected = worked.rows(
+        [
+            [-0.118211, -0.134331],
+            [-0.054520] * 4,
+            [0.070711, 0.058926, 0.078567],
+            [0.294628],
+        ]
+    )
+    torch.testing.assert_close(grad, expected, atol=1e-5, rtol=0)

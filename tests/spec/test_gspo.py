@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 
 import pytest
 import torch
@@ -11,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl import core
-from refimpl.algorithms import grpo, gspo
+from refimpl.algorithms import gspo
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import batch_and_policy
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -95,12 +97,53 @@ def test_clip_acts_on_whole_sequences(x):
 
 
 @given(x=batch_and_policy())
-def test_advantage_equals_grpo(x):
-    """GSPO's advantage is GRPO's (Eq. 6)."""
+def test_advantage_is_the_group_zscore(x):
+    """GSPO's advantage is GRPO's (Eq. 6): the z-score of r_i within its group, unbiased std,
+    eps = 1e-6, on every response token (computed with ``statistics``, independently)."""
     batch = x[0]
-    torch.testing.assert_close(
-        gspo.advantages(batch, gspo.Config()), grpo.advantages(batch, grpo.Config()), rtol=0, atol=0
-    )
+    cfg = gspo.Config()
+    assert cfg.eps == 1e-6
+    adv = gspo.advantages(batch, cfg)
+    G, r = batch.group_size, batch.rewards.tolist()
+    for g in range(batch.num_groups):
+        group = r[g * G : (g + 1) * G]
+        for i in range(g * G, (g + 1) * G):
+            if max(group) == min(group):
+                expected = 0.0
+            else:
+                expected = (r[i] - statistics.mean(group)) / (statistics.stdev(group) + 1e-6)
+            row = adv[i][batch.response_mask[i].bool()]
+            assert torch.allclose(row.double(), torch.tensor(expected).double(), atol=1e-5)
+
+
+@given(x=batch_and_policy(max_log_ratio=1e-3, logp_regime="very_negative"))
+def test_gspo_token_form_exact_at_large_logp(x):
+    """At |logp| ≈ 45 both forms equal Eq. 5 computed in float64 from the same inputs, to
+    float32 rounding of the loss terms (4e-7 of their mean size |A_i|·s_i; the terms nearly
+    cancel across a group, so the loss itself is ~1e-4 and a relative tolerance would be
+    meaningless). The GSPO-token ratio's value is exactly s_i (``core.sequence_token_ratio``).
+    Evaluated as ``log s_i + logp − logp``, its exponent picked up float32's 3.8e-6 spacing
+    at 45 and the loss moved by ~1e-6 of the term size: the 4.6 % gap between the two forms in
+    the counterexample the thorough hypothesis profile found."""
+    batch, logp, _ = x
+    cfg = gspo.Config()
+    token_cfg = dataclasses.replace(cfg, loss_agg_mode="seq-mean-token-mean")
+    adv = gspo.advantages(batch, cfg)
+    m = batch.response_mask.bool()
+    n = m.sum(1)
+    rows = n > 0
+    if not bool(rows.any()):
+        return
+    delta = torch.where(m, logp.double() - batch.logp_old.double(), 0.0)
+    s_i = torch.exp(delta.sum(1)[rows] / n[rows])
+    A_i = torch.where(m, adv.double(), 0.0).sum(1)[rows] / n[rows]
+    lo, hi = 1 - cfg.clip_eps_low, 1 + cfg.clip_eps_high
+    terms = -torch.minimum(s_i * A_i, s_i.clamp(lo, hi) * A_i)
+    expected = float(terms.mean())
+    scale = float((A_i.abs() * s_i).mean())
+    for c in (cfg, token_cfg):
+        total, _ = _loss_and_grad(batch, logp, adv, c)
+        assert abs(float(total.detach()) - expected) <= 4e-7 * scale + 1e-12, c.loss_agg_mode
 
 
 def test_hand_computed_group():
@@ -129,3 +172,22 @@ def test_hand_computed_group():
     expected = -(1.0004 * 0.7071068 - math.exp(1e-3) * 0.7071068) / 2
     assert expected == pytest.approx(0.000212, abs=1e-6)
     assert total.item() == pytest.approx(expected, abs=2e-6)
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/gspo.md``: the ratios there
+    move by at most 10⁻³; the loss and gradient of both forms, derived by hand on the page."""
+    ratios = [[1.0002, 1.0004], [1.001] * 4, [0.9995, 0.9999, 1.0], [0.999]]
+    batch, logp = worked.batch(ratios)
+    a = 0.8660254
+    for cfg in (gspo.Config(), gspo.Config(loss_agg_mode="seq-mean-token-mean")):
+        s = torch.exp(core.sequence_log_ratio(logp, batch.logp_old, batch.response_mask))
+        torch.testing.assert_close(
+            s, torch.tensor([1.0003, 1.001, 0.99979998, 0.999]), atol=2e-7, rtol=0
+        )
+        total, grad, metrics = worked.loss_and_grad(gspo, cfg, batch, logp)
+        adv = gspo.advantages(batch, cfg)
+        torch.testing.assert_close(adv[:, 0], torch.tensor([a, a, -a, -a]), atol=2e-6, rtol=0)
+        assert total == pytest.approx(-0.00025981, abs=5e-7)
+        expected = worked.rows([[-0.10828565] * 2, [0.0] * 4, [0.07215435] * 3, [0.0]])
+        torch.testing.assert_close(grad, expected, atol=1e-6, rtol=0)

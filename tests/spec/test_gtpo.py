@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from refimpl import core
 from refimpl.algorithms import gtpo
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -253,9 +254,11 @@ def test_negative_shaping_none_zeroes_failed_rewards(stats, batch):
 @pytest.mark.parametrize("stats", STATS)
 @given(batch=rollout_batches())
 def test_negative_shaping_none_failed_tokens_get_normalised_zero(stats, batch):
-    """With negative_shaping="none" a failed token's advantage is what the R⁺ normalisation
-    gives a reward of 0: −mean(R⁺)/(std(R⁺) + eps), one value for the whole group's failed
-    tokens; successful tokens keep their "v6" advantage (A⁺ does not involve R⁻)."""
+    """With negative_shaping="none" the early form's one reward is r⁺ (0 on failed tokens), and
+    a failed token's advantage is the normalisation of its 0 within its own set [A]:
+    stats="group": −mean(R⁺)/(std(R⁺) + eps) over the group's active tokens, one value for all
+    its failed tokens; stats="subgroup": O⁻'s tokens, all 0, so exactly 0. Successful tokens
+    keep their "v6" advantage (A⁺ does not involve R⁻)."""
     v6, none = gtpo.Config(stats=stats), gtpo.Config(stats=stats, negative_shaping="none")
     A_v6, A = gtpo.advantages(batch, v6), gtpo.advantages(batch, none)
     r_plus, _ = gtpo.token_rewards(batch, none)
@@ -264,9 +267,8 @@ def test_negative_shaping_none_failed_tokens_get_normalised_zero(stats, batch):
     torch.testing.assert_close(A[m & succ], A_v6[m & succ], rtol=0, atol=0)
     for g in range(batch.num_groups):
         rows = slice(g * G, g * G + G)
-        in_set = m[rows] if stats == "group" else (m & succ)[rows]
-        R = r_plus[rows][in_set]
-        if R.numel() < 2 or R.max() == R.min():
+        R = r_plus[rows][m[rows]]
+        if stats == "subgroup" or R.numel() < 2 or R.max() == R.min():
             expected = 0.0
         else:
             expected = float(-R.mean() / (R.std(unbiased=True) + none.eps))
@@ -274,6 +276,54 @@ def test_negative_shaping_none_failed_tokens_get_normalised_zero(stats, batch):
         torch.testing.assert_close(
             failed.double(), torch.full_like(failed, expected).double(), rtol=1e-5, atol=1e-5
         )
+
+
+def test_subgroup_none_bounded_when_entropies_differ_by_one_ulp():
+    """The regression the early form's old reading had: stats="subgroup", "none", two
+    successful completions whose entropies differ by one float32 ulp. O⁺'s rewards then differ
+    by ~1e-8, and normalising a failed token's 0 with O⁺'s statistics (a set it is not in)
+    gave −1.1e6. Now the failed tokens get 0 and the successful ones a z-score within O⁺,
+    bounded by (L − 1)/√L = 1/√2 for L = 2 tokens."""
+    h = torch.tensor(1.0)
+    entropy = torch.stack([h, torch.nextafter(h, torch.tensor(2.0)), h, h])[:, None]
+    batch = RolloutBatch(
+        response_ids=torch.zeros(4, 1, dtype=torch.long),
+        response_mask=torch.ones(4, 1),
+        rewards=torch.tensor([1.0, 1.0, 0.0, 0.0]),
+        logp_old=-torch.ones(4, 1),
+        entropy_old=entropy,
+        group_size=4,
+    )
+    A = gtpo.advantages(batch, gtpo.Config(stats="subgroup", negative_shaping="none"))
+    assert A[2:].abs().max().item() == 0.0
+    assert A[:2].abs().max().item() <= 1 / math.sqrt(2) + 1e-6
+
+
+def test_success_split_on_outcome_and_shaping_reaches_successes_only():
+    """With overlong shaping the trainer keeps the outcome (``outcome_rewards``): O⁺/O⁻ are
+    decided on it, as dynamic sampling decides. A truncated correct answer shaped to
+    r = 0.25 (below 0.5) stays in O⁺, with r⁺ = α₁·0.25 + α₂·(its entropy share)·d_t (Eq. 3
+    reads r_i); a truncated wrong answer shaped to −0.5 stays in O⁻ with r⁻ unchanged, since
+    Eq. 5 has no r_j: the penalty reaches successful completions only.
+    Here G = 4, one token each, equal entropies: d = h = 2, each share 1/2, so with α₁ = 1,
+    α₂ = 0.1: r⁺ = 1 + 0.1 = 1.1 (o1) and 0.25 + 0.1 = 0.35 (o2); r⁻ = −1 − 0.1 = −1.1 for o3
+    and o4 whatever their shaped rewards."""
+    outcome = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    shaped = torch.tensor([1.0, 0.25, 0.0, -0.5])
+    batch = RolloutBatch(
+        response_ids=torch.zeros(4, 1, dtype=torch.long),
+        response_mask=torch.ones(4, 1),
+        rewards=shaped,
+        logp_old=-torch.ones(4, 1),
+        entropy_old=torch.ones(4, 1),
+        group_size=4,
+        outcome_rewards=outcome,
+    )
+    cfg = gtpo.Config(entropy_eps=1e-12)
+    r_plus, r_minus = gtpo.token_rewards(batch, cfg)
+    torch.testing.assert_close(r_plus[:, 0], torch.tensor([1.1, 0.35, 0.0, 0.0]).double())
+    torch.testing.assert_close(r_minus[:, 0], torch.tensor([0.0, 0.0, -1.1, -1.1]).double())
+    torch.testing.assert_close(gtpo.advantages(batch, cfg), gtpo.reference_advantages(batch, cfg))
 
 
 @given(rollout_batches(binary_rewards=True, equal_groups=True))
@@ -402,3 +452,36 @@ def test_config_rejects_bad_values(field, value):
     that names the field."""
     with pytest.raises(ValueError, match=field):
         gtpo.Config(**{field: value})
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/gtpo.md`` (defaults: α₁ = 1,
+    α₂ = 0.1, stats="group", "v6"), each derived by hand on the page."""
+    batch, logp = worked.batch()
+    cfg = gtpo.Config()
+    r_plus, r_minus = gtpo.token_rewards(batch, cfg)
+    expected_plus = worked.rows([[1.05, 1.1], [1.15, 1.1, 1.1, 1.1], [0, 0, 0], [0]])
+    expected_minus = worked.rows([[0, 0], [0] * 4, [-1.16, -1.1, -1.1], [-1.04]])
+    torch.testing.assert_close(r_plus.float(), expected_plus, atol=1e-5, rtol=0)
+    torch.testing.assert_close(r_minus.float(), expected_minus, atol=1e-5, rtol=0)
+    A = gtpo.advantages(batch, cfg)
+    expected = worked.rows(
+        [
+            [0.685984, 0.773931],
+            [0.861877, 0.773931, 0.773931, 0.773931],
+            [-1.265953, -1.160457, -1.160457],
+            [-1.054961],
+        ]
+    )
+    torch.testing.assert_close(A, expected, atol=1e-5, rtol=0)
+    total, grad, _ = worked.loss_and_grad(gtpo, cfg, batch, logp)
+    assert total == pytest.approx(-0.009504, abs=1e-5)
+    expected = worked.rows(
+        [
+            [-0.075458, -0.096741],
+            [-0.086188, -0.077393, -0.077393, -0.077393],
+            [0.113936, 0.0, 0.116046],
+            [0.158244],
+        ]
+    )
+    torch.testing.assert_close(grad, expected, atol=1e-5, rtol=0)

@@ -2,8 +2,8 @@
 
 TEPO here is a reconstruction (see the module docstring and ``docs/fidelity.md``): GRPO's
 advantage, the GSPO-token ratio, token-mean aggregation, and a k3 KL term kept only on the
-tokens with positive advantage and decreasing entropy. The common invariants are in
-``test_common.py``.
+tokens with positive advantage and decreasing entropy; every assumption is a switch, and each
+switch has a test here. The common invariants are in ``test_common.py``.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ import math
 import pytest
 import torch
 from hypothesis import given
+from hypothesis import strategies as st
 
 from refimpl import core
-from refimpl.algorithms import gspo, tepo
+from refimpl.algorithms import dapo, gspo, tepo
 from refimpl.core import RolloutBatch
+from tests.spec import worked
 from tests.spec.strategies import batch_and_policy, rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -29,18 +31,60 @@ def _loss_and_grad(batch, logp, adv, cfg, entropy):
     return total.detach(), lp.grad, metrics
 
 
-@given(batch_and_policy())
-def test_kl_mask_is_positive_advantage_and_decreasing_entropy(x):
-    """M[i,t] = 1 exactly on the response tokens with A[i,t] > 0 and H_θ[i,t] < H_old[i,t]
-    (abstract: "tokens with positive advantages and decreasing entropy"): 0 wherever A ≤ 0,
-    wherever the entropy did not decrease (equal included), and on padding."""
+@pytest.mark.parametrize("strict", [True, False])
+@given(x=batch_and_policy(), tol=st.sampled_from([0.0, 1e-4, 0.3]))
+def test_kl_mask_is_positive_advantage_and_decreasing_entropy(strict, x, tol):
+    """M[i,t] = 1 exactly on the response tokens with A[i,t] > 0 and H_θ[i,t] < H_old[i,t] − τ
+    (abstract: "tokens with positive advantages and decreasing entropy"; ≤ with
+    ``entropy_strict=False``), the same τ the loss uses: 0 wherever A ≤ 0, wherever the
+    entropy did not fall by more than τ, and on padding."""
     batch, _, entropy = x
-    adv = tepo.advantages(batch, tepo.Config())
-    M = tepo.kl_mask(adv, entropy, batch.entropy_old, batch.response_mask)
+    cfg = tepo.Config(entropy_decrease_tol=tol, entropy_strict=strict)
+    adv = tepo.advantages(batch, cfg)
+    M = tepo.kl_mask(adv, entropy, batch.entropy_old, batch.response_mask, cfg)
     active = batch.response_mask.bool()
-    expected = active & (adv > 0) & (entropy < batch.entropy_old)
+    h, h_old = entropy.double(), batch.entropy_old.double()
+    fell = (h < h_old - tol) if strict else (h <= h_old - tol)
+    expected = active & (adv > 0) & fell
     assert torch.equal(M.bool(), expected)
-    assert bool((M[adv <= 0] == 0).all()) and bool((M[entropy >= batch.entropy_old] == 0).all())
+    # The loss reports the same mask.
+    _, _, metrics = _loss_and_grad(batch, batch.logp_old, adv, cfg, entropy)
+    assert metrics["kl_mask_frac"] == pytest.approx(
+        float(expected.sum()) / max(float(active.sum()), 1.0)
+    )
+
+
+@given(batch_and_policy())
+def test_kl_mask_strictness_on_unchanged_entropy(x):
+    """With τ = 0, a token whose entropy did not change is not "decreasing" under the strict
+    comparison (default) and is under ``entropy_strict=False``: where A > 0 and H_θ = H_old."""
+    batch, _, _ = x
+    m = batch.response_mask
+    for strict in (True, False):
+        cfg = tepo.Config(entropy_decrease_tol=0.0, entropy_strict=strict)
+        adv = tepo.advantages(batch, cfg)
+        M = tepo.kl_mask(adv, batch.entropy_old, batch.entropy_old, m, cfg)
+        expected = torch.zeros_like(m.bool()) if strict else (m.bool() & (adv > 0))
+        assert torch.equal(M.bool(), expected)
+
+
+@given(batch_and_policy())
+def test_kl_mask_sequence_source(x):
+    """``entropy_source="sequence"``: the entropy that decreases is the rollout's, along the
+    completion: M[i,t] = 1[A > 0]·1[H_old[i,t] < H_old[i,t−1] − τ], never at t = 0; the
+    current entropy is not read (the loss needs none)."""
+    batch, logp, _ = x
+    cfg = tepo.Config(entropy_source="sequence")
+    adv = tepo.advantages(batch, cfg)
+    m = batch.response_mask.bool()
+    h = batch.entropy_old.double()
+    expected = torch.zeros_like(m)
+    expected[:, 1:] = m[:, 1:] & m[:, :-1] & (h[:, 1:] < h[:, :-1] - cfg.entropy_decrease_tol)
+    expected &= adv > 0
+    M = tepo.kl_mask(adv, None, batch.entropy_old, batch.response_mask, cfg)
+    assert torch.equal(M.bool(), expected)
+    total, _ = tepo.loss(batch, logp, adv, cfg, entropy=None)  # no entropy needed
+    assert math.isfinite(float(total))
 
 
 @given(batch_and_policy(max_log_ratio=0.6))
@@ -64,24 +108,69 @@ def test_beta_zero_equals_gspo_ratio_token_mean_loss(x):
 @given(batch_and_policy(max_log_ratio=1.0))
 def test_gspo_token_ratio_value_and_gradient(x):
     """GSPO-token form: s[i,t] = sg[s_i]·π_θ/sg[π_θ] equals s_i in value on every response
-    token, but its gradient reaches only its own token: ∂s[i,t]/∂logp[i,t'] = s_i·1[t = t'],
-    whereas the plain s_i spreads s_i/|o_i| over every token of o_i. So for any weights g,
-    ∂(Σ_{t} g[i,t]·s[i,t])/∂logp[i,t] = s_i·g[i,t] (and 0 on padding).
-
-    Tolerance: in float32, log s_i + logp − sg[logp] is exact only up to the rounding of
-    logp + (…) − logp, about 2 ulp of |logp| ≤ 50, i.e. ≤ 8e-6 absolute in the exponent."""
+    token (exactly: the exponent is sg[log s_i] + (logp − sg[logp]), the bracket exactly 0),
+    but its gradient reaches only its own token: ∂s[i,t]/∂logp[i,t'] = s_i·1[t = t'], whereas
+    the plain s_i spreads s_i/|o_i| over every token of o_i. So for any weights g,
+    ∂(Σ_{t} g[i,t]·s[i,t])/∂logp[i,t] = s_i·g[i,t] (and 0 on padding)."""
     batch, logp, _ = x
     m = batch.response_mask
     lp = logp.clone().requires_grad_()
-    s_token = tepo.sequence_token_ratio(lp, batch.logp_old, m)
+    s_token = tepo.policy_ratio(lp, batch.logp_old, m, "gspo_token")
     s_i = torch.exp(core.sequence_log_ratio(logp, batch.logp_old, m))
     active = m.bool()
-    torch.testing.assert_close(
-        s_token[active], s_i[:, None].expand_as(m)[active], rtol=2e-5, atol=0
-    )
+    assert torch.equal(s_token.detach()[active], s_i[:, None].expand_as(m)[active])
     g = torch.linspace(-1.0, 2.0, m.numel()).reshape(m.shape)
     core.masked(s_token * g, m).sum().backward()
     torch.testing.assert_close(lp.grad, core.masked(s_i[:, None] * g, m), rtol=1e-5, atol=1e-6)
+
+
+@given(batch_and_policy(max_log_ratio=0.6))
+def test_ratio_token_is_dapo_plus_masked_kl(x):
+    """``ratio="token"``: the policy term uses the per-token ratio w[i,t]; with β = 0 the loss
+    and gradient are DAPO's at the same clip range and aggregation."""
+    batch, logp, entropy = x
+    cfg = tepo.Config(ratio="token", kl_coef=0.0)
+    adv = tepo.advantages(batch, cfg)
+    l1, g1, _ = _loss_and_grad(batch, logp, adv, cfg, entropy)
+    ref = dapo.Config(clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high)
+    lp = logp.clone().requires_grad_()
+    l2, _ = dapo.loss(batch, lp, adv, ref)
+    l2.backward()
+    torch.testing.assert_close(l1, l2.detach(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(g1, lp.grad, rtol=1e-6, atol=1e-7)
+
+
+@given(rollout_batches())
+def test_advantage_switch(batch):
+    """``advantage="grpo"``: (r_i − mean)/(std + eps); ``"centred"``: r_i − mean, so the two
+    differ by the factor (std + eps) within every group (computed here in float64)."""
+    G = batch.group_size
+    A_z = tepo.advantages(batch, tepo.Config())
+    A_c = tepo.advantages(batch, tepo.Config(advantage="centred"))
+    r = batch.rewards.double().view(-1, G)
+    scale = (r.std(dim=1, unbiased=True) + 1e-6).repeat_interleave(G)[:, None]
+    torch.testing.assert_close(A_c.double(), A_z.double() * scale, rtol=1e-5, atol=1e-6)
+    centred = (r - r.mean(dim=1, keepdim=True)).reshape(-1)[:, None]
+    expected = torch.where(batch.response_mask.bool(), centred, 0.0)
+    equal = (r.max(dim=1).values == r.min(dim=1).values).repeat_interleave(G)
+    expected[equal] = 0.0
+    torch.testing.assert_close(A_c.double(), expected, rtol=1e-5, atol=1e-6)
+
+
+@given(batch_and_policy(with_ref=True))
+def test_kl_denominator_masked(x):
+    """``kl_denominator="masked"``: the KL term is β·Σ M·kl / Σ M (its mean over the masked
+    tokens), not β·Σ M·kl / Σ m; 0 when the mask is empty."""
+    batch, logp, entropy = x
+    adv = tepo.advantages(batch, tepo.Config())
+    on = tepo.Config(kl_coef=0.5, kl_denominator="masked")
+    l1, _, _ = _loss_and_grad(batch, logp, adv, on, entropy)
+    l0, _, _ = _loss_and_grad(batch, logp, adv, tepo.Config(kl_coef=0.0), entropy)
+    M = tepo.kl_mask(adv, entropy, batch.entropy_old, batch.response_mask, on).bool()
+    delta = torch.where(M, batch.logp_ref.double() - logp.double(), 0.0)
+    kl = torch.exp(delta) - delta - 1
+    expected = 0.5 * kl.sum() / max(float(M.sum()), 1.0)
+    assert float(l1 - l0) == pytest.approx(float(expected), rel=1e-4, abs=1e-6)
 
 
 @given(rollout_batches())
@@ -107,7 +196,7 @@ def test_kl_term_only_on_masked_tokens(x):
     l1, g1, _ = _loss_and_grad(batch, logp, adv, tepo.Config(kl_coef=0.5), entropy)
     l0, g0, _ = _loss_and_grad(batch, logp, adv, tepo.Config(kl_coef=0.0), entropy)
     tol = tepo.Config().entropy_decrease_tol
-    M = tepo.kl_mask(adv, entropy, batch.entropy_old, batch.response_mask, tol).bool()
+    M = (batch.response_mask.bool() & (adv > 0)) & (entropy < batch.entropy_old - tol)
     delta = torch.where(M, batch.logp_ref.double() - logp.double(), 0.0)
     kl = torch.exp(delta) - delta - 1
     expected = 0.5 * kl.sum() / max(float(batch.response_mask.sum()), 1.0)
@@ -130,16 +219,33 @@ def test_kl_mask_off_puts_kl_on_every_token(x):
     assert float(l1 - l0) == pytest.approx(float(expected), rel=1e-4, abs=1e-6)
 
 
-@given(batch_and_policy(with_ref=True))
-def test_entropy_carries_no_gradient(x):
-    """The current entropy only selects tokens: even if it requires grad, none reaches it."""
-    batch, logp, entropy = x
-    adv = tepo.advantages(batch, tepo.Config())
-    ent = entropy.clone().requires_grad_()
-    lp = logp.clone().requires_grad_()
-    total, _ = tepo.loss(batch, lp, adv, tepo.Config(), entropy=ent)
-    total.backward()
-    assert ent.grad is None
+@given(x=batch_and_policy(with_ref=True), data=st.data())
+def test_entropy_enters_only_through_the_mask(x, data):
+    """The current entropy H_θ only selects tokens. Moving it without crossing any threshold
+    H_old − τ leaves the loss and gradient bitwise unchanged; pushing one positive-advantage
+    token across it (from H_old to H_old − 2τ − 0.1) adds exactly that token's KL term
+    β·kl[i,t]/Σm to the loss (nothing else: no entropy bonus, no other use of H_θ)."""
+    batch, logp, _ = x
+    cfg = tepo.Config(kl_coef=0.5)
+    adv = tepo.advantages(batch, cfg)
+    m = batch.response_mask.bool()
+    H_old = batch.entropy_old
+    up = H_old + 1.0  # no decrease anywhere: M = 0
+    l_up, g_up, _ = _loss_and_grad(batch, logp, adv, cfg, up)
+    l_up2, g_up2, _ = _loss_and_grad(batch, logp, adv, cfg, H_old + 7.0)
+    assert torch.equal(l_up, l_up2) and torch.equal(g_up, g_up2)
+    candidates = (m & (adv > 0)).nonzero().tolist()
+    if not candidates:
+        return
+    i, t = data.draw(st.sampled_from(candidates), label="token")
+    down = up.clone()
+    down[i, t] = H_old[i, t] - 2 * cfg.entropy_decrease_tol - 0.1
+    l_down, _, metrics = _loss_and_grad(batch, logp, adv, cfg, down)
+    d = float(batch.logp_ref[i, t]) - float(logp[i, t])
+    kl = math.exp(max(min(d, 20.0), -20.0)) - d - 1
+    expected = cfg.kl_coef * kl / float(m.sum())
+    assert float(l_down - l_up) == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    assert metrics["kl_mask_frac"] == pytest.approx(1.0 / float(m.sum()))
 
 
 @given(batch_and_policy(max_log_ratio=0.6))
@@ -251,6 +357,12 @@ def test_loss_requires_ref_for_ref_anchor():
         ("kl_anchor", "reference"),
         ("kl_coef", -0.04),
         ("kl_mask", "yes"),
+        ("entropy_strict", 1),
+        ("advantage", "rloo"),
+        ("ratio", "arithmetic"),
+        ("kl_denominator", "none"),
+        ("entropy_source", "reference"),
+        ("entropy_decrease_tol", -1e-4),
         ("clip_eps_low", 1.0),
         ("loss_agg_mode", "seq-mean"),
         ("eps", -1.0),
@@ -276,7 +388,36 @@ def test_kl_mask_ignores_entropy_changes_within_the_tolerance(x):
     adv = tepo.advantages(batch, cfg)
     H_old, m = batch.entropy_old, batch.response_mask
     for H_theta in (H_old, H_old - tau / 2):
-        assert float(tepo.kl_mask(adv, H_theta, H_old, m, tau).sum()) == 0.0
+        assert float(tepo.kl_mask(adv, H_theta, H_old, m, cfg).sum()) == 0.0
     room = (H_old >= 2 * tau) & (H_old <= 100)
-    M = tepo.kl_mask(adv, torch.where(room, H_old - 2 * tau, H_old), H_old, m, tau).bool()
+    M = tepo.kl_mask(adv, torch.where(room, H_old - 2 * tau, H_old), H_old, m, cfg).bool()
     assert torch.equal(M, m.bool() & (adv > 0) & room)
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/tepo.md`` (defaults), each
+    derived by hand on the page."""
+    batch, logp = worked.batch()
+    cfg = tepo.Config()
+    a = 0.866025
+    adv = tepo.advantages(batch, cfg)
+    torch.testing.assert_close(
+        adv, worked.rows([[a] * 2, [a] * 4, [-a] * 3, [-a]]), atol=1e-5, rtol=0
+    )
+    s = torch.exp(core.sequence_log_ratio(logp, batch.logp_old, batch.response_mask))
+    torch.testing.assert_close(s, torch.tensor([1.172604, 1.0, 0.877205, 1.5]), atol=1e-5, rtol=0)
+    entropy = worked.rows(worked.ENTROPY_NOW)
+    M = tepo.kl_mask(adv, entropy, batch.entropy_old, batch.response_mask, cfg)
+    torch.testing.assert_close(M, worked.rows([[0, 1], [1, 0, 0, 0], [0, 0, 0], [0]]))
+    total, grad, metrics = worked.loss_and_grad(tepo, cfg, batch, logp, entropy=entropy)
+    assert total == pytest.approx(-0.191518, abs=1e-5)
+    assert metrics["kl_mask_frac"] == pytest.approx(0.2)
+    expected = worked.rows(
+        [
+            [-0.101550, -0.100750],
+            [-0.085803, -0.086603, -0.086603, -0.086603],
+            [0.075968] * 3,
+            [0.129904],
+        ]
+    )
+    torch.testing.assert_close(grad, expected, atol=1e-5, rtol=0)
