@@ -34,14 +34,17 @@ from refimpl.diagnostics import mean_pass_at_k
 from toy_envs import Problem
 from toy_envs.freeform import freeform_reward
 
-#: The chosen task (see docs/scaleup.md, "SmolLM2 learns"): two-digit addition. With the
-#: worked example below, SmolLM2-135M-Instruct solves about a fifth of these at T = 1.
+#: The chosen task (docs/scaleup.md, section "A real model learns"): two-digit addition. With
+#: the worked example below, SmolLM2-135M-Instruct solves 15 % of these at T = 1.
 DEFAULT_TASK = "addition"
 DEFAULT_KNOBS: dict[str, object] = {"digits": 2}
 #: One worked example in the conversation: it shows the answer format. Without it the 135M
-#: model mostly answers with prose that a short budget cuts off before any number.
+#: model mostly answers with prose that a short budget cuts off before any number (2-5 %).
 DEFAULT_EXAMPLE = ("4+3-2", 5)
-DEFAULT_INSTRUCTION = "Compute {question}. Answer with the number only."
+DEFAULT_INSTRUCTION = "Compute {question}."
+#: An empty system turn: the template's default one would add 19 tokens to every prompt, and
+#: every forward pass of training reads the prompt (49 tokens in all with this one).
+DEFAULT_SYSTEM = ""
 #: Held-out problems are drawn from this seed; training problems from others, minus these.
 HELD_OUT_SEED = 10_000
 
@@ -56,12 +59,15 @@ class ChatTask:
         instruction: the user turn; ``{question}`` becomes the toy prompt without its ``=``.
         example: ``(question, answer)`` of the worked example shown before the question, or
             ``None`` for none. The assistant's turn in it is ``"<question> = <answer>"``.
+        system: the system turn, or ``None`` for the chat template's default (SmolLM2's
+            names the model and its maker: 19 tokens in front of every prompt).
     """
 
     task: str = DEFAULT_TASK
     knobs: dict = field(default_factory=lambda: dict(DEFAULT_KNOBS))
     instruction: str = DEFAULT_INSTRUCTION
     example: tuple[str, int] | None = DEFAULT_EXAMPLE
+    system: str | None = DEFAULT_SYSTEM
 
     def __post_init__(self) -> None:
         require("{question}" in self.instruction, "instruction", "a text with '{question}'")
@@ -76,7 +82,7 @@ class ChatTask:
 
     def messages(self, problem: Problem) -> list[dict[str, str]]:
         """The conversation: the worked example (if any), then the question."""
-        turns = []
+        turns = [] if self.system is None else [{"role": "system", "content": self.system}]
         if self.example is not None:
             question, answer = self.example
             turns += [

@@ -25,7 +25,7 @@ from refimpl.scaleup.real_task import (
 from toy_envs import CharTokenizer, Problem
 
 #: Characters of the default instruction, digits and the operators, so prompts encode exactly.
-ALPHABET = "0123456789+-=. \nCAabcdeghilmnoprstuwy"
+ALPHABET = "0123456789+-=. \nCampute"
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ m['role'][0] }}:{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}a:{% endif %}"
@@ -59,10 +59,11 @@ def test_messages_show_one_worked_example_then_the_question() -> None:
     task = ChatTask()
     problem = Problem(prompt="12+34=", answer=46, numbers=(12, 34))
     turns = task.messages(problem)
-    assert [t["role"] for t in turns] == ["user", "assistant", "user"]
-    assert turns[1]["content"] == "4+3-2 = 5"  # the example's answer is right
-    assert turns[2]["content"] == "Compute 12+34. Answer with the number only."
-    assert len(ChatTask(example=None).messages(problem)) == 1
+    assert [t["role"] for t in turns] == ["system", "user", "assistant", "user"]
+    assert turns[0]["content"] == ""  # an empty system turn replaces the template's default
+    assert turns[2]["content"] == "4+3-2 = 5"  # the example's answer is right
+    assert turns[3]["content"] == "Compute 12+34."
+    assert len(ChatTask(example=None, system=None).messages(problem)) == 1
     with pytest.raises(ValueError, match="instruction"):
         ChatTask(instruction="no placeholder")
     with pytest.raises(ValueError, match="knob"):
