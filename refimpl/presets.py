@@ -44,7 +44,7 @@ PRESETS: dict[str, Preset] = {
         "the default regime on countdown (many right answers) for a long horizon: GRPO's "
         "entropy falls below half its start and pass@16 below its start; are the "
         "entropy-aware methods any different?",
-        train=dict(task="countdown", steps=300),
+        train=dict(task="countdown", steps=200),
         compare=dict(algos="grpo,dapo,gspo,gtpo,grpo_s,tepo", seeds="0,1,2"),
         bench=dict(
             tasks="countdown",
@@ -52,7 +52,7 @@ PRESETS: dict[str, Preset] = {
             seeds="0,1,2",
             ablations="",
             ablation_tasks="countdown",
-            budget_steps=300,
+            budget_steps=200,
             eval_every=50,
         ),
     ),
