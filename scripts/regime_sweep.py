@@ -116,6 +116,11 @@ class SweepConfig:
     """where the runs go"""
     list: bool = False
     """print the variants and exit"""
+    report_only: bool = False
+    """train nothing: tabulate the runs already under --out (finished or not)"""
+    time_steps: int = 0
+    """> 0: also time each variant alone for this many steps (one torch thread, no other run;
+    on an idle machine) and add the idle seconds per step and the minutes its run would take"""
 
 
 def summarise(run_dir: Path) -> dict:
@@ -129,7 +134,9 @@ def summarise(run_dir: Path) -> dict:
         return float(np.mean(vals)) if vals else float("nan")
 
     end = evals[-3:]
+    at100 = [r["heldout_greedy"] for r in evals if r["step"] == 100]
     return {
+        "at100": at100[0] - evals[0]["heldout_greedy"] if at100 else float("nan"),
         "start": evals[0]["heldout_greedy"],
         "end": mean(end, "heldout_greedy"),
         "p1": (evals[0].get("heldout_pass@1"), mean(end, "heldout_pass@1")),
@@ -144,6 +151,20 @@ def summarise(run_dir: Path) -> dict:
     }
 
 
+def idle_seconds(run_dir: Path) -> tuple[float, float]:
+    """(median seconds per RL step, median seconds per evaluation) of a timing run."""
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x]
+    steps = [r["time_step"] for r in records if "time_step" in r]
+    evals = [r["time_eval"] for r in records if "time_eval" in r]
+    return float(np.median(steps)), float(np.median(evals)) if evals else 0.0
+
+
+def idle_minutes(idle: tuple[float, float], steps: float, cfg: SweepConfig) -> float:
+    """Minutes a run of ``steps`` steps takes alone: steps and its evaluations."""
+    per_step, per_eval = idle
+    return (steps * per_step + (steps // cfg.eval_every + 1) * per_eval) / 60
+
+
 def main(argv: list[str] | None = None) -> int:
     cfg = tyro.cli(SweepConfig, args=argv, description=__doc__)
     if cfg.list:
@@ -156,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"--variants: unknown {n!r}; --list shows them", file=sys.stderr)
             return 2
     seeds = [int(s) for s in cfg.seeds.split(",")]
-    runs = []
+    runs, timed = [], {}
     for name in names:
         changes = dict(VARIANTS[name])
         ws = changes.pop("warmstart", _ws())
@@ -179,7 +200,18 @@ def main(argv: list[str] | None = None) -> int:
             run = dataclasses.replace(
                 run, warmstart=dataclasses.replace(ws, task=run.task, task_args=run.task_args)
             )
+            if cfg.time_steps and seed == seeds[0]:
+                timed[name] = dataclasses.replace(
+                    run,
+                    steps=cfg.time_steps,
+                    eval_every=cfg.time_steps,
+                    runs_dir=cfg.out / "_timing",
+                    overwrite=True,
+                    threads=1,
+                )
             done = run.run_dir / "metrics.jsonl"
+            if cfg.report_only:
+                continue
             if done.exists() and any(
                 json.loads(x)["step"] >= cfg.steps and "heldout_greedy" in json.loads(x)
                 for x in done.read_text().splitlines()[-1:]
@@ -194,34 +226,52 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
 
-    for r in runs:
+    for r in [*runs, *timed.values()]:
         train_warmstart(dataclasses.replace(r.warmstart, task=r.task, task_args=r.task_args))
-    start = time.perf_counter()
-    load = os.getloadavg()
-    run_in_workers(runs, cfg.workers)
+    if runs:
+        start = time.perf_counter()
+        load = os.getloadavg()
+        run_in_workers(runs, cfg.workers)
+        print(
+            f"\n{len(runs)} runs in {time.perf_counter() - start:.0f} s; load average before "
+            f"{load[0]:.1f}, after {os.getloadavg()[0]:.1f}\n"
+        )
+    idle = {}
+    if timed:
+        load = os.getloadavg()
+        for name, run in timed.items():  # one at a time: each has the machine to itself
+            run_in_workers([run], 1)
+            idle[name] = idle_seconds(run.run_dir)
+        print(f"timed {len(timed)} variants alone; load average before {load[0]:.1f}\n")
+    extra = " idle s/step | idle min/run |" if idle else ""
     print(
-        f"\n{len(runs)} runs in {time.perf_counter() - start:.0f} s; load average before "
-        f"{load[0]:.1f}, after {os.getloadavg()[0]:.1f}\n"
-    )
-    print(
-        "| variant | seeds | greedy start → end | gain | pass@1 start → end | "
+        "| variant | seeds | greedy start → end | gain | gain at step 100 | pass@1 start → end | "
         "pass@16 start → end | entropy start → end | clip frac | mask frac | steps | s/run |"
+        + extra
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|" + "---|" * (11 + (2 if idle else 0)))
     for name in names:
-        rows = [summarise(cfg.out / f"{name}-s{s}") for s in seeds]
+        dirs = [cfg.out / f"{name}-s{s}" for s in seeds]
+        rows = [summarise(d) for d in dirs if (d / "metrics.jsonl").exists()]
+        if not rows:
+            continue
 
         def m(f, rows=rows):
             return float(np.mean([f(r) for r in rows]))
 
         print(
             f"| {name} | {len(rows)} | {m(lambda r: r['start']):.3f} → {m(lambda r: r['end']):.3f}"
-            f" | {m(lambda r: r['end'] - r['start']):+.3f}"
+            f" | {m(lambda r: r['end'] - r['start']):+.3f} | {m(lambda r: r['at100']):+.3f}"
             f" | {m(lambda r: r['p1'][0] or 0):.3f} → {m(lambda r: r['p1'][1]):.3f}"
             f" | {m(lambda r: r['p16'][0] or 0):.3f} → {m(lambda r: r['p16'][1]):.3f}"
             f" | {m(lambda r: r['H'][0]):.3f} → {m(lambda r: r['H'][1]):.3f}"
             f" | {m(lambda r: r['clip']):.4f} | {m(lambda r: r['mask']):.4f}"
             f" | {m(lambda r: r['steps']):.0f} | {m(lambda r: r['seconds']):.0f} |"
+            + (
+                f" {idle[name][0]:.2f} | {idle_minutes(idle[name], m(lambda r: r['steps']), cfg):.1f} |"
+                if name in idle
+                else (" - | - |" if idle else "")
+            )
         )
     return 0
 

@@ -37,7 +37,9 @@ def test_run_metrics_target_auc_and_collapse():
     assert m["auc"] == pytest.approx(expected_auc)
     assert not m["collapsed"]
 
-    entropy = [1.0] * 5 + [0.2] * 45  # 50 steps: start = first 5, end = last 5
+    # 50 steps: start = the first step's (the warm start's policy; a mean over the first five
+    # would be 0.68), end = the mean of the last 5 (10 %)
+    entropy = [1.0] + [0.6] * 4 + [0.2] * 45
     tokens = [10 * i for i in range(51)]
     m = run_metrics(
         _records(tokens, [0.4] * 51, entropy), budget=500, target=0.5, collapse_ratio=0.5

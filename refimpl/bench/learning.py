@@ -18,8 +18,11 @@ Per run, from its ``metrics.jsonl`` (held-out greedy success on 200 fixed proble
 * **final success**: the mean of the last three evaluations;
 * **AUC**: held-out success integrated over sampled tokens, divided by the budget (the mean
   success over training; the base rate for a run that never moves);
-* **entropy start / end**: mean token entropy of the sampled completions over the first 5
-  steps / the last 10 % of steps; **collapsed** when ``end < collapse_ratio × start``.
+* **entropy start / end**: mean token entropy of the sampled completions at the first step
+  (the warm start's policy, before any update) / over the last 10 % of steps; **collapsed**
+  when ``end < collapse_ratio × start``. (The first step's batch holds thousands of tokens, so
+  its mean is precise; a mean over the first few steps would already include the fast early
+  fall of the first updates.)
 
 Per algorithm: medians and interquartile ranges over seeds (a "not reached" seed counts as
 +∞, so a median is "not reached" when half the seeds or more never got there).
@@ -334,7 +337,7 @@ def run_metrics(
     trained = [r for r in records if "entropy_mean" in r]
     ent = np.array([r["entropy_mean"] for r in trained], dtype=float)
     tail = max(5, len(ent) // 10)
-    start_ent = float(ent[:5].mean()) if ent.size else math.nan
+    start_ent = float(ent[0]) if ent.size else math.nan  # the warm start's policy
     end_ent = float(ent[-tail:].mean()) if ent.size else math.nan
 
     def at_evals(key: str) -> np.ndarray:
