@@ -37,6 +37,15 @@ def test_run_metrics_target_auc_and_collapse():
     assert m["auc"] == pytest.approx(expected_auc)
     assert not m["collapsed"]
 
+    # A short run (two evaluations after the start): its end is theirs, not the warm start's.
+    m = run_metrics(
+        _records([0, 100, 200], [0.4, 0.6, 0.7], [1.0, 1.0, 1.0]),
+        budget=200,
+        target=0.5,
+        collapse_ratio=0.5,
+    )
+    assert m["final"] == pytest.approx(0.65) and m["gain"] == pytest.approx(0.25)
+
     # 50 steps: start = the first step's (the warm start's policy; a mean over the first five
     # would be 0.68), end = the mean of the last 5 (10 %)
     entropy = [1.0] + [0.6] * 4 + [0.2] * 45

@@ -15,7 +15,8 @@ Per run, from its ``metrics.jsonl`` (held-out greedy success on 200 fixed proble
 * **tokens / steps to target**: the first evaluation at which the trailing mean of three
   consecutive evaluations reaches ``target = base + target_gain`` (``base``: the warm start's
   held-out success, the same for every run of a task); "not reached" when it never does;
-* **final success**: the mean of the last three evaluations;
+* **final success**: the mean of the last three evaluations after the start (fewer when a
+  run has fewer; the warm start's evaluation is never one of them);
 * **AUC**: held-out success integrated over sampled tokens, divided by the budget (the mean
   success over training; the base rate for a run that never moves);
 * **entropy start / end**: mean token entropy of the sampled completions at the first step
@@ -357,14 +358,19 @@ def run_metrics(
         if len(cov) > 2 and cov[:, 0].std() > 0 and cov[:, 1].std() > 0
         else math.nan
     )
+    # The end value: the mean of the last three evaluations after the start. A short run (the
+    # dynamic-sampling algorithms spend the token budget in fewer steps) may have fewer; the
+    # warm start's own evaluation never counts as an end value.
+    end = slice(max(1, success.size - 3), None) if success.size > 1 else slice(0, None)
     return {
         "base": float(success[0]),
-        "final": float(success[-3:].mean()),
-        "gain": float(success[-3:].mean() - success[0]),
+        "final": float(success[end].mean()),
+        "gain": float(success[end].mean() - success[0]),
         "pass1_start": float(pass1[0]),
-        "pass1_end": float(np.mean(pass1[-3:])),
+        "pass1_end": float(np.mean(pass1[end])),
         "pass16_start": float(pass16[0]),
-        "pass16_end": float(np.mean(pass16[-3:])),
+        "pass16_end": float(np.mean(pass16[end])),
+        "end_evals": int(success[end].size),
         "clip_frac": float(np.mean(clip)) if clip else math.nan,
         "mask_frac": float(np.mean(mask)) if mask else math.nan,
         "cov_mean": float(cov[:, 0].mean()) if len(cov) else math.nan,
