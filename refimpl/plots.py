@@ -326,9 +326,10 @@ def summary_table(run_dirs: Sequence[Path | str], target: float) -> list[dict[st
     (last three evaluations), the mean token entropy over the first and the last 10 steps,
     and the mean clip fraction (low + high) and TEPO mask fraction over all steps."""
 
-    def mean_of(records: list[dict[str, Any]], key: str, part: slice) -> float:
+    def mean_of(records: list[dict[str, Any]], key: str, part: slice | None) -> float:
         _, values = series(records, key)
-        return float(values[part].mean()) if values[part].size else float("nan")
+        values = end_values(values) if part is None else values[part]
+        return float(values.mean()) if values.size else float("nan")
 
     rows = []
     for label, dirs in group_runs(run_dirs).items():
@@ -339,7 +340,7 @@ def summary_table(run_dirs: Sequence[Path | str], target: float) -> list[dict[st
             steps, success = series(records, "heldout_greedy")
             hit = steps[success >= target]
             reached.append(int(hit[0]) if hit.size else None)
-            first, last = slice(0, 1), slice(-3, None)  # one evaluation's SE is ~0.03
+            first, last = slice(0, 1), None  # None: end_values (one evaluation's SE is ~0.03)
             per_seed.append(
                 {
                     "start": mean_of(records, "heldout_greedy", first),
@@ -606,6 +607,13 @@ def plot_entropy_distribution(
     return out
 
 
+def end_values(values: np.ndarray, n: int = 3) -> np.ndarray:
+    """A run's end: its last ``n`` evaluations after the first (the warm start's). A short run
+    (dynamic sampling spends a token budget in fewer steps) has fewer; the start's evaluation
+    is never one of them, unless it is the only one."""
+    return values[max(1, values.size - n) :] if values.size > 1 else values
+
+
 def entropy_success_table(
     groups: dict[str, Sequence[Path]], window: int = 10
 ) -> list[dict[str, Any]]:
@@ -633,7 +641,9 @@ def entropy_success_table(
             ):
                 _, values = series(records, key)
                 row[f"{name}_start"] = float(values[0]) if values.size else float("nan")
-                row[f"{name}_end"] = float(values[-3:].mean()) if values.size else float("nan")
+                row[f"{name}_end"] = (
+                    float(end_values(values).mean()) if values.size else float("nan")
+                )
             rows.append(row)
     return rows
 

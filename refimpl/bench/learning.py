@@ -358,19 +358,19 @@ def run_metrics(
         if len(cov) > 2 and cov[:, 0].std() > 0 and cov[:, 1].std() > 0
         else math.nan
     )
-    # The end value: the mean of the last three evaluations after the start. A short run (the
-    # dynamic-sampling algorithms spend the token budget in fewer steps) may have fewer; the
-    # warm start's own evaluation never counts as an end value.
-    end = slice(max(1, success.size - 3), None) if success.size > 1 else slice(0, None)
+    # The end value: the mean of the last three evaluations after the start (a short run has
+    # fewer; the warm start's own evaluation never counts as an end value).
+    from refimpl.plots import end_values
+
     return {
         "base": float(success[0]),
-        "final": float(success[end].mean()),
-        "gain": float(success[end].mean() - success[0]),
+        "final": float(end_values(success).mean()),
+        "gain": float(end_values(success).mean() - success[0]),
         "pass1_start": float(pass1[0]),
-        "pass1_end": float(np.mean(pass1[end])),
+        "pass1_end": float(np.mean(end_values(pass1))),
         "pass16_start": float(pass16[0]),
-        "pass16_end": float(np.mean(pass16[end])),
-        "end_evals": int(success[end].size),
+        "pass16_end": float(np.mean(end_values(pass16))),
+        "end_evals": int(end_values(success).size),
         "clip_frac": float(np.mean(clip)) if clip else math.nan,
         "mask_frac": float(np.mean(mask)) if mask else math.nan,
         "cov_mean": float(cov[:, 0].mean()) if len(cov) else math.nan,

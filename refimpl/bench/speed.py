@@ -216,6 +216,12 @@ def _train_config(cfg: SpeedConfig, **changes):
             model=ModelConfig(n_layer=1, n_embd=32, n_head=2),
         )
     base = TrainConfig(
+        # The speed benchmark's fixed batch (the one its TRL comparison matches): 16 prompts ×
+        # G = 8, one optimizer step per rollout, whatever the training defaults are.
+        prompts_per_step=16,
+        group_size=8,
+        minibatches=1,
+        ppo_epochs=1,
         lr=5e-5,
         threads=cfg.threads,
         progress=False,
