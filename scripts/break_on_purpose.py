@@ -1,0 +1,292 @@
+"""Break the math on purpose, one slip at a time, and check that a spec test fails.
+
+    .venv/bin/python scripts/break_on_purpose.py            # every slip below
+    .venv/bin/python scripts/break_on_purpose.py --only dapo-clip-high,grpo-bessel
+
+The property tests are this project's specification, so each should catch the slips it is
+about: a sign, a clip bound, a normaliser, a stop-gradient, a paper default. Each entry of
+``SLIPS`` replaces one exact piece of source text (a missing piece is an error, so the list
+cannot silently rot when the code changes), runs the test files named next to it with
+``pytest -x``, and restores the file whatever happens. It prints one table row per slip:
+caught (a test failed, and which) or MISSED.
+
+It edits files in place: run it in a checkout where nothing else is running the tests.
+
+Not in the list, because it is not a slip: removing ``group_normalize``'s forcing of all-equal
+groups to 0 changes nothing, since in float64 the mean of G equal float32 rewards is exact
+(checked for 20,000 random values and G up to 16); the line stays as a guard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Slip:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    what: str
+
+
+ALG = "refimpl/algorithms/"
+SPEC = "tests/spec/"
+CORE_TESTS = (SPEC + "test_core.py", SPEC + "test_common.py")
+
+SLIPS: list[Slip] = [
+    # --- core: normalisers, the clip, the KL estimator, the stop-gradient ---
+    Slip(
+        "grpo-bessel",
+        "refimpl/core.py",
+        "unbiased=True",
+        "unbiased=False",
+        (SPEC + "test_grpo.py", SPEC + "test_core.py"),
+        "biased group std (÷G, not ÷(G−1))",
+    ),
+    Slip(
+        "std-eps-sign",
+        "refimpl/core.py",
+        "centred / (std + eps)",
+        "centred / (std - eps)",
+        (SPEC + "test_grpo.py", SPEC + "test_core.py"),
+        "sign of eps in the std denominator",
+    ),
+    Slip(
+        "clip-min-max",
+        "refimpl/core.py",
+        "return torch.minimum(unclipped, clipped)",
+        "return torch.maximum(unclipped, clipped)",
+        CORE_TESTS,
+        "pessimistic min of the PPO surrogate replaced by max",
+    ),
+    Slip(
+        "clip-bound-sign",
+        "refimpl/core.py",
+        "1.0 - clip_eps_low, 1.0 + clip_eps_high",
+        "1.0 - clip_eps_high, 1.0 + clip_eps_low",
+        CORE_TESTS,
+        "clip bounds swapped",
+    ),
+    Slip(
+        "k3-sign",
+        "refimpl/core.py",
+        "delta = logp_ref.float() - logp.float()",
+        "delta = logp.float() - logp_ref.float()",
+        CORE_TESTS,
+        "k3 KL with the ratio inverted (k3 of the reverse direction)",
+    ),
+    Slip(
+        "token-mean-normaliser",
+        "refimpl/core.py",
+        "return masked_sum(loss, mask) / mask.sum()",
+        "return masked_sum(loss, mask) / mask.shape[0]",
+        CORE_TESTS,
+        "token-mean divided by the number of sequences",
+    ),
+    Slip(
+        "seq-mean-token-mean-normaliser",
+        "refimpl/core.py",
+        "per_seq = masked_sum(loss, mask, dim=1) / lengths.clamp(min=1)",
+        "per_seq = masked_sum(loss, mask, dim=1) / mask.shape[1]",
+        CORE_TESTS,
+        "per-sequence mean over the padded length, not |o_i|",
+    ),
+    Slip(
+        "dr-grpo-lmax",
+        "refimpl/core.py",
+        "return masked_sum(loss, mask) / (n_seq * max_len)",
+        "return masked_sum(loss, mask) / (n_seq * mask.shape[1])",
+        (SPEC + "test_dr_grpo.py", SPEC + "test_core.py"),
+        "Dr. GRPO's constant L_max replaced by the batch's padded length",
+    ),
+    Slip(
+        "gspo-token-stopgrad",
+        "refimpl/core.py",
+        "log_ratio = log_s.detach()[:, None] + (logp - logp.detach())",
+        "log_ratio = log_s[:, None] + (logp - logp.detach())",
+        (SPEC + "test_gspo.py", SPEC + "test_tepo.py"),
+        "GSPO-token ratio without the stop-gradient on log s_i",
+    ),
+    # --- the algorithm files: paper defaults and their own terms ---
+    Slip(
+        "dapo-clip-high",
+        ALG + "dapo.py",
+        "clip_eps_high: float = 0.28",
+        "clip_eps_high: float = 0.2",
+        (SPEC + "test_dapo.py",),
+        "DAPO's clip-higher default (0.28) lost",
+    ),
+    Slip(
+        "dapo-token-mean",
+        ALG + "dapo.py",
+        'loss_agg_mode: str = "token-mean"',
+        'loss_agg_mode: str = "seq-mean-token-mean"',
+        (SPEC + "test_dapo.py",),
+        "DAPO's token-level loss (Eq. 12) replaced by GRPO's",
+    ),
+    Slip(
+        "dapo-dynamic-sampling",
+        ALG + "dapo.py",
+        "dynamic_sampling: bool = True",
+        "dynamic_sampling: bool = False",
+        (SPEC + "test_dapo.py",),
+        "DAPO's dynamic sampling default off",
+    ),
+    Slip(
+        "drgrpo-std",
+        ALG + "dr_grpo.py",
+        "core.group_normalize(batch.rewards, batch.group_size, scale_by_std=False)",
+        "core.group_normalize(batch.rewards, batch.group_size)",
+        (SPEC + "test_dr_grpo.py",),
+        "Dr. GRPO divides by the std again",
+    ),
+    Slip(
+        "gspo-eps",
+        ALG + "gspo.py",
+        "clip_eps_low: float = 3e-4",
+        "clip_eps_low: float = 0.2",
+        (SPEC + "test_gspo.py",),
+        "GSPO's sequence clip range (3e-4) replaced by PPO's",
+    ),
+    Slip(
+        "gspo-seq-mean",
+        ALG + "gspo.py",
+        "A_seq = core.masked_mean(adv, mask, dim=1)",
+        "A_seq = core.masked_sum(adv, mask, dim=1)",
+        (SPEC + "test_gspo.py",),
+        "GSPO's per-sequence advantage summed over tokens",
+    ),
+    Slip(
+        "gpg-alpha",
+        ALG + "gpg.py",
+        "alpha = B / (B - M) if B > M else 1.0",
+        "alpha = 1.0",
+        (SPEC + "test_gpg.py",),
+        "GPG's α rescaling dropped",
+    ),
+    Slip(
+        "gpg-sign",
+        ALG + "gpg.py",
+        "token_loss = -alpha * adv * core.masked(logp, mask)",
+        "token_loss = alpha * adv * core.masked(logp, mask)",
+        (SPEC + "test_gpg.py",),
+        "sign of GPG's policy-gradient loss",
+    ),
+    Slip(
+        "gtpo-alpha2",
+        ALG + "gtpo.py",
+        "alpha_2: float = 0.1",
+        "alpha_2: float = 0.0",
+        (SPEC + "test_gtpo.py",),
+        "GTPO's entropy weight α₂ default",
+    ),
+    Slip(
+        "gtpo-negative-split",
+        ALG + "gtpo.py",
+        "A = torch.where(success, A_plus, A_minus)",
+        "A = torch.where(success, A_minus, A_plus)",
+        (SPEC + "test_gtpo.py",),
+        "O⁺ and O⁻ advantages swapped",
+    ),
+    Slip(
+        "gtpo-failed-rewards",
+        ALG + "gtpo.py",
+        # the vectorised advantages (4-space indent), not the reference loop's copy
+        '\n    failed_rewards = r_minus if cfg.negative_shaping == "v6" else r_plus',
+        "\n    failed_rewards = r_plus",
+        (SPEC + "test_gtpo.py",),
+        "failed tokens normalised on r⁺ instead of r⁻ (Eq. 5 lost)",
+    ),
+    Slip(
+        "grpo-s-swap",
+        ALG + "grpo_s.py",
+        "A_hat = core.masked(torch.where(success, A_plus, A_minus), nonempty).reshape(-1)",
+        "A_hat = core.masked(torch.where(success, A_minus, A_plus), nonempty).reshape(-1)",
+        (SPEC + "test_grpo_s.py",),
+        "GRPO-S: O⁺ and O⁻ sequence advantages swapped",
+    ),
+    Slip(
+        "tepo-tau",
+        ALG + "tepo.py",
+        "entropy_decrease_tol: float = 1e-4",
+        "entropy_decrease_tol: float = 0.0",
+        (SPEC + "test_tepo.py",),
+        "TEPO's mask tolerance τ default",
+    ),
+]
+
+
+def run_slip(slip: Slip, python: str) -> tuple[str, str, float]:
+    path = ROOT / slip.path
+    source = path.read_text()
+    count = source.count(slip.old)
+    if count != 1:
+        return "ERROR", f"the text to replace occurs {count} times in {slip.path}", 0.0
+    start = time.perf_counter()
+    try:
+        path.write_text(source.replace(slip.old, slip.new))
+        proc = subprocess.run(
+            [
+                python,
+                "-m",
+                "pytest",
+                "-x",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "no:xdist",
+                *slip.tests,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        path.write_text(source)
+    seconds = time.perf_counter() - start
+    if proc.returncode == 0:
+        return "MISSED", "every test passed", seconds
+    failed = [line.split(" ")[1] for line in proc.stdout.splitlines() if line.startswith("FAILED")]
+    return "caught", failed[0] if failed else proc.stdout.strip().splitlines()[-1], seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated slip names")
+    parser.add_argument("--list", action="store_true", help="print the slips and exit")
+    args = parser.parse_args(argv)
+    names = {s.name for s in SLIPS}
+    only = [n for n in args.only.split(",") if n]
+    unknown = sorted(set(only) - names)
+    if unknown:
+        print(f"--only: unknown slip(s) {unknown}; --list shows them", file=sys.stderr)
+        return 2
+    if args.list:
+        for s in SLIPS:
+            print(f"{s.name:<32} {s.what}")
+        return 0
+    slips = [s for s in SLIPS if not only or s.name in only]
+    print("| slip | what | result | first failing test | s |")
+    print("|---|---|---|---|---|")
+    missed = 0
+    for slip in slips:
+        result, detail, seconds = run_slip(slip, sys.executable)
+        missed += result != "caught"
+        print(f"| {slip.name} | {slip.what} | {result} | {detail} | {seconds:.0f} |", flush=True)
+    print(f"\n{len(slips) - missed}/{len(slips)} slips caught")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
