@@ -40,7 +40,7 @@ def _ws(**changes) -> WarmstartConfig:
 #: name -> changes to the base TrainConfig (``warmstart`` replaces the whole warm start).
 VARIANTS: dict[str, dict] = {
     # the first wave's regime: one update per rollout, 16 × 8, lr 5e-5
-    "onpolicy-16x8-lr5e-5": dict(prompts_per_step=16, lr=5e-5),
+    "onpolicy-16x8-lr5e-5": dict(prompts_per_step=16, lr=5e-5, minibatches=1),
     "16x8-lr1e-4-mb4": dict(prompts_per_step=16, lr=1e-4, minibatches=4),
     "32x8-lr1e-4-mb4": dict(prompts_per_step=32, lr=1e-4, minibatches=4),
     "32x8-lr2e-4-mb4": dict(prompts_per_step=32, lr=2e-4, minibatches=4),
@@ -85,6 +85,15 @@ VARIANTS: dict[str, dict] = {
     ),
     "countdown-64x8-lr1e-4-mb4": dict(
         task="countdown", prompts_per_step=64, lr=1e-4, minibatches=4
+    ),
+    "countdown-onpolicy-16x8-lr5e-5": dict(
+        task="countdown", prompts_per_step=16, lr=5e-5, minibatches=1
+    ),
+    "countdown-32x8-lr1e-4-mb4": dict(
+        task="countdown", prompts_per_step=32, lr=1e-4, minibatches=4
+    ),
+    "countdown-64x8-lr1e-4-mb2": dict(
+        task="countdown", prompts_per_step=64, lr=1e-4, minibatches=2
     ),
     "countdown-ep2-64x8-lr1e-4-mb4": dict(
         task="countdown", prompts_per_step=64, lr=1e-4, minibatches=4, ppo_epochs=2
