@@ -8,7 +8,9 @@ asks for. Adding a name to ``NAMES`` without one of these fails here, naming wha
 * a colour of its own in the figures (``refimpl.plots.ALGO_COLORS``);
 * its row in the README's table;
 * its verl registration (``refimpl_<name>`` as advantage estimator and policy loss). TRL has no
-  registry: ``RefimplGRPOTrainer`` takes any name in ``NAMES``.
+  registry: ``RefimplGRPOTrainer`` takes any name in ``NAMES``;
+* the BibTeX of the paper it implements (every arXiv id its module docstring names) in
+  ``docs/references.md``.
 """
 
 from __future__ import annotations
@@ -111,3 +113,13 @@ def test_verl_registration():
         assert core_algos.get_adv_estimator_fn(f"refimpl_{name}") is rv.ESTIMATORS[name]
         assert core_algos.get_policy_loss_fn(f"refimpl_{name}") is rv.POLICY_LOSSES[name]
 
+
+@pytest.mark.parametrize("name", NAMES)
+def test_papers_in_references(name):
+    """Every arXiv id the algorithm file's docstring cites has its BibTeX entry (an ``eprint``
+    field) in docs/references.md."""
+    doc = algorithms.get(name).__doc__ or ""
+    cited = set(re.findall(r"arXiv (\d{4}\.\d{4,5})", doc))
+    assert cited, f"the docstring of {name}.py cites no arXiv id"
+    entries = set(re.findall(r"eprint\s*=\s*\{(\d{4}\.\d{4,5})\}", _text("docs/references.md")))
+    assert cited <= entries, f"no BibTeX in docs/references.md for {sorted(cited - entries)}"
