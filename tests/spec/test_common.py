@@ -68,8 +68,8 @@ from tests.spec.strategies import (
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
 
 NAMES = algorithms.NAMES
-#: The five baselines, whose KL (when switched on) is GRPO's unmasked per-token k3.
-BASELINES = ("grpo", "dapo", "dr_grpo", "gspo", "gpg")
+#: The baselines, whose KL (when switched on) is GRPO's unmasked per-token k3.
+BASELINES = ("grpo", "dapo", "dr_grpo", "gspo", "gpg", "rloo")
 
 TIGHT = dict(rtol=1e-5, atol=1e-6)
 
@@ -456,7 +456,8 @@ def _advantage_bound(name: str, cfg, batch: RolloutBatch) -> torch.Tensor:
     in the denominator only lowers it. GTPO normalises token rewards over a set of at most the
     group's active tokens ``L_g``; GRPO-S over at most its ``G`` completions; GRPO, DAPO, GSPO
     (and TEPO, GPG with a std) over its ``G`` rewards. A centred reward (Dr. GRPO, GPG, TEPO
-    "centred") is bounded by the group's reward range.
+    "centred") is bounded by the group's reward range, and so is RLOO's ``r_i`` minus the mean
+    of the other rewards (both lie between the group's smallest and largest reward).
     """
     G = batch.group_size
     m = core.group_view(batch.response_mask, G)
@@ -467,7 +468,7 @@ def _advantage_bound(name: str, cfg, batch: RolloutBatch) -> torch.Tensor:
 
     if name == "gtpo":
         bound = samuelson(m.sum(dim=(1, 2)).double())
-    elif name in ("dr_grpo",) or (name == "gpg" and not cfg.normalize_std):
+    elif name in ("dr_grpo", "rloo") or (name == "gpg" and not cfg.normalize_std):
         bound = r.max(dim=1).values - r.min(dim=1).values
     elif name == "tepo" and cfg.advantage == "centred":
         bound = r.max(dim=1).values - r.min(dim=1).values

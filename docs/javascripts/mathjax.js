@@ -1,0 +1,25 @@
+// MathJax 3 settings for pymdownx.arithmatex (generic mode): \( \) inline, \[ \] display.
+window.MathJax = {
+  tex: {
+    inlineMath: [["\\(", "\\)"]],
+    displayMath: [["\\[", "\\]"]],
+    processEscapes: true,
+    processEnvironments: true,
+  },
+  options: {
+    ignoreHtmlClass: ".*|",
+    processHtmlClass: "arithmatex",
+  },
+};
+
+// Re-typeset after material's instant navigation swaps the page content.
+if (typeof document$ !== "undefined") {
+  document$.subscribe(() => {
+    if (window.MathJax && MathJax.typesetPromise) {
+      MathJax.startup.output.clearCache();
+      MathJax.typesetClear();
+      MathJax.texReset();
+      MathJax.typesetPromise();
+    }
+  });
+}
