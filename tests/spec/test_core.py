@@ -173,6 +173,18 @@ def test_kl_k3_nonnegative(a, b):
     assert bool((core.kl_k3(logp, logp) == 0).all())
 
 
+def test_kl_k3_nonnegative_at_float32_resolution():
+    """At |Δ| of one float32 ulp of 1, ``exp(Δ) − Δ − 1`` cancels to a negative number
+    (−5.96e-8 for this pair, the counterexample the thorough profile found); k3 must stay ≥ 0
+    and ≈ Δ²/2 there."""
+    logp = torch.tensor([-5.960464477539063e-08, 0.0, -1e-7, 1e-4])
+    ref = torch.tensor([0.0, -5.960464477539063e-08, 0.0, 0.0])
+    kl = core.kl_k3(logp, ref)
+    assert bool((kl >= 0).all())
+    delta = ref.double() - logp.double()
+    assert torch.allclose(kl.double(), delta**2 / 2, rtol=1e-3, atol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------------
 # DAPO's mechanisms (shared: each Config decides whether they are on).
 # ---------------------------------------------------------------------------------------------
