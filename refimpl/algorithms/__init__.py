@@ -14,7 +14,20 @@ import importlib
 from types import ModuleType
 
 #: Every algorithm, baselines first, in the order the docs present them.
-NAMES: tuple[str, ...] = ("grpo", "dapo", "dr_grpo", "gspo", "gpg", "gtpo", "grpo_s", "tepo")
+NAMES: tuple[str, ...] = (
+    "grpo",
+    "dapo",
+    "dr_grpo",
+    "gspo",
+    "gpg",
+    "gtpo",
+    "grpo_s",
+    "tepo",
+    "clip_cov",
+    "kl_cov",
+    "forking_tokens",
+    "entropy_bonus",
+)
 
 
 def get(name: str) -> ModuleType:
