@@ -1,7 +1,7 @@
 """Clip-Cov: DAPO with the gradient of a few high-covariance tokens switched off.
 
 Paper: Cui et al., "The Entropy Mechanism of Reinforcement Learning for Reasoning Language
-Models", arXiv 2505.22617, §4 (Clip-Cov). Code: the authors' adaptation in verl,
+Models", arXiv 2505.22617 (its Clip-Cov method). Code: the authors' adaptation in verl,
 ``compute_policy_loss_clip_cov`` (``loss_mode="clip_cov"``). Confidence: [C] (paper and
 code agree), with the [A] choices below.
 
@@ -39,8 +39,8 @@ the band, S = 0 and the loss is DAPO's exactly.
 
 Assumptions
 -----------
-* At least one token: n = max(1, ⌊r·N⌋) [C: the code]. The toy batches have a few thousand
-  response tokens per minibatch, so ⌊2e-4·N⌋ = 0 and Clip-Cov acts on exactly one token per
+* At least one token: n = max(1, ⌊r·N⌋) [C: the code]. The toy minibatches have under a
+  thousand response tokens, so ⌊2e-4·N⌋ = 0 and Clip-Cov acts on exactly one token per
   loss call whenever a candidate exists (the paper's batches have millions of tokens: r·N is
   hundreds). ``clip_cov_ratio`` is the field to raise for a visible effect at toy scale.
 * The selected term is *zeroed* (the code's ``corr = 0``): the paper says "detach"; the

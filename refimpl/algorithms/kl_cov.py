@@ -1,7 +1,7 @@
 """KL-Cov: a KL penalty on the few tokens with the highest covariance, no PPO clip.
 
 Paper: Cui et al., "The Entropy Mechanism of Reinforcement Learning for Reasoning Language
-Models", arXiv 2505.22617, §4 (KL-Cov). Code: the authors' adaptation in verl,
+Models", arXiv 2505.22617 (its KL-Cov method). Code: the authors' adaptation in verl,
 ``compute_policy_loss_kl_cov`` (``loss_mode="kl_cov"``). Confidence: [C] (paper and code
 agree), with the [A] choices below.
 
@@ -38,12 +38,13 @@ only once the policy has moved (``ppo_epochs > 1`` or ``minibatches > 1``).
 
 Assumptions
 -----------
-* At least one token: n = max(1, ⌊k·N⌋) [C: the code]. The toy minibatches have a few
+* At least one token: n = max(1, ⌊k·N⌋) [C: the code]. The toy minibatches have under a
   thousand response tokens, so ⌊2e-4·N⌋ = 0 and KL-Cov penalises exactly one token per loss
   call (the paper's batches have millions of tokens: k·N is hundreds). ``kl_cov_ratio`` is
   the field to raise for a visible effect at toy scale.
-* k = 2e-4 [C: verl's default; the paper uses 2e-3 for its 7B model and 2e-4 for 32B].
-* β = ``kl_cov_coef`` = 1 [C: the paper, and verl's fallback when it is not set; verl's
+* k = 2e-4 [C: verl's default]; the paper's 7B runs are reported with 2e-3 and its 32B runs
+  with 2e-4 [S: secondary summaries; the full text was not checked here].
+* β = ``kl_cov_coef`` = 1 [C: the authors' code, verl's fallback when it is not set; verl's
   ``PolicyLossConfig.ppo_kl_coef`` defaults to 0.1, so pass 1 explicitly to match].
 * The KL is |log π_θ − log π_old| [C: the code], the absolute log-ratio; the paper writes a
   KL towards π_old.
