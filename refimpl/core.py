@@ -494,6 +494,32 @@ def reads_current_entropy(cfg: object) -> bool:
     )
 
 
+def differentiates_entropy(cfg: object) -> bool:
+    """Whether an algorithm's loss needs the gradient *through* the current entropy ``H_θ``
+    (an entropy bonus, ``entropy_coef > 0``); the trainers then pass ``H_θ`` undetached."""
+    return getattr(cfg, "entropy_coef", 0.0) > 0
+
+
+def token_covariance(logp: Tensor, adv: Tensor, mask: Tensor) -> Tensor:
+    """``[B, T]`` float32 centred covariance term of Cui et al. (Clip-Cov, KL-Cov), 0 on padding:
+
+        cov[i,t] = (A[i,t] − mean A) · (logp[i,t] − mean logp),  means over the response tokens
+
+    Detached: it selects tokens and carries no gradient. Its mean over the response tokens is
+    ``diagnostics.logp_advantage_covariance``."""
+    logp = logp.detach().float()
+    adv = adv.detach().float()
+    centred = (adv - masked_mean(adv, mask)) * (logp - masked_mean(logp, mask))
+    return masked(centred, mask)
+
+
+def covariance_selection_count(fraction: float, mask: Tensor) -> int:
+    """How many tokens Clip-Cov / KL-Cov act on: ``max(1, ⌊fraction · Σ m⌋)``, 0 when the batch
+    has no response token (the authors' code, as in verl: at least one token per batch)."""
+    n_tokens = float(mask.sum())
+    return max(int(fraction * n_tokens), 1) if n_tokens > 0 else 0
+
+
 def informative_groups(rewards: Tensor, group_size: int, threshold: float) -> Tensor:
     """DAPO dynamic sampling (Eq. 11): ``[N]`` bool, keep groups with ``0 < #successful < G``.
 

@@ -31,6 +31,10 @@ ALGO_COLORS = {
     "gtpo": "#2ca02c",
     "grpo_s": "#17becf",
     "tepo": "#d62728",
+    "clip_cov": "#9467bd",
+    "kl_cov": "#e377c2",
+    "forking_tokens": "#98df8a",
+    "entropy_bonus": "#393b79",
 }
 
 

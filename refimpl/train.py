@@ -843,7 +843,10 @@ class Trainer:
                 logp.retain_grad()  # ∂L/∂logp: the per-token weight this update applies
                 if fp32_entropy:
                     entropy = self._entropy_fp32(samples, rows)
-                loss, lm = self.algo.loss(mb, logp, adv[rows], acfg, entropy=entropy.detach())
+                # H_θ carries gradient only for a loss that trains it (an entropy bonus).
+                if not core.differentiates_entropy(acfg):
+                    entropy = entropy.detach()
+                loss, lm = self.algo.loss(mb, logp, adv[rows], acfg, entropy=entropy)
                 if not torch.isfinite(loss):
                     raise NonFiniteLossError(
                         f"step {self.step}: non-finite loss {loss.item()}; the step was not "

@@ -67,7 +67,9 @@ def train(model, tok, task, problems, algorithm="gtpo", prompts=8, G=8, rollouts
             mb, r_ = batch.select_groups(sel), sel.repeat_interleave(G)
             attn = torch.cat([prompt_mask[r_], mb.response_mask.long()], dim=1)
             logp, entropy = token_logprobs_and_entropy(model, seqs[r_], attn, P)
-            loss, metrics = algo.loss(mb, logp, adv[r_], cfg, entropy=entropy.detach())
+            if not core.differentiates_entropy(cfg):  # gradient only for an entropy bonus
+                entropy = entropy.detach()
+            loss, metrics = algo.loss(mb, logp, adv[r_], cfg, entropy=entropy)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

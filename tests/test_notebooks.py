@@ -81,6 +81,7 @@ def test_notebooks_exist() -> None:
         "02_advantages_side_by_side.ipynb",
         "03_entropy_dynamics.ipynb",
         "04_token_credit_on_a_real_model.ipynb",
+        "05_entropy_interventions.ipynb",
     ):
         assert expected in names
 

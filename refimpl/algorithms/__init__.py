@@ -14,7 +14,8 @@ import importlib
 from types import ModuleType
 
 #: Every algorithm, in the order the docs present them: the baselines, the token-level
-#: methods, then RLOO (the worked example of docs/adding_an_algorithm.md). A new name goes at
+#: methods, RLOO (the worked example of docs/adding_an_algorithm.md), then the entropy
+#: interventions the seed papers argue against. A new name goes at
 #: the end, so the colours derived from this order stay those of existing figures.
 NAMES: tuple[str, ...] = (
     "grpo",
@@ -26,6 +27,10 @@ NAMES: tuple[str, ...] = (
     "grpo_s",
     "tepo",
     "rloo",
+    "clip_cov",
+    "kl_cov",
+    "forking_tokens",
+    "entropy_bonus",
 )
 
 

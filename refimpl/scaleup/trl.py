@@ -238,7 +238,9 @@ class RefimplGRPOTrainer(GRPOTrainer):
             extra["logp"],
             extra["adv"].float(),
             cfg,
-            entropy=extra["entropy"].detach().float(),
+            entropy=extra["entropy"].float()
+            if core.differentiates_entropy(cfg)
+            else extra["entropy"].detach().float(),
         )
         if mode == "train":
             local = normaliser_count(batch.response_mask, cfg.loss_agg_mode)

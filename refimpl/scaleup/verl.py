@@ -7,8 +7,9 @@ Load it in every verl process (driver and Ray workers) with::
 and select an algorithm with ``algorithm.adv_estimator=refimpl_<name>`` and
 ``actor_rollout_ref.actor.policy_loss.loss_mode=refimpl_<name>`` (``docs/scaleup.md`` has a
 full command). Every algorithm in ``refimpl.algorithms.NAMES`` is registered as
-``refimpl_<name>``; the three verl lacks are also registered under their plain names
-(``gtpo``, ``grpo_s``, ``tepo``). Hyper-parameters come from each module's ``Config``;
+``refimpl_<name>``; the five verl lacks are also registered under their plain names
+(``gtpo``, ``grpo_s``, ``tepo``, ``forking_tokens``, ``entropy_bonus``; ``clip_cov`` and
+``kl_cov`` are verl's own names and stay verl's). Hyper-parameters come from each module's ``Config``;
 override them with the environment variable ``REFIMPL_CONFIG`` (JSON, e.g.
 ``{"gtpo": {"alpha_2": 0.2}}``), which Ray forwards to the workers through
 ``runtime_env``. Our ``Config`` decides clip ranges and aggregation, not verl's
@@ -66,7 +67,13 @@ from refimpl.scaleup.hf import loss_batch, normaliser_count
 #: Registry name of each algorithm in verl.
 REGISTERED: dict[str, str] = {name: f"refimpl_{name}" for name in algorithms.NAMES}
 #: Plain aliases for the algorithms verl does not ship.
-ALIASES: dict[str, str] = {"gtpo": "gtpo", "grpo_s": "grpo_s", "tepo": "tepo"}
+ALIASES: dict[str, str] = {
+    "gtpo": "gtpo",
+    "grpo_s": "grpo_s",
+    "tepo": "tepo",
+    "forking_tokens": "forking_tokens",
+    "entropy_bonus": "entropy_bonus",
+}
 #: Algorithms whose advantages read the rollout entropies.
 NEEDS_ROLLOUT_ENTROPY = frozenset({"gtpo", "grpo_s"})
 
@@ -237,12 +244,14 @@ def _make_policy_loss(name: str):
             horizon = info.get("loss_scale_factor") or response_mask.shape[-1]
             cfg = dataclasses.replace(cfg, max_len=int(horizon))
         entropy = padded.get("entropy")
+        if entropy is not None and not core.differentiates_entropy(cfg):
+            entropy = entropy.detach()  # H_θ carries gradient only for an entropy bonus
         loss, metrics = module.loss(
             batch,
             padded["logp"],
             padded["adv"].float(),
             cfg,
-            entropy=entropy.detach().float() if entropy is not None else None,
+            entropy=entropy.float() if entropy is not None else None,
         )
         # verl's agg_loss normalises by global counts; rescale our local normalisation to it.
         dp_size = info.get("dp_size") or 1

@@ -310,7 +310,7 @@ def expected_onpolicy_grad(
         r = batch.rewards.view(-1, batch.group_size)
         M = int((r.max(dim=1).values == r.min(dim=1).values).sum()) * batch.group_size
         scale = B / (B - M) if B > M else 1.0
-    grad = -scale * adv.double() * weight
+    grad = -scale * adv.double() * weight * _kept(name, cfg, batch, batch.logp_old, adv)
     if kl_coef:
         delta = batch.logp_ref.double() - batch.logp_old.double()
         grad = grad + kl_coef * weight * (1.0 - torch.exp(delta))
@@ -342,6 +342,20 @@ def test_kl_gradient_closed_form(name, batch):
     _, grad, _ = _loss(mod, cfg, batch, batch.logp_old, adv, batch.entropy_old)
     expected = expected_onpolicy_grad(name, cfg, batch, adv, kl_coef=0.1)
     torch.testing.assert_close(grad.double(), expected, rtol=1e-4, atol=1e-7)
+
+
+def _kept(name: str, cfg, batch: RolloutBatch, logp, adv) -> torch.Tensor:
+    """``[B, T]`` float64, 0 on the tokens whose policy term an entropy intervention switches
+    off (Clip-Cov's selected tokens, the non-forking tokens), 1 elsewhere. The selections come
+    from the modules' own mask functions, which their spec files check independently."""
+    mod = algorithms.get(name)
+    if name == "clip_cov":
+        return (~mod.clip_cov_mask(batch, logp, adv, cfg)).double()
+    if name == "forking_tokens":
+        return mod.forking_mask(
+            batch.entropy_old, batch.response_mask, cfg.top_entropy_frac
+        ).double()
+    return torch.ones(batch.response_mask.shape, dtype=torch.float64)
 
 
 def _ratio_form(name: str, cfg) -> str:
@@ -393,7 +407,13 @@ def expected_offpolicy_grad(name: str, cfg, batch: RolloutBatch, logp, adv):
         M = int((r.max(dim=1).values == r.min(dim=1).values).sum()) * batch.group_size
         grad = -(B / (B - M) if B > M else 1.0) * a * weight
         return torch.where(active, grad, 0.0), torch.zeros_like(active)
+    if name == "kl_cov":
+        # No clip: −a·w·weight, plus β·sign(Δ)·weight on the top-covariance tokens.
+        penalised = algorithms.get(name).kl_cov_mask(batch, logp, adv, cfg).double()
+        grad = (-a * torch.exp(delta) + cfg.kl_cov_coef * torch.sign(delta) * penalised) * weight
+        return torch.where(active, grad, 0.0), torch.zeros_like(active)
     lo, hi = 1.0 - cfg.clip_eps_low, 1.0 + cfg.clip_eps_high
+    kept = _kept(name, cfg, batch, logp, adv)
 
     def clip_active(x, adv_x):
         return ((adv_x > 0) & (x > hi)) | ((adv_x < 0) & (x < lo))
@@ -405,7 +425,7 @@ def expected_offpolicy_grad(name: str, cfg, batch: RolloutBatch, logp, adv):
     s = torch.exp(delta.sum(1) / n)  # geometric mean of the token ratios
     if form == "token":
         w = torch.exp(delta)
-        grad = -a * w * ~clip_active(w, a) * weight
+        grad = -a * w * ~clip_active(w, a) * weight * kept
         close = too_close(w)
     elif form == "gspo_token":
         s_t = s[:, None].expand(B, T)

@@ -29,6 +29,10 @@ SECTIONS = {
     "GTPO": ("gtpo",),
     "GRPO-S": ("grpo_s",),
     "TEPO": ("tepo",),
+    "Clip-Cov": ("clip_cov",),
+    "KL-Cov": ("kl_cov",),
+    "Forking tokens": ("forking_tokens",),
+    "Entropy bonus": ("entropy_bonus",),
 }
 
 

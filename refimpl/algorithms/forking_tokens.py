@@ -1,0 +1,185 @@
+"""Forking tokens: DAPO trained only on the batch's highest-entropy tokens ("80/20").
+
+Paper: Wang et al., "Beyond the 80/20 Rule: High-Entropy Minority Tokens Drive Effective
+Reinforcement Learning for LLM Reasoning", arXiv 2506.01939 (NeurIPS 2025).
+Confidence: [C] for the rule (the paper's objective, and TRL's ``top_entropy_quantile``, which
+implements it), [A] for the entropy it reads (below).
+
+Idea
+----
+Most tokens of a chain of thought are generated with low entropy; a minority of
+high-entropy "forking" tokens decide which way the reasoning goes. Keep DAPO's objective but
+let only the top-ρ (ρ = 0.2) highest-entropy tokens of the batch carry policy gradient; the
+other 80 % contribute nothing. The paper reports that this matches full-gradient DAPO on
+Qwen3-8B and beats it on 14B and 32B, and that training on the low-entropy 80 % instead fails.
+
+Equations
+---------
+    Advantage, ratio, clip-higher: DAPO's (Eq. 9-10)
+        A_i = (r_i − mean_G r) / (std_G r + eps),   w[i,t] = π_θ / π_old
+        ℓ[i,t] = −min( w·A_i, clip(w, 1−ε_low, 1+ε_high)·A_i )
+
+    Entropy threshold of the batch (the (1−ρ)-quantile of its response-token entropies):
+        τ_ρ = quantile_{1−ρ}{ H[i,t] : m[i,t] = 1 }                    (linear interpolation)
+    Forking-token mask:
+        F[i,t] = m[i,t] · 1[ H[i,t] ≥ τ_ρ ]
+
+    Loss, "token-mean" over *all* response tokens (the indicator sits inside DAPO's sum):
+        L = Σ_{i,t} m·F·ℓ[i,t] / Σ_{i,t} m
+
+Relative to DAPO
+----------------
+One factor: the per-token loss is multiplied by F. With ρ = 1 the threshold is the batch's
+smallest entropy, F = m, and the loss is DAPO's exactly. The normaliser stays Σ m, so the
+selected tokens get the gradient they get under DAPO (not a gradient ×1/ρ).
+
+Assumptions
+-----------
+* Entropy: the rollout entropy ``batch.entropy_old`` [A] (this project's choice: it is
+  fixed for the whole step, so the same tokens train in every epoch and minibatch). The paper
+  and TRL compute the mask from the entropy of the policy being trained; with one update per
+  rollout (θ = θ_old) the two are the same.
+* "The batch" is the batch the loss sees: a minibatch when the trainer splits the step [A]
+  (TRL: the micro-batch gathered over processes).
+* Ties: every token whose entropy equals τ_ρ is kept, so with many equal entropies (all
+  zero, say) more than a ρ-fraction trains [C: TRL's ``≥``].
+* DAPO's batch mechanisms (dynamic sampling, soft overlong punishment) as in ``dapo.py``: the
+  paper trains on top of DAPO [C].
+
+Worked example: ``docs/algorithms/forking_tokens.md`` computes one group by hand;
+``tests/spec/test_forking_tokens.py::test_worked_example`` checks every number of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from refimpl import core
+from refimpl.core import RolloutBatch
+
+NAME = "forking_tokens"
+
+#: Aggregations the loss supports (its loss is per token; L_max-normalisation is Dr. GRPO's).
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Forking-token hyper-parameters: DAPO's, plus ρ; defaults from the papers unless marked."""
+
+    top_entropy_frac: float = 0.2  # ρ, the fraction of the batch's tokens that train [C]
+    clip_eps_low: float = 0.2  # ε_low (§3.1, clip-higher) [C]
+    clip_eps_high: float = 0.28  # ε_high > ε_low: clip-higher (§3.1) [C]
+    kl_coef: float = 0.0  # β: the KL term is removed (§2.3) [C]
+    loss_agg_mode: str = "token-mean"  # token-level policy gradient loss (§3.3, Eq. 12) [C]
+    eps: float = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling (Eq. 11) [A]
+    dynamic_sampling: bool = True  # keep groups with 0 < #successful < G (§3.2, Eq. 11) [C]
+    overlong_shaping: bool = True  # soft overlong punishment added to r (§3.4, Eq. 13) [C]
+    overlong_cache_frac: float = 0.2  # L_cache / L_max = 4096 / 20480 (§4.1) [C]
+    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
+    overlong_filter: bool = False  # mask truncated completions out of the loss (§3.4); the
+    #                                paper's final recipe uses the soft punishment instead [C]
+
+    def __post_init__(self) -> None:
+        core.check_config(self, LOSS_AGG_MODES)
+        core.require(
+            isinstance(self.top_entropy_frac, (int, float)) and 0.0 < self.top_entropy_frac <= 1.0,
+            "Config.top_entropy_frac",
+            f"a fraction in (0, 1], got {self.top_entropy_frac!r}",
+        )
+
+
+def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+    """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
+    # §4.1.2: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
+    A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
+    # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
+    return core.broadcast_to_tokens(A_seq, batch.response_mask)
+
+
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+    """The same advantages as plain loops over groups, completions and positions."""
+    B, T = batch.response_mask.shape
+    G = batch.group_size
+    A = torch.zeros(B, T, dtype=torch.float32)
+    r = batch.rewards.tolist()
+    for g in range(batch.num_groups):
+        rows = range(g * G, g * G + G)
+        rewards = [r[i] for i in rows]
+        mean = sum(rewards) / G
+        std = (sum((x - mean) ** 2 for x in rewards) / (G - 1)) ** 0.5  # Bessel-corrected
+        for i in rows:
+            A_i = 0.0 if max(rewards) == min(rewards) else (r[i] - mean) / (std + cfg.eps)
+            for t in range(T):
+                if batch.response_mask[i, t] == 1:
+                    A[i, t] = A_i
+    return A
+
+
+def forking_mask(entropy: Tensor, mask: Tensor, top_entropy_frac: float) -> Tensor:
+    """``[B, T]`` float ``F[i,t] = m[i,t]·1[H[i,t] ≥ τ_ρ]``: 1 on the forking tokens, with τ_ρ
+    the ``(1 − ρ)``-quantile of the entropies of the batch's response tokens; 0 on padding
+    (and everywhere when the batch has no response token)."""
+    core.require(
+        0.0 < top_entropy_frac <= 1.0,
+        "top_entropy_frac",
+        f"a fraction in (0, 1], got {top_entropy_frac}",
+    )
+    active = mask.bool()
+    H = entropy.detach().float()
+    if not bool(active.any()):
+        return torch.zeros_like(H)
+    # τ_ρ: the entropy above which a fraction ρ of the batch's response tokens lies.
+    threshold = torch.quantile(H[active], 1.0 - top_entropy_frac)
+    return core.masked((H >= threshold).float(), mask)
+
+
+def loss(
+    batch: RolloutBatch,
+    logp: Tensor,
+    adv: Tensor,
+    cfg: Config,
+    entropy: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """DAPO's clip-higher surrogate on the forking tokens only, token-mean over all tokens.
+
+    Args:
+        batch: the rollout (``logp_old``, ``entropy_old``; ``logp_ref`` when ``kl_coef > 0``).
+        logp: ``[B, T]`` log-probs under the policy being trained (carries gradient).
+        adv: ``[B, T]`` advantages from :func:`advantages`.
+        cfg: the configuration.
+        entropy: unused: the mask reads the rollout entropy (part of the shared signature).
+    """
+    core.check_policy_tensor(logp, batch, "logp")
+    core.check_advantages(adv, batch)
+    mask = batch.response_mask
+    # Loss math in float32 even when the model runs in bf16/fp16.
+    logp = logp.float()
+    adv = adv.float()
+
+    # w[i,t] = π_θ / π_old, the per-token importance ratio.
+    w = core.token_ratio(logp, batch.logp_old, mask)
+    # Eq. 10: −min(w·A, clip(w, 1−ε_low, 1+ε_high)·A) for every token (clip-higher).
+    token_loss = -core.clipped_surrogate(w, adv, cfg.clip_eps_low, cfg.clip_eps_high)
+    # F[i,t]: only the top-ρ highest-entropy tokens of the batch keep their term.
+    forks = forking_mask(batch.entropy_old, mask, cfg.top_entropy_frac)
+    token_loss = core.masked(token_loss, forks)
+
+    metrics: dict[str, float] = {"forking_frac": float(core.masked_mean(forks, mask))}
+    if cfg.kl_coef > 0:
+        core.require(
+            batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
+        )
+        # Off in DAPO (β = 0); kept so the KL can be switched back on: GRPO's Eq. 4 k3 term.
+        kl = core.kl_k3(logp, batch.logp_ref, mask)
+        token_loss = token_loss + cfg.kl_coef * kl
+        metrics["kl_ref"] = float(core.masked_mean(kl.detach(), mask))
+
+    total = core.aggregate(token_loss, mask, cfg.loss_agg_mode)
+    metrics.update(core.ratio_metrics(w, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high))
+    metrics.update(core.common_metrics(batch, logp, adv))
+    return total, metrics
