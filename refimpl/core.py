@@ -71,6 +71,42 @@ def require(condition: bool, argument: str, expectation: str) -> None:
         raise ValueError(f"{argument}: expected {expectation}")
 
 
+class AlgorithmConfig:
+    """The contract every algorithm's ``Config`` fulfils: a frozen dataclass that subclasses
+    this class and has (at least) the fields annotated here, which every training loop reads
+    directly. Each algorithm declares them with its own defaults and adds its own fields.
+
+    The three methods answer, for one configuration, what a training loop must provide; an
+    algorithm whose answer depends on its own fields overrides them (TEPO, Dr. GRPO).
+    """
+
+    kl_coef: float  # β of a k3 KL term (0: none)
+    loss_agg_mode: str  # one of AGG_MODES the algorithm's loss supports
+    success_threshold: float  # r ≥ this counts as a success (dynamic sampling, O⁺/O⁻ splits)
+    dynamic_sampling: bool  # DAPO's filter: train on groups with 0 < #successful < G only
+    overlong_shaping: bool  # DAPO's soft length penalty added to the reward (Eq. 13)
+    overlong_cache_frac: float  # its band L_cache as a fraction of L_max
+    overlong_penalty_scale: float  # its weight (half the reward range)
+    overlong_filter: bool  # DAPO's truncation mask: rows without EOS leave the loss
+
+    def needs_reference(self) -> bool:
+        """Whether the loss reads ``batch.logp_ref`` (a KL term to the frozen reference)."""
+        return self.kl_coef > 0
+
+    def reads_current_entropy(self) -> bool:
+        """Whether the loss compares the current policy's entropy with the rollout's."""
+        return False
+
+    def for_generation_budget(self, max_new_tokens: int) -> AlgorithmConfig:
+        """This configuration for completions of at most ``max_new_tokens`` tokens: itself,
+        unless a field defaults to that budget (Dr. GRPO's ``max_len``)."""
+        return self
+
+
+#: The fields every algorithm's ``Config`` has (``AlgorithmConfig``'s annotations).
+CONFIG_FIELDS: tuple[str, ...] = tuple(AlgorithmConfig.__annotations__)
+
+
 # Checks for the config fields that several algorithms share; each algorithm's Config calls
 # ``check_config(self)`` from ``__post_init__`` and checks its own extra fields next to it.
 _SHARED_FIELD_RULES: dict[str, tuple[object, str]] = {
@@ -474,22 +510,18 @@ def aggregate(loss: Tensor, mask: Tensor, mode: str, *, max_len: int | None = No
 # ---------------------------------------------------------------------------------------------
 
 
-def needs_reference(cfg: object) -> bool:
+def needs_reference(cfg: AlgorithmConfig) -> bool:
     """Whether an algorithm's loss reads ``batch.logp_ref``: a KL term (``kl_coef > 0``)
-    anchored at the frozen reference rather than at ``π_old`` (TEPO's ``kl_anchor="old"``).
+    anchored at the frozen reference (not, as TEPO's ``kl_anchor="old"``, at ``π_old``).
     The trainers use it to decide whether to run the reference model at all."""
-    return getattr(cfg, "kl_coef", 0.0) > 0 and getattr(cfg, "kl_anchor", "ref") == "ref"
+    return cfg.needs_reference()
 
 
-def reads_current_entropy(cfg: object) -> bool:
+def reads_current_entropy(cfg: AlgorithmConfig) -> bool:
     """Whether an algorithm's loss compares the current policy's entropy ``H_θ`` with the
     rollout's (TEPO's KL mask with ``entropy_source="current"``). Such a comparison is sound
     only when both entropies are computed in float32 (see ``Trainer``'s bf16 handling)."""
-    return (
-        getattr(cfg, "kl_coef", 0.0) > 0
-        and getattr(cfg, "kl_mask", False)
-        and getattr(cfg, "entropy_source", None) == "current"
-    )
+    return cfg.reads_current_entropy()
 
 
 def informative_groups(rewards: Tensor, group_size: int, threshold: float) -> Tensor:
@@ -528,7 +560,7 @@ def overlong_cache_len(max_len: int, cache_frac: float) -> int:
     return max(1, min(max_len, round(cache_frac * max_len)))
 
 
-def shape_rewards(rewards: Tensor, lengths: Tensor, max_len: int, cfg: object) -> Tensor:
+def shape_rewards(rewards: Tensor, lengths: Tensor, max_len: int, cfg: AlgorithmConfig) -> Tensor:
     """The reward the advantage sees: DAPO's soft overlong punishment added to the outcome
     reward when ``cfg.overlong_shaping`` is on, on the outcome's scale; else ``rewards``.
 
@@ -547,11 +579,11 @@ def shape_rewards(rewards: Tensor, lengths: Tensor, max_len: int, cfg: object) -
     so that success is still decided on it. ``lengths`` are the true ``|o_i|`` (before any
     overlong filtering masks rows out).
     """
-    if not getattr(cfg, "overlong_shaping", False):
+    if not cfg.overlong_shaping:
         return rewards
-    cache_len = overlong_cache_len(max_len, cfg.overlong_cache_frac)  # type: ignore[attr-defined]
+    cache_len = overlong_cache_len(max_len, cfg.overlong_cache_frac)
     penalty = overlong_penalty(lengths.to(rewards.device), max_len, cache_len)
-    return rewards + cfg.overlong_penalty_scale * penalty.to(rewards.dtype)  # type: ignore[attr-defined]
+    return rewards + cfg.overlong_penalty_scale * penalty.to(rewards.dtype)
 
 
 def overlong_penalty(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:

@@ -38,7 +38,7 @@ right-padded to ``T``, the longest response actually generated.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
@@ -117,6 +117,22 @@ class Samples:
         """The generated tokens of each row as Python lists (EOS included when emitted)."""
         return [row[: int(n)].tolist() for row, n in zip(self.response_ids, self.lengths)]
 
+    def to(self, device: torch.device | str) -> Samples:
+        """The same samples with every tensor on ``device``."""
+        return replace(self, **{name: t.to(device) for name, t in self._tensors().items()})
+
+    def select_groups(self, keep: Tensor) -> Samples:
+        """The rows of the groups where ``keep`` (bool ``[N]``) holds."""
+        rows = keep.repeat_interleave(self.group_size)
+        return replace(self, **{name: t[rows] for name, t in self._tensors().items()})
+
+    def _tensors(self) -> dict[str, Tensor]:
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), Tensor)
+        }
+
     def to_rollout_batch(
         self, rewards: Tensor, group_size: int | None = None, logp_ref: Tensor | None = None
     ) -> RolloutBatch:
@@ -139,6 +155,29 @@ class Samples:
             logp_ref=logp_ref,
             prompt_ids=self.prompt_ids,
         )
+
+
+def concat_samples(parts: list[Samples], pad_id: int) -> Samples:
+    """Stack sample batches of different lengths: prompts padded on the left, responses on
+    the right, token ids with ``pad_id`` (padding is masked everywhere, so its value never
+    matters)."""
+    if len(parts) == 1:
+        return parts[0]
+    out = {}
+    for f in fields(parts[0]):
+        values = [getattr(p, f.name) for p in parts]
+        if not isinstance(values[0], Tensor) or values[0].dim() < 2:
+            out[f.name] = torch.cat(values) if isinstance(values[0], Tensor) else values[0]
+            continue
+        width = max(v.shape[1] for v in values)
+        left = f.name.startswith("prompt")
+        pad_value = pad_id if not values[0].is_floating_point() else 0.0
+        padded = []
+        for v in values:
+            extra = width - v.shape[1]
+            padded.append(F.pad(v, (extra, 0) if left else (0, extra), value=pad_value))
+        out[f.name] = torch.cat(padded)
+    return Samples(**out)
 
 
 # ---------------------------------------------------------------------------------------------

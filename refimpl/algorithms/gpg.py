@@ -72,7 +72,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """GPG hyper-parameters; defaults from the GPG paper unless marked."""
 
     kl_coef: float = 0.0  # β: no KL and no reference model (§3) [C]

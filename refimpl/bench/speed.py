@@ -268,7 +268,7 @@ def bench_step(cfg: SpeedConfig, peak: float) -> dict[str, Any]:
         "achieved_flops_per_s": flops / med["time_step"],
         "peak_flops_per_s": peak,
         "fraction_of_peak": flops / med["time_step"] / peak,
-        "budget": trainer.budget,
+        "max_new_tokens": trainer.max_new_tokens,
     }
 
 
@@ -296,10 +296,7 @@ def synthetic_batch(B: int, T: int, group_size: int = 8, seed: int = 0) -> Rollo
 
 def _algo_config(name: str, T: int):
     module = algorithms.get(name)
-    acfg = module.Config()
-    if getattr(acfg, "max_len", "absent") is None:
-        acfg = dataclasses.replace(acfg, max_len=T)
-    return module, acfg
+    return module, module.Config().for_generation_budget(T)
 
 
 def _adv_loss_fn(name: str, batch: RolloutBatch, calls: int = 1) -> Callable[[], None]:
@@ -376,7 +373,7 @@ def bench_trl(cfg: SpeedConfig) -> dict[str, Any]:
     from toy_envs import TOKENIZER
 
     ours = Trainer(_train_config(cfg, algo="grpo", algo_args=("kl_coef=0",)))
-    task, budget = ours.task, ours.budget
+    task, budget = ours.task, ours.max_new_tokens
     N, G = ours.cfg.prompts_per_step, ours.cfg.group_size
     steps = cfg.trl_steps + 1
     problems = task.sample(N * steps, np.random.default_rng([HELD_OUT_SEED + 1, 0]))
@@ -496,7 +493,9 @@ def run_speed(cfg: SpeedConfig) -> tuple[dict[str, Any], Path]:
     results["matmul_peak_flops_per_s"] = peak = matmul_peak(cfg.repeats)
     results["sampling"] = bench_sampling(cfg, model_size)
     results["step"] = step = bench_step(cfg, peak)
-    results["algorithms"] = bench_algorithms(cfg, step["rows"], step["budget"], step["time_step"])
+    results["algorithms"] = bench_algorithms(
+        cfg, step["rows"], step["max_new_tokens"], step["time_step"]
+    )
     results["reference"] = bench_reference(cfg, *cfg.big_batch)
     results["big_batch_algorithms"] = bench_algorithms(
         cfg, *cfg.big_batch, step_time=step["time_step"]
@@ -575,7 +574,7 @@ def format_speed(r: dict[str, Any]) -> str:
     ]
     lines += [
         "**Advantages + loss + backward to log-probs, per algorithm** (trainer's shape "
-        f"B = {s['rows']}, T = {s['budget']}; and B × T = {cfg['big_batch'][0]} × "
+        f"B = {s['rows']}, T = {s['max_new_tokens']}; and B × T = {cfg['big_batch'][0]} × "
         f"{cfg['big_batch'][1]}):",
         "",
     ]
