@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, fields, replace
+from types import ModuleType
 from typing import Literal
 
 import torch
@@ -531,6 +532,55 @@ def informative_groups(rewards: Tensor, group_size: int, threshold: float) -> Te
     """
     n_success = group_view(success(rewards, threshold), group_size).sum(dim=1)
     return (n_success > 0) & (n_success < group_size)
+
+
+def keep_groups(outcome: Tensor, group_size: int, cfg: AlgorithmConfig) -> Tensor:
+    """The groups a training loop trains on, ``[N]`` bool: with ``cfg.dynamic_sampling``
+    DAPO's informative groups (:func:`informative_groups` at ``cfg.success_threshold``), else
+    every group. Pass the outcome rewards (before shaping)."""
+    if cfg.dynamic_sampling:
+        return informative_groups(outcome, group_size, cfg.success_threshold)
+    return torch.ones(outcome.shape[0] // group_size, dtype=torch.bool, device=outcome.device)
+
+
+def overlong_filter(response_mask: Tensor, truncated: Tensor, cfg: AlgorithmConfig) -> Tensor:
+    """The loss mask: with ``cfg.overlong_filter`` (DAPO's overlong filtering) the rows that
+    hit the length budget without EOS (``truncated``, ``[B]`` bool) leave the loss; else
+    ``response_mask`` itself. Apply it after the advantages: a truncated row still counts in
+    its group's statistics, it only gets no gradient."""
+    if not cfg.overlong_filter:
+        return response_mask
+    return torch.where(truncated[:, None], torch.zeros_like(response_mask), response_mask)
+
+
+def gpg_alpha(rewards: Tensor, group_size: int) -> float:
+    """GPG's ``α = B / (B − M)`` (GPG §3), ``M`` the rows whose group has all-equal rewards
+    (they carry no gradient); 1 when every group is flat (every advantage is 0 then)."""
+    n_rows = rewards.shape[0]
+    n_flat = int(group_degenerate(rewards, group_size).sum())
+    return n_rows / (n_rows - n_flat) if n_rows > n_flat else 1.0
+
+
+def kept_group_advantages(
+    algorithm: ModuleType, batch: RolloutBatch, keep: Tensor, cfg: AlgorithmConfig
+) -> Tensor:
+    """``[B, T]`` advantages of ``algorithm`` on the groups where ``keep`` holds, 0 on the
+    others, for a loop whose loss sees micro-batches that split groups (TRL, verl).
+
+    GPG's ``α`` is a constant of the whole batch, which such a micro-batch cannot compute:
+    it is folded into the advantages (``−α·A·logp`` is linear in ``A``), and the loss then
+    sees no rewards and computes ``α = 1``. A loop whose loss sees whole groups (the toy
+    trainer) calls ``algorithm.advantages`` directly and lets the loss compute ``α``.
+    """
+    adv = torch.zeros_like(batch.response_mask)
+    if not bool(keep.any()):
+        return adv
+    kept = batch.select_groups(keep)
+    kept_adv = algorithm.advantages(kept, cfg)
+    if algorithm.NAME == "gpg":
+        kept_adv = kept_adv * gpg_alpha(kept.rewards, kept.group_size)
+    adv[keep.repeat_interleave(batch.group_size)] = kept_adv.to(adv.dtype)
+    return adv
 
 
 def split_groups(n_groups: int, minibatches: int) -> list[range]:

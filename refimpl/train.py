@@ -236,9 +236,7 @@ class Trainer:
             entropies.append(samples.entropy_old[samples.response_mask.bool()].float())
             first_rewards = rewards if first_rewards is None else first_rewards
             # DAPO dynamic sampling: keep groups with 0 < #successful < G (outcome rewards).
-            keep = torch.ones(N, dtype=torch.bool)
-            if self.algo_cfg.dynamic_sampling:
-                keep = core.informative_groups(rewards, G, self.algo_cfg.success_threshold)
+            keep = core.keep_groups(rewards, G, self.algo_cfg)
             keep[torch.cumsum(keep.long(), 0) > N - kept] = False  # never more than N groups
             if keep.any():
                 kept_samples.append(samples.select_groups(keep) if not keep.all() else samples)
@@ -295,8 +293,8 @@ class Trainer:
         """The algorithm's ``[B, T]`` advantages; then, when the Config asks for DAPO's
         overlong filter, truncated rows (no <eos>) leave the loss (not the advantages)."""
         adv = self.algo.advantages(batch, self.algo_cfg)
-        if self.algo_cfg.overlong_filter:
-            loss_mask = batch.response_mask * (~samples.truncated).float()[:, None]
+        loss_mask = core.overlong_filter(batch.response_mask, samples.truncated, self.algo_cfg)
+        if loss_mask is not batch.response_mask:
             batch = batch.replace(response_mask=loss_mask)
         return batch, adv
 
