@@ -172,7 +172,6 @@ class RolloutBatch:
             detached (never carries gradient); ≥ 0 on response tokens.
         group_size: ``G ≥ 2``, divides ``B``.
         logp_ref: ``[B, T]`` under the frozen reference model, when a KL term needs it.
-        prompt_ids: optional ``[B, P]`` prompts (the trainer keeps them for logging).
         outcome_rewards: optional ``[B]`` outcome rewards *before* reward shaping, set by
             :func:`shape_rewards`. Success (``r ≥ success_threshold``: GTPO's and GRPO-S's
             O⁺/O⁻ split, dynamic sampling) is decided on these, so shaping changes how much a
@@ -187,7 +186,6 @@ class RolloutBatch:
     entropy_old: Tensor
     group_size: int
     logp_ref: Tensor | None = None
-    prompt_ids: Tensor | None = None
     outcome_rewards: Tensor | None = None
 
     def __post_init__(self) -> None:

@@ -153,7 +153,6 @@ class Samples:
             entropy_old=self.entropy_old,
             group_size=group_size,
             logp_ref=logp_ref,
-            prompt_ids=self.prompt_ids,
         )
 
 

@@ -25,7 +25,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from refimpl.core import RolloutBatch, require
-from refimpl.model import GPT, GPTConfig
+from refimpl.model import GPT, GPTConfig, positions_from_mask
 
 # The four per-block matrices that transformers stores as Conv1D ([in, out]).
 _CONV1D_SUFFIXES = (
@@ -148,11 +148,6 @@ def from_hf_gpt2(hf: GPT2LMHeadModel) -> GPT:
 # ---------------------------------------------------------------------------------------------
 # 2. Per-token log-probs and entropies of any causal LM.
 # ---------------------------------------------------------------------------------------------
-
-
-def positions_from_mask(attention_mask: Tensor) -> Tensor:
-    """``cumsum(mask) − 1`` clamped at 0: what ``generate`` uses for left-padded prompts."""
-    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
 def _logp_and_entropy_of_chunk(
@@ -409,7 +404,6 @@ def rollout_batch(
         entropy_old=entropy_old,
         group_size=group_size,
         logp_ref=logp_ref,
-        prompt_ids=prompt_ids,
     )
 
 
