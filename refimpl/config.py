@@ -145,6 +145,14 @@ def build_task(cfg: TrainConfig):
 def check_train_config(cfg: TrainConfig, task) -> int:
     """Fail at start-up, naming the flag, on a bad or inconsistent setting (nothing is
     written before this passes). Returns the completion budget L_max in tokens."""
+    _check_batch_and_optimiser(cfg)
+    _check_sampling_and_machine(cfg)
+    max_new_tokens = _check_completion_budget(cfg, task)
+    _check_run_length_and_intervals(cfg)
+    return max_new_tokens
+
+
+def _check_batch_and_optimiser(cfg: TrainConfig) -> None:
     for name in (
         "steps",
         "prompts_per_step",
@@ -174,6 +182,9 @@ def check_train_config(cfg: TrainConfig, task) -> int:
         raise ValueError(f"--grad-clip: expected a positive max gradient norm, got {cfg.grad_clip}")
     if cfg.seed < 0:
         raise ValueError(f"--seed: expected an integer ≥ 0, got {cfg.seed}")
+
+
+def _check_sampling_and_machine(cfg: TrainConfig) -> None:
     if cfg.dtype not in ("float32", "bfloat16"):
         raise ValueError(f"--dtype: expected float32 or bfloat16, got {cfg.dtype!r}")
     if not (cfg.temperature > 0 and math.isfinite(cfg.temperature)):
@@ -201,6 +212,12 @@ def check_train_config(cfg: TrainConfig, task) -> int:
             raise ValueError(
                 "--tensorboard: needs the tensorboard package (pip install tensorboard)"
             ) from None
+
+
+def _check_completion_budget(cfg: TrainConfig, task) -> int:
+    """L_max: ``--max-new-tokens`` or the task's default, long enough for the task's answers
+    and short enough for the model's block size (the warm start's flags are checked here
+    too: its model sets the block size)."""
     if cfg.max_new_tokens is not None and cfg.max_new_tokens < 1:
         raise ValueError(
             f"--max-new-tokens: expected a positive integer (or None: the task's default "
@@ -224,6 +241,10 @@ def check_train_config(cfg: TrainConfig, task) -> int:
             f"({max_new_tokens}) exceed the model's block size {block}: lower --max-new-tokens or "
             f"raise --warmstart.model.block-size"
         )
+    return max_new_tokens
+
+
+def _check_run_length_and_intervals(cfg: TrainConfig) -> None:
     if cfg.max_sampled_tokens is not None and cfg.max_sampled_tokens <= 0:
         raise ValueError(
             f"--max-sampled-tokens: expected a positive integer, got {cfg.max_sampled_tokens}"
@@ -234,7 +255,6 @@ def check_train_config(cfg: TrainConfig, task) -> int:
     ):
         if sub <= 0:
             raise ValueError(f"{name}: expected a positive integer, got {sub}")
-    return max_new_tokens
 
 
 def check_device(device: str) -> torch.device:

@@ -114,30 +114,22 @@ class RefimplGRPOTrainer(GRPOTrainer):
         x = self.accelerator.pad_across_processes(x, dim=1, pad_index=0)
         return self.accelerator.gather(x)
 
-    def _generate_and_score_completions(self, inputs):  # noqa: ANN001
-        output = super()._generate_and_score_completions(inputs)
-        mode = "train" if self.model.training else "eval"
-        cfg = self.algorithm_config
-        device = self.accelerator.device
-        prompt_ids, completion_ids = output["prompt_ids"], output["completion_ids"]
-        B_local, T_local = completion_ids.shape
-        mask = output["completion_mask"].float()
-        if "tool_mask" in output:
-            mask = mask * output["tool_mask"].float()
+    @torch.no_grad()
+    def _rollout_records(self, output: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """``logp_old`` and ``entropy_old`` of this process's completions, float32: the rollout
+        policy's records, from the same weights and temperature as generation."""
+        logp_old, entropy_old, _ = self._get_per_token_logps_and_entropies(
+            self.model,
+            torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1),
+            torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
+            output["completion_ids"].shape[1],
+            batch_size=self.args.per_device_train_batch_size,
+            compute_entropy=True,
+        )
+        return logp_old.float(), entropy_old.float()
 
-        with torch.no_grad():
-            # The rollout policy's records: same weights and temperature as generation.
-            logp_old, entropy_old, _ = self._get_per_token_logps_and_entropies(
-                self.model,
-                torch.cat([prompt_ids, completion_ids], dim=1),
-                torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
-                T_local,
-                batch_size=self.args.per_device_train_batch_size,
-                compute_entropy=True,
-            )
-        logp_old, entropy_old = logp_old.float(), entropy_old.float()
-
-        # Rewards: TRL's weighted sum of the reward functions (gathered over processes).
+    def _rewards(self) -> Tensor:
+        """TRL's weighted sum of the reward functions, ``[global B]`` (gathered already)."""
         rewards_per_func = self._last_rewards_per_func
         core.require(
             rewards_per_func is not None
@@ -145,7 +137,21 @@ class RefimplGRPOTrainer(GRPOTrainer):
             "reward_funcs",
             "a reward for every completion (no all-None rows)",
         )
-        rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
+        weights = self.reward_weights.to(self.accelerator.device).unsqueeze(0)
+        return (rewards_per_func * weights).nansum(dim=1)
+
+    def _generate_and_score_completions(self, inputs):  # noqa: ANN001
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        cfg = self.algorithm_config
+        completion_ids = output["completion_ids"]
+        B_local, T_local = completion_ids.shape
+        mask = output["completion_mask"].float()
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"].float()
+
+        logp_old, entropy_old = self._rollout_records(output)
+        rewards = self._rewards()
 
         # The whole (global) batch, groups in consecutive rows as TRL's sampler lays them out.
         g_mask = self._gather_rows(mask)
