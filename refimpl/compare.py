@@ -2,7 +2,7 @@
 
 The runs are independent, so they go to a small pool of worker processes, one torch thread
 each: on a 2-core machine two single-threaded runs make more steps per second together than
-one run on both cores (CALIBRATION.md: ≈ 7.5 vs 5.5 steps/s). The warm start is trained (or
+one run on both cores (``docs/benchmarks.md`` has the measured step rates). The warm start is trained (or
 loaded) once, before the workers start, so they all share the cached base model.
 """
 

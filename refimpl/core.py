@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, fields, replace
+from types import ModuleType
 from typing import Literal
 
 import torch
@@ -69,6 +70,46 @@ def require(condition: bool, argument: str, expectation: str) -> None:
     """Raise ``ValueError("<argument>: expected <expectation>")`` unless ``condition``."""
     if not condition:
         raise ValueError(f"{argument}: expected {expectation}")
+
+
+class AlgorithmConfig:
+    """The contract every algorithm's ``Config`` fulfils: a frozen dataclass that subclasses
+    this class and has (at least) the fields annotated here, which every training loop reads
+    directly. Each algorithm declares them with its own defaults and adds its own fields.
+
+    The four methods answer, for one configuration, what a training loop must provide; an
+    algorithm whose answer depends on its own fields overrides them (TEPO, Dr. GRPO).
+    """
+
+    kl_coef: float  # β of a k3 KL term (0: none)
+    loss_agg_mode: str  # one of AGG_MODES the algorithm's loss supports
+    success_threshold: float  # r ≥ this counts as a success (dynamic sampling, O⁺/O⁻ splits)
+    dynamic_sampling: bool  # DAPO's filter: train on groups with 0 < #successful < G only
+    overlong_shaping: bool  # DAPO's soft length penalty added to the reward (Eq. 13)
+    overlong_cache_frac: float  # its band L_cache as a fraction of L_max
+    overlong_penalty_scale: float  # its weight (half the reward range)
+    overlong_filter: bool  # DAPO's truncation mask: rows without EOS leave the loss
+
+    def needs_reference(self) -> bool:
+        """Whether the loss reads ``batch.logp_ref`` (a KL term to the frozen reference)."""
+        return self.kl_coef > 0
+
+    def reads_current_entropy(self) -> bool:
+        """Whether the loss compares the current policy's entropy with the rollout's."""
+        return False
+
+    def differentiates_entropy(self) -> bool:
+        """Whether the loss needs the gradient *through* the current entropy (a bonus on it)."""
+        return False
+
+    def for_generation_budget(self, max_new_tokens: int) -> AlgorithmConfig:
+        """This configuration for completions of at most ``max_new_tokens`` tokens: itself,
+        unless a field defaults to that budget (Dr. GRPO's ``max_len``)."""
+        return self
+
+
+#: The fields every algorithm's ``Config`` has (``AlgorithmConfig``'s annotations).
+CONFIG_FIELDS: tuple[str, ...] = tuple(AlgorithmConfig.__annotations__)
 
 
 # Checks for the config fields that several algorithms share; each algorithm's Config calls
@@ -135,7 +176,6 @@ class RolloutBatch:
             detached (never carries gradient); ≥ 0 on response tokens.
         group_size: ``G ≥ 2``, divides ``B``.
         logp_ref: ``[B, T]`` under the frozen reference model, when a KL term needs it.
-        prompt_ids: optional ``[B, P]`` prompts (the trainer keeps them for logging).
         outcome_rewards: optional ``[B]`` outcome rewards *before* reward shaping, set by
             :func:`shape_rewards`. Success (``r ≥ success_threshold``: GTPO's and GRPO-S's
             O⁺/O⁻ split, dynamic sampling) is decided on these, so shaping changes how much a
@@ -150,7 +190,6 @@ class RolloutBatch:
     entropy_old: Tensor
     group_size: int
     logp_ref: Tensor | None = None
-    prompt_ids: Tensor | None = None
     outcome_rewards: Tensor | None = None
 
     def __post_init__(self) -> None:
@@ -476,28 +515,24 @@ def aggregate(loss: Tensor, mask: Tensor, mode: str, *, max_len: int | None = No
 # ---------------------------------------------------------------------------------------------
 
 
-def needs_reference(cfg: object) -> bool:
+def needs_reference(cfg: AlgorithmConfig) -> bool:
     """Whether an algorithm's loss reads ``batch.logp_ref``: a KL term (``kl_coef > 0``)
-    anchored at the frozen reference rather than at ``π_old`` (TEPO's ``kl_anchor="old"``).
+    anchored at the frozen reference (not, as TEPO's ``kl_anchor="old"``, at ``π_old``).
     The trainers use it to decide whether to run the reference model at all."""
-    return getattr(cfg, "kl_coef", 0.0) > 0 and getattr(cfg, "kl_anchor", "ref") == "ref"
+    return cfg.needs_reference()
 
 
-def reads_current_entropy(cfg: object) -> bool:
+def reads_current_entropy(cfg: AlgorithmConfig) -> bool:
     """Whether an algorithm's loss compares the current policy's entropy ``H_θ`` with the
     rollout's (TEPO's KL mask with ``entropy_source="current"``). Such a comparison is sound
     only when both entropies are computed in float32 (see ``Trainer``'s bf16 handling)."""
-    return (
-        getattr(cfg, "kl_coef", 0.0) > 0
-        and getattr(cfg, "kl_mask", False)
-        and getattr(cfg, "entropy_source", None) == "current"
-    )
+    return cfg.reads_current_entropy()
 
 
-def differentiates_entropy(cfg: object) -> bool:
+def differentiates_entropy(cfg: AlgorithmConfig) -> bool:
     """Whether an algorithm's loss needs the gradient *through* the current entropy ``H_θ``
     (an entropy bonus, ``entropy_coef > 0``); the trainers then pass ``H_θ`` undetached."""
-    return getattr(cfg, "entropy_coef", 0.0) > 0
+    return cfg.differentiates_entropy()
 
 
 def token_covariance(logp: Tensor, adv: Tensor, mask: Tensor) -> Tensor:
@@ -529,6 +564,55 @@ def informative_groups(rewards: Tensor, group_size: int, threshold: float) -> Te
     return (n_success > 0) & (n_success < group_size)
 
 
+def keep_groups(outcome: Tensor, group_size: int, cfg: AlgorithmConfig) -> Tensor:
+    """The groups a training loop trains on, ``[N]`` bool: with ``cfg.dynamic_sampling``
+    DAPO's informative groups (:func:`informative_groups` at ``cfg.success_threshold``), else
+    every group. Pass the outcome rewards (before shaping)."""
+    if cfg.dynamic_sampling:
+        return informative_groups(outcome, group_size, cfg.success_threshold)
+    return torch.ones(outcome.shape[0] // group_size, dtype=torch.bool, device=outcome.device)
+
+
+def overlong_filter(response_mask: Tensor, truncated: Tensor, cfg: AlgorithmConfig) -> Tensor:
+    """The loss mask: with ``cfg.overlong_filter`` (DAPO's overlong filtering) the rows that
+    hit the length budget without EOS (``truncated``, ``[B]`` bool) leave the loss; else
+    ``response_mask`` itself. Apply it after the advantages: a truncated row still counts in
+    its group's statistics, it only gets no gradient."""
+    if not cfg.overlong_filter:
+        return response_mask
+    return torch.where(truncated[:, None], torch.zeros_like(response_mask), response_mask)
+
+
+def gpg_alpha(rewards: Tensor, group_size: int) -> float:
+    """GPG's ``α = B / (B − M)`` (GPG §3), ``M`` the rows whose group has all-equal rewards
+    (they carry no gradient); 1 when every group is flat (every advantage is 0 then)."""
+    n_rows = rewards.shape[0]
+    n_flat = int(group_degenerate(rewards, group_size).sum())
+    return n_rows / (n_rows - n_flat) if n_rows > n_flat else 1.0
+
+
+def kept_group_advantages(
+    algorithm: ModuleType, batch: RolloutBatch, keep: Tensor, cfg: AlgorithmConfig
+) -> Tensor:
+    """``[B, T]`` advantages of ``algorithm`` on the groups where ``keep`` holds, 0 on the
+    others, for a loop whose loss sees micro-batches that split groups (TRL, verl).
+
+    GPG's ``α`` is a constant of the whole batch, which such a micro-batch cannot compute:
+    it is folded into the advantages (``−α·A·logp`` is linear in ``A``), and the loss then
+    sees no rewards and computes ``α = 1``. A loop whose loss sees whole groups (the toy
+    trainer) calls ``algorithm.advantages`` directly and lets the loss compute ``α``.
+    """
+    adv = torch.zeros_like(batch.response_mask)
+    if not bool(keep.any()):
+        return adv
+    kept = batch.select_groups(keep)
+    kept_adv = algorithm.advantages(kept, cfg)
+    if algorithm.NAME == "gpg":
+        kept_adv = kept_adv * gpg_alpha(kept.rewards, kept.group_size)
+    adv[keep.repeat_interleave(batch.group_size)] = kept_adv.to(adv.dtype)
+    return adv
+
+
 def split_groups(n_groups: int, minibatches: int) -> list[range]:
     """The groups of each minibatch: ``minibatches`` consecutive ranges whose sizes differ by
     at most one (7 groups in 2 minibatches: 4 and 3, never 3, 3 and 1).
@@ -556,7 +640,7 @@ def overlong_cache_len(max_len: int, cache_frac: float) -> int:
     return max(1, min(max_len, round(cache_frac * max_len)))
 
 
-def shape_rewards(rewards: Tensor, lengths: Tensor, max_len: int, cfg: object) -> Tensor:
+def shape_rewards(rewards: Tensor, lengths: Tensor, max_len: int, cfg: AlgorithmConfig) -> Tensor:
     """The reward the advantage sees: DAPO's soft overlong punishment added to the outcome
     reward when ``cfg.overlong_shaping`` is on, on the outcome's scale; else ``rewards``.
 
@@ -575,11 +659,11 @@ def shape_rewards(rewards: Tensor, lengths: Tensor, max_len: int, cfg: object) -
     so that success is still decided on it. ``lengths`` are the true ``|o_i|`` (before any
     overlong filtering masks rows out).
     """
-    if not getattr(cfg, "overlong_shaping", False):
+    if not cfg.overlong_shaping:
         return rewards
-    cache_len = overlong_cache_len(max_len, cfg.overlong_cache_frac)  # type: ignore[attr-defined]
+    cache_len = overlong_cache_len(max_len, cfg.overlong_cache_frac)
     penalty = overlong_penalty(lengths.to(rewards.device), max_len, cache_len)
-    return rewards + cfg.overlong_penalty_scale * penalty.to(rewards.dtype)  # type: ignore[attr-defined]
+    return rewards + cfg.overlong_penalty_scale * penalty.to(rewards.dtype)
 
 
 def overlong_penalty(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:

@@ -1,6 +1,7 @@
 """Measurements that explain a run: pass@k and the covariance that drives entropy.
 
-Neither changes training; the trainer logs both, the plots and notebooks read them back.
+Neither changes training; the trainer logs both (and the entropy percentiles of
+``entropy_stats``), the plots and notebooks read them back.
 
 pass@k (Chen et al., "Evaluating Large Language Models Trained on Code", arXiv 2107.03374)
 --------------------------------------------------------------------------------------------
@@ -38,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor
 
 from refimpl.core import masked_mean, require
@@ -97,3 +99,22 @@ def logp_advantage_covariance(logp: Tensor, adv: Tensor, mask: Tensor) -> float:
     centred_logp = logp - masked_mean(logp, mask)
     centred_adv = adv - masked_mean(adv, mask)
     return float(masked_mean(centred_logp * centred_adv, mask))
+
+
+def entropy_stats(entropies: Tensor, prefix: str) -> dict[str, float]:
+    """Mean and 10/50/90th percentiles of a flat tensor of token entropies."""
+    h = entropies.detach().float().cpu()
+    if h.numel() == 0:
+        return {
+            f"{prefix}_mean": 0.0,
+            f"{prefix}_p10": 0.0,
+            f"{prefix}_p50": 0.0,
+            f"{prefix}_p90": 0.0,
+        }
+    q = torch.quantile(h, torch.tensor([0.1, 0.5, 0.9]))
+    return {
+        f"{prefix}_mean": float(h.mean()),
+        f"{prefix}_p10": float(q[0]),
+        f"{prefix}_p50": float(q[1]),
+        f"{prefix}_p90": float(q[2]),
+    }

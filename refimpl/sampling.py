@@ -38,7 +38,7 @@ right-padded to ``T``, the longest response actually generated.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
@@ -117,6 +117,22 @@ class Samples:
         """The generated tokens of each row as Python lists (EOS included when emitted)."""
         return [row[: int(n)].tolist() for row, n in zip(self.response_ids, self.lengths)]
 
+    def to(self, device: torch.device | str) -> Samples:
+        """The same samples with every tensor on ``device``."""
+        return replace(self, **{name: t.to(device) for name, t in self._tensors().items()})
+
+    def select_groups(self, keep: Tensor) -> Samples:
+        """The rows of the groups where ``keep`` (bool ``[N]``) holds."""
+        rows = keep.repeat_interleave(self.group_size)
+        return replace(self, **{name: t[rows] for name, t in self._tensors().items()})
+
+    def _tensors(self) -> dict[str, Tensor]:
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if isinstance(getattr(self, f.name), Tensor)
+        }
+
     def to_rollout_batch(
         self, rewards: Tensor, group_size: int | None = None, logp_ref: Tensor | None = None
     ) -> RolloutBatch:
@@ -137,8 +153,30 @@ class Samples:
             entropy_old=self.entropy_old,
             group_size=group_size,
             logp_ref=logp_ref,
-            prompt_ids=self.prompt_ids,
         )
+
+
+def concat_samples(parts: list[Samples], pad_id: int) -> Samples:
+    """Stack sample batches of different lengths: prompts padded on the left, responses on
+    the right, token ids with ``pad_id`` (padding is masked everywhere, so its value never
+    matters)."""
+    if len(parts) == 1:
+        return parts[0]
+    out = {}
+    for f in fields(parts[0]):
+        values = [getattr(p, f.name) for p in parts]
+        if not isinstance(values[0], Tensor) or values[0].dim() < 2:
+            out[f.name] = torch.cat(values) if isinstance(values[0], Tensor) else values[0]
+            continue
+        width = max(v.shape[1] for v in values)
+        left = f.name.startswith("prompt")
+        pad_value = pad_id if not values[0].is_floating_point() else 0.0
+        padded = []
+        for v in values:
+            extra = width - v.shape[1]
+            padded.append(F.pad(v, (extra, 0) if left else (0, extra), value=pad_value))
+        out[f.name] = torch.cat(padded)
+    return Samples(**out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,44 +263,19 @@ def _prefill(
     return logits, cache
 
 
-@torch.no_grad()
-def sample_groups(
+def _check_sampling_args(
     model: nn.Module,
     prompts: list[list[int]],
-    *,
     group_size: int,
     max_new_tokens: int,
     eos_id: int,
     pad_id: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    generator: torch.Generator | None = None,
-    use_cache: bool = True,
-) -> Samples:
-    """Sample ``group_size`` completions of every prompt in one batched pass.
-
-    Rows finish when they emit ``eos_id``; sampling stops when every row has finished or after
-    ``max_new_tokens`` tokens, and a row still running then is truncated (all its tokens
-    masked in, ``truncated`` set). Runs under ``no_grad`` with the model in eval mode (its
-    previous mode is restored). Deterministic for a seeded ``generator``.
-
-    Args:
-        model: ``refimpl.model.GPT``, or any causal LM with the same call signature whose
-            output is the logits or has ``.logits`` / ``.past_key_values`` (Hugging Face).
-        prompts: ``N`` non-empty lists of token ids.
-        group_size: ``G``, completions per prompt.
-        max_new_tokens: token budget of each completion (EOS included).
-        eos_id, pad_id: end-of-sequence and padding token ids (``pad_id`` fills the left of
-            short prompts and the right of short responses; it is never attended to).
-        temperature: sample from and record ``softmax(logits / temperature)``.
-        top_k, top_p: optional truncation of the sampling distribution; ``logp_old`` records
-            the truncated distribution's log-probs, ``entropy_old`` the untruncated entropy
-            (see the module docstring).
-        generator: seeded ``torch.Generator`` (any device) for reproducible sampling.
-        use_cache: decode incrementally with the KV cache; ``False`` recomputes the whole
-            prefix at every step (slow; kept for the benchmark and as a test oracle).
-    """
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+) -> None:
+    """``sample_groups``'s arguments, token ids and lengths checked against the model's
+    vocabulary and block size when its config states them."""
     require(
         isinstance(prompts, list)
         and len(prompts) > 0
@@ -312,6 +325,88 @@ def sample_groups(
             f"got {max_new_tokens}",
         )
 
+
+def _forward(
+    model: nn.Module, input_ids: Tensor, mask: Tensor, cache: object = None
+) -> tuple[Tensor, object]:
+    """Logits (and the KV cache) of ``input_ids``, the last columns of a sequence whose
+    attention mask is ``mask``; with ``cache``, the columns before them are cached."""
+    positions = positions_from_mask(mask)[:, -input_ids.shape[1] :]
+    if cache is None:
+        return _logits_and_cache(model(input_ids, attention_mask=mask, position_ids=positions))
+    output = model(
+        input_ids,
+        attention_mask=mask,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return _logits_and_cache(output)
+
+
+def _sample_token(
+    logits: Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    generator: torch.Generator | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Draw one token per row from ``[B, V]`` last-position logits. Returns the ``[B]``
+    tokens, the ``[B, V]`` log-probs of the distribution they were drawn from and the ``[B]``
+    entropies before truncation."""
+    # The temperature-scaled distribution in float32: its entropy before truncation, the
+    # log-prob of the drawn token under the (truncated) distribution sampled from.
+    scaled = logits.float() / temperature
+    logp_all = F.log_softmax(scaled, dim=-1)
+    entropy = _entropy_from_logp(logp_all)
+    truncated = _truncate(scaled, top_k, top_p)  # `scaled` itself without top-k/top-p
+    token = _draw(truncated.softmax(dim=-1), generator)
+    if truncated is not scaled:
+        logp_all = F.log_softmax(truncated, dim=-1)  # μ, the distribution sampled from
+    return token, logp_all, entropy
+
+
+@torch.no_grad()
+def sample_groups(
+    model: nn.Module,
+    prompts: list[list[int]],
+    *,
+    group_size: int,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> Samples:
+    """Sample ``group_size`` completions of every prompt in one batched pass.
+
+    Rows finish when they emit ``eos_id``; sampling stops when every row has finished or after
+    ``max_new_tokens`` tokens, and a row still running then is truncated (all its tokens
+    masked in, ``truncated`` set). Runs under ``no_grad`` with the model in eval mode (its
+    previous mode is restored). Deterministic for a seeded ``generator``.
+
+    Args:
+        model: ``refimpl.model.GPT``, or any causal LM with the same call signature whose
+            output is the logits or has ``.logits`` / ``.past_key_values`` (Hugging Face).
+        prompts: ``N`` non-empty lists of token ids.
+        group_size: ``G``, completions per prompt.
+        max_new_tokens: token budget of each completion (EOS included).
+        eos_id, pad_id: end-of-sequence and padding token ids (``pad_id`` fills the left of
+            short prompts and the right of short responses; it is never attended to).
+        temperature: sample from and record ``softmax(logits / temperature)``.
+        top_k, top_p: optional truncation of the sampling distribution; ``logp_old`` records
+            the truncated distribution's log-probs, ``entropy_old`` the untruncated entropy
+            (see the module docstring).
+        generator: seeded ``torch.Generator`` (any device) for reproducible sampling.
+        use_cache: decode incrementally with the KV cache; ``False`` recomputes the whole
+            prefix at every step (slow; kept for the benchmark and as a test oracle).
+    """
+    _check_sampling_args(
+        model, prompts, group_size, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p
+    )
     device = _model_device(model)
     prompt_ids, prompt_mask = _left_pad(prompts, pad_id)
     prompt_ids = prompt_ids.repeat_interleave(group_size, dim=0).to(device)  # row r: prompt r//G
@@ -336,30 +431,14 @@ def sample_groups(
         for step in range(max_new_tokens):
             if not use_cache:  # the slow path: recompute the whole sequence so far
                 input_ids = torch.cat([prompt_ids, *(t[:, None] for t in tokens)], dim=1)
-                output = model(
-                    input_ids, attention_mask=mask, position_ids=positions_from_mask(mask)
-                )
-                logits, _ = _logits_and_cache(output)
+                logits, _ = _forward(model, input_ids, mask)
             elif step == 0:
                 logits, cache = _prefill(model, prompt_ids, prompt_mask, group_size)
             else:  # feed only the newest token; the cache holds everything before it
-                output = model(
-                    tokens[-1][:, None],
-                    attention_mask=mask,
-                    position_ids=positions_from_mask(mask)[:, -1:],
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-                logits, cache = _logits_and_cache(output)
-            # The temperature-scaled distribution in float32: its entropy before truncation,
-            # the log-prob of the drawn token under the (truncated) distribution sampled from.
-            scaled = logits[:, -1, :].float() / temperature
-            logp_all = F.log_softmax(scaled, dim=-1)
-            entropy = _entropy_from_logp(logp_all)
-            truncated = _truncate(scaled, top_k, top_p)  # `scaled` itself without top-k/top-p
-            token = _draw(truncated.softmax(dim=-1), generator)
-            if truncated is not scaled:
-                logp_all = F.log_softmax(truncated, dim=-1)  # μ, the distribution sampled from
+                logits, cache = _forward(model, tokens[-1][:, None], mask, cache)
+            token, logp_all, entropy = _sample_token(
+                logits[:, -1, :], temperature, top_k, top_p, generator
+            )
 
             alive = ~finished
             token = torch.where(alive, token, torch.full_like(token, pad_id))
@@ -406,6 +485,73 @@ def _shared_prompts(
     return bool((ids == ids[:, :1]).all()) and bool((mask == mask[:, :1]).all())
 
 
+def _response_logits_shared_prompts(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    attention_mask: Tensor,
+    G: int,
+) -> Tensor:
+    """``[B, T, V]`` logits predicting each response token, each group's prompt run once
+    (see :func:`policy_logprobs`): its keys and values, with gradient, repeated ``G`` times."""
+    P, T = prompt_ids.shape[1], response_ids.shape[1]
+    shared_mask = prompt_mask[::G].long()
+    prompt_out = model(
+        prompt_ids[::G],
+        attention_mask=shared_mask,
+        position_ids=positions_from_mask(shared_mask),
+        use_cache=True,
+    )
+    cache = [
+        (k.repeat_interleave(G, 0), v.repeat_interleave(G, 0))
+        for k, v in prompt_out.past_key_values  # type: ignore[union-attr]
+    ]
+    response_logits = model(
+        response_ids,
+        attention_mask=attention_mask,
+        position_ids=positions_from_mask(attention_mask)[:, P:],
+        past_key_values=cache,
+    )
+    first = prompt_out.logits[:, -1:, :].repeat_interleave(G, 0)  # type: ignore[union-attr]
+    return torch.cat([first, response_logits[:, : T - 1, :]], dim=1)
+
+
+def _check_logprob_args(
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    temperature: float,
+) -> None:
+    """``policy_logprobs``'s tensors: matching shapes, left-padded prompts."""
+    require(
+        prompt_ids.dim() == 2 and prompt_ids.shape == prompt_mask.shape,
+        "prompt_mask",
+        f"the shape of prompt_ids {list(prompt_ids.shape)}, got {list(prompt_mask.shape)}",
+    )
+    require(
+        response_ids.dim() == 2 and response_ids.shape == response_mask.shape,
+        "response_mask",
+        f"the shape of response_ids {list(response_ids.shape)}, got {list(response_mask.shape)}",
+    )
+    require(
+        prompt_ids.shape[0] == response_ids.shape[0],
+        "response_ids",
+        f"{prompt_ids.shape[0]} rows like prompt_ids, got {response_ids.shape[0]}",
+    )
+    require(
+        prompt_ids.shape[1] >= 1 and bool(prompt_mask[:, -1].bool().all()),
+        "prompt_mask",
+        "left-padded prompts with at least one token (last column all ones)",
+    )
+    require(
+        math.isfinite(temperature) and temperature > 0,
+        "temperature",
+        f"a finite value > 0, got {temperature!r}",
+    )
+
+
 def policy_logprobs(
     model: nn.Module,
     prompt_ids: Tensor,
@@ -439,31 +585,7 @@ def policy_logprobs(
     model as new tokens. Causality makes this the same computation (prompt positions never
     see the response), with ``G``-fold fewer prompt tokens; other inputs take the plain path.
     """
-    require(
-        prompt_ids.dim() == 2 and prompt_ids.shape == prompt_mask.shape,
-        "prompt_mask",
-        f"the shape of prompt_ids {list(prompt_ids.shape)}, got {list(prompt_mask.shape)}",
-    )
-    require(
-        response_ids.dim() == 2 and response_ids.shape == response_mask.shape,
-        "response_mask",
-        f"the shape of response_ids {list(response_ids.shape)}, got {list(response_mask.shape)}",
-    )
-    require(
-        prompt_ids.shape[0] == response_ids.shape[0],
-        "response_ids",
-        f"{prompt_ids.shape[0]} rows like prompt_ids, got {response_ids.shape[0]}",
-    )
-    require(
-        prompt_ids.shape[1] >= 1 and bool(prompt_mask[:, -1].bool().all()),
-        "prompt_mask",
-        "left-padded prompts with at least one token (last column all ones)",
-    )
-    require(
-        math.isfinite(temperature) and temperature > 0,
-        "temperature",
-        f"a finite value > 0, got {temperature!r}",
-    )
+    _check_logprob_args(prompt_ids, prompt_mask, response_ids, response_mask, temperature)
 
     P, T = prompt_ids.shape[1], response_ids.shape[1]
     real = response_mask.bool()
@@ -471,35 +593,13 @@ def policy_logprobs(
     response_ids = torch.where(real, response_ids, torch.zeros_like(response_ids))
     attention_mask = torch.cat([prompt_mask.long(), real.long()], dim=1)
     if _shared_prompts(model, prompt_ids, prompt_mask, group_size):
-        G = int(group_size)  # type: ignore[arg-type]
-        shared_mask = prompt_mask[::G].long()
-        prompt_out = model(
-            prompt_ids[::G],
-            attention_mask=shared_mask,
-            position_ids=positions_from_mask(shared_mask),
-            use_cache=True,
+        logits = _response_logits_shared_prompts(
+            model, prompt_ids, prompt_mask, response_ids, attention_mask, int(group_size)
         )
-        cache = [
-            (k.repeat_interleave(G, 0), v.repeat_interleave(G, 0))
-            for k, v in prompt_out.past_key_values  # type: ignore[union-attr]
-        ]
-        response_logits = model(
-            response_ids,
-            attention_mask=attention_mask,
-            position_ids=positions_from_mask(attention_mask)[:, P:],
-            past_key_values=cache,
-        )
-        first = prompt_out.logits[:, -1:, :].repeat_interleave(G, 0)  # type: ignore[union-attr]
-        logits = torch.cat([first, response_logits[:, : T - 1, :]], dim=1)
         scaled = logits.float() / temperature  # column t predicts response token t
     else:
         input_ids = torch.cat([prompt_ids, response_ids], dim=1)
-        output = model(
-            input_ids,
-            attention_mask=attention_mask,
-            position_ids=positions_from_mask(attention_mask),
-        )
-        logits, _ = _logits_and_cache(output)
+        logits, _ = _forward(model, input_ids, attention_mask)
         scaled = logits[:, P - 1 : P + T - 1, :].float() / temperature  # predicts token t
     logp_all = F.log_softmax(scaled, dim=-1)
     logp = logp_all.gather(-1, response_ids[:, :, None]).squeeze(-1)

@@ -6,7 +6,7 @@ toy GRPO work therefore starts from pretrained models of ≥ 135M parameters. Ou
 short supervised run on reference solutions of a *mix of easier instances* (for ``chain``:
 1 to 4 operations instead of always 4), tuned so that RL on the default task starts with a
 10–50 % success rate: low enough to have room to learn, high enough that most groups hold
-both right and wrong answers (ALGORITHMS.md: zero-variance groups carry no signal).
+both right and wrong answers (a group whose rewards are all equal carries no signal).
 
 The result is deterministic per seed (on one torch thread, the default: see
 ``WarmstartConfig.threads``) and cached under ``runs/warmstart/<task>-<hash>/``: the
@@ -43,7 +43,7 @@ from toy_envs import TASK_NAMES, TOKENIZER, get_task
 TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]
 
 #: Task knobs of the supervised mix, per task (the RL task keeps its knobs). ``chain``:
-#: k = 1..num_ops operations uniformly (CALIBRATION.md: the cheapest mix that lands in the
+#: k = 1..num_ops operations uniformly (the cheapest mix we found that lands in the
 #: 10–50 % band; training on k < num_ops alone does not transfer, the last position is never
 #: seen). Measured here: 600 steps → 40 % greedy / 34 % sampled at the default k = 3, 15 % /
 #: 10 % at k = 4.
@@ -54,7 +54,7 @@ WARMSTART_MIX: dict[str, dict[str, object]] = {
 
 @dataclass
 class ModelConfig:
-    """Size of the tiny GPT (CALIBRATION.md: 2 layers, d = 128 → 405k parameters)."""
+    """Size of the tiny GPT (2 layers, d = 128 → 405k parameters)."""
 
     n_layer: int = 2
     """transformer blocks"""

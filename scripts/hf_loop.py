@@ -50,9 +50,7 @@ def train(model, tok, task, problems, algorithm="gtpo", prompts=8, G=8, rollouts
         mean_reward = sum(rewards) / len(rewards)
         # logp_old and the full-vocabulary entropy_old of every reply token, in one pass.
         batch = rollout_batch(model, prompt_ids, prompt_mask, seqs, rewards, G, eos, ref_model=ref)
-        keep = torch.ones(batch.num_groups, dtype=torch.bool)
-        if getattr(cfg, "dynamic_sampling", False):  # DAPO's filter: drop all-equal groups
-            keep = core.informative_groups(batch.rewards, G, cfg.success_threshold)
+        keep = core.keep_groups(batch.rewards, G, cfg)  # DAPO's filter when the Config asks
         if not keep.any():
             continue
         batch, rows = batch.select_groups(keep), keep.repeat_interleave(G)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from refimpl.bench import learning, speed
-from refimpl.bench.learning import LearningConfig, aggregate, run_metrics
+from refimpl.bench.learning import LearningConfig, run_metrics, summarize_seeds
 from refimpl.bench.speed import SpeedConfig
 from refimpl.cli import main as cli_main
 
@@ -59,7 +59,7 @@ def test_run_metrics_target_auc_and_collapse():
     assert m["collapsed"]
 
 
-def test_aggregate_counts_not_reached_as_infinite():
+def test_summarize_seeds_counts_not_reached_as_infinite():
     runs = [
         {
             "tokens_to_target": v,
@@ -77,7 +77,7 @@ def test_aggregate_counts_not_reached_as_infinite():
         }
         for v in (100.0, math.inf, math.inf)
     ]
-    agg = aggregate(runs)
+    agg = summarize_seeds(runs)
     assert math.isinf(agg["tokens_to_target"]["median"])  # 2 of 3 never reached it
     assert agg["tokens_to_target"]["reached"] == 1
     assert agg["collapsed"] == 3

@@ -26,10 +26,6 @@ from refimpl import algorithms
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = algorithms.NAMES
 
-#: Names whose colour arrives with the NAMES-derived ``ALGO_COLORS`` of plots.py (issue 12's
-#: code half). Strict: once the colour exists this mark fails, and must go.
-COLOUR_PENDING = ("rloo",)
-
 
 def _text(path: str) -> str:
     return (ROOT / path).read_text(encoding="utf-8")
@@ -67,17 +63,7 @@ def test_api_reference_entry(name):
 
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(
-            n,
-            marks=pytest.mark.xfail(
-                strict=True, reason="colour comes with plots.py's NAMES-derived ALGO_COLORS"
-            ),
-        )
-        if n in COLOUR_PENDING
-        else n
-        for n in NAMES
-    ],
+    NAMES,
 )
 def test_colour(name):
     """The figures draw the algorithm in a colour of its own: ``ALGO_COLORS`` has an entry

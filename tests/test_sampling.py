@@ -252,7 +252,7 @@ def test_to_rollout_batch(samples: Samples) -> None:
     assert batch.group_size == G and batch.num_groups == len(PROMPTS)
     assert torch.equal(batch.response_ids, samples.response_ids)
     assert torch.equal(batch.logp_old, samples.logp_old)
-    assert torch.equal(batch.prompt_ids, samples.prompt_ids)
+    assert torch.equal(batch.entropy_old, samples.entropy_old)
     with pytest.raises(ValueError, match="rewards"):
         samples.to_rollout_batch(torch.zeros(B + 1), G)
     with pytest.raises(ValueError, match="group_size"):

@@ -168,8 +168,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(runs, monkeypatch):
     module = algorithms.get("grpo")
     original = module.loss
 
-    def nan_after_two_steps(batch, logp, adv, acfg, entropy=None):
-        loss, metrics = original(batch, logp, adv, acfg, entropy)
+    def nan_after_two_steps(batch, logp, adv, algo_cfg, entropy=None):
+        loss, metrics = original(batch, logp, adv, algo_cfg, entropy)
         return (loss * float("nan") if trainer_step["n"] >= 2 else loss), metrics
 
     trainer_step = {"n": 0}

@@ -138,9 +138,11 @@ def test_dynamic_sampling_and_shaping_order(runs, monkeypatch):
     n_success = (outcome >= 0.5).sum(1)
     assert bool(((n_success > 0) & (n_success < G)).all())
     lengths = batch.response_mask.sum(1).tolist()
-    assert any(dapo_penalty(n, trainer.budget) < 0 for n in lengths)  # the penalty is exercised
+    assert any(
+        dapo_penalty(n, trainer.max_new_tokens) < 0 for n in lengths
+    )  # the penalty is exercised
     expected = [
-        float(r) + 0.5 * dapo_penalty(n, trainer.budget)
+        float(r) + 0.5 * dapo_penalty(n, trainer.max_new_tokens)
         for r, n in zip(batch.outcome_rewards, lengths)
     ]
     assert batch.rewards.tolist() == pytest.approx(expected, abs=1e-6)
@@ -163,7 +165,7 @@ def test_success_threshold_is_the_configs(runs, monkeypatch):
             algo_args=("dynamic_sampling=True", f"success_threshold={threshold}"),
         )
         trainer = Trainer(cfg)
-        assert trainer.acfg.success_threshold == threshold
+        assert trainer.algo_cfg.success_threshold == threshold
         spy = spy_on(trainer)
         trainer.train_step()
         kept[threshold] = spy.adv_batches[0].outcome_rewards.view(-1, 4).tolist()
@@ -183,14 +185,14 @@ def test_gtpo_splits_on_the_outcome_when_shaping(runs, monkeypatch):
     trainer.train_step()
     batch = spy.adv_batches[0]
     gtpo = algorithms.get("gtpo")
-    r_plus, r_minus = gtpo.token_rewards(batch, trainer.acfg)
+    r_plus, r_minus = gtpo.token_rewards(batch, trainer.algo_cfg)
     unshaped = batch.replace(rewards=batch.outcome_rewards, outcome_rewards=None)
-    r_plus0, r_minus0 = gtpo.token_rewards(unshaped, trainer.acfg)
+    r_plus0, r_minus0 = gtpo.token_rewards(unshaped, trainer.algo_cfg)
     succ = batch.outcome_rewards >= 0.5
     m = batch.response_mask.bool()
     assert bool((r_plus[~succ] == 0).all()) and bool((r_minus[succ] == 0).all())
     torch.testing.assert_close(r_minus, r_minus0)
-    shift = trainer.acfg.alpha_1 * (batch.rewards - batch.outcome_rewards).double()[:, None]
+    shift = trainer.algo_cfg.alpha_1 * (batch.rewards - batch.outcome_rewards).double()[:, None]
     torch.testing.assert_close(
         (r_plus - r_plus0)[m & succ[:, None]], shift.expand_as(r_plus)[m & succ[:, None]]
     )
@@ -253,8 +255,8 @@ def test_tepo_gets_the_current_float32_entropy(runs, monkeypatch, dtype):
         with torch.no_grad():
             _, fresh = policy_logprobs(
                 trainer.model,
-                batch.prompt_ids,
-                trainer._last_prompt_mask,  # one minibatch: every row of the rollout
+                trainer._last_samples.prompt_ids,  # one minibatch: every row of the rollout
+                trainer._last_samples.prompt_mask,
                 batch.response_ids,
                 batch.response_mask,
                 group_size=G,
@@ -265,12 +267,12 @@ def test_tepo_gets_the_current_float32_entropy(runs, monkeypatch, dtype):
 
     original = Trainer._sample
 
-    def remember_mask(self, problems, generator):
+    def remember_samples(self, problems, generator):
         samples = original(self, problems, generator)
-        self._last_prompt_mask = samples.prompt_mask
+        self._last_samples = samples  # the prompts (RolloutBatch carries only the responses)
         return samples
 
-    monkeypatch.setattr(Trainer, "_sample", remember_mask)
+    monkeypatch.setattr(Trainer, "_sample", remember_samples)
     spy = spy_on(trainer, on_loss=check)
     metrics = trainer.train_step()
     assert len(spy.loss_calls) == 1

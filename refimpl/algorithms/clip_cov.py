@@ -75,7 +75,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """Clip-Cov hyper-parameters: DAPO's, plus r and the band; defaults from the paper/verl."""
 
     clip_cov_ratio: float = 2e-4  # r, fraction of the batch's tokens to switch off [C]

@@ -84,7 +84,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """DAPO hyper-parameters; defaults from the DAPO paper unless marked."""
 
     clip_eps_low: float = 0.2  # ε_low (§3.1, clip-higher) [C]

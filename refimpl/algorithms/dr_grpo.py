@@ -50,7 +50,7 @@ Worked example: ``docs/algorithms/dr_grpo.md`` computes one group by hand;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -65,7 +65,7 @@ LOSS_AGG_MODES = ("seq-mean-token-sum-norm", "seq-mean-token-mean", "token-mean"
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """Dr. GRPO hyper-parameters; defaults from the paper unless marked."""
 
     clip_eps_low: float = 0.2  # ε, symmetric clip (§4, PPO default) [C]
@@ -82,6 +82,10 @@ class Config:
 
     def __post_init__(self) -> None:
         core.check_config(self, LOSS_AGG_MODES)
+
+    def for_generation_budget(self, max_new_tokens: int) -> Config:
+        # §3.2: the constant L_max is the generation budget, unless max_len sets it.
+        return self if self.max_len is not None else replace(self, max_len=max_new_tokens)
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:

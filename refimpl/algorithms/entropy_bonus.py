@@ -69,7 +69,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """Entropy-bonus hyper-parameters: DAPO's, plus β_H; defaults from the sources unless marked."""
 
     entropy_coef: float = 1e-3  # β_H, weight of the entropy bonus (Cui et al.'s middle value) [S]
@@ -85,6 +85,10 @@ class Config:
     overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
     overlong_filter: bool = False  # mask truncated completions out of the loss (§3.4); the
     #                                paper's final recipe uses the soft punishment instead [C]
+
+    def differentiates_entropy(self) -> bool:
+        # The bonus −β_H·H_θ trains H_θ itself: the trainers pass it with its gradient.
+        return self.entropy_coef > 0
 
     def __post_init__(self) -> None:
         core.check_config(self, LOSS_AGG_MODES)

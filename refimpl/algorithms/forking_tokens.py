@@ -67,7 +67,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """Forking-token hyper-parameters: DAPO's, plus ρ; defaults from the papers unless marked."""
 
     top_entropy_frac: float = 0.2  # ρ, the fraction of the batch's tokens that train [C]

@@ -72,7 +72,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """GPG hyper-parameters; defaults from the GPG paper unless marked."""
 
     kl_coef: float = 0.0  # β: no KL and no reference model (§3) [C]
@@ -146,9 +146,7 @@ def loss(
     # w[i,t] = π_θ / π_old, reported for monitoring only: GPG has no ratio in its loss.
     w = core.token_ratio(logp, batch.logp_old, mask)
     # §3: α = B / (B − M), M = rows of zero-variance groups (they carry no gradient).
-    B = batch.batch_size
-    M = int(core.group_degenerate(batch.rewards, batch.group_size).sum())
-    alpha = B / (B - M) if B > M else 1.0
+    alpha = core.gpg_alpha(batch.rewards, batch.group_size)
     # §3: −α·A_i·logp[i,t] for every token (the policy-gradient objective, no surrogate).
     token_loss = -alpha * adv * core.masked(logp, mask)
 

@@ -56,7 +56,7 @@ LOSS_AGG_MODES = ("seq-mean-token-mean", "token-mean")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """GRPO hyper-parameters; defaults from DeepSeekMath unless marked."""
 
     clip_eps_low: float = 0.2  # ε, symmetric clip (§4.1, PPO default) [C]

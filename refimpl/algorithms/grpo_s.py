@@ -84,7 +84,7 @@ LOSS_AGG_MODES = ("seq-mean",)
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """GRPO-S hyper-parameters; defaults from the v6 paper unless marked."""
 
     beta_1: float = 1.0  # β₁, weight of the outcome reward in r̂⁺, r̂⁻ (v6) [S]

@@ -70,7 +70,7 @@ LOSS_AGG_MODES = ("seq-mean", "seq-mean-token-mean", "token-mean")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """GSPO hyper-parameters; defaults from the GSPO paper unless marked."""
 
     clip_eps_low: float = 3e-4  # left clip range of s_i (§5.1) [C]

@@ -95,7 +95,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """GTPO hyper-parameters; defaults from the v6 paper unless marked."""
 
     alpha_1: float = 1.0  # α₁, weight of the outcome reward in Eq. 3/5 (v6 experiments) [S]

@@ -77,7 +77,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """KL-Cov hyper-parameters: DAPO's without the clip, plus k and β; from the paper/verl."""
 
     kl_cov_ratio: float = 2e-4  # k, fraction of the batch's tokens that get the penalty [C]

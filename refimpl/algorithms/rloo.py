@@ -67,7 +67,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """RLOO hyper-parameters; the advantage from the paper, the loss from verl's recipe."""
 
     clip_eps_low: float = 0.2  # ε, symmetric clip (verl's default clip_ratio) [S]

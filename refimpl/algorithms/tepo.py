@@ -101,7 +101,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(core.AlgorithmConfig):
     """TEPO hyper-parameters; a reconstruction (see the module docstring)."""
 
     advantage: str = "grpo"  # A_i: GRPO's z-score; "centred" = r − mean (Dr. GRPO's) [A]
@@ -140,6 +140,14 @@ class Config:
             "Config.entropy_decrease_tol",
             f"a finite value ≥ 0, got {self.entropy_decrease_tol!r}",
         )
+
+    def needs_reference(self) -> bool:
+        # The KL term reads π_ref only when anchored there (kl_anchor="old" uses π_old).
+        return self.kl_coef > 0 and self.kl_anchor == "ref"
+
+    def reads_current_entropy(self) -> bool:
+        # The mask compares H_θ with H_old only with entropy_source="current".
+        return self.kl_coef > 0 and self.kl_mask and self.entropy_source == "current"
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:

@@ -403,7 +403,7 @@ def _quantiles(values: list[float]) -> tuple[float, float, float]:
     return q[1], q[0], q[2]
 
 
-def aggregate(per_run: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize_seeds(per_run: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"seeds": len(per_run)}
     for key in ("tokens_to_target", "steps_to_target"):
         vals = [r[key] for r in per_run]
@@ -467,7 +467,7 @@ def collect(cfg: LearningConfig, runs: list[Run], budgets: dict[str, int]) -> di
             "base": base,
             "target": target,
             "runs": per_run,
-            "summary": {lab: aggregate(list(per_run[lab].values())) for lab in labels},
+            "summary": {lab: summarize_seeds(list(per_run[lab].values())) for lab in labels},
         }
     return results
 

@@ -274,7 +274,7 @@ def bench_step(cfg: SpeedConfig, peak: float) -> dict[str, Any]:
         "achieved_flops_per_s": flops / med["time_step"],
         "peak_flops_per_s": peak,
         "fraction_of_peak": flops / med["time_step"] / peak,
-        "budget": trainer.budget,
+        "max_new_tokens": trainer.max_new_tokens,
     }
 
 
@@ -302,14 +302,11 @@ def synthetic_batch(B: int, T: int, group_size: int = 8, seed: int = 0) -> Rollo
 
 def _algo_config(name: str, T: int):
     module = algorithms.get(name)
-    acfg = module.Config()
-    if getattr(acfg, "max_len", "absent") is None:
-        acfg = dataclasses.replace(acfg, max_len=T)
-    return module, acfg
+    return module, module.Config().for_generation_budget(T)
 
 
 def _adv_loss_fn(name: str, batch: RolloutBatch, calls: int = 1) -> Callable[[], None]:
-    module, acfg = _algo_config(name, batch.response_ids.shape[1])
+    module, algo_cfg = _algo_config(name, batch.response_ids.shape[1])
     noise = 0.05 * torch.randn(batch.logp_old.shape, generator=torch.Generator().manual_seed(1))
     base = (batch.logp_old + noise * batch.response_mask).clamp(max=0.0)
     entropy = batch.entropy_old
@@ -317,8 +314,8 @@ def _adv_loss_fn(name: str, batch: RolloutBatch, calls: int = 1) -> Callable[[],
     def fn() -> None:
         for _ in range(calls):  # sub-millisecond calls: time several per sample
             logp = base.clone().requires_grad_(True)
-            adv = module.advantages(batch, acfg)
-            loss, _ = module.loss(batch, logp, adv, acfg, entropy=entropy)
+            adv = module.advantages(batch, algo_cfg)
+            loss, _ = module.loss(batch, logp, adv, algo_cfg, entropy=entropy)
             loss.backward()
 
     return fn
@@ -351,10 +348,10 @@ def bench_reference(cfg: SpeedConfig, B: int, T: int) -> list[dict[str, Any]]:
     batch = synthetic_batch(B, T)
     rows = []
     for name in algorithms.NAMES:
-        module, acfg = _algo_config(name, T)
-        vec = _median_time(lambda m=module, c=acfg: m.advantages(batch, c), cfg.repeats)
+        module, algo_cfg = _algo_config(name, T)
+        vec = _median_time(lambda m=module, c=algo_cfg: m.advantages(batch, c), cfg.repeats)
         t0 = time.perf_counter()
-        module.reference_advantages(batch, acfg)  # loops: one timing (seconds each)
+        module.reference_advantages(batch, algo_cfg)  # loops: one timing (seconds each)
         ref = time.perf_counter() - t0
         rows.append({"algo": name, "vectorised_s": vec, "reference_s": ref, "speedup": ref / vec})
     return rows
@@ -363,6 +360,46 @@ def bench_reference(cfg: SpeedConfig, B: int, T: int) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------
 # 5. Our trainer vs TRL's GRPOTrainer.
 # ---------------------------------------------------------------------------------------------
+
+
+def _trl_config(output_dir: str, ours: Any, max_steps: int) -> Any:
+    """TRL's ``GRPOConfig`` with our trainer's settings: the same batch, budget, optimiser
+    and sampling, GRPO's loss with β = 0, on the CPU, no logging or saving."""
+    from trl import GRPOConfig
+
+    N, G = ours.cfg.prompts_per_step, ours.cfg.group_size
+    return GRPOConfig(
+        output_dir=output_dir,
+        per_device_train_batch_size=N * G,
+        num_generations=G,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_iterations=1,
+        max_completion_length=ours.max_new_tokens,
+        max_steps=max_steps,
+        learning_rate=ours.cfg.lr,
+        max_grad_norm=ours.cfg.grad_clip,
+        temperature=ours.cfg.temperature,
+        top_k=0,
+        loss_type="grpo",
+        epsilon=0.2,
+        beta=0.0,
+        scale_rewards="group",
+        logging_steps=10_000,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+        bf16=False,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        shuffle_dataset=False,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        weight_decay=0.0,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+    )
 
 
 def bench_trl(cfg: SpeedConfig) -> dict[str, Any]:
@@ -375,14 +412,14 @@ def bench_trl(cfg: SpeedConfig) -> dict[str, Any]:
 
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from refimpl.scaleup.hf import char_tokenizer, to_hf_gpt2
     from refimpl.train import HELD_OUT_SEED, Trainer
     from toy_envs import TOKENIZER
 
     ours = Trainer(_train_config(cfg, algo="grpo", algo_args=("kl_coef=0",)))
-    task, budget = ours.task, ours.budget
+    task, max_new_tokens = ours.task, ours.max_new_tokens
     N, G = ours.cfg.prompts_per_step, ours.cfg.group_size
     steps = cfg.trl_steps + 1
     problems = task.sample(N * steps, np.random.default_rng([HELD_OUT_SEED + 1, 0]))
@@ -409,38 +446,7 @@ def bench_trl(cfg: SpeedConfig) -> dict[str, Any]:
 
     timer = Timer()
     with tempfile.TemporaryDirectory() as tmp:
-        args = GRPOConfig(
-            output_dir=tmp,
-            per_device_train_batch_size=N * G,
-            num_generations=G,
-            gradient_accumulation_steps=1,
-            steps_per_generation=1,
-            num_iterations=1,
-            max_completion_length=budget,
-            max_steps=steps,
-            learning_rate=ours.cfg.lr,
-            max_grad_norm=ours.cfg.grad_clip,
-            temperature=ours.cfg.temperature,
-            top_k=0,
-            loss_type="grpo",
-            epsilon=0.2,
-            beta=0.0,
-            scale_rewards="group",
-            logging_steps=10_000,
-            report_to=[],
-            use_cpu=True,
-            save_strategy="no",
-            seed=0,
-            bf16=False,
-            disable_tqdm=True,
-            dataloader_num_workers=0,
-            shuffle_dataset=False,
-            adam_beta1=0.9,
-            adam_beta2=0.999,
-            weight_decay=0.0,
-            lr_scheduler_type="constant",
-            warmup_steps=0,
-        )
+        args = _trl_config(tmp, ours, max_steps=steps)
         peer = GRPOTrainer(
             model=twin,
             reward_funcs=reward,
@@ -475,7 +481,7 @@ def bench_trl(cfg: SpeedConfig) -> dict[str, Any]:
         "steps": len(timer.times) - 1,
         "rows": N * G,
         "group_size": G,
-        "max_new_tokens": budget,
+        "max_new_tokens": max_new_tokens,
     }
 
 
@@ -502,7 +508,9 @@ def run_speed(cfg: SpeedConfig) -> tuple[dict[str, Any], Path]:
     results["matmul_peak_flops_per_s"] = peak = matmul_peak(cfg.repeats)
     results["sampling"] = bench_sampling(cfg, model_size)
     results["step"] = step = bench_step(cfg, peak)
-    results["algorithms"] = bench_algorithms(cfg, step["rows"], step["budget"], step["time_step"])
+    results["algorithms"] = bench_algorithms(
+        cfg, step["rows"], step["max_new_tokens"], step["time_step"]
+    )
     results["reference"] = bench_reference(cfg, *cfg.big_batch)
     results["big_batch_algorithms"] = bench_algorithms(
         cfg, *cfg.big_batch, step_time=step["time_step"]
@@ -522,6 +530,7 @@ def _ok(ok: bool) -> str:
 
 
 def format_speed(r: dict[str, Any]) -> str:
+    """The speed benchmark's results as the markdown of ``docs/benchmarks.md``."""
     cfg = r["config"]
     lines = [
         f"Machine: {format_machine(r['machine'])}; load average after: "
@@ -530,7 +539,20 @@ def format_speed(r: dict[str, Any]) -> str:
         f"wall time {r['wall_s']:.0f} s.",
         "",
     ]
-    lines += [
+    for section in (
+        _format_sampling,
+        _format_step,
+        _format_algorithms,
+        _format_reference,
+        _format_trl,
+    ):
+        lines += section(r)
+    return "\n".join(lines)
+
+
+def _format_sampling(r: dict[str, Any]) -> list[str]:
+    """KV cache vs recomputed prefix, per response length."""
+    lines = [
         "**Sampling** (16 prompts × G = 8 = 128 rows, every row generates the full length):",
         "",
     ]
@@ -550,8 +572,13 @@ def format_speed(r: dict[str, Any]) -> str:
         ),
         "",
     ]
+    return lines
+
+
+def _format_step(r: dict[str, Any]) -> list[str]:
+    """One RL step: its parts, its FLOPs against the machine's matmul peak."""
     s = r["step"]
-    lines += [
+    lines = [
         f"**One RL step** (chain, GRPO, {s['rows']} rows, mean completion "
         f"{s['length_mean']:.1f} tokens, {s['params']:,} parameters): "
         f"{s['time_step'] * 1e3:.0f} ms = {s['steps_per_s']:.2f} steps/s.",
@@ -579,9 +606,15 @@ def format_speed(r: dict[str, Any]) -> str:
         f"**{s['fraction_of_peak']:.1%} of peak**.",
         "",
     ]
-    lines += [
+    return lines
+
+
+def _format_algorithms(r: dict[str, Any]) -> list[str]:
+    """Advantages + loss + backward of every algorithm, two batch shapes."""
+    cfg, s = r["config"], r["step"]
+    lines = [
         "**Advantages + loss + backward to log-probs, per algorithm** (trainer's shape "
-        f"B = {s['rows']}, T = {s['budget']}; and B × T = {cfg['big_batch'][0]} × "
+        f"B = {s['rows']}, T = {s['max_new_tokens']}; and B × T = {cfg['big_batch'][0]} × "
         f"{cfg['big_batch'][1]}):",
         "",
     ]
@@ -613,7 +646,13 @@ def format_speed(r: dict[str, Any]) -> str:
         ),
         "",
     ]
-    lines += [
+    return lines
+
+
+def _format_reference(r: dict[str, Any]) -> list[str]:
+    """Vectorised advantages against the reference loops."""
+    cfg = r["config"]
+    lines = [
         f"**Vectorised vs reference loops** (`advantages` vs `reference_advantages`, "
         f"B = {cfg['big_batch'][0]}, T = {cfg['big_batch'][1]}):",
         "",
@@ -631,38 +670,45 @@ def format_speed(r: dict[str, Any]) -> str:
         markdown_table(["algorithm", "vectorised ms", "reference loops ms", "speed-up"], rows),
         "",
     ]
-    if "trl" in r:
-        t = r["trl"]
-        lines += [
-            f"**Our trainer vs TRL `GRPOTrainer`** (same GPT-2 weights, {t['rows']} "
-            f"completions = {t['rows'] // t['group_size']} prompts × G = "
-            f"{t['group_size']}, ≤ {t['max_new_tokens']} new tokens, GRPO loss with "
-            f"β = 0 on both sides, {t['steps']} interleaved steps each):",
-            "",
-        ]
-        lines += [
-            markdown_table(
-                ["trainer", "s/step", "steps/s", "ratio", "target ≥ 3×"],
+    return lines
+
+
+def _format_trl(r: dict[str, Any]) -> list[str]:
+    """Our trainer against TRL's ``GRPOTrainer``, when that part ran."""
+    if "trl" not in r:
+        return []
+    lines: list[str] = []
+    t = r["trl"]
+    lines += [
+        f"**Our trainer vs TRL `GRPOTrainer`** (same GPT-2 weights, {t['rows']} "
+        f"completions = {t['rows'] // t['group_size']} prompts × G = "
+        f"{t['group_size']}, ≤ {t['max_new_tokens']} new tokens, GRPO loss with "
+        f"β = 0 on both sides, {t['steps']} interleaved steps each):",
+        "",
+    ]
+    lines += [
+        markdown_table(
+            ["trainer", "s/step", "steps/s", "ratio", "target ≥ 3×"],
+            [
                 [
-                    [
-                        "refimpl Trainer",
-                        f"{t['ours_step_s']:.3f}",
-                        f"{t['ours_steps_per_s']:.2f}",
-                        f"{t['speedup']:.1f}× faster",
-                        _ok(t["speedup"] >= TARGETS["trl_speedup"]),
-                    ],
-                    [
-                        "TRL GRPOTrainer",
-                        f"{t['trl_step_s']:.3f}",
-                        f"{t['trl_steps_per_s']:.2f}",
-                        "1×",
-                        "",
-                    ],
+                    "refimpl Trainer",
+                    f"{t['ours_step_s']:.3f}",
+                    f"{t['ours_steps_per_s']:.2f}",
+                    f"{t['speedup']:.1f}× faster",
+                    _ok(t["speedup"] >= TARGETS["trl_speedup"]),
                 ],
-            ),
-            "",
-        ]
-    return "\n".join(lines)
+                [
+                    "TRL GRPOTrainer",
+                    f"{t['trl_step_s']:.3f}",
+                    f"{t['trl_steps_per_s']:.2f}",
+                    "1×",
+                    "",
+                ],
+            ],
+        ),
+        "",
+    ]
+    return lines
 
 
 def main(cfg: SpeedConfig) -> Path:

@@ -25,7 +25,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from refimpl.core import RolloutBatch, require
-from refimpl.model import GPT, GPTConfig
+from refimpl.model import GPT, GPTConfig, positions_from_mask
 
 # The four per-block matrices that transformers stores as Conv1D ([in, out]).
 _CONV1D_SUFFIXES = (
@@ -150,11 +150,6 @@ def from_hf_gpt2(hf: GPT2LMHeadModel) -> GPT:
 # ---------------------------------------------------------------------------------------------
 
 
-def positions_from_mask(attention_mask: Tensor) -> Tensor:
-    """``cumsum(mask) − 1`` clamped at 0: what ``generate`` uses for left-padded prompts."""
-    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-
-
 def _logp_and_entropy_of_chunk(
     hidden: Tensor, targets: Tensor, head: nn.Module, temperature: float
 ) -> tuple[Tensor, Tensor]:
@@ -174,6 +169,31 @@ def _needs_full_forward(model: nn.Module) -> bool:
         getattr(cfg, name, None) not in (None, 1.0)
         for name in ("final_logit_softcapping", "logit_scale", "logits_scaling")
     )
+
+
+def _chunked_logp_and_entropy(
+    hidden: Tensor, targets: Tensor, head: nn.Module, temperature: float, chunk_tokens: int
+) -> tuple[Tensor, Tensor]:
+    """``[B, T, d]`` hidden states → ``[B, T]`` log-probs of ``targets`` and entropies, the LM
+    head applied to ``chunk_tokens`` positions at a time (each chunk checkpointed when
+    gradients flow, so its ``[n, V]`` tensors are recomputed in backward, not kept)."""
+    B, T = targets.shape
+    hidden = hidden.reshape(B * T, -1)
+    flat_targets = targets.reshape(B * T)
+    logps, entropies = [], []
+    for start in range(0, B * T, chunk_tokens):
+        h, y = hidden[start : start + chunk_tokens], flat_targets[start : start + chunk_tokens]
+        if torch.is_grad_enabled() and h.requires_grad:
+            lp, ent = checkpoint(
+                _logp_and_entropy_of_chunk, h, y, head, temperature, use_reentrant=False
+            )
+        else:
+            lp, ent = _logp_and_entropy_of_chunk(h, y, head, temperature)
+        logps.append(lp)
+        entropies.append(ent)
+    logp = torch.cat(logps).reshape(B, T) if logps else hidden.new_zeros(B, T).float()
+    entropy = torch.cat(entropies).reshape(B, T) if entropies else logp.detach().clone()
+    return logp, entropy
 
 
 def token_logprobs_and_entropy(
@@ -231,7 +251,7 @@ def token_logprobs_and_entropy(
         "chunk_tokens",
         f"None or a positive int, got {chunk_tokens!r}",
     )
-    P, T = response_start, L - response_start
+    P = response_start
     if position_ids is None:
         position_ids = positions_from_mask(attention_mask)
     real = attention_mask[:, P:].bool()
@@ -249,33 +269,21 @@ def token_logprobs_and_entropy(
         and body is not model
         and not _needs_full_forward(model)
     )
+    inputs = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+    }
     if not chunked:
-        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
-        logits = out if isinstance(out, Tensor) else out.logits
+        logits = model(**inputs)
+        logits = logits if isinstance(logits, Tensor) else logits.logits
         logits = logits[:, P - 1 : L - 1, :].float() / temperature
         logp_all = F.log_softmax(logits, dim=-1)
         logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
         entropy = (-(logp_all.exp() * logp_all).sum(dim=-1)).clamp(min=0.0)
     else:
-        hidden = body(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
-        ).last_hidden_state
-        hidden = hidden[:, P - 1 : L - 1, :].reshape(B * T, -1)
-        flat_targets = targets.reshape(B * T)
-        logps, entropies = [], []
-        for start in range(0, B * T, chunk_tokens):
-            h, y = hidden[start : start + chunk_tokens], flat_targets[start : start + chunk_tokens]
-            if torch.is_grad_enabled() and h.requires_grad:
-                # Recompute the chunk's [n, V] tensors in backward instead of keeping them.
-                lp, ent = checkpoint(
-                    _logp_and_entropy_of_chunk, h, y, head, temperature, use_reentrant=False
-                )
-            else:
-                lp, ent = _logp_and_entropy_of_chunk(h, y, head, temperature)
-            logps.append(lp)
-            entropies.append(ent)
-        logp = torch.cat(logps).reshape(B, T) if logps else hidden.new_zeros(B, T).float()
-        entropy = torch.cat(entropies).reshape(B, T) if entropies else logp.detach().clone()
+        hidden = body(**inputs).last_hidden_state[:, P - 1 : L - 1, :]
+        logp, entropy = _chunked_logp_and_entropy(hidden, targets, head, temperature, chunk_tokens)
     zero = torch.zeros((), dtype=torch.float32, device=logp.device)
     return torch.where(real, logp, zero), torch.where(real, entropy, zero)
 
@@ -409,7 +417,6 @@ def rollout_batch(
         entropy_old=entropy_old,
         group_size=group_size,
         logp_ref=logp_ref,
-        prompt_ids=prompt_ids,
     )
 
 

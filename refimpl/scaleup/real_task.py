@@ -281,7 +281,7 @@ def generate_shared_prefix(
     sequences equal plain ``generate``'s under one seed). Returns ``generate``'s dict output
     (``sequences`` and the raw ``logits`` of every step).
     """
-    from refimpl.scaleup.hf import positions_from_mask
+    from refimpl.model import positions_from_mask
 
     prefix = model(
         input_ids=input_ids[:, :-1],

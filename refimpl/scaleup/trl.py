@@ -36,7 +36,6 @@ checks two processes against one.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from typing import Any
 from unittest import mock
 
@@ -115,30 +114,22 @@ class RefimplGRPOTrainer(GRPOTrainer):
         x = self.accelerator.pad_across_processes(x, dim=1, pad_index=0)
         return self.accelerator.gather(x)
 
-    def _generate_and_score_completions(self, inputs):  # noqa: ANN001
-        output = super()._generate_and_score_completions(inputs)
-        mode = "train" if self.model.training else "eval"
-        cfg = self.algorithm_config
-        device = self.accelerator.device
-        prompt_ids, completion_ids = output["prompt_ids"], output["completion_ids"]
-        B_local, T_local = completion_ids.shape
-        mask = output["completion_mask"].float()
-        if "tool_mask" in output:
-            mask = mask * output["tool_mask"].float()
+    @torch.no_grad()
+    def _rollout_records(self, output: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """``logp_old`` and ``entropy_old`` of this process's completions, float32: the rollout
+        policy's records, from the same weights and temperature as generation."""
+        logp_old, entropy_old, _ = self._get_per_token_logps_and_entropies(
+            self.model,
+            torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1),
+            torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
+            output["completion_ids"].shape[1],
+            batch_size=self.args.per_device_train_batch_size,
+            compute_entropy=True,
+        )
+        return logp_old.float(), entropy_old.float()
 
-        with torch.no_grad():
-            # The rollout policy's records: same weights and temperature as generation.
-            logp_old, entropy_old, _ = self._get_per_token_logps_and_entropies(
-                self.model,
-                torch.cat([prompt_ids, completion_ids], dim=1),
-                torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
-                T_local,
-                batch_size=self.args.per_device_train_batch_size,
-                compute_entropy=True,
-            )
-        logp_old, entropy_old = logp_old.float(), entropy_old.float()
-
-        # Rewards: TRL's weighted sum of the reward functions (gathered over processes).
+    def _rewards(self) -> Tensor:
+        """TRL's weighted sum of the reward functions, ``[global B]`` (gathered already)."""
         rewards_per_func = self._last_rewards_per_func
         core.require(
             rewards_per_func is not None
@@ -146,7 +137,21 @@ class RefimplGRPOTrainer(GRPOTrainer):
             "reward_funcs",
             "a reward for every completion (no all-None rows)",
         )
-        rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
+        weights = self.reward_weights.to(self.accelerator.device).unsqueeze(0)
+        return (rewards_per_func * weights).nansum(dim=1)
+
+    def _generate_and_score_completions(self, inputs):  # noqa: ANN001
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        cfg = self.algorithm_config
+        completion_ids = output["completion_ids"]
+        B_local, T_local = completion_ids.shape
+        mask = output["completion_mask"].float()
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"].float()
+
+        logp_old, entropy_old = self._rollout_records(output)
+        rewards = self._rewards()
 
         # The whole (global) batch, groups in consecutive rows as TRL's sampler lays them out.
         g_mask = self._gather_rows(mask)
@@ -161,10 +166,10 @@ class RefimplGRPOTrainer(GRPOTrainer):
         outcome = rewards.float()  # success (dynamic sampling, GTPO's O⁺) is decided on it
         # DAPO Eq. 13 when cfg.overlong_shaping: the soft length penalty, on the outcome's scale.
         rewards = core.shape_rewards(outcome, g_mask.sum(dim=1), self.max_completion_length, cfg)
-        if getattr(cfg, "overlong_filter", False):  # truncated rows (no EOS) leave the loss
-            eos = self.processing_class.eos_token_id
-            truncated = ~(g_ids == eos).logical_and(g_mask.bool()).any(dim=1)
-            g_mask = torch.where(truncated[:, None], torch.zeros_like(g_mask), g_mask)
+        # DAPO's overlong filter when cfg.overlong_filter: truncated rows (no EOS) leave the loss.
+        eos = self.processing_class.eos_token_id
+        truncated = ~(g_ids == eos).logical_and(g_mask.bool()).any(dim=1)
+        g_mask = core.overlong_filter(g_mask, truncated, cfg)
 
         batch = RolloutBatch(
             response_ids=g_ids,
@@ -176,20 +181,10 @@ class RefimplGRPOTrainer(GRPOTrainer):
             logp_ref=g_ref,
             outcome_rewards=outcome,
         )
-        keep = torch.ones(batch.num_groups, dtype=torch.bool, device=device)
-        if getattr(cfg, "dynamic_sampling", False):
-            keep = core.informative_groups(outcome, G, cfg.success_threshold)
-        adv = torch.zeros_like(g_mask)
-        if bool(keep.any()):
-            kept = batch.select_groups(keep)
-            rows = keep.repeat_interleave(G)
-            kept_adv = self.algorithm.advantages(kept, cfg)
-            if self.algorithm.NAME == "gpg":
-                # α = B/(B−M) of the whole batch, folded into A (see the module docstring).
-                degenerate = core.group_degenerate(kept.rewards, G)
-                n_rows, n_flat = kept.batch_size, int(degenerate.sum())
-                kept_adv = kept_adv * (n_rows / (n_rows - n_flat) if n_rows > n_flat else 1.0)
-            adv[rows] = kept_adv.to(adv.dtype)
+        # DAPO's dynamic sampling when cfg.dynamic_sampling: TRL cannot resample, so the
+        # uninformative groups get no advantage and leave the loss (GPG's α folded in).
+        keep = core.keep_groups(outcome, G, cfg)
+        adv = core.kept_group_advantages(self.algorithm, batch, keep, cfg)
         loss_mask = g_mask * keep.repeat_interleave(G)[:, None].to(g_mask.dtype)
 
         local = slice(
@@ -230,9 +225,8 @@ class RefimplGRPOTrainer(GRPOTrainer):
             logp_ref=inputs.get("ref_per_token_logps"),
             extra={"logp": logp, "entropy": entropy, "adv": inputs["advantages"]},
         )
-        if self.algorithm.NAME == "dr_grpo" and cfg.max_len is None:
-            # L_max is the generation budget, constant across micro-batches (§3.2).
-            cfg = dataclasses.replace(cfg, max_len=self.max_completion_length)
+        # Dr. GRPO's L_max is the generation budget, constant across micro-batches (§3.2).
+        cfg = cfg.for_generation_budget(self.max_completion_length)
         loss, metrics = self.algorithm.loss(
             batch,
             extra["logp"],

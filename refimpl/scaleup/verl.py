@@ -49,7 +49,6 @@ recipe).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -177,22 +176,10 @@ def _make_estimator(name: str):
             entropy_old=(entropy_old.float() if entropy_old is not None else zeros)[order],
             group_size=G,
         )
-        keep = torch.ones(batch.num_groups, dtype=torch.bool, device=mask.device)
-        if getattr(cfg, "dynamic_sampling", False):
-            keep = core.informative_groups(batch.rewards, G, cfg.success_threshold)
-        adv_sorted = torch.zeros_like(mask)
-        if bool(keep.any()):
-            kept = batch.select_groups(keep)
-            kept_adv = module.advantages(kept, cfg)
-            if name == "gpg":
-                # GPG's α = B/(B−M) folded into A: the loss sees micro-batches, not groups.
-                n_flat = int(core.group_degenerate(kept.rewards, G).sum())
-                kept_adv = kept_adv * (
-                    kept.batch_size / (kept.batch_size - n_flat)
-                    if kept.batch_size > n_flat
-                    else 1.0
-                )
-            adv_sorted[keep.repeat_interleave(G)] = kept_adv.to(adv_sorted.dtype)
+        # DAPO's dynamic sampling when cfg.dynamic_sampling; GPG's α folded into A (the loss
+        # sees micro-batches, not groups).
+        keep = core.keep_groups(batch.rewards, G, cfg)
+        adv_sorted = core.kept_group_advantages(module, batch, keep, cfg)
         adv = torch.empty_like(adv_sorted)
         adv[order] = adv_sorted  # back to verl's row order
         return adv, adv  # (advantages, returns), as verl's outcome estimators return
@@ -239,10 +226,10 @@ def _make_policy_loss(name: str):
             },
         )
         info = dict(getattr(config, "global_batch_info", None) or {})
-        if name == "dr_grpo" and cfg.max_len is None:
-            # verl's seq-mean-token-sum-norm divides by loss_scale_factor, else the horizon.
-            horizon = info.get("loss_scale_factor") or response_mask.shape[-1]
-            cfg = dataclasses.replace(cfg, max_len=int(horizon))
+        # Dr. GRPO's L_max: as verl's seq-mean-token-sum-norm, loss_scale_factor, else the
+        # horizon.
+        horizon = info.get("loss_scale_factor") or response_mask.shape[-1]
+        cfg = cfg.for_generation_budget(int(horizon))
         entropy = padded.get("entropy")
         if entropy is not None and not core.differentiates_entropy(cfg):
             entropy = entropy.detach()  # H_θ carries gradient only for an entropy bonus

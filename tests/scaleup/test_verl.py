@@ -225,7 +225,7 @@ def test_dapo_loss_equals_verl_vanilla_with_token_mean() -> None:
 
 
 def test_tepo_policy_term_equals_verl_gspo_with_token_mean() -> None:
-    """ALGORITHMS.md: TEPO = verl's gspo loss + token-mean + the KL mask. With β = 0 the
+    """docs/algorithms/tepo.md: TEPO = verl's gspo loss + token-mean + the KL mask. With β = 0 the
     mask plays no part and the two must agree (value and gradient)."""
     x = _inputs()
     adv, _ = core_algos.compute_grpo_outcome_advantage(

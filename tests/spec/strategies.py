@@ -314,7 +314,7 @@ def permute_within_groups(batch: RolloutBatch, perm: list[int] | list[list[int]]
     index = row_permutation(batch, perm)
     changes = {
         name: getattr(batch, name)[index]
-        for name in (*_TOKEN_FIELDS, "rewards", "prompt_ids", "outcome_rewards")
+        for name in (*_TOKEN_FIELDS, "rewards", "outcome_rewards")
         if getattr(batch, name) is not None
     }
     return batch.replace(**changes)

@@ -1,4 +1,4 @@
-"""DAPO's own invariants (arXiv 2503.14476; ALGORITHMS.md "DAPO"). One invariant per test."""
+"""DAPO's own invariants (arXiv 2503.14476; docs/algorithms/dapo.md). One invariant per test."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Dr. GRPO's own invariants (arXiv 2503.20783 §3.2; ALGORITHMS.md "Dr. GRPO")."""
+"""Dr. GRPO's own invariants (arXiv 2503.20783 §3.2; docs/algorithms/dr_grpo.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GPG's own invariants (arXiv 2504.02546 §3; ALGORITHMS.md "GPG")."""
+"""GPG's own invariants (arXiv 2504.02546 §3; docs/algorithms/gpg.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GRPO's own invariants (DeepSeekMath §4.1; ALGORITHMS.md "GRPO"). One invariant per test."""
+"""GRPO's own invariants (DeepSeekMath §4.1; docs/algorithms/grpo.md). One invariant per test."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GRPO-S's own invariants (``refimpl/algorithms/grpo_s.py``; ALGORITHMS.md "GRPO-S").
+"""GRPO-S's own invariants (``refimpl/algorithms/grpo_s.py``; docs/algorithms/grpo_s.md).
 
 The sequence-level analogues of GTPO's (``test_gtpo.py``): ``Ĥ_i`` is the completion's mean
 rollout entropy, ``n``/``m`` count the non-empty successful/failed completions of a group.

@@ -1,4 +1,4 @@
-"""GSPO's own invariants (arXiv 2507.18071; ALGORITHMS.md "GSPO")."""
+"""GSPO's own invariants (arXiv 2507.18071; docs/algorithms/gspo.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GTPO's own invariants (``refimpl/algorithms/gtpo.py``; ALGORITHMS.md "GTPO"; v6 Eq. 3/5/6).
+"""GTPO's own invariants (``refimpl/algorithms/gtpo.py``; docs/algorithms/gtpo.md; v6 Eq. 3/5/6).
 
 The common invariants (reference == vectorised, padding, permutations, group independence,
 finiteness, on-policy gradient) are in ``test_common.py``. Notation as in the module:
@@ -76,7 +76,7 @@ def test_conservation_failed_tokens(batch, alpha_2):
 @given(rollout_batches(), st.floats(0.0, 2.0), st.floats(0.01, 2.0))
 def test_token_rewards_supported_on_own_subgroup(batch, alpha_1, alpha_2):
     """r⁺ is 0 on every token that is not an active token of O⁺, and r⁻ on every token that is
-    not an active token of O⁻ (ALGORITHMS.md: "r⁺ = 0 on tokens of O⁻" and vice versa)."""
+    not an active token of O⁻ (each is defined on its own subgroup: docs/algorithms/gtpo.md)."""
     cfg = gtpo.Config(alpha_1=alpha_1, alpha_2=alpha_2)
     r_plus, r_minus = gtpo.token_rewards(batch, cfg)
     active = batch.response_mask.bool()
@@ -328,7 +328,7 @@ def test_success_split_on_outcome_and_shaping_reaches_successes_only():
 
 @given(rollout_batches(binary_rewards=True, equal_groups=True))
 def test_group_without_success_has_zero_positive_part(batch):
-    """A group with no successful completion has A⁺ ≡ 0 (ALGORITHMS.md): r⁺ ≡ 0 on it, so with
+    """A group with no successful completion has A⁺ ≡ 0 (docs/algorithms/gtpo.md): r⁺ ≡ 0 on it, so with
     the failed side switched off (negative_shaping="none") its advantages are all 0; with
     "v6" they come from R⁻ alone and equal the v6 advantages of the failed tokens."""
     none = gtpo.Config(negative_shaping="none")

@@ -1,4 +1,4 @@
-"""TEPO's own invariants (``refimpl/algorithms/tepo.py``; ALGORITHMS.md "TEPO").
+"""TEPO's own invariants (``refimpl/algorithms/tepo.py``; docs/algorithms/tepo.md).
 
 TEPO here is a reconstruction (see the module docstring and ``docs/fidelity.md``): GRPO's
 advantage, the GSPO-token ratio, token-mean aggregation, and a k3 KL term kept only on the
@@ -250,7 +250,7 @@ def test_entropy_enters_only_through_the_mask(x, data):
 
 @given(batch_and_policy(max_log_ratio=0.6))
 def test_equals_verl_gspo_token_mean_at_beta_zero(x):
-    """Cross-check (ALGORITHMS.md): with β = 0 TEPO's policy term is verl's ``gspo`` loss with
+    """Cross-check (docs/algorithms/tepo.md): with β = 0 TEPO's policy term is verl's ``gspo`` loss with
     loss_agg_mode="token-mean" — here ``gspo.loss`` in its GSPO-token form with the same
     clip range and advantages: same value, same gradient."""
     batch, logp, entropy = x

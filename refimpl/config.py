@@ -1,0 +1,364 @@
+"""The settings of a training run: ``TrainConfig``, its start-up checks and its JSON form.
+
+``resolve(cfg)`` checks every flag before anything is written or trained and returns the
+pieces a run is made of (``Resolved``); ``config_dict``/``load_config_file`` are the
+config.json form of the settings (``--config`` reads it back).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import torch
+
+from refimpl import algorithms
+from refimpl.overrides import parse_overrides
+from refimpl.warmstart import RunWarmstartConfig, TaskName
+from toy_envs import TASK_NAMES, TOKENIZER, get_task
+
+#: ``--algo`` choices, listed by ``--help`` (built from the registry: new algorithms appear).
+AlgoName = Literal[algorithms.NAMES]  # type: ignore[valid-type]
+
+HELD_OUT_SEED = 10_000  # problems of the held-out set come from default_rng([10_000, 0])
+
+
+@dataclass
+class TrainConfig:
+    """One RL run of one algorithm on one task."""
+
+    algo: AlgoName = "grpo"
+    """algorithm (`refimpl algos` lists them with their Config fields)"""
+    task: TaskName = "chain"
+    """task (`refimpl tasks` lists them with their knobs)"""
+    algo_args: tuple[str, ...] = ()
+    """algorithm Config overrides as FIELD=VALUE, e.g. --algo-args alpha_2=0.2 stats=subgroup"""
+    task_args: tuple[str, ...] = ()
+    """task knob overrides as KNOB=VALUE, e.g. --task-args num_ops=3"""
+    seed: int = 0
+    """seed of prompts and completions (the warm start has its own)"""
+    steps: int = 200
+    """RL steps (one rollout batch each)"""
+    max_sampled_tokens: int | None = None
+    """also stop once this many completion tokens have been sampled (None: no token budget;
+    dynamic sampling draws more per step, so a token budget compares algorithms fairly)"""
+    prompts_per_step: int = 64
+    """N, groups per batch (the default regime, docs/benchmarks.md: 64 × 8 with 4 minibatches)"""
+    group_size: int = 8
+    """G, completions per prompt"""
+    lr: float = 1e-4
+    """Adam learning rate (tuned with 64 × 8 rollouts in 4 minibatches: docs/benchmarks.md)"""
+    ppo_epochs: int = 1
+    """passes over each rollout batch"""
+    minibatches: int = 4
+    """optimizer steps per pass (the batch is split by groups): after the first, the policy
+    has moved, so ratios leave 1 and the clip and TEPO's mask can act"""
+    grad_clip: float = 1.0
+    """max gradient norm"""
+    temperature: float = 1.0
+    """sampling temperature (the loss pass uses the same)"""
+    top_k: int | None = None
+    """sampling top-k (None: full distribution)"""
+    top_p: float | None = None
+    """sampling nucleus p (None: full distribution)"""
+    max_new_tokens: int | None = None
+    """completion budget L_max in tokens, <eos> included (None: the task's default)"""
+    resample_rounds: int = 4
+    """dynamic sampling: extra sampling rounds allowed per step before training on fewer groups"""
+    eval_every: int = 25
+    """steps between held-out evaluations (also done at step 0 and at the end)"""
+    eval_problems: int = 200
+    """size of the held-out problem set"""
+    eval_samples: int = 16
+    """completions sampled per held-out problem (T = 1) for the unbiased pass@k, k ≤ this"""
+    probe_every: int = 20
+    """steps between entropy snapshots on the probe prompts (0: off)"""
+    probe_prompts: int = 8
+    """number of fixed probe prompts"""
+    checkpoint_every: int = 50
+    """steps between checkpoints (a final one is always written)"""
+    runs_dir: Path = Path("runs")
+    """parent directory of run directories"""
+    name: str | None = None
+    """run directory name (default: <task>-<algo>-s<seed>)"""
+    resume: bool = False
+    """continue the run in the existing run directory from its last checkpoint, with the
+    settings of its config.json (only --steps, --max-sampled-tokens and the flags that do not
+    change the math may differ, see RESUME_MAY_CHANGE)"""
+    overwrite: bool = False
+    """delete an existing run directory (only a run's: its config.json and files) and start
+    again"""
+    fresh_optimizer: bool = False
+    """with --resume: continue with a fresh Adam state when the checkpoint's optimizer.pt is
+    missing or damaged (the run then differs from an uninterrupted one)"""
+    config: Path | None = None
+    """start from the settings of this config.json (a run's, to reproduce it); flags typed
+    with it override them (command line only)"""
+    device: str = "cpu"
+    """torch device: cpu, cuda, cuda:N or mps"""
+    dtype: str = "float32"
+    """model compute dtype: float32, or bfloat16 (autocast; the loss math stays float32)"""
+    threads: int | None = None
+    """torch CPU threads (None: torch's default)"""
+    progress: bool = True
+    """show a progress bar"""
+    tensorboard: bool = False
+    """also write TensorBoard scalars (needs the tensorboard package)"""
+    plot: bool = True
+    """write the run's figures when it ends"""
+    warmstart: RunWarmstartConfig = field(default_factory=RunWarmstartConfig)
+    """the base model (trained once and cached)"""
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_dir) / (self.name or f"{self.task}-{self.algo}-s{self.seed}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration: parse overrides, check consistency at start-up, naming the flag.
+# ---------------------------------------------------------------------------------------------
+
+
+def algorithm_config(cfg: TrainConfig, algo: ModuleType, max_new_tokens: int):
+    """The algorithm's ``Config`` with the command-line overrides applied (validated by it),
+    for completions of at most ``max_new_tokens`` tokens (Dr. GRPO's L_max)."""
+    defaults = {f.name: getattr(algo.Config(), f.name) for f in dataclasses.fields(algo.Config)}
+    overrides = parse_overrides(cfg.algo_args, defaults, "--algo-args")
+    return algo.Config(**overrides).for_generation_budget(max_new_tokens)
+
+
+def build_task(cfg: TrainConfig):
+    """The task with its ``--task-args`` overrides (validated by the task itself)."""
+    if cfg.task not in TASK_NAMES:
+        raise ValueError(f"--task: expected one of {', '.join(TASK_NAMES)}, got {cfg.task!r}")
+    knobs = get_task(cfg.task).knobs()
+    return get_task(cfg.task, **parse_overrides(cfg.task_args, knobs, "--task-args"))
+
+
+def check_train_config(cfg: TrainConfig, task) -> int:
+    """Fail at start-up, naming the flag, on a bad or inconsistent setting (nothing is
+    written before this passes). Returns the completion budget L_max in tokens."""
+    _check_batch_and_optimiser(cfg)
+    _check_sampling_and_machine(cfg)
+    max_new_tokens = _check_completion_budget(cfg, task)
+    _check_run_length_and_intervals(cfg)
+    return max_new_tokens
+
+
+def _check_batch_and_optimiser(cfg: TrainConfig) -> None:
+    for name in (
+        "steps",
+        "prompts_per_step",
+        "ppo_epochs",
+        "minibatches",
+        "eval_problems",
+        "eval_samples",
+    ):
+        if getattr(cfg, name) <= 0:
+            raise ValueError(
+                f"--{name.replace('_', '-')}: expected a positive integer, got {getattr(cfg, name)}"
+            )
+    if cfg.group_size < 2:
+        raise ValueError(
+            f"--group-size: expected ≥ 2 (group-relative advantages need "
+            f"siblings), got {cfg.group_size}"
+        )
+    if cfg.prompts_per_step % cfg.minibatches:
+        raise ValueError(
+            f"--minibatches: expected a divisor of --prompts-per-step="
+            f"{cfg.prompts_per_step} (minibatches hold whole groups), "
+            f"got {cfg.minibatches}"
+        )
+    if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
+        raise ValueError(f"--lr: expected a positive learning rate, got {cfg.lr}")
+    if not cfg.grad_clip > 0:  # ≤ 0 would flip (< 0) or zero (= 0) every gradient; inf: no clip
+        raise ValueError(f"--grad-clip: expected a positive max gradient norm, got {cfg.grad_clip}")
+    if cfg.seed < 0:
+        raise ValueError(f"--seed: expected an integer ≥ 0, got {cfg.seed}")
+
+
+def _check_sampling_and_machine(cfg: TrainConfig) -> None:
+    if cfg.dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"--dtype: expected float32 or bfloat16, got {cfg.dtype!r}")
+    if not (cfg.temperature > 0 and math.isfinite(cfg.temperature)):
+        raise ValueError(f"--temperature: expected > 0, got {cfg.temperature}")
+    if cfg.top_k is not None and cfg.top_k < 1:
+        raise ValueError(f"--top-k: expected an integer ≥ 1 (or None: no top-k), got {cfg.top_k}")
+    if cfg.top_p is not None and not 0 < cfg.top_p <= 1:
+        raise ValueError(f"--top-p: expected 0 < p ≤ 1 (or None: no nucleus), got {cfg.top_p}")
+    if cfg.resample_rounds < 0:
+        raise ValueError(f"--resample-rounds: expected an integer ≥ 0, got {cfg.resample_rounds}")
+    if cfg.probe_every < 0:
+        raise ValueError(f"--probe-every: expected an integer ≥ 0 (0: off), got {cfg.probe_every}")
+    if cfg.probe_every and cfg.probe_prompts < 1:
+        raise ValueError(
+            f"--probe-prompts: expected a positive integer (or --probe-every 0), "
+            f"got {cfg.probe_prompts}"
+        )
+    if cfg.threads is not None and cfg.threads < 1:
+        raise ValueError(f"--threads: expected a positive integer (or None), got {cfg.threads}")
+    check_device(cfg.device)
+    if cfg.tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+        except ImportError:
+            raise ValueError(
+                "--tensorboard: needs the tensorboard package (pip install tensorboard)"
+            ) from None
+
+
+def _check_completion_budget(cfg: TrainConfig, task) -> int:
+    """L_max: ``--max-new-tokens`` or the task's default, long enough for the task's answers
+    and short enough for the model's block size (the warm start's flags are checked here
+    too: its model sets the block size)."""
+    if cfg.max_new_tokens is not None and cfg.max_new_tokens < 1:
+        raise ValueError(
+            f"--max-new-tokens: expected a positive integer (or None: the task's default "
+            f"{task.max_new_tokens}), got {cfg.max_new_tokens}"
+        )
+    # The warm start trains on the run's task: its flags are checked under their full names.
+    ws = dataclasses.replace(cfg.warmstart, task=cfg.task, task_args=cfg.task_args)
+    ws.check("--warmstart.")
+    max_new_tokens = task.max_new_tokens if cfg.max_new_tokens is None else cfg.max_new_tokens
+    probe = task.sample(8, np.random.default_rng([HELD_OUT_SEED, 0]))
+    needed = max(len(TOKENIZER.encode(task.reference_solution(p), add_eos=True)) for p in probe)
+    if max_new_tokens < needed:
+        raise ValueError(
+            f"--max-new-tokens: the budget {max_new_tokens} is shorter than the task's "
+            f"answers (up to {needed} tokens with <eos>)"
+        )
+    block = cfg.warmstart.model.block_size
+    if task.max_prompt_tokens + max_new_tokens > block:
+        raise ValueError(
+            f"--max-new-tokens: prompts (up to {task.max_prompt_tokens} tokens) + budget "
+            f"({max_new_tokens}) exceed the model's block size {block}: lower --max-new-tokens or "
+            f"raise --warmstart.model.block-size"
+        )
+    return max_new_tokens
+
+
+def _check_run_length_and_intervals(cfg: TrainConfig) -> None:
+    if cfg.max_sampled_tokens is not None and cfg.max_sampled_tokens <= 0:
+        raise ValueError(
+            f"--max-sampled-tokens: expected a positive integer, got {cfg.max_sampled_tokens}"
+        )
+    for name, sub in (
+        ("--eval-every", cfg.eval_every),
+        ("--checkpoint-every", cfg.checkpoint_every),
+    ):
+        if sub <= 0:
+            raise ValueError(f"{name}: expected a positive integer, got {sub}")
+
+
+def check_device(device: str) -> torch.device:
+    """``--device`` as a torch device that exists on this machine (else ``ValueError``)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device: expected cpu, cuda, cuda:N or mps, got {device!r}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device: {device} requested but torch sees no CUDA device")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"--device: {device} requested but torch sees {torch.cuda.device_count()} "
+                "CUDA device(s)"
+            )
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"--device: {device} requested but torch sees no MPS device")
+    elif dev.type != "cpu":
+        raise ValueError(f"--device: expected cpu, cuda, cuda:N or mps, got {device!r}")
+    return dev
+
+
+class Resolved(NamedTuple):
+    """What ``resolve`` makes of a ``TrainConfig``."""
+
+    algo: ModuleType
+    """the algorithm module (``refimpl.algorithms.<name>``)"""
+    task: Any
+    """the task, with its ``--task-args``"""
+    max_new_tokens: int
+    """the completion budget L_max in tokens (``--max-new-tokens`` or the task's default)"""
+    algo_cfg: Any
+    """the algorithm's ``Config`` with its ``--algo-args``"""
+
+
+def resolve(cfg: TrainConfig) -> Resolved:
+    """Check every flag of ``cfg`` without training. Raises ``ValueError`` naming the flag
+    (unknown names list the valid ones)."""
+    algo = algorithms.get(cfg.algo)
+    task = build_task(cfg)
+    max_new_tokens = check_train_config(cfg, task)
+    return Resolved(algo, task, max_new_tokens, algorithm_config(cfg, algo, max_new_tokens))
+
+
+def config_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """``cfg`` as JSON-ready data (what config.json records under ``train_config``)."""
+    return _jsonable(dataclasses.asdict(cfg))
+
+
+def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
+    """The ``TrainConfig`` recorded in ``data`` (a ``train_config`` of config.json). Fields
+    it lacks keep their defaults; a field this version does not know is an error naming
+    ``source``."""
+
+    def build(cls, values: dict[str, Any], prefix: str):
+        hints = typing.get_type_hints(cls)
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in values.items():
+            if key not in known:
+                raise ValueError(
+                    f"{source}: unknown setting {prefix}{key!r} (written by another version "
+                    "of refimpl?)"
+                )
+            hint = hints[key]
+            args = typing.get_args(hint)
+            if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+                kwargs[key] = build(hint, value, f"{prefix}{key}.")
+            elif value is not None and (hint is Path or Path in args):
+                kwargs[key] = Path(value)
+            elif isinstance(value, list):
+                kwargs[key] = tuple(value)
+            else:
+                kwargs[key] = value
+        return cls(**kwargs)
+
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: expected the settings of a run")
+    return build(TrainConfig, data, "")
+
+
+def load_config_file(path: Path | str) -> TrainConfig:
+    """The settings in a config.json (a run's, or a bare ``train_config`` object), with
+    ``resume``, ``overwrite`` and ``config`` reset: a saved file never deletes anything."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"--config: {path}: no such file") from None
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError(f"--config: {path}: not valid JSON") from None
+    if isinstance(data, dict) and isinstance(data.get("train_config"), dict):
+        data = data["train_config"]
+    cfg = config_from_dict(data, f"--config: {path}")
+    return dataclasses.replace(cfg, resume=False, overwrite=False, config=None)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj

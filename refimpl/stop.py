@@ -1,0 +1,59 @@
+"""Ctrl-C (or SIGTERM) during a run: stop after the step in progress, with a checkpoint."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) stopped a run after a whole step and its checkpoint."""
+
+    def __init__(self, message: str = "interrupted", signum: int = signal.SIGINT):
+        super().__init__(message)  # message first, signum with a default: picklable, so a
+        self.signum = signum  # compare worker can raise it in the parent process
+
+
+class StopRequest:
+    """The first SIGINT/SIGTERM becomes a request to stop after the current step (the loop
+    then writes a checkpoint); a second one raises ``KeyboardInterrupt`` at once. Signal
+    handlers can only be set in the main thread; elsewhere Ctrl-C behaves as usual."""
+
+    SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM") if hasattr(signal, n))
+
+    def __init__(self) -> None:
+        self.requested: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                if signal.getsignal(sig) is signal.SIG_IGN:
+                    continue  # started immune to it (e.g. `cmd &` in a script): stay so
+                try:
+                    self._previous[sig] = signal.signal(sig, self._handle)
+                except (ValueError, OSError):
+                    pass
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested is not None:
+            self._restore()
+            raise KeyboardInterrupt
+        self.requested = signum
+        # os.write, not print: a handler may run while tqdm is writing to stderr.
+        os.write(
+            2,
+            b"\nrefimpl: stopping after this step to write a checkpoint "
+            b"(Ctrl-C again stops at once, keeping the last checkpoint)\n",
+        )
+
+    def _restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def __exit__(self, *exc) -> None:
+        self._restore()

@@ -1,0 +1,70 @@
+"""The algorithm contract: what every ``Config`` in the registry has, read directly by the
+training loops (the toy trainer, TRL, verl)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from refimpl import algorithms, core
+
+
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_every_config_has_the_contract_fields(name):
+    """Every Config is a frozen dataclass subclassing ``core.AlgorithmConfig`` with each field
+    of ``core.CONFIG_FIELDS`` as its own dataclass field (a default, so ``Config()`` works)."""
+    config = algorithms.get(name).Config
+    assert issubclass(config, core.AlgorithmConfig)
+    assert config.__dataclass_params__.frozen
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    missing = [f for f in core.CONFIG_FIELDS if f not in fields]
+    assert not missing, f"{name}.Config lacks {missing}"
+    cfg = config()
+    assert isinstance(cfg.kl_coef, float) and cfg.kl_coef >= 0
+    assert cfg.loss_agg_mode in core.AGG_MODES
+    for flag in ("dynamic_sampling", "overlong_shaping", "overlong_filter"):
+        assert isinstance(getattr(cfg, flag), bool)
+
+
+def test_contract_fields_are_the_shared_mechanisms():
+    """The list names what the trainers read; a field dropped from it would go unchecked."""
+    assert set(core.CONFIG_FIELDS) == {
+        "kl_coef",
+        "loss_agg_mode",
+        "success_threshold",
+        "dynamic_sampling",
+        "overlong_shaping",
+        "overlong_cache_frac",
+        "overlong_penalty_scale",
+        "overlong_filter",
+    }
+
+
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_reference_and_entropy_needs(name):
+    """A reference model is needed exactly when a KL term to it is on: never with
+    ``kl_coef = 0``; TEPO anchored at π_old needs none; only TEPO reads the current entropy."""
+    config = algorithms.get(name).Config
+    assert not core.needs_reference(config(kl_coef=0.0))
+    assert core.needs_reference(config(kl_coef=0.1)) == (
+        name != "tepo" or config().kl_anchor == "ref"
+    )
+    assert core.reads_current_entropy(config(kl_coef=0.1)) == (name == "tepo")
+    if name == "tepo":
+        assert not core.needs_reference(config(kl_coef=0.1, kl_anchor="old"))
+        assert not core.reads_current_entropy(config(kl_coef=0.1, entropy_source="sequence"))
+        assert not core.reads_current_entropy(config(kl_coef=0.1, kl_mask=False))
+
+
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_generation_budget_fills_only_dr_grpos_max_len(name):
+    """``for_generation_budget(L)`` changes nothing but Dr. GRPO's unset ``max_len``."""
+    cfg = algorithms.get(name).Config()
+    filled = cfg.for_generation_budget(37)
+    if name == "dr_grpo":
+        assert filled.max_len == 37
+        assert dataclasses.replace(filled, max_len=None) == cfg
+        assert cfg.__class__(max_len=5).for_generation_budget(37).max_len == 5
+    else:
+        assert filled == cfg
