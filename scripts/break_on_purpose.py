@@ -169,7 +169,7 @@ SLIPS: list[Slip] = [
     Slip(
         "gpg-alpha",
         ALG + "gpg.py",
-        "alpha = B / (B - M) if B > M else 1.0",
+        "alpha = core.gpg_alpha(batch.rewards, batch.group_size)",
         "alpha = 1.0",
         (SPEC + "test_gpg.py",),
         "GPG's α rescaling dropped",

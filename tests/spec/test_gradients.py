@@ -190,6 +190,51 @@ def grad_tepo(batch, cfg, A, entropy) -> torch.Tensor:
     return grad
 
 
+def grad_rloo(batch, cfg, A, entropy) -> torch.Tensor:
+    """RLOO (verl's recipe): PPO's per-token surrogate on the leave-one-out advantages,
+    aggregated by the mode (token-mean by default)."""
+    weight = token_weight(batch, cfg.loss_agg_mode)
+    return (-A + cfg.kl_coef * kl_slope(batch)) * weight
+
+
+def grad_clip_cov(batch, cfg, A, entropy) -> torch.Tensor:
+    """Clip-Cov: DAPO's surrogate, except that the selected tokens lose their term (value and
+    gradient); at ratio 1 no token is clipped. The selection is the module's own random draw,
+    with the global generator in the same state as for the loss (the test seeds it)."""
+    from refimpl.algorithms import clip_cov
+
+    torch.manual_seed(0)
+    selected = clip_cov.clip_cov_mask(batch, batch.logp_old.float(), A.float(), cfg)
+    weight = token_weight(batch, cfg.loss_agg_mode)
+    return (-A * (~selected) + cfg.kl_coef * kl_slope(batch)) * weight
+
+
+def grad_kl_cov(batch, cfg, A, entropy) -> torch.Tensor:
+    """KL-Cov: −w·A on every token (no clip) plus β·|log π − log π_old| on the selected
+    ones, whose slope at log π = log π_old is 0 (the subgradient torch takes)."""
+    weight = token_weight(batch, cfg.loss_agg_mode)
+    return (-A + cfg.kl_coef * kl_slope(batch)) * weight
+
+
+def grad_forking_tokens(batch, cfg, A, entropy) -> torch.Tensor:
+    """Forking tokens: DAPO's surrogate on the top-ρ rollout-entropy tokens only, the
+    normaliser over all tokens; the KL (when on) on every token."""
+    from refimpl.algorithms import forking_tokens
+
+    forks = forking_tokens.forking_mask(
+        batch.entropy_old, batch.response_mask, cfg.top_entropy_frac
+    ).to(F64)
+    weight = token_weight(batch, cfg.loss_agg_mode)
+    return (-A * forks + cfg.kl_coef * kl_slope(batch)) * weight
+
+
+def grad_entropy_bonus(batch, cfg, A, entropy) -> torch.Tensor:
+    """Entropy bonus: DAPO's surrogate; the bonus −β_H·H_θ reaches the parameters through H_θ,
+    not through log π of the sampled token, so ∂L/∂logp is DAPO's."""
+    weight = token_weight(batch, cfg.loss_agg_mode)
+    return (-A + cfg.kl_coef * kl_slope(batch)) * weight
+
+
 ANALYTIC: dict[str, Callable[..., torch.Tensor]] = {
     "grpo": grad_grpo,
     "dapo": grad_dapo,
@@ -199,6 +244,11 @@ ANALYTIC: dict[str, Callable[..., torch.Tensor]] = {
     "gtpo": grad_gtpo,
     "grpo_s": grad_grpo_s,
     "tepo": grad_tepo,
+    "rloo": grad_rloo,
+    "clip_cov": grad_clip_cov,
+    "kl_cov": grad_kl_cov,
+    "forking_tokens": grad_forking_tokens,
+    "entropy_bonus": grad_entropy_bonus,
 }
 
 
@@ -224,6 +274,7 @@ def test_policy_gradient_at_theta_old_equals_the_analytic_one(name: str, data) -
     cfg = data.draw(configs(name), label="cfg")
     A = _random_advantages(batch, data.draw(st.integers(0, 2**16), label="seed"))
     entropy = data.draw(current_entropy(batch), label="entropy")
+    torch.manual_seed(0)  # Clip-Cov's random subset: the same draw here and in its closed form
     got = _autograd(mod, cfg, batch, A, entropy)
     m = batch.response_mask.bool()
     assert bool((got[~m] == 0).all())
