@@ -223,6 +223,46 @@ SLIPS: list[Slip] = [
         (SPEC + "test_tepo.py",),
         "TEPO's mask tolerance τ default",
     ),
+    Slip(
+        "clip-cov-ratio",
+        ALG + "clip_cov.py",
+        "clip_cov_ratio: float = 2e-4",
+        "clip_cov_ratio: float = 2e-3",
+        (SPEC + "test_clip_cov.py",),
+        "Clip-Cov's published ratio r = 2e-4",
+    ),
+    Slip(
+        "kl-cov-penalty-sign",
+        ALG + "kl_cov.py",
+        "token_loss = token_loss + cfg.kl_cov_coef * core.masked(abs_log_ratio, selected)",
+        "token_loss = token_loss - cfg.kl_cov_coef * core.masked(abs_log_ratio, selected)",
+        (SPEC + "test_kl_cov.py",),
+        "sign of KL-Cov's penalty",
+    ),
+    Slip(
+        "forking-rho",
+        ALG + "forking_tokens.py",
+        "top_entropy_frac: float = 0.2",
+        "top_entropy_frac: float = 0.8",
+        (SPEC + "test_forking_tokens.py",),
+        "the 80/20 rule's ρ = 0.2",
+    ),
+    Slip(
+        "forking-inverted",
+        ALG + "forking_tokens.py",
+        "    token_loss = core.masked(token_loss, forks)",
+        "    token_loss = core.masked(token_loss, ~forks)",
+        (SPEC + "test_forking_tokens.py",),
+        "trains the low-entropy tokens instead of the forking ones",
+    ),
+    Slip(
+        "entropy-bonus-sign",
+        ALG + "entropy_bonus.py",
+        "token_loss = token_loss - cfg.entropy_coef * H",
+        "token_loss = token_loss + cfg.entropy_coef * H",
+        (SPEC + "test_entropy_bonus.py",),
+        "sign of the entropy bonus (a penalty)",
+    ),
 ]
 
 
