@@ -9,14 +9,14 @@ mask can act; with one update per rollout they cannot.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import pytest
 
 from refimpl.diagnostics import PASS_AT_K
+from refimpl.runlog import read_metrics
 from refimpl.train import TrainConfig, train
-from refimpl.warmstart import ModelConfig, WarmstartConfig
+from tests.tiny import tiny_warmstart
 
 
 @pytest.fixture(scope="module")
@@ -25,15 +25,7 @@ def runs(tmp_path_factory) -> Path:
 
 
 def tiny(runs: Path, **changes) -> TrainConfig:
-    ws = WarmstartConfig(
-        steps=200,
-        batch_size=64,
-        lr=3e-3,
-        runs_dir=runs,
-        eval_problems=20,
-        progress=False,
-        model=ModelConfig(n_layer=1, n_embd=32, n_head=2),
-    )
+    ws = tiny_warmstart(runs)
     base = TrainConfig(
         task_args=("num_ops=1",),
         steps=4,
@@ -54,8 +46,7 @@ def tiny(runs: Path, **changes) -> TrainConfig:
 
 
 def steps_of(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(x) for x in lines if x.strip()]
+    return read_metrics(run_dir)
 
 
 def mean(records: list[dict], key: str) -> float:

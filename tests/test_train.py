@@ -17,8 +17,10 @@ import torch
 from refimpl import algorithms
 from refimpl.checkpoint import load_model_weights
 from refimpl.cli import main as cli_main
+from refimpl.runlog import read_metrics
 from refimpl.train import NonFiniteLossError, TrainConfig, Trainer, train
-from refimpl.warmstart import ModelConfig, WarmstartConfig
+from refimpl.warmstart import WarmstartConfig
+from tests.tiny import tiny_warmstart
 
 TIMING_KEYS = {"time_sample", "time_score", "time_adv", "time_loss", "time_step", "time_eval"}
 
@@ -32,15 +34,7 @@ def tiny(runs: Path, **changes) -> TrainConfig:
     """A run small enough for a unit test: 3 steps of 4 groups × 4 completions on one-operation
     chains, from a 1-layer d=32 warm start that solves about half of them (so groups are
     informative and every algorithm has a gradient)."""
-    ws = WarmstartConfig(
-        steps=200,
-        batch_size=64,
-        lr=3e-3,
-        runs_dir=runs,
-        eval_problems=20,
-        progress=False,
-        model=ModelConfig(n_layer=1, n_embd=32, n_head=2),
-    )
+    ws = tiny_warmstart(runs)
     base = TrainConfig(
         task_args=("num_ops=1",),
         steps=3,
@@ -61,8 +55,7 @@ def tiny(runs: Path, **changes) -> TrainConfig:
 
 
 def read(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    return read_metrics(run_dir)
 
 
 def without_timings(records: list[dict]) -> list[dict]:

@@ -31,7 +31,7 @@ from refimpl import algorithms
 from refimpl import train as train_module
 from refimpl.sampling import policy_logprobs, sample_groups
 from refimpl.train import TrainConfig, Trainer
-from refimpl.warmstart import ModelConfig, WarmstartConfig
+from tests.tiny import tiny_warmstart
 
 
 @pytest.fixture(scope="module")
@@ -41,15 +41,7 @@ def runs(tmp_path_factory) -> Path:
 
 def tiny(runs: Path, **changes) -> TrainConfig:
     """4 groups × 4 completions of one-operation chains from a 1-layer d=32 warm start."""
-    ws = WarmstartConfig(
-        steps=200,
-        batch_size=64,
-        lr=3e-3,
-        runs_dir=runs,
-        eval_problems=20,
-        progress=False,
-        model=ModelConfig(n_layer=1, n_embd=32, n_head=2),
-    )
+    ws = tiny_warmstart(runs)
     base = TrainConfig(
         task_args=("num_ops=1",),
         steps=1,
