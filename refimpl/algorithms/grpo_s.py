@@ -46,7 +46,10 @@ Assumptions [A] (each is a Config field; ``docs/fidelity.md`` lists them)
 ------------------------------------------------------------------------
 * ``stats``: which completions enter mean(R̂⁺), std(R̂⁺) (and R̂⁻): ``"group"`` (default) all
   non-empty completions of the group, the other subgroup's zeros included; ``"subgroup"``
-  only the subgroup's own completions.
+  only the subgroup's own completions; ``"joint"``: one z-score of the shaped reward
+  r̂_i = r̂⁺_i + r̂⁻_i over the group's non-empty completions, GRPO's normalisation applied to
+  the shaped rewards (a verl fork's reading; ``docs/fidelity.md``, "Peer readings"). With
+  ``"joint"`` the bound below holds as well (one set of at most G members).
 * Statistics: unbiased std; a set with < 2 members or all-equal values normalises to 0.
 * Empty completions (|o_i| = 0) have no mean entropy: they are excluded from O⁺/O⁻, from n
   and m, from the statistics and from the loss, and get advantage 0.
@@ -76,7 +79,7 @@ from refimpl.core import RolloutBatch
 
 NAME = "grpo_s"
 
-STATS = ("group", "subgroup")
+STATS = ("group", "subgroup", "joint")
 NEGATIVE_SHAPING = ("v6", "none")
 RATIOS = ("arithmetic", "geometric")
 #: Aggregations the loss supports (one loss per sequence).
@@ -89,7 +92,7 @@ class Config(core.AlgorithmConfig):
 
     beta_1: float = 1.0  # β₁, weight of the outcome reward in r̂⁺, r̂⁻ (v6) [S]
     beta_2: float = 0.1  # β₂, weight of the entropy-shaped part (v6) [S]
-    stats: str = "group"  # completions entering mean/std of R̂⁺, R̂⁻ in the advantage [A]
+    stats: str = "group"  # completions entering mean/std of R̂⁺, R̂⁻: group/subgroup/joint [A]
     negative_shaping: str = "v6"  # "v6" = failed reward above; "none" = r̂⁻ ≡ 0 [A]
     ratio: str = "arithmetic"  # ŵ_i: mean of token ratios [S]; "geometric" = GSPO's s_i [A]
     entropy_eps: float = core.EPS  # H̃_i = Ĥ_i + eps_H, so 1/H̃ is finite [A]
@@ -152,8 +155,11 @@ def sequence_rewards(batch: RolloutBatch, cfg: Config) -> tuple[Tensor, Tensor]:
     r_hat_plus = core.masked(cfg.beta_1 * rewards + cfg.beta_2 * weight_plus * n, in_plus)
 
     if cfg.negative_shaping == "v6":
-        # Failed reward (v6 Eq. 5 per sequence): weight (1/H̃_j) / Σ_{k∈O⁻} (1/H̃_k), times m.
-        inverse_entropy = 1.0 / h_tilde
+        # Failed reward (v6 Eq. 5 per sequence): weight (1/H̃_j) / Σ_{k∈O⁻} (1/H̃_k), times m;
+        # both scaled by min_k H̃_k so that no term exceeds 1 (1/H̃ overflows for tiny eps_H).
+        inf = torch.tensor(float("inf"), dtype=torch.float64)
+        h_min = torch.where(in_minus, h_tilde, inf).amin(dim=1, keepdim=True)
+        inverse_entropy = torch.where(m > 0, h_min, torch.ones_like(m)) / h_tilde
         inverse_sum_minus = core.masked_sum(inverse_entropy, in_minus, dim=1)[:, None]
         weight_minus = inverse_entropy / torch.where(m > 0, inverse_sum_minus, torch.ones_like(m))
         r_hat_minus = core.masked(-cfg.beta_1 - cfg.beta_2 * weight_minus * m, in_minus)
@@ -176,6 +182,11 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
         set_plus, set_minus = nonempty, nonempty
     else:
         set_plus, set_minus = nonempty & success, nonempty & ~success
+    if cfg.stats == "joint":
+        # GRPO's z-score of the shaped reward r̂⁺ + r̂⁻ (disjoint supports) over the group [A].
+        A_hat = core.masked_zscore(r_hat_plus + r_hat_minus, nonempty, cfg.eps)
+        A_hat = core.masked(A_hat, nonempty).reshape(-1)
+        return core.broadcast_to_tokens(A_hat, batch.response_mask)
     # v6 Eq. 6 per sequence; a set with < 2 members or zero variance gives 0.
     A_plus = core.masked_zscore(r_hat_plus, set_plus, cfg.eps)
     # A failed completion is normalised with the statistics of its own set: "none" gives it
@@ -228,6 +239,13 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
             std = (sum((x - mean) ** 2 for x in R) / (len(R) - 1)) ** 0.5  # Bessel-corrected
             return {i: (v - mean) / (std + cfg.eps) for i, v in rewards.items()}
 
+        if cfg.stats == "joint":  # one z-score of r̂⁺ + r̂⁻ over the group [A]
+            joint = normalise({i: r_hat_plus[i] + r_hat_minus[i] for i in rows}, rows)
+            for i in rows:
+                for t in range(T):
+                    if mask[i][t] == 1:
+                        A[i, t] = joint[i]
+            continue
         A_plus = normalise(r_hat_plus, rows if cfg.stats == "group" else O_plus)
         # "none": the failed completions' reward is r̂⁺ = 0, normalised within their own set [A].
         failed_rewards = r_hat_minus if cfg.negative_shaping == "v6" else r_hat_plus

@@ -47,8 +47,12 @@ Assumptions [A] (each is a Config field; ``docs/fidelity.md`` lists them)
 * ``stats``: which tokens enter mean(R⁺), std(R⁺) (and R⁻). ``"group"`` (default): every
   active token of all G completions, the zeros of the other subgroup included; then α₂ = 0
   gives back a token-level DAPO advantage (the z-score of r over the group's tokens, see
-  ``tests/spec/test_gtpo.py``). ``"subgroup"``: only the subgroup's own active tokens (what
-  the public re-implementations do; α₁ then cancels).
+  ``tests/spec/test_gtpo.py``). ``"subgroup"``: only the subgroup's own active tokens (α₁
+  then cancels). ``"batch"``: the subgroup's tokens pooled over every group of the batch, O⁺
+  tokens as one set and O⁻ tokens as another (the public re-implementations' reading: a verl
+  fork whitens each sign over the batch, textpolicy normalises each sign over all the episodes
+  it is handed; ``docs/fidelity.md``, "Peer readings"). The token rewards (Eq. 3/5) stay per
+  group in every scope.
 * Statistics: unbiased std; a set with < 2 tokens or all-equal values normalises to exactly
   0 (never NaN). So a group with no successful completion has A⁺ ≡ 0.
 * ``negative_shaping``: ``"v6"`` (default) is Eq. 5; ``"none"`` is the early (Aug 2025) form,
@@ -88,7 +92,7 @@ from refimpl.core import RolloutBatch
 
 NAME = "gtpo"
 
-STATS = ("group", "subgroup")
+STATS = ("group", "subgroup", "batch")
 NEGATIVE_SHAPING = ("v6", "none")
 #: Aggregations the loss supports (its loss is per token).
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
@@ -100,7 +104,7 @@ class Config(core.AlgorithmConfig):
 
     alpha_1: float = 1.0  # α₁, weight of the outcome reward in Eq. 3/5 (v6 experiments) [S]
     alpha_2: float = 0.1  # α₂, weight of the entropy-shaped part (v6); α₁+α₂ ≠ 1 here [S]
-    stats: str = "group"  # tokens entering mean/std of R⁺, R⁻ in Eq. 6 (see docstring) [A]
+    stats: str = "group"  # tokens entering mean/std of R⁺, R⁻ in Eq. 6: group/subgroup/batch [A]
     negative_shaping: str = "v6"  # "v6" = Eq. 5; "none" = early version, r⁻ ≡ 0 [A]
     entropy_eps: float = core.EPS  # H̃ = H + eps_H, so 1/H̃ is finite [A]
     clip_eps_low: float = 0.2  # ε_low, DAPO clip-higher (Eq. 7 uses DAPO's objective) [S]
@@ -163,8 +167,12 @@ def token_rewards(batch: RolloutBatch, cfg: Config) -> tuple[Tensor, Tensor]:
     r_plus = core.masked(cfg.alpha_1 * rewards + cfg.alpha_2 * weight_plus * d_t, active_plus)
 
     if cfg.negative_shaping == "v6":
-        # v6 Eq. 5: inverse-entropy weight (1/H̃[j,t]) / Σ_{k∈O⁻ active at t} (1/H̃[k,t]).
-        inverse_entropy = 1.0 / h_tilde
+        # v6 Eq. 5: inverse-entropy weight (1/H̃[j,t]) / Σ_{k∈O⁻ active at t} (1/H̃[k,t]),
+        # numerator and denominator multiplied by min_k H̃[k,t] so that no term exceeds 1:
+        # 1/H̃ alone overflows float64 once eps_H < 5.6e-309 and every H = 0.
+        inf = torch.tensor(float("inf"), dtype=torch.float64)
+        h_min = torch.where(active_minus, h_tilde, inf).amin(dim=1, keepdim=True)
+        inverse_entropy = torch.where(h_t > 0, h_min, one) / h_tilde
         inverse_sum_minus = core.masked_sum(inverse_entropy, active_minus, dim=1)[:, None, :]
         weight_minus = inverse_entropy / torch.where(
             h_t > 0, inverse_sum_minus, torch.ones_like(h_t)
@@ -184,19 +192,27 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     r_plus, r_minus = (core.group_view(r, G) for r in token_rewards(batch, cfg))
 
     # Which tokens enter mean(R⁺)/std(R⁺) and mean(R⁻)/std(R⁻) [A]: "group" = every active
-    # token of the group (the other subgroup's zeros included); "subgroup" = its own tokens.
+    # token of the group (the other subgroup's zeros included); "subgroup" = its own tokens;
+    # "batch" = its own tokens in every group, one set per sign over the batch.
     if cfg.stats == "group":
         set_plus, set_minus = active, active
     else:
         set_plus, set_minus = active & success, active & ~success
+
+    def zscore(values: Tensor, in_set: Tensor) -> Tensor:
+        if cfg.stats == "batch":  # one normalisation set for the whole batch
+            flat = core.masked_zscore(values.reshape(1, -1), in_set.reshape(1, -1), cfg.eps)
+            return flat.reshape(values.shape)
+        return core.masked_zscore(values, in_set, cfg.eps)
+
     # v6 Eq. 6; a set with < 2 tokens or zero variance gives 0 (so no success ⇒ A⁺ ≡ 0).
-    A_plus = core.masked_zscore(r_plus, set_plus, cfg.eps)
+    A_plus = zscore(r_plus, set_plus)
     # A failed token is normalised with the statistics of its own set (so |A| stays bounded).
     # "v6": its reward r⁻ (Eq. 5). "none": r⁻ ≡ 0 and the early form's one reward is r⁺, which
     # is 0 on failed tokens [A]: "group" gives (0 − mean(R⁺))/(std(R⁺) + eps); "subgroup"
     # normalises O⁻'s zeros among themselves, which gives 0.
     failed_rewards = r_minus if cfg.negative_shaping == "v6" else r_plus
-    A_minus = core.masked_zscore(failed_rewards, set_minus, cfg.eps)
+    A_minus = zscore(failed_rewards, set_minus)
     A = torch.where(success, A_plus, A_minus)
     return core.masked(A, active).reshape(batch.response_mask.shape).to(torch.float32)
 
@@ -211,6 +227,7 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     m = batch.response_mask.tolist()
     H = batch.entropy_old.tolist()
     alpha_1, alpha_2 = cfg.alpha_1, cfg.alpha_2
+    pooled: list[tuple[dict, dict, list[int], list[int]]] = []  # per group, for "batch"
     for g in range(batch.num_groups):
         rows = range(g * G, g * G + G)
         O_plus = [i for i in rows if outcome[i] >= cfg.success_threshold]  # on the outcome
@@ -246,13 +263,26 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
             std = (sum((x - mean) ** 2 for x in R) / (len(R) - 1)) ** 0.5  # Bessel-corrected
             return {key: (v - mean) / (std + cfg.eps) for key, v in rewards.items()}
 
-        everyone = list(rows)
-        A_plus = normalise(r_plus, everyone if cfg.stats == "group" else O_plus)
         # "none": the failed tokens' reward is r⁺ = 0, normalised within their own set [A].
         failed_rewards = r_minus if cfg.negative_shaping == "v6" else r_plus
+        if cfg.stats == "batch":
+            pooled.append((r_plus, failed_rewards, O_plus, O_minus))
+            continue
+        everyone = list(rows)
+        A_plus = normalise(r_plus, everyone if cfg.stats == "group" else O_plus)
         A_minus = normalise(failed_rewards, everyone if cfg.stats == "group" else O_minus)
         for i, t in r_plus:
             A[i, t] = A_plus[i, t] if i in O_plus else A_minus[i, t]
+    if cfg.stats == "batch":
+        # One set per sign over the batch: the O⁺ tokens of every group, the O⁻ tokens.
+        all_plus = {k: v for r_p, _, _, _ in pooled for k, v in r_p.items()}
+        all_failed = {k: v for _, r_f, _, _ in pooled for k, v in r_f.items()}
+        plus_rows = [i for _, _, O_p, _ in pooled for i in O_p]
+        minus_rows = [i for _, _, _, O_m in pooled for i in O_m]
+        A_plus = normalise(all_plus, plus_rows)
+        A_minus = normalise(all_failed, minus_rows)
+        for i, t in all_plus:
+            A[i, t] = A_plus[i, t] if i in plus_rows else A_minus[i, t]
     return A
 
 

@@ -12,7 +12,10 @@ What a generated batch looks like
 * Rewards (float32 ``[B]``): binary ``{0, 1}`` or "real" (multiples of 0.01 in ``[-4, 4]``;
   the grid keeps two distinct rewards at least 0.01 apart, so ``std ≫ eps`` and affine maps
   ``a·r + b`` stay exact enough to compare). Some groups have all-equal rewards on purpose.
-* ``entropy_old`` (float32 ``[B, T]``, ≥ 0): per batch one regime among zero, tiny (≤ 1e-6),
+* ``entropy_old`` (float32 ``[B, T]``, ≥ 0): per batch one regime among zero (what a one-hot
+  next-token distribution gives), tiny (≤ 1e-6), subnormal (each element one of exact 0, the
+  smallest float32 subnormal 2⁻¹⁴⁹ ≈ 1.4e-45, a random subnormal below 2⁻¹²⁶ ≈ 1.2e-38, or
+  values up to 1e-30, 1e-6 and 5: what a near-one-hot distribution's entropy rounds to),
   ordinary (≤ 5), huge (≤ 1e3), mixed (all scales at once, with exact zeros) and near-equal
   (one value, some elements one or two float32 ulps away: statistics over a subgroup then
   have a std of ~1e-8 relative, the case that amplifies a division by the std).
@@ -48,7 +51,7 @@ from refimpl.core import RolloutBatch
 #: Size of the token vocabulary used for ``response_ids`` (the ids are never read by the losses).
 VOCAB = 16
 
-ENTROPY_REGIMES = ("ordinary", "zero", "tiny", "huge", "mixed", "near_equal")
+ENTROPY_REGIMES = ("ordinary", "zero", "tiny", "subnormal", "huge", "mixed", "near_equal")
 LOGP_REGIMES = ("ordinary", "near_zero", "very_negative", "mixed")
 
 # Fields of a RolloutBatch that are per-token [B, T] tensors.
@@ -69,6 +72,22 @@ def _entropies(gen: torch.Generator, shape: tuple[int, int], regime: str) -> Ten
         return u * 1e-6
     if regime == "huge":
         return u * 1e3
+    if regime == "subnormal":
+        # Exact 0, the smallest subnormal, random subnormals, then 1e-30, 1e-6 and ordinary.
+        smallest = torch.nextafter(torch.zeros(()), torch.ones(()))  # 2⁻¹⁴⁹
+        normal_min = torch.finfo(torch.float32).tiny  # 2⁻¹²⁶, below it subnormals
+        choices = torch.stack(
+            [
+                torch.zeros(shape),
+                smallest.expand(shape),
+                u * normal_min,
+                u * 1e-30,
+                u * 1e-6,
+                u * 5.0,
+            ]
+        )
+        pick = torch.randint(0, len(choices), shape, generator=gen)
+        return choices.gather(0, pick[None]).squeeze(0)
     if regime == "mixed":
         # Each element on its own scale in {0, 1e-6, 1e-2, 1, 10, 1e3}: exact zeros included.
         scales = torch.tensor([0.0, 1e-6, 1e-2, 1.0, 10.0, 1e3])
