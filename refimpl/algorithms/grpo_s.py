@@ -57,7 +57,8 @@ Assumptions [A] (each is a Config field; ``docs/fidelity.md`` lists them)
   sets r̂⁻ ≡ 0 and a failed completion gets the normalisation of its reward 0 within its own
   set: with ``stats="group"`` the R̂⁺ normalisation over the group, −mean(R̂⁺)/(std(R̂⁺) + eps);
   with ``"subgroup"`` O⁻'s zeros among themselves, 0. Every advantage is then the z-score of a
-  member of the set whose statistics it uses: |Â| ≤ (G − 1)/√G (Samuelson's inequality).
+  member of the set whose statistics it uses: |Â| ≤ (G − 1)/√G (Samuelson's inequality),
+  for any entropies (exact zeros, subnormals) and any eps_H > 0.
 * ``entropy_eps``: H̃_i = Ĥ_i + eps_H on both sides (finite 1/H̃, uniform split at H = 0).
 * ``ratio``: the arithmetic mean, as the secondary sources restate it [S]; ``"geometric"`` is
   GSPO's s_i.

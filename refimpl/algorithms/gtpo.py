@@ -65,7 +65,8 @@ Assumptions [A] (each is a Config field; ``docs/fidelity.md`` lists them)
   −1.1e6 when two successful entropies differ by one float32 ulp.) So every advantage is the
   z-score of a member of the set whose statistics it uses, and |A| ≤ (L − 1)/√L with L the
   size of that set (Samuelson's inequality with the unbiased std), at most the group's
-  active-token count.
+  active-token count (the batch's with ``stats="batch"``). The bound holds for any entropies,
+  exact zeros and subnormals included, and any eps_H > 0 (``tests/spec/test_tiny_entropies.py``).
 * ``entropy_eps``: every entropy is floored as H̃ = H + eps_H on *both* sides, so that 1/H̃ is
   finite and a position where all entropies are 0 splits the bonus uniformly (the limit of
   equal entropies). Conservation stays exact; invariance to scaling all entropies by c > 0 is

@@ -339,6 +339,17 @@ def permute_within_groups(batch: RolloutBatch, perm: list[int] | list[list[int]]
     return batch.replace(**changes)
 
 
+def flush_tiny_entropies(batch: RolloutBatch, below: float = 1e-20) -> RolloutBatch:
+    """``batch`` with every rollout entropy in ``(0, below)`` set to exact 0.
+
+    For tests whose derivation needs the floor eps_H to be negligible beside every non-zero
+    entropy, and a scaling by 2^k to be exact in float32 (it is not for subnormals, which lose
+    bits or flush to 0). The "subnormal" regime's exact zeros and ordinary values are kept.
+    """
+    H = batch.entropy_old
+    return batch.replace(entropy_old=torch.where(H < below, torch.zeros_like(H), H))
+
+
 def concat_batches(a: RolloutBatch, b: RolloutBatch) -> RolloutBatch:
     """``a``'s groups followed by ``b``'s (same ``G``). The narrower one gets padding columns
     (holding 0) so the widths match; ``logp_ref`` is kept only when both have it."""

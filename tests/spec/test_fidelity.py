@@ -36,17 +36,29 @@ SECTIONS = {
 }
 
 
-def table_rows() -> list[tuple[str, list[str]]]:
-    """``(section title, [element, source, mark, switch])`` for every body row of every
-    table on the page."""
+#: Sections that are not an algorithm's element table (their tables have other columns).
+PEER_SECTION = "Peer readings of GTPO and GRPO-S"
+
+
+def section_titles() -> list[str]:
+    return [
+        line[3:].split(" (")[0].strip()
+        for line in PAGE.read_text().splitlines()
+        if line.startswith("## ")
+    ]
+
+
+def table_rows(wanted: object = SECTIONS) -> list[tuple[str, list[str]]]:
+    """``(section title, cells)`` for every body row of every table in the ``wanted``
+    sections (by default the algorithm tables: ``[element, source, mark, switch]``)."""
     rows, section = [], None
     for line in PAGE.read_text().splitlines():
         if line.startswith("## "):
             section = line[3:].split(" (")[0].strip()
-        elif line.startswith("|") and section is not None:
+        elif line.startswith("|") and section in wanted:
             # Cells split on "|" not escaped as "\\|" (GitHub's way to write | in a cell).
             cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])]
-            if cells[0] in ("element", "---") or set(cells[0]) <= {"-", " "}:
+            if cells[0] in ("element", "difference", "---") or set(cells[0]) <= {"-", " "}:
                 continue
             rows.append((section, cells))
     return rows
@@ -55,6 +67,7 @@ def table_rows() -> list[tuple[str, list[str]]]:
 def test_page_has_every_section_and_four_columns():
     """The parser sees one table per algorithm plus the shared one, each row with 4 cells
     (a row with a stray ``|`` inside a cell would shift the mark and switch columns)."""
+    assert set(section_titles()) == set(SECTIONS) | {PEER_SECTION}
     rows = table_rows()
     assert {section for section, _ in rows} == set(SECTIONS)
     for section, cells in rows:
@@ -90,3 +103,49 @@ def test_every_assumption_names_an_existing_switch(section, cells):
             )
             if value:
                 cls(**{field: value.strip("\"'")})  # raises ValueError if not accepted
+
+
+PEER_FILE = Path(__file__).resolve().parent / "test_peer_readings.py"
+VERDICTS = ("plausible", "misreading", "numerical", "not a reading")
+
+
+def test_peer_table_every_row_has_a_source_and_a_verdict():
+    """Each row of the peer-readings table names a peer (repository or file) and starts its
+    verdict with one of the verdict words; the table covers the three peers of the page."""
+    rows = table_rows((PEER_SECTION,))
+    assert len(rows) >= 8
+    for _, cells in rows:
+        assert len(cells) == 5, cells
+        difference, peer, _, verdict, _ = cells
+        assert any(p in peer for p in ("textpolicy", "verl fork", "TRL/unsloth")), difference
+        assert verdict.startswith(VERDICTS), (difference, verdict)
+    peers = " ".join(cells[1] for _, cells in rows)
+    assert all(p in peers for p in ("textpolicy", "verl fork", "TRL/unsloth"))
+
+
+def test_every_plausible_peer_reading_is_a_switch_with_a_test():
+    """A plausible row names a ``field="value"`` (or ``field``) of GTPO's or GRPO-S's Config
+    that accepts the value, and a test function that exists in test_peer_readings.py."""
+    tests = set(re.findall(r"^def (test_\w+)", PEER_FILE.read_text(), flags=re.M))
+    configs = [algorithms.get("gtpo").Config, algorithms.get("grpo_s").Config]
+    plausible = [c for _, c in table_rows((PEER_SECTION,)) if c[3].startswith("plausible")]
+    assert len(plausible) >= 3
+    for cells in plausible:
+        switch = cells[4]
+        names = [n for n in re.findall(r"`([^`]+)`", switch) if not n.startswith("test_")]
+        assert names, cells[0]
+        field, _, value = names[0].partition("=")
+        owners = [c for c in configs if field in {f.name for f in dataclasses.fields(c)}]
+        assert owners, f"`{field}` is not a GTPO/GRPO-S switch ({cells[0]})"
+        if value:
+            assert any(_accepts(c, field, value.strip("\"'")) for c in owners), names[0]
+        named_tests = re.findall(r"`(test_\w+)`", switch)
+        assert named_tests and set(named_tests) <= tests, (cells[0], named_tests)
+
+
+def _accepts(cls, field: str, value: str) -> bool:
+    try:
+        cls(**{field: value})
+    except ValueError:
+        return False
+    return True

@@ -18,7 +18,12 @@ from refimpl import core
 from refimpl.algorithms import grpo_s, gspo
 from refimpl.core import RolloutBatch
 from tests.spec import worked
-from tests.spec.strategies import batch_and_policy, current_logp, rollout_batches
+from tests.spec.strategies import (
+    batch_and_policy,
+    current_logp,
+    flush_tiny_entropies,
+    rollout_batches,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
 
@@ -85,8 +90,10 @@ def test_sequence_rewards_monotone_in_mean_entropy(batch, beta_2):
 def test_advantages_invariant_to_scaling_entropies(stats, batch, k):
     """Scaling every rollout entropy by c > 0 scales every Ĥ_i by c, and the weights are
     homogeneous of degree 0, so the advantages do not change (exactly as eps_H → 0; the test
-    uses eps_H = 1e-30 and c = 2^k, exact in float32; see test_gtpo for the argument)."""
+    uses eps_H = 1e-30, entropies below 1e-20 set to 0, and c = 2^k, exact in float32; see
+    test_gtpo for the argument)."""
     cfg = grpo_s.Config(stats=stats, entropy_eps=1e-30)
+    batch = flush_tiny_entropies(batch)  # the derivation needs H = 0 or H ≫ eps_H
     scaled = batch.replace(entropy_old=batch.entropy_old * 2.0**k)
     torch.testing.assert_close(
         grpo_s.advantages(scaled, cfg), grpo_s.advantages(batch, cfg), rtol=1e-5, atol=1e-5

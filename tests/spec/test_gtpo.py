@@ -19,7 +19,7 @@ from refimpl import core
 from refimpl.algorithms import gtpo
 from refimpl.core import RolloutBatch
 from tests.spec import worked
-from tests.spec.strategies import rollout_batches
+from tests.spec.strategies import flush_tiny_entropies, rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
 
@@ -145,11 +145,13 @@ def test_advantages_invariant_to_scaling_entropies(stats, negative_shaping, batc
     Derivation: the entropy weights H̃_i/Σ H̃_k and (1/H̃_j)/Σ(1/H̃_k) are homogeneous of degree
     0 in H when H̃ = H, so r⁺, r⁻ and hence A (Eq. 6) do not change. With H̃ = H + eps_H the
     floor does not scale, so the identity is exact only as eps_H → 0: the test uses
-    eps_H = 1e-30 (absorbed by float64 for every non-zero entropy the strategy draws, which
-    are ≥ ~6e-14; a zero entropy gets weight ≈ 1e-30/ΣH either way) and c = 2^k, which scales
-    float32 entropies exactly, so the computation is the same up to the negligible floor.
+    eps_H = 1e-30 and sets every entropy below 1e-20 to exact 0 first, so that each non-zero
+    entropy absorbs the floor in float64 (a zero entropy gets weight ≈ 1e-30/ΣH either way),
+    and c = 2^k, which scales float32 entropies ≥ 1e-20 exactly (a subnormal would lose bits).
+    So the computation is the same up to the negligible floor.
     """
     cfg = gtpo.Config(stats=stats, negative_shaping=negative_shaping, entropy_eps=1e-30)
+    batch = flush_tiny_entropies(batch)  # the derivation needs H = 0 or H ≫ eps_H
     scaled = batch.replace(entropy_old=batch.entropy_old * 2.0**k)
     torch.testing.assert_close(
         gtpo.advantages(scaled, cfg), gtpo.advantages(batch, cfg), rtol=1e-5, atol=1e-5
@@ -257,7 +259,8 @@ def test_negative_shaping_none_failed_tokens_get_normalised_zero(stats, batch):
     """With negative_shaping="none" the early form's one reward is r⁺ (0 on failed tokens), and
     a failed token's advantage is the normalisation of its 0 within its own set [A]:
     stats="group": −mean(R⁺)/(std(R⁺) + eps) over the group's active tokens, one value for all
-    its failed tokens; stats="subgroup": O⁻'s tokens, all 0, so exactly 0. Successful tokens
+    its failed tokens; stats="subgroup" and "batch": O⁻'s tokens (of the group, of the batch),
+    all 0, so exactly 0. Successful tokens
     keep their "v6" advantage (A⁺ does not involve R⁻)."""
     v6, none = gtpo.Config(stats=stats), gtpo.Config(stats=stats, negative_shaping="none")
     A_v6, A = gtpo.advantages(batch, v6), gtpo.advantages(batch, none)
@@ -268,7 +271,7 @@ def test_negative_shaping_none_failed_tokens_get_normalised_zero(stats, batch):
     for g in range(batch.num_groups):
         rows = slice(g * G, g * G + G)
         R = r_plus[rows][m[rows]]
-        if stats == "subgroup" or R.numel() < 2 or R.max() == R.min():
+        if stats in ("subgroup", "batch") or R.numel() < 2 or R.max() == R.min():
             expected = 0.0
         else:
             expected = float(-R.mean() / (R.std(unbiased=True) + none.eps))

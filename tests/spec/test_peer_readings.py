@@ -172,3 +172,25 @@ def test_textpolicy_is_subgroup_scope_with_the_population_std():
         S = m & sign[:, None]
         L = S.sum()
         np.testing.assert_allclose(ours[S] * np.sqrt(L / (L - 1)), peer[S], rtol=1e-4, atol=1e-5)
+
+
+def test_success_threshold_reproduces_textpolicy_strict_split():
+    """textpolicy puts a completion in O⁺ when its reward is > 0.5; we when the outcome reward
+    is ≥ ``success_threshold`` (0.5). On binary rewards the two agree; a reward of exactly 0.5
+    splits differently, and ``success_threshold = 0.5 + 1e-6`` gives textpolicy's split (on
+    one prompt, up to the std convention of the test above). Both sides use α₁·r_i in Eq. 3."""
+    rewards = [1.0, 0.5, 0.0, 0.5, 1.0, 0.0, 1.0, 0.0]
+    batch = _batch(group_size=len(LENGTHS)).replace(rewards=torch.tensor(rewards))
+    mod = algorithms.get("gtpo")
+    strict = mod.Config(stats="subgroup", success_threshold=0.5 + 1e-6)
+    ours = mod.advantages(batch, strict).numpy().astype(np.float64)
+    m = batch.response_mask.bool().numpy()
+    peer = textpolicy_gtpo(batch)
+    success = np.array(rewards) > 0.5
+    for sign in (success, ~success):
+        S = m & sign[:, None]
+        L = S.sum()
+        np.testing.assert_allclose(ours[S] * np.sqrt(L / (L - 1)), peer[S], rtol=1e-4, atol=1e-5)
+    # The default threshold puts the two 0.5 completions in O⁺: another split, other numbers.
+    default = mod.advantages(batch, mod.Config(stats="subgroup")).numpy()
+    assert np.abs(default[m] - peer[m]).max() > 1e-2
