@@ -31,7 +31,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algorithms", nargs="+", default=["grpo", "gtpo", "tepo"])
-    parser.add_argument("--rollouts", type=int, default=4, help="generation rounds")
+    parser.add_argument("--rollouts", type=int, default=6, help="generation rounds")
     parser.add_argument("--prompts", type=int, default=8, help="problems per rollout")
     parser.add_argument("--num-generations", type=int, default=8, help="G, replies per problem")
     parser.add_argument(
@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="DAPO's filter of all-equal groups, for algorithms that have it (default: paper's)",
     )
     parser.add_argument("--eval-problems", type=int, default=100, help="held-out problems")
-    parser.add_argument("--eval-samples", type=int, default=4, help="samples per problem (pass@k)")
+    parser.add_argument("--eval-samples", type=int, default=8, help="samples per problem (pass@k)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write JSON and a .md table here")
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
             base = run_eval(model, tokenizer)
             print(json.dumps({"base": {k: v for k, v in base.items() if k != "examples"}}))
         cfg = algorithms.get(name).Config()
-        if args.dynamic_sampling != "default" and hasattr(cfg, "dynamic_sampling"):
+        if args.dynamic_sampling != "default":
             cfg = dataclasses.replace(cfg, dynamic_sampling=args.dynamic_sampling == "on")
         torch.manual_seed(args.seed)
         t0, cpu0 = time.perf_counter(), time.process_time()

@@ -374,8 +374,11 @@ def markdown_table(base: dict | None, runs: list[dict]) -> str:
     ``base`` and each run's ``"after"`` are :meth:`Evaluation.row` dicts; each run has
     ``"algorithm"``, ``"train_s"`` and ``"train"`` (a :func:`summarise_steps` dict).
     """
+    # The pass@k column shows the largest k the evaluations have (k ≤ samples per problem).
+    evals = [e for e in [base, *(r.get("after") for r in runs)] if e is not None]
+    k = max((int(key[5:]) for e in evals for key in e if key.startswith("pass@")), default=4)
     head = (
-        "| run | held-out success ± s.e. | pass@4 | clipped | entropy (eval) | "
+        f"| run | held-out success ± s.e. | pass@{k} | clipped | entropy (eval) | "
         "train entropy | clip frac (low/high) | TEPO mask | train time |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     )
@@ -383,10 +386,10 @@ def markdown_table(base: dict | None, runs: list[dict]) -> str:
     def fmt_eval(e: dict | None) -> list[str]:
         if e is None:
             return ["—"] * 4
-        p4 = e.get("pass@4")
+        pk = e.get(f"pass@{k}")
         return [
             f"{e['success']:.3f} ± {e['success_se']:.3f}",
-            "—" if p4 is None else f"{p4:.3f}",
+            "—" if pk is None else f"{pk:.3f}",
             f"{e['clipped_frac']:.2f}",
             f"{e['entropy']:.2f}",
         ]

@@ -242,3 +242,6 @@ def test_markdown_table_has_a_row_per_run() -> None:
     lines = table.strip().splitlines()
     assert len(lines) == 4 and lines[2].startswith("| base model | 0.200 ± 0.030 | 0.400")
     assert lines[3].startswith("| tepo after 16 steps") and "2.0 min" in lines[3]
+    assert "| pass@4 |" in lines[0]  # the largest k the evaluations report
+    eight = {**row, "pass@8": 0.6}
+    assert "| pass@8 |" in markdown_table(eight, [{**run, "after": eight}]).splitlines()[0]
