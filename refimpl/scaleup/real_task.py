@@ -35,7 +35,8 @@ from toy_envs import Problem
 from toy_envs.freeform import freeform_reward
 
 #: The chosen task (docs/scaleup.md, section "A real model learns"): two-digit addition. With
-#: the worked example below, SmolLM2-135M-Instruct solves 15 % of these at T = 1.
+#: the worked example below, SmolLM2-135M-Instruct solves 12 % of the held-out ones at
+#: T = 1 (100 problems × 8 samples; pass@8 0.49).
 DEFAULT_TASK = "addition"
 DEFAULT_KNOBS: dict[str, object] = {"digits": 2}
 #: One worked example in the conversation: it shows the answer format. Without it the 135M
