@@ -20,6 +20,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
 
+from refimpl import algorithms  # noqa: E402
 from refimpl.scaleup.hf_loop import train  # noqa: E402
 from refimpl.scaleup.models import load_smollm2  # noqa: E402
 from refimpl.scaleup.real_task import ChatTask  # noqa: E402
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
     from refimpl.scaleup.real_task import evaluate, markdown_table, summarise_steps
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--algorithm", default="gtpo")
+    p.add_argument("--algorithm", default="gtpo", choices=algorithms.NAMES)
     p.add_argument("--rollouts", type=int, default=6)
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--num-generations", type=int, default=8)
@@ -59,7 +60,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
     log = train(model, tok, task, problems, args.algorithm, args.prompts, args.num_generations,
-                args.rollouts, args.steps_per_rollout, args.max_new_tokens, args.learning_rate)  # fmt: skip
+                args.rollouts, args.steps_per_rollout, args.max_new_tokens, args.learning_rate,
+                progress=True)  # fmt: skip
     run = {"algorithm": f"{args.algorithm} (HF loop)", "train_s": time.perf_counter() - t0,
            "train": summarise_steps(log), "steps": log, "after": run_eval()}  # fmt: skip
     result = {"args": {k: str(v) for k, v in vars(args).items()}, "base": base, "runs": [run]}

