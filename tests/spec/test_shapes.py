@@ -1,13 +1,16 @@
 """Shape-typed math: the jaxtyping annotations of ``refimpl.core`` and the algorithm files.
 
-In the test session ``tests/conftest.py`` installs jaxtyping's import hook with beartype for
-those modules, so every call checks its tensors against the signature (``Float[Tensor, "B T"]``
-per token, ``Float[Tensor, " B"]`` per completion, one binding of ``B`` and ``T`` per call).
-Outside the tests nothing is wrapped: training pays nothing (the subprocess test below).
+In the test session ``tests/conftest.py`` wraps the public functions of those modules whose
+annotations fix a tensor's rank in ``jaxtyped(typechecker=beartype)``, so every call checks its
+tensors against the signature (``Float[Tensor, "B T"]`` per token, ``Float[Tensor, " B"]`` per
+completion, one binding of ``B`` and ``T`` per call). Outside the tests nothing is wrapped:
+training pays nothing (the subprocess test below).
 
 Invariants:
 
-* the hook is applied (every public function here is jaxtyping's wrapper);
+* the checks are applied: every public function with a fixed-rank shape annotation is
+  jaxtyping's wrapper, and only those (``require`` and the shape-generic ``masked``, ... stay
+  plain: see tests/conftest.py for why);
 * every annotation resolves (jaxtyping silently reads an unresolvable string as ``Any``, which
   would switch that check off without a word);
 * the thirteen algorithm files have identical signatures for ``advantages``,
@@ -83,13 +86,38 @@ def checks_off():
         jaxtyping.config.update("jaxtyping_disable", False)
 
 
-def test_hook_is_applied():
-    """The conftest hook wrapped every public function of core and of every algorithm file,
-    and beartype is the checker (so the tests below test the checks, not their absence)."""
+def _shape_kind(hint: object) -> set[str]:
+    """``{"fixed"}`` / ``{"variadic"}`` / both / neither: the jaxtyping ranks in a hint."""
+    if inspect.isclass(hint) and issubclass(hint, jaxtyping.AbstractArray):
+        return {"variadic" if "*" in hint.dim_str or "..." in hint.dim_str else "fixed"}
+    return set().union(*(_shape_kind(arg) for arg in typing.get_args(hint)))
+
+
+def test_checks_are_applied():
+    """conftest wrapped exactly the public functions of core and of every algorithm file with
+    a fixed-rank shape annotation (so the tests below test the checks, not their absence),
+    among them the three every algorithm file has, and beartype is the checker. The
+    shape-generic primitives are annotated too, and stay plain."""
+    n_checked = n_generic = 0
     for module in MODULES:
         for name, fn in _public_functions(module).items():
-            assert hasattr(fn, "__wrapped__"), f"{module.__name__}.{name} is not shape-checked"
-            assert fn.__code__.co_filename != inspect.unwrap(fn).__code__.co_filename
+            hints = typing.get_type_hints(inspect.unwrap(fn), include_extras=True)
+            kinds = set().union(*(_shape_kind(h) for h in hints.values()))
+            assert hasattr(fn, "__wrapped__") == ("fixed" in kinds), f"{module.__name__}.{name}"
+            if "fixed" in kinds:
+                assert fn.__code__.co_filename != inspect.unwrap(fn).__code__.co_filename
+                n_checked += 1
+            n_generic += kinds == {"variadic"}
+    for name in NAMES:
+        for fn_name in SHARED:
+            assert hasattr(getattr(algorithms.get(name), fn_name), "__wrapped__")
+    for fn in (core.aggregate, core.token_ratio, core.broadcast_to_tokens, core.group_normalize):
+        assert hasattr(fn, "__wrapped__")
+    assert hasattr(RolloutBatch.select_groups, "__wrapped__")
+    for fn in (core.require, core.masked, core.masked_sum, core.masked_mean, core.group_view):
+        assert not hasattr(fn, "__wrapped__")
+    assert n_checked >= 20 + len(NAMES) * len(SHARED)
+    assert n_generic == 7
     assert "beartype" in sys.modules
 
 
@@ -149,8 +177,8 @@ def test_core_names_the_argument():
 
 def test_mismatched_dimensions_fail():
     """Two arguments that disagree on ``B`` (or ``T``) fail, though each alone is a valid
-    ``[B, T]`` tensor: the first binds ``B``, the second contradicts it. The elementwise
-    primitives (``"*dims"``) reject two different shapes that torch would broadcast."""
+    ``[B, T]`` tensor: the first binds ``B``, the second contradicts it; so does a ``[1, T]``
+    mask that torch would broadcast."""
     b = _batch(B=4, T=3)
     other = _batch(B=6, T=3)
     with pytest.raises(jaxtyping.TypeCheckError, match="B=4"):
@@ -161,8 +189,9 @@ def test_mismatched_dimensions_fail():
         algorithms.get("gtpo").loss(b, b.logp_old.clone(), adv, cfg)
     with pytest.raises(jaxtyping.TypeCheckError, match="T=3"):
         core.token_covariance(b.logp_old, b.logp_old[:, :2], b.response_mask)
-    with pytest.raises(jaxtyping.TypeCheckError):
-        core.masked(b.logp_old, b.response_mask[:1])  # [1, T] broadcasts in torch.where
+    # [1, T] would broadcast in torch.where; the "B T" annotations refuse it.
+    with pytest.raises(jaxtyping.TypeCheckError, match="parameter 'mask'"):
+        core.token_ratio(b.logp_old, b.logp_old, b.response_mask[:1])
 
 
 @pytest.mark.parametrize("name", NAMES)
