@@ -30,9 +30,9 @@ that names it (the elementwise primitives). A dimension name binds at its first 
 call: every tensor of that call must agree with it.
 
 The annotations are checked at run time only in the test session: ``tests/conftest.py``
-installs jaxtyping's import hook with beartype for ``refimpl.core`` and
-``refimpl.algorithms``. Anywhere else (training, the notebooks) they are plain annotations:
-no wrapper, no check, no cost (``tests/spec/test_shapes.py`` shows both).
+wraps the public functions of this module and of the algorithm files whose annotations fix a
+rank in ``jaxtyped(typechecker=beartype)``. Anywhere else (training, the notebooks) they are
+plain annotations: no wrapper, no check, no cost (``tests/spec/test_shapes.py`` shows both).
 
 Masking convention
 ------------------
