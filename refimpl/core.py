@@ -10,6 +10,30 @@ A batch holds ``N`` groups of ``G`` completions, ``B = N·G`` rows, groups store
 consecutive rows: rows ``g·G … g·G+G−1`` answer prompt ``g``. Per-token tensors are
 ``[B, T]``; ``m[i,t] ∈ {0,1}`` is the response mask and ``|o_i| = Σ_t m[i,t]``.
 
+Shapes in the signatures
+------------------------
+The public functions here and in the algorithm files state their tensor shapes with
+jaxtyping annotations, one dimension name per quantity, the same everywhere::
+
+    B   completions in the batch (rows), B = N·G
+    T   padded length of a completion (columns of a per-token tensor)
+    G   group size (completions per prompt)
+    N   groups (prompts) in the batch
+
+``Float[Tensor, "B T"]`` is a per-token float tensor, ``Float[Tensor, " B"]`` one value per
+completion, ``Float[Tensor, ""]`` a scalar, ``Float[Tensor, "N G T"]`` a grouped view (a
+leading space, as in ``" B"``, means nothing to jaxtyping: it only keeps linters from reading
+the string as a Python expression). Masks may be
+float 0/1 or bool, hence ``Shaped[Tensor, "B T"]`` (any dtype); ``Bool`` is a bool tensor,
+``Real`` a float or integer one. ``"*dims"`` is any shape, the same for every argument
+that names it (the elementwise primitives). A dimension name binds at its first use in a
+call: every tensor of that call must agree with it.
+
+The annotations are checked at run time only in the test session: ``tests/conftest.py``
+wraps the public functions of this module and of the algorithm files whose annotations fix a
+rank in ``jaxtyped(typechecker=beartype)``. Anywhere else (training, the notebooks) they are
+plain annotations: no wrapper, no check, no cost (``tests/spec/test_shapes.py`` shows both).
+
 Masking convention
 ------------------
 Padding positions (``m = 0``) may hold *anything*, NaN included: every primitive here
@@ -44,6 +68,7 @@ from types import ModuleType
 from typing import Literal
 
 import torch
+from jaxtyping import Bool, Float, Float32, Float64, Real, Shaped
 from torch import Tensor
 
 AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean"]
@@ -215,7 +240,7 @@ class RolloutBatch:
         """A copy with some fields changed (validated again)."""
         return replace(self, **changes)
 
-    def select_groups(self, keep: Tensor) -> RolloutBatch:
+    def select_groups(self, keep: Bool[Tensor, " N"]) -> RolloutBatch:
         """The sub-batch made of the groups where ``keep`` (bool ``[N]``) is true."""
         require(
             keep.dtype == torch.bool and keep.shape == (self.num_groups,),
@@ -325,29 +350,35 @@ def check_advantages(adv: Tensor, batch: RolloutBatch) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def masked(x: Tensor, mask: Tensor) -> Tensor:
+def masked(x: Float[Tensor, "*dims"], mask: Shaped[Tensor, "*dims"]) -> Float[Tensor, "*dims"]:
     """``x`` where ``mask`` is 1, exactly 0 elsewhere (NaN-safe, unlike ``x * mask``)."""
     return torch.where(mask.bool(), x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+def masked_sum(
+    x: Float[Tensor, "*dims"], mask: Shaped[Tensor, "*dims"], dim: int | None = None
+) -> Float[Tensor, "*reduced"]:
     """``Σ m·x`` over ``dim`` (all elements when ``None``)."""
     y = masked(x, mask)
     return y.sum() if dim is None else y.sum(dim=dim)
 
 
-def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+def masked_mean(
+    x: Float[Tensor, "*dims"], mask: Shaped[Tensor, "*dims"], dim: int | None = None
+) -> Float[Tensor, "*reduced"]:
     """``Σ m·x / Σ m`` over ``dim``; 0 where the mask is empty (never NaN)."""
     count = mask.sum() if dim is None else mask.sum(dim=dim)
     return masked_sum(x, mask, dim) / count.clamp(min=1)
 
 
-def group_view(x: Tensor, group_size: int) -> Tensor:
+def group_view(x: Shaped[Tensor, " B *rest"], group_size: int) -> Shaped[Tensor, "N G *rest"]:
     """``[B, ...] → [N, G, ...]``: rows ``g·G … g·G+G−1`` become group ``g``."""
     return x.reshape(-1, group_size, *x.shape[1:])
 
 
-def broadcast_to_tokens(per_sequence: Tensor, mask: Tensor) -> Tensor:
+def broadcast_to_tokens(
+    per_sequence: Float[Tensor, " B"], mask: Shaped[Tensor, "B T"]
+) -> Float32[Tensor, "B T"]:
     """``[B] → [B, T]``: the sequence value on every response token, exactly 0 on padding."""
     return masked(per_sequence[:, None].expand_as(mask).to(torch.float32), mask)
 
@@ -357,7 +388,9 @@ def broadcast_to_tokens(per_sequence: Tensor, mask: Tensor) -> Tensor:
 # ---------------------------------------------------------------------------------------------
 
 
-def group_mean_std(values: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
+def group_mean_std(
+    values: Float[Tensor, " B"], group_size: int
+) -> tuple[Float64[Tensor, " B"], Float64[Tensor, " B"]]:
     """Per-group mean and unbiased (Bessel-corrected) std, broadcast back to ``[B]``."""
     v = group_view(values.to(torch.float64), group_size)
     mean = v.mean(dim=1, keepdim=True).expand_as(v)
@@ -365,7 +398,7 @@ def group_mean_std(values: Tensor, group_size: int) -> tuple[Tensor, Tensor]:
     return mean.reshape(-1), std.reshape(-1)
 
 
-def group_degenerate(values: Tensor, group_size: int) -> Tensor:
+def group_degenerate(values: Float[Tensor, " B"], group_size: int) -> Bool[Tensor, " B"]:
     """``[B]`` bool: the row's group has all-equal values (zero variance)."""
     v = group_view(values, group_size)
     flat = v.amax(dim=1) == v.amin(dim=1)
@@ -373,8 +406,8 @@ def group_degenerate(values: Tensor, group_size: int) -> Tensor:
 
 
 def group_normalize(
-    rewards: Tensor, group_size: int, *, scale_by_std: bool = True, eps: float = EPS
-) -> Tensor:
+    rewards: Float[Tensor, " B"], group_size: int, *, scale_by_std: bool = True, eps: float = EPS
+) -> Float32[Tensor, " B"]:
     """Group-relative advantage ``[B]``: ``(r − mean_G r) / (std_G r + eps)``.
 
     With ``scale_by_std=False`` it is ``r − mean_G r`` (Dr. GRPO, GPG). A group whose rewards
@@ -389,13 +422,13 @@ def group_normalize(
     return adv.to(torch.float32)
 
 
-def success(rewards: Tensor, threshold: float) -> Tensor:
+def success(rewards: Float[Tensor, " B"], threshold: float) -> Bool[Tensor, " B"]:
     """``[B]`` bool: completion ``i`` is successful when ``r_i ≥ threshold`` (every Config's
     ``success_threshold``, 0.5 for the toy tasks' {0, 1} rewards)."""
     return rewards >= threshold
 
 
-def successful(batch: RolloutBatch, threshold: float) -> Tensor:
+def successful(batch: RolloutBatch, threshold: float) -> Bool[Tensor, " B"]:
     """``[B]`` bool: which completions succeeded, decided on the *outcome* rewards (before any
     reward shaping; see ``RolloutBatch.outcome_rewards``)."""
     outcome = batch.rewards if batch.outcome_rewards is None else batch.outcome_rewards
@@ -407,18 +440,24 @@ def successful(batch: RolloutBatch, threshold: float) -> Tensor:
 # ---------------------------------------------------------------------------------------------
 
 
-def token_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
+def token_ratio(
+    logp: Float[Tensor, "B T"], logp_old: Float[Tensor, "B T"], mask: Shaped[Tensor, "B T"]
+) -> Float32[Tensor, "B T"]:
     """``w[i,t] = exp(logp − logp_old)`` on response tokens, 1 on padding (float32)."""
     log_ratio = masked(logp.float() - logp_old.float(), mask)
     return torch.exp(log_ratio)
 
 
-def sequence_log_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
+def sequence_log_ratio(
+    logp: Float[Tensor, "B T"], logp_old: Float[Tensor, "B T"], mask: Shaped[Tensor, "B T"]
+) -> Float32[Tensor, " B"]:
     """``log s_i = (1/|o_i|) Σ_t (logp − logp_old)[i,t]`` (GSPO Eq. 7); 0 for empty rows."""
     return masked_mean(logp.float() - logp_old.float(), mask, dim=1)
 
 
-def sequence_token_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
+def sequence_token_ratio(
+    logp: Float[Tensor, "B T"], logp_old: Float[Tensor, "B T"], mask: Shaped[Tensor, "B T"]
+) -> Float32[Tensor, "B T"]:
     """``[B, T]`` GSPO-token ratio ``s[i,t] = sg[s_i] · π_θ(o_{i,t}) / sg[π_θ(o_{i,t})]``
     (GSPO Eq. 13-14), 1 on padding, float32.
 
@@ -437,8 +476,11 @@ def sequence_token_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor
 
 
 def clipped_surrogate(
-    ratio: Tensor, adv: Tensor, clip_eps_low: float, clip_eps_high: float
-) -> Tensor:
+    ratio: Float[Tensor, "*dims"],
+    adv: Float[Tensor, "*dims"],
+    clip_eps_low: float,
+    clip_eps_high: float,
+) -> Float[Tensor, "*dims"]:
     """``clipped(x, A) = min(x·A, clip(x, 1−ε_low, 1+ε_high)·A)``, elementwise.
 
     The loss is its negative. The gradient through ``x`` vanishes once the ratio leaves the
@@ -450,7 +492,11 @@ def clipped_surrogate(
     return torch.minimum(unclipped, clipped)
 
 
-def kl_k3(logp: Tensor, logp_ref: Tensor, mask: Tensor | None = None) -> Tensor:
+def kl_k3(
+    logp: Float[Tensor, "*dims"],
+    logp_ref: Float[Tensor, "*dims"],
+    mask: Shaped[Tensor, "*dims"] | None = None,
+) -> Float32[Tensor, "*dims"]:
     """Schulman's k3 estimator of ``KL(π_θ ‖ π_ref)``: ``exp(Δ) − Δ − 1``, ``Δ = logp_ref − logp``.
 
     Non-negative, unbiased in expectation over tokens sampled from ``π_θ``. ``Δ`` is clamped
@@ -472,7 +518,13 @@ def kl_k3(logp: Tensor, logp_ref: Tensor, mask: Tensor | None = None) -> Tensor:
 # ---------------------------------------------------------------------------------------------
 
 
-def aggregate(loss: Tensor, mask: Tensor, mode: str, *, max_len: int | None = None) -> Tensor:
+def aggregate(
+    loss: Float[Tensor, "B T"] | Float[Tensor, " B"],
+    mask: Shaped[Tensor, "B T"],
+    mode: str,
+    *,
+    max_len: int | None = None,
+) -> Float[Tensor, ""]:
     """Reduce ``loss`` to a scalar with one of the modes in the module docstring.
 
     Args:
@@ -535,7 +587,9 @@ def differentiates_entropy(cfg: AlgorithmConfig) -> bool:
     return cfg.differentiates_entropy()
 
 
-def token_covariance(logp: Tensor, adv: Tensor, mask: Tensor) -> Tensor:
+def token_covariance(
+    logp: Float[Tensor, "B T"], adv: Float[Tensor, "B T"], mask: Shaped[Tensor, "B T"]
+) -> Float32[Tensor, "B T"]:
     """``[B, T]`` float32 centred covariance term of Cui et al. (Clip-Cov, KL-Cov), 0 on padding:
 
         cov[i,t] = (A[i,t] − mean A) · (logp[i,t] − mean logp),  means over the response tokens
@@ -548,14 +602,16 @@ def token_covariance(logp: Tensor, adv: Tensor, mask: Tensor) -> Tensor:
     return masked(centred, mask)
 
 
-def covariance_selection_count(fraction: float, mask: Tensor) -> int:
+def covariance_selection_count(fraction: float, mask: Shaped[Tensor, "B T"]) -> int:
     """How many tokens Clip-Cov / KL-Cov act on: ``max(1, ⌊fraction · Σ m⌋)``, 0 when the batch
     has no response token (the authors' code, as in verl: at least one token per batch)."""
     n_tokens = float(mask.sum())
     return max(int(fraction * n_tokens), 1) if n_tokens > 0 else 0
 
 
-def informative_groups(rewards: Tensor, group_size: int, threshold: float) -> Tensor:
+def informative_groups(
+    rewards: Float[Tensor, " B"], group_size: int, threshold: float
+) -> Bool[Tensor, " N"]:
     """DAPO dynamic sampling (Eq. 11): ``[N]`` bool, keep groups with ``0 < #successful < G``.
 
     Pass the *outcome* rewards (before shaping) and the Config's ``success_threshold``.
@@ -564,7 +620,9 @@ def informative_groups(rewards: Tensor, group_size: int, threshold: float) -> Te
     return (n_success > 0) & (n_success < group_size)
 
 
-def keep_groups(outcome: Tensor, group_size: int, cfg: AlgorithmConfig) -> Tensor:
+def keep_groups(
+    outcome: Float[Tensor, " B"], group_size: int, cfg: AlgorithmConfig
+) -> Bool[Tensor, " N"]:
     """The groups a training loop trains on, ``[N]`` bool: with ``cfg.dynamic_sampling``
     DAPO's informative groups (:func:`informative_groups` at ``cfg.success_threshold``), else
     every group. Pass the outcome rewards (before shaping)."""
@@ -573,7 +631,9 @@ def keep_groups(outcome: Tensor, group_size: int, cfg: AlgorithmConfig) -> Tenso
     return torch.ones(outcome.shape[0] // group_size, dtype=torch.bool, device=outcome.device)
 
 
-def overlong_filter(response_mask: Tensor, truncated: Tensor, cfg: AlgorithmConfig) -> Tensor:
+def overlong_filter(
+    response_mask: Shaped[Tensor, "B T"], truncated: Bool[Tensor, " B"], cfg: AlgorithmConfig
+) -> Shaped[Tensor, "B T"]:
     """The loss mask: with ``cfg.overlong_filter`` (DAPO's overlong filtering) the rows that
     hit the length budget without EOS (``truncated``, ``[B]`` bool) leave the loss; else
     ``response_mask`` itself. Apply it after the advantages: a truncated row still counts in
@@ -583,7 +643,7 @@ def overlong_filter(response_mask: Tensor, truncated: Tensor, cfg: AlgorithmConf
     return torch.where(truncated[:, None], torch.zeros_like(response_mask), response_mask)
 
 
-def gpg_alpha(rewards: Tensor, group_size: int) -> float:
+def gpg_alpha(rewards: Float[Tensor, " B"], group_size: int) -> float:
     """GPG's ``α = B / (B − M)`` (GPG §3), ``M`` the rows whose group has all-equal rewards
     (they carry no gradient); 1 when every group is flat (every advantage is 0 then)."""
     n_rows = rewards.shape[0]
@@ -592,8 +652,8 @@ def gpg_alpha(rewards: Tensor, group_size: int) -> float:
 
 
 def kept_group_advantages(
-    algorithm: ModuleType, batch: RolloutBatch, keep: Tensor, cfg: AlgorithmConfig
-) -> Tensor:
+    algorithm: ModuleType, batch: RolloutBatch, keep: Bool[Tensor, " N"], cfg: AlgorithmConfig
+) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages of ``algorithm`` on the groups where ``keep`` holds, 0 on the
     others, for a loop whose loss sees micro-batches that split groups (TRL, verl).
 
@@ -640,7 +700,9 @@ def overlong_cache_len(max_len: int, cache_frac: float) -> int:
     return max(1, min(max_len, round(cache_frac * max_len)))
 
 
-def shape_rewards(rewards: Tensor, lengths: Tensor, max_len: int, cfg: AlgorithmConfig) -> Tensor:
+def shape_rewards(
+    rewards: Float[Tensor, " B"], lengths: Real[Tensor, " B"], max_len: int, cfg: AlgorithmConfig
+) -> Float[Tensor, " B"]:
     """The reward the advantage sees: DAPO's soft overlong punishment added to the outcome
     reward when ``cfg.overlong_shaping`` is on, on the outcome's scale; else ``rewards``.
 
@@ -666,7 +728,9 @@ def shape_rewards(rewards: Tensor, lengths: Tensor, max_len: int, cfg: Algorithm
     return rewards + cfg.overlong_penalty_scale * penalty.to(rewards.dtype)
 
 
-def overlong_penalty(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:
+def overlong_penalty(
+    lengths: Real[Tensor, " B"], max_len: int, cache_len: int
+) -> Float32[Tensor, " B"]:
     """DAPO soft overlong punishment ``R_len(|o|)``, added to the reward (DAPO Eq. 13).
 
     ``0`` for ``|o| ≤ L_max − L_cache``; ``((L_max − L_cache) − |o|) / L_cache`` on the
@@ -680,7 +744,11 @@ def overlong_penalty(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:
 
 
 def ratio_metrics(
-    ratio: Tensor, adv: Tensor, mask: Tensor, clip_eps_low: float, clip_eps_high: float
+    ratio: Float[Tensor, "B T"],
+    adv: Float[Tensor, "B T"],
+    mask: Shaped[Tensor, "B T"],
+    clip_eps_low: float,
+    clip_eps_high: float,
 ) -> dict[str, float]:
     """Clip fractions (tokens whose gradient the clip switched off, low and high side) and
     the mean ratio, over response tokens."""
@@ -694,7 +762,9 @@ def ratio_metrics(
         }
 
 
-def common_metrics(batch: RolloutBatch, logp: Tensor, adv: Tensor) -> dict[str, float]:
+def common_metrics(
+    batch: RolloutBatch, logp: Float[Tensor, "B T"], adv: Float[Tensor, "B T"]
+) -> dict[str, float]:
     """Metrics every loss reports: approximate KL to the rollout policy (k3 of π_θ against
     π_old, averaged over response tokens) and the advantage mean/std over response tokens."""
     with torch.no_grad():
@@ -715,7 +785,9 @@ def common_metrics(batch: RolloutBatch, logp: Tensor, adv: Tensor) -> dict[str, 
 # ---------------------------------------------------------------------------------------------
 
 
-def masked_zscore(values: Tensor, in_set: Tensor, eps: float = EPS) -> Tensor:
+def masked_zscore(
+    values: Float[Tensor, " N *rest"], in_set: Shaped[Tensor, " N *rest"], eps: float = EPS
+) -> Float64[Tensor, " N *rest"]:
     """``(x − mean_S x) / (std_S x + eps)`` with the statistics of a masked set ``S``.
 
     ``values`` and ``in_set`` are ``[N, ...]``. For each leading index ``n`` the mean and the

@@ -63,6 +63,7 @@ import hashlib
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from refimpl import core
@@ -116,7 +117,7 @@ class Config(core.AlgorithmConfig):
         )
 
 
-def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
     # §4.1.2: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
@@ -124,7 +125,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
 
-def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """The same advantages as plain loops over groups, completions and positions."""
     B, T = batch.response_mask.shape
     G = batch.group_size
@@ -155,7 +156,9 @@ def subset_generator(batch: RolloutBatch, seed: int | None) -> torch.Generator |
     return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
 
 
-def clip_cov_mask(batch: RolloutBatch, logp: Tensor, adv: Tensor, cfg: Config) -> Tensor:
+def clip_cov_mask(
+    batch: RolloutBatch, logp: Float[Tensor, "B T"], adv: Float[Tensor, "B T"], cfg: Config
+) -> Bool[Tensor, "B T"]:
     """``[B, T]`` bool ``S``: the tokens whose term Clip-Cov switches off (0 on padding).
 
     A uniformly random subset of size ``min(|C|, max(1, ⌊r·N⌋))`` of the candidates
@@ -183,11 +186,11 @@ def clip_cov_mask(batch: RolloutBatch, logp: Tensor, adv: Tensor, cfg: Config) -
 
 def loss(
     batch: RolloutBatch,
-    logp: Tensor,
-    adv: Tensor,
+    logp: Float[Tensor, "B T"],
+    adv: Float[Tensor, "B T"],
     cfg: Config,
-    entropy: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    entropy: Float[Tensor, "B T"] | None = None,
+) -> tuple[Float[Tensor, ""], dict[str, float]]:
     """DAPO's clip-higher surrogate with the selected tokens' terms zeroed, token-mean.
 
     Args:

@@ -72,6 +72,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from refimpl import core
@@ -104,7 +105,7 @@ class Config(core.AlgorithmConfig):
         core.check_config(self, LOSS_AGG_MODES)
 
 
-def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
     # §4.1.2: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
@@ -112,7 +113,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
 
-def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """The same advantages as plain loops over groups, completions and positions."""
     B, T = batch.response_mask.shape
     G = batch.group_size
@@ -133,11 +134,11 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
 
 def loss(
     batch: RolloutBatch,
-    logp: Tensor,
-    adv: Tensor,
+    logp: Float[Tensor, "B T"],
+    adv: Float[Tensor, "B T"],
     cfg: Config,
-    entropy: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    entropy: Float[Tensor, "B T"] | None = None,
+) -> tuple[Float[Tensor, ""], dict[str, float]]:
     """Clip-higher surrogate (plus k3 KL when ``kl_coef > 0``), aggregated token-mean (Eq. 8).
 
     Args:

@@ -53,6 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from refimpl import core
@@ -88,7 +89,7 @@ class Config(core.AlgorithmConfig):
         return self if self.max_len is not None else replace(self, max_len=max_new_tokens)
 
 
-def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-centred outcome reward on every response token."""
     # §3.2: A_i = r_i − mean_G r; no division by the std (it biases towards easy/hard prompts).
     A_seq = core.group_normalize(batch.rewards, batch.group_size, scale_by_std=False)
@@ -96,7 +97,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
 
-def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """The same advantages as plain loops over groups, completions and positions."""
     B, T = batch.response_mask.shape
     G = batch.group_size
@@ -116,11 +117,11 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
 
 def loss(
     batch: RolloutBatch,
-    logp: Tensor,
-    adv: Tensor,
+    logp: Float[Tensor, "B T"],
+    adv: Float[Tensor, "B T"],
     cfg: Config,
-    entropy: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    entropy: Float[Tensor, "B T"] | None = None,
+) -> tuple[Float[Tensor, ""], dict[str, float]]:
     """Clipped surrogate (plus k3 KL when ``kl_coef > 0``), aggregated over a constant L_max.
 
     Args:

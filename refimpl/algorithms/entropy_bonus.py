@@ -57,6 +57,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from refimpl import core
@@ -99,7 +100,7 @@ class Config(core.AlgorithmConfig):
         )
 
 
-def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
     # §4.1.2: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
@@ -107,7 +108,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
 
-def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """The same advantages as plain loops over groups, completions and positions."""
     B, T = batch.response_mask.shape
     G = batch.group_size
@@ -128,11 +129,11 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
 
 def loss(
     batch: RolloutBatch,
-    logp: Tensor,
-    adv: Tensor,
+    logp: Float[Tensor, "B T"],
+    adv: Float[Tensor, "B T"],
     cfg: Config,
-    entropy: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    entropy: Float[Tensor, "B T"] | None = None,
+) -> tuple[Float[Tensor, ""], dict[str, float]]:
     """DAPO's clip-higher surrogate minus β_H·H_θ on every token, aggregated token-mean.
 
     Args:

@@ -55,6 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Float, Float32, Shaped
 from torch import Tensor
 
 from refimpl import core
@@ -93,7 +94,7 @@ class Config(core.AlgorithmConfig):
         )
 
 
-def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
     # §4.1.2: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
@@ -101,7 +102,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
 
-def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """The same advantages as plain loops over groups, completions and positions."""
     B, T = batch.response_mask.shape
     G = batch.group_size
@@ -120,7 +121,9 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return A
 
 
-def forking_mask(entropy: Tensor, mask: Tensor, top_entropy_frac: float) -> Tensor:
+def forking_mask(
+    entropy: Float[Tensor, "B T"], mask: Shaped[Tensor, "B T"], top_entropy_frac: float
+) -> Float32[Tensor, "B T"]:
     """``[B, T]`` float ``F[i,t] = m[i,t]·1[H[i,t] ≥ τ_ρ]``: 1 on the forking tokens, with τ_ρ
     the ``(1 − ρ)``-quantile of the entropies of the batch's response tokens; 0 on padding
     (and everywhere when the batch has no response token)."""
@@ -140,11 +143,11 @@ def forking_mask(entropy: Tensor, mask: Tensor, top_entropy_frac: float) -> Tens
 
 def loss(
     batch: RolloutBatch,
-    logp: Tensor,
-    adv: Tensor,
+    logp: Float[Tensor, "B T"],
+    adv: Float[Tensor, "B T"],
     cfg: Config,
-    entropy: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    entropy: Float[Tensor, "B T"] | None = None,
+) -> tuple[Float[Tensor, ""], dict[str, float]]:
     """DAPO's clip-higher surrogate on the forking tokens only, token-mean over all tokens.
 
     Args:

@@ -60,6 +60,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from refimpl import core
@@ -90,7 +91,7 @@ class Config(core.AlgorithmConfig):
         core.check_config(self, LOSS_AGG_MODES)
 
 
-def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-centred outcome reward on every response token."""
     # §3: A_i = (r_i − mean_G r) / F_norm with F_norm = 1 (or std_G r + eps).
     A_seq = core.group_normalize(
@@ -100,7 +101,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
 
-def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """The same advantages as plain loops over groups, completions and positions."""
     B, T = batch.response_mask.shape
     G = batch.group_size
@@ -122,11 +123,11 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
 
 def loss(
     batch: RolloutBatch,
-    logp: Tensor,
-    adv: Tensor,
+    logp: Float[Tensor, "B T"],
+    adv: Float[Tensor, "B T"],
     cfg: Config,
-    entropy: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    entropy: Float[Tensor, "B T"] | None = None,
+) -> tuple[Float[Tensor, ""], dict[str, float]]:
     """Policy gradient ``−α·A·logp`` (plus k3 KL when ``kl_coef > 0``), aggregated token-mean.
 
     Args:

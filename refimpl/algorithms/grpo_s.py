@@ -73,6 +73,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Float, Float32, Float64, Shaped
 from torch import Tensor
 
 from refimpl import core
@@ -128,7 +129,9 @@ class Config(core.AlgorithmConfig):
         )
 
 
-def sequence_rewards(batch: RolloutBatch, cfg: Config) -> tuple[Tensor, Tensor]:
+def sequence_rewards(
+    batch: RolloutBatch, cfg: Config
+) -> tuple[Float64[Tensor, " B"], Float64[Tensor, " B"]]:
     """``(r_hat_plus, r_hat_minus)``, each ``[B]`` float64: the GRPO-S rewards
     (the per-sequence analogues of v6 Eq. 3 and 5).
 
@@ -169,7 +172,7 @@ def sequence_rewards(batch: RolloutBatch, cfg: Config) -> tuple[Tensor, Tensor]:
     return r_hat_plus.reshape(-1), r_hat_minus.reshape(-1)
 
 
-def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: R̂⁺ and R̂⁻ normalised separately (v6 Eq. 6 per sequence), each
     completion's value on every one of its tokens."""
     G = batch.group_size
@@ -199,7 +202,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return core.broadcast_to_tokens(A_hat, batch.response_mask)
 
 
-def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """The same advantages as plain loops over groups, completions and positions."""
     B, T = batch.response_mask.shape
     G = batch.group_size
@@ -259,7 +262,12 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return A
 
 
-def sequence_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor, ratio: str) -> Tensor:
+def sequence_ratio(
+    logp: Float[Tensor, "B T"],
+    logp_old: Float[Tensor, "B T"],
+    mask: Shaped[Tensor, "B T"],
+    ratio: str,
+) -> Float32[Tensor, " B"]:
     """``[B]`` ŵ_i of GRPO-S objective: the arithmetic mean of the token ratios over the completion's
     tokens, or (``ratio="geometric"``) GSPO's ``s_i = exp(mean_t log w)``. Empty rows: 0 / 1."""
     core.require_choice(ratio, "ratio", RATIOS)
@@ -270,11 +278,11 @@ def sequence_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor, ratio: str) -> 
 
 def loss(
     batch: RolloutBatch,
-    logp: Tensor,
-    adv: Tensor,
+    logp: Float[Tensor, "B T"],
+    adv: Float[Tensor, "B T"],
     cfg: Config,
-    entropy: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    entropy: Float[Tensor, "B T"] | None = None,
+) -> tuple[Float[Tensor, ""], dict[str, float]]:
     """Sequence-level clipped surrogate, aggregated seq-mean (GRPO-S objective).
 
     Args:

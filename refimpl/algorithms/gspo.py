@@ -58,6 +58,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from refimpl import core
@@ -89,7 +90,7 @@ class Config(core.AlgorithmConfig):
         core.check_config(self, LOSS_AGG_MODES)
 
 
-def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
     # Eq. 6 (= GRPO §4.1.2): A_i = (r_i − mean_G r) / (std_G r + eps), one per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
@@ -97,7 +98,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
 
-def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """The same advantages as plain loops over groups, completions and positions."""
     B, T = batch.response_mask.shape
     G = batch.group_size
@@ -118,11 +119,11 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
 
 def loss(
     batch: RolloutBatch,
-    logp: Tensor,
-    adv: Tensor,
+    logp: Float[Tensor, "B T"],
+    adv: Float[Tensor, "B T"],
     cfg: Config,
-    entropy: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    entropy: Float[Tensor, "B T"] | None = None,
+) -> tuple[Float[Tensor, ""], dict[str, float]]:
     """Clipped sequence-ratio surrogate, aggregated seq-mean (Eq. 5), or GSPO-token (Eq. 13).
 
     Args:

@@ -86,6 +86,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Float, Float64
 from torch import Tensor
 
 from refimpl import core
@@ -138,7 +139,9 @@ class Config(core.AlgorithmConfig):
         )
 
 
-def token_rewards(batch: RolloutBatch, cfg: Config) -> tuple[Tensor, Tensor]:
+def token_rewards(
+    batch: RolloutBatch, cfg: Config
+) -> tuple[Float64[Tensor, "B T"], Float64[Tensor, "B T"]]:
     """``(r_plus, r_minus)``, each ``[B, T]`` float64: the token rewards of v6 Eq. 3 and 5.
 
     ``r_plus`` is non-zero only on tokens of successful completions, ``r_minus`` only on tokens
@@ -185,7 +188,7 @@ def token_rewards(batch: RolloutBatch, cfg: Config) -> tuple[Tensor, Tensor]:
     return r_plus.reshape(batch.response_mask.shape), r_minus.reshape(batch.response_mask.shape)
 
 
-def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` token advantages: R⁺ and R⁻ group-normalised separately (v6 Eq. 6)."""
     G = batch.group_size
     active = core.group_view(batch.response_mask.bool(), G)  # [N, G, T]
@@ -218,7 +221,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return core.masked(A, active).reshape(batch.response_mask.shape).to(torch.float32)
 
 
-def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """The same advantages as plain loops over groups, completions and positions."""
     B, T = batch.response_mask.shape
     G = batch.group_size
@@ -289,11 +292,11 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
 
 def loss(
     batch: RolloutBatch,
-    logp: Tensor,
-    adv: Tensor,
+    logp: Float[Tensor, "B T"],
+    adv: Float[Tensor, "B T"],
     cfg: Config,
-    entropy: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    entropy: Float[Tensor, "B T"] | None = None,
+) -> tuple[Float[Tensor, ""], dict[str, float]]:
     """Clipped surrogate with token advantages, aggregated token-mean (v6 Eq. 7).
 
     Args:

@@ -65,6 +65,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from refimpl import core
@@ -107,7 +108,7 @@ class Config(core.AlgorithmConfig):
         )
 
 
-def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
     # §4.1.2: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
@@ -115,7 +116,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
 
-def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """The same advantages as plain loops over groups, completions and positions."""
     B, T = batch.response_mask.shape
     G = batch.group_size
@@ -134,7 +135,9 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return A
 
 
-def kl_cov_mask(batch: RolloutBatch, logp: Tensor, adv: Tensor, cfg: Config) -> Tensor:
+def kl_cov_mask(
+    batch: RolloutBatch, logp: Float[Tensor, "B T"], adv: Float[Tensor, "B T"], cfg: Config
+) -> Bool[Tensor, "B T"]:
     """``[B, T]`` bool ``K``: the ``max(1, ⌊k·N⌋)`` response tokens with the largest
     covariance (ties: the earlier token in row-major order), 0 on padding."""
     mask = batch.response_mask
@@ -151,11 +154,11 @@ def kl_cov_mask(batch: RolloutBatch, logp: Tensor, adv: Tensor, cfg: Config) -> 
 
 def loss(
     batch: RolloutBatch,
-    logp: Tensor,
-    adv: Tensor,
+    logp: Float[Tensor, "B T"],
+    adv: Float[Tensor, "B T"],
     cfg: Config,
-    entropy: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    entropy: Float[Tensor, "B T"] | None = None,
+) -> tuple[Float[Tensor, ""], dict[str, float]]:
     """Unclipped −w·A plus β·|Δ log π| on the top-covariance tokens, aggregated token-mean.
 
     Args:

@@ -55,6 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 
 from refimpl import core
@@ -85,7 +86,7 @@ class Config(core.AlgorithmConfig):
         core.check_config(self, LOSS_AGG_MODES)
 
 
-def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: each reward minus the mean of its siblings' rewards."""
     G = batch.group_size
     # Leave-one-out: r_i − (1/(G−1)) Σ_{j≠i} r_j = G/(G−1)·(r_i − mean_G r). The centred
@@ -95,7 +96,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
 
-def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """The same advantages as plain loops: each baseline is the mean of the *other* rewards."""
     B, T = batch.response_mask.shape
     G = batch.group_size
@@ -115,11 +116,11 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
 
 def loss(
     batch: RolloutBatch,
-    logp: Tensor,
-    adv: Tensor,
+    logp: Float[Tensor, "B T"],
+    adv: Float[Tensor, "B T"],
     cfg: Config,
-    entropy: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    entropy: Float[Tensor, "B T"] | None = None,
+) -> tuple[Float[Tensor, ""], dict[str, float]]:
     """Clipped surrogate (plus k3 KL when ``kl_coef > 0``), aggregated token-mean.
 
     Args:

@@ -84,6 +84,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Float, Float32, Shaped
 from torch import Tensor
 
 from refimpl import core
@@ -150,7 +151,7 @@ class Config(core.AlgorithmConfig):
         return self.kl_coef > 0 and self.kl_mask and self.entropy_source == "current"
 
 
-def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
     # GRPO §4.1.2 [A]: A_i = (r_i − mean_G r) / (std_G r + eps); "centred": r_i − mean_G r.
     A_seq = core.group_normalize(
@@ -160,7 +161,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
 
-def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
+def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """The same advantages as plain loops over groups, completions and positions."""
     B, T = batch.response_mask.shape
     G = batch.group_size
@@ -180,7 +181,12 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Tensor:
     return A
 
 
-def policy_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor, ratio: str) -> Tensor:
+def policy_ratio(
+    logp: Float[Tensor, "B T"],
+    logp_old: Float[Tensor, "B T"],
+    mask: Shaped[Tensor, "B T"],
+    ratio: str,
+) -> Float32[Tensor, "B T"]:
     """``[B, T]`` ratio of the policy term, 1 on padding, float32: the GSPO-token
     ``s[i,t] = sg[s_i]·π_θ(o_{i,t})/sg[π_θ(o_{i,t})]`` (value ``s_i``, gradient ``s_i`` through
     its own token only), or (``ratio="token"``) the token ratio ``w[i,t]``."""
@@ -191,12 +197,12 @@ def policy_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor, ratio: str) -> Te
 
 
 def kl_mask(
-    adv: Tensor,
-    entropy: Tensor | None,
-    entropy_old: Tensor,
-    mask: Tensor,
+    adv: Float[Tensor, "B T"],
+    entropy: Float[Tensor, "B T"] | None,
+    entropy_old: Float[Tensor, "B T"],
+    mask: Shaped[Tensor, "B T"],
     cfg: Config | None = None,
-) -> Tensor:
+) -> Float32[Tensor, "B T"]:
     """``[B, T]`` float ``M[i,t] = 1[A[i,t] > 0] · 1[entropy decreased at (i,t)]``, 0 on padding.
 
     The same rule as :func:`loss` applies with ``cfg`` (default: ``Config()``).
@@ -227,11 +233,11 @@ def kl_mask(
 
 def loss(
     batch: RolloutBatch,
-    logp: Tensor,
-    adv: Tensor,
+    logp: Float[Tensor, "B T"],
+    adv: Float[Tensor, "B T"],
     cfg: Config,
-    entropy: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    entropy: Float[Tensor, "B T"] | None = None,
+) -> tuple[Float[Tensor, ""], dict[str, float]]:
     """GSPO-token clipped surrogate, token-mean, plus the masked KL term.
 
     Args:

@@ -307,8 +307,9 @@ def test_overlong_rejects_bad_lengths():
 # ---------------------------------------------------------------------------------------------
 
 
-class _Shaping:
-    """A stand-in Config carrying the shaping fields (every algorithm Config has them)."""
+class _Shaping(core.AlgorithmConfig):
+    """A stand-in Config carrying the shaping fields (every algorithm Config has them); an
+    ``AlgorithmConfig``, as ``shape_rewards``'s annotation asks (checked in the tests)."""
 
     def __init__(self, on: bool = True, frac: float = 0.2, scale: float = 0.5):
         self.overlong_shaping, self.overlong_cache_frac, self.overlong_penalty_scale = (

@@ -72,7 +72,9 @@ def test_kept_group_advantages_zero_the_dropped_groups():
     expected = grpo.advantages(batch.select_groups(keep), grpo.Config())
     torch.testing.assert_close(adv[rows], expected, rtol=0, atol=0)
     assert (adv[~rows] == 0).all()
-    nothing = core.kept_group_advantages(grpo, batch, torch.zeros(3, dtype=torch.bool), None)
+    nothing = core.kept_group_advantages(
+        grpo, batch, torch.zeros(3, dtype=torch.bool), grpo.Config()
+    )
     assert (nothing == 0).all()
 
 
