@@ -389,6 +389,7 @@ CHOICES = {
     "loss_agg_mode": "LOSS_AGG_MODES",
     "stats": "STATS",
     "negative_shaping": "NEGATIVE_SHAPING",
+    "entropy_mean": "ENTROPY_MEANS",
     "ratio": "RATIOS",
     "kl_anchor": "KL_ANCHORS",
     "advantage": "ADVANTAGES",

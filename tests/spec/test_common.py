@@ -474,7 +474,7 @@ def _advantage_bound(name: str, cfg, batch: RolloutBatch) -> torch.Tensor:
     ``|x − mean| / std ≤ (L − 1)/√L`` (Samuelson's inequality: the other ``L − 1`` deviations
     sum to ``−(x − mean)``, so their squares sum to at least ``(x − mean)²/(L − 1)``); ``+ eps``
     in the denominator only lowers it. GTPO normalises token rewards over a set of at most the
-    group's active tokens ``L_g``; GRPO-S over at most its ``G`` completions; GRPO, DAPO, GSPO
+    group's active tokens ``L_g`` (of the batch's, with ``stats="batch"``); GRPO-S over at most its ``G`` completions; GRPO, DAPO, GSPO
     (and TEPO, GPG with a std) over its ``G`` rewards. A centred reward (Dr. GRPO, GPG, TEPO
     "centred") is bounded by the group's reward range, and so is RLOO's ``r_i`` minus the mean
     of the other rewards (both lie between the group's smallest and largest reward).
@@ -486,7 +486,9 @@ def _advantage_bound(name: str, cfg, batch: RolloutBatch) -> torch.Tensor:
     def samuelson(L):
         return (L - 1).clamp(min=0) / L.clamp(min=1).sqrt()
 
-    if name == "gtpo":
+    if name == "gtpo" and cfg.stats == "batch":  # one set per sign over the whole batch
+        bound = samuelson(m.sum().double().expand(r.shape[0]))
+    elif name == "gtpo":
         bound = samuelson(m.sum(dim=(1, 2)).double())
     elif name in ("dr_grpo", "rloo") or (name == "gpg" and not cfg.normalize_std):
         bound = r.max(dim=1).values - r.min(dim=1).values

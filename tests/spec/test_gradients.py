@@ -142,14 +142,14 @@ def grad_gpg(batch, cfg, A, entropy) -> torch.Tensor:
 
 
 def grad_gtpo(batch, cfg, A, entropy) -> torch.Tensor:
-    """GTPO v6 Eq. 7: DAPO's per-token surrogate with token advantages, token-mean."""
+    """GTPO Eq. 5: the per-token clipped surrogate with token advantages, token-mean."""
     weight = token_weight(batch, cfg.loss_agg_mode)
     return (-A + cfg.kl_coef * kl_slope(batch)) * weight
 
 
 def grad_grpo_s(batch, cfg, A, entropy) -> torch.Tensor:
-    """GRPO-S objective: −min(ŵ_i·Â_i, clip(ŵ_i)·Â_i) per sequence, seq-mean; ŵ_i the
-    arithmetic (or geometric) mean of the token ratios: ∂ŵ_i/∂logp[i,t] = 1/|o_i| either way;
+    """GRPO-S Eq. 7: −min(ŵ_i·Â_i, clip(ŵ_i)·Â_i) per sequence, seq-mean; ŵ_i the
+    geometric (or arithmetic) mean of the token ratios: ∂ŵ_i/∂logp[i,t] = 1/|o_i| either way;
     the optional KL is averaged over the row."""
     return (-row_mean(A, batch) + cfg.kl_coef * kl_slope(batch)) * sequence_weight(batch)
 

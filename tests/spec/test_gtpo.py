@@ -1,4 +1,4 @@
-"""GTPO's own invariants (``refimpl/algorithms/gtpo.py``; docs/algorithms/gtpo.md; v6 Eq. 3/5/6).
+"""GTPO's own invariants (``refimpl/algorithms/gtpo.py``; docs/algorithms/gtpo.md; Eq. 2/3/4).
 
 The common invariants (reference == vectorised, padding, permutations, group independence,
 finiteness, on-policy gradient) are in ``test_common.py``. Notation as in the module:
@@ -8,6 +8,7 @@ active at position ``t``, ``H̃ = H + eps_H``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -39,16 +40,16 @@ def _active_counts(batch: RolloutBatch, threshold: float = 0.5) -> tuple[torch.T
 
 
 # ---------------------------------------------------------------------------------------------
-# Token rewards (v6 Eq. 3 and 5)
+# Token rewards (Eq. 2 and 3)
 # ---------------------------------------------------------------------------------------------
 
 
 @given(rollout_batches(binary_rewards=True), st.floats(0.0, 1.0))
 def test_conservation_successful_tokens(batch, alpha_2):
-    """Proposition 2.2: with α₁ + α₂ = 1 and binary rewards, the successful token rewards at
+    """§2.4.2: with α₁ + α₂ = 1 and binary rewards, the successful token rewards at
     each position sum to ``d_t``.
 
-    Derivation (v6 Eq. 3): Σ_{i∈O⁺ active at t} r⁺[i,t] = α₁·Σ r_i + α₂·d_t·Σ_i H̃_i/Σ_k H̃_k
+    Derivation (Eq. 2): Σ_{i∈O⁺ active at t} r⁺[i,t] = α₁·Σ r_i + α₂·d_t·Σ_i H̃_i/Σ_k H̃_k
     = α₁·d_t + α₂·d_t = d_t, since every r_i = 1 in O⁺ and the entropy weights sum to 1
     (H̃ ≥ eps_H > 0, so the sum never vanishes: exact for every entropy, zeros included).
     """
@@ -63,7 +64,7 @@ def test_conservation_successful_tokens(batch, alpha_2):
 def test_conservation_failed_tokens(batch, alpha_2):
     """The failed-side identity: with α₁ + α₂ = 1, Σ_{j∈O⁻ active at t} r⁻[j,t] = −h_t.
 
-    Derivation (v6 Eq. 5): Σ_j r⁻[j,t] = −α₁·h_t − α₂·h_t·Σ_j (1/H̃_j)/Σ_k (1/H̃_k) = −h_t.
+    Derivation (Eq. 3): Σ_j r⁻[j,t] = −α₁·h_t − α₂·h_t·Σ_j (1/H̃_j)/Σ_k (1/H̃_k) = −h_t.
     r⁻ does not involve r_j, so this holds for any rewards, not only binary ones.
     """
     cfg = gtpo.Config(alpha_1=1.0 - alpha_2, alpha_2=alpha_2)
@@ -102,7 +103,7 @@ def _pairs_at_same_position(batch: RolloutBatch, successful: bool):
 
 @given(rollout_batches(entropy_regime="ordinary"), st.floats(0.01, 1.0))
 def test_successful_reward_increases_with_entropy(batch, alpha_2):
-    """Monotonicity (v6 Eq. 3): at one position, among successful completions with the same
+    """Monotonicity (Eq. 2): at one position, among successful completions with the same
     reward, the higher-entropy token gets the larger r⁺.
 
     r⁺[i,t] − r⁺[k,t] = α₂·d_t·(H̃[i,t] − H̃[k,t]) / Σ H̃: the sign of the entropy difference
@@ -118,7 +119,7 @@ def test_successful_reward_increases_with_entropy(batch, alpha_2):
 
 @given(rollout_batches(entropy_regime="ordinary"), st.floats(0.01, 1.0))
 def test_failed_reward_more_negative_for_lower_entropy(batch, alpha_2):
-    """Confident mistakes cost more (v6 Eq. 5): at one position, among failed completions, the
+    """Confident mistakes cost more (Eq. 3): at one position, among failed completions, the
     lower-entropy token gets the more negative r⁻.
 
     r⁻[j,t] − r⁻[k,t] = −α₂·h_t·(1/H̃[j,t] − 1/H̃[k,t]) / Σ 1/H̃ < 0 when H[j,t] < H[k,t].
@@ -132,26 +133,39 @@ def test_failed_reward_more_negative_for_lower_entropy(batch, alpha_2):
 
 
 # ---------------------------------------------------------------------------------------------
-# Advantages (v6 Eq. 6)
+# Advantages (Eq. 4)
 # ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("stats", STATS)
 @pytest.mark.parametrize("negative_shaping", gtpo.NEGATIVE_SHAPING)
+@pytest.mark.parametrize("entropy_mean", gtpo.ENTROPY_MEANS)
 @given(batch=rollout_batches(), k=st.integers(-3, 3))
-def test_advantages_invariant_to_scaling_entropies(stats, negative_shaping, batch, k):
+def test_advantages_invariant_to_scaling_entropies(stats, negative_shaping, entropy_mean, batch, k):
     """Scaling every rollout entropy by c > 0 leaves the advantages unchanged (as eps_H → 0).
 
     Derivation: the entropy weights H̃_i/Σ H̃_k and (1/H̃_j)/Σ(1/H̃_k) are homogeneous of degree
-    0 in H when H̃ = H, so r⁺, r⁻ and hence A (Eq. 6) do not change. With H̃ = H + eps_H the
+    0 in H when H̃ = H, so r⁺, r⁻ and hence A (Eq. 4) do not change. With H̃ = H + eps_H the
     floor does not scale, so the identity is exact only as eps_H → 0: the test uses
     eps_H = 1e-30 and sets every entropy below 1e-20 to exact 0 first, so that each non-zero
     entropy absorbs the floor in float64 (a zero entropy gets weight ≈ 1e-30/ΣH either way),
     and c = 2^k, which scales float32 entropies ≥ 1e-20 exactly (a subnormal would lose bits).
-    So the computation is the same up to the negligible floor.
+    So the computation is the same up to the negligible floor. §2.4.1's geometric weights
+    H̃/GM(H̃) are homogeneous of degree 0 too, but a zero entropy's floor enters the geometric
+    mean as a factor (eps_H^(1/d_t)) that does not scale: there the identity needs every active
+    entropy positive, so the test sets the zeros to 1 first.
     """
-    cfg = gtpo.Config(stats=stats, negative_shaping=negative_shaping, entropy_eps=1e-30)
+    cfg = gtpo.Config(
+        stats=stats,
+        negative_shaping=negative_shaping,
+        entropy_mean=entropy_mean,
+        entropy_eps=1e-30,
+    )
     batch = flush_tiny_entropies(batch)  # the derivation needs H = 0 or H ≫ eps_H
+    if entropy_mean == "geometric":
+        batch = batch.replace(
+            entropy_old=torch.where(batch.entropy_old == 0, 1.0, batch.entropy_old)
+        )
     scaled = batch.replace(entropy_old=batch.entropy_old * 2.0**k)
     torch.testing.assert_close(
         gtpo.advantages(scaled, cfg), gtpo.advantages(batch, cfg), rtol=1e-5, atol=1e-5
@@ -244,13 +258,13 @@ def test_stats_subgroup_zero_mean_per_subgroup(batch, alpha_2):
 @pytest.mark.parametrize("stats", STATS)
 @given(batch=rollout_batches())
 def test_negative_shaping_none_zeroes_failed_rewards(stats, batch):
-    """negative_shaping="none" (the early form): r⁻ ≡ 0, and r⁺ is the same as under "v6"
-    (the switch touches only the failed side, Eq. 5)."""
-    v6, none = gtpo.Config(stats=stats), gtpo.Config(stats=stats, negative_shaping="none")
-    r_plus_v6, _ = gtpo.token_rewards(batch, v6)
+    """negative_shaping="none" (the early form): r⁻ ≡ 0, and r⁺ is the same as under "paper"
+    (the switch touches only the failed side, Eq. 3)."""
+    paper, none = gtpo.Config(stats=stats), gtpo.Config(stats=stats, negative_shaping="none")
+    r_plus_paper, _ = gtpo.token_rewards(batch, paper)
     r_plus, r_minus = gtpo.token_rewards(batch, none)
     assert bool((r_minus == 0).all())
-    assert torch.equal(r_plus, r_plus_v6)
+    assert torch.equal(r_plus, r_plus_paper)
 
 
 @pytest.mark.parametrize("stats", STATS)
@@ -261,13 +275,13 @@ def test_negative_shaping_none_failed_tokens_get_normalised_zero(stats, batch):
     stats="group": −mean(R⁺)/(std(R⁺) + eps) over the group's active tokens, one value for all
     its failed tokens; stats="subgroup" and "batch": O⁻'s tokens (of the group, of the batch),
     all 0, so exactly 0. Successful tokens
-    keep their "v6" advantage (A⁺ does not involve R⁻)."""
-    v6, none = gtpo.Config(stats=stats), gtpo.Config(stats=stats, negative_shaping="none")
-    A_v6, A = gtpo.advantages(batch, v6), gtpo.advantages(batch, none)
+    keep their "paper" advantage (A⁺ does not involve R⁻)."""
+    paper, none = gtpo.Config(stats=stats), gtpo.Config(stats=stats, negative_shaping="none")
+    A_paper, A = gtpo.advantages(batch, paper), gtpo.advantages(batch, none)
     r_plus, _ = gtpo.token_rewards(batch, none)
     m, G = batch.response_mask.bool(), batch.group_size
     succ = (batch.rewards >= 0.5)[:, None]
-    torch.testing.assert_close(A[m & succ], A_v6[m & succ], rtol=0, atol=0)
+    torch.testing.assert_close(A[m & succ], A_paper[m & succ], rtol=0, atol=0)
     for g in range(batch.num_groups):
         rows = slice(g * G, g * G + G)
         R = r_plus[rows][m[rows]]
@@ -305,9 +319,9 @@ def test_subgroup_none_bounded_when_entropies_differ_by_one_ulp():
 def test_success_split_on_outcome_and_shaping_reaches_successes_only():
     """With overlong shaping the trainer keeps the outcome (``outcome_rewards``): O⁺/O⁻ are
     decided on it, as dynamic sampling decides. A truncated correct answer shaped to
-    r = 0.25 (below 0.5) stays in O⁺, with r⁺ = α₁·0.25 + α₂·(its entropy share)·d_t (Eq. 3
+    r = 0.25 (below 0.5) stays in O⁺, with r⁺ = α₁·0.25 + α₂·(its entropy share)·d_t (Eq. 2
     reads r_i); a truncated wrong answer shaped to −0.5 stays in O⁻ with r⁻ unchanged, since
-    Eq. 5 has no r_j: the penalty reaches successful completions only.
+    Eq. 3 has no r_j: the penalty reaches successful completions only.
     Here G = 4, one token each, equal entropies: d = h = 2, each share 1/2, so with α₁ = 1,
     α₂ = 0.1: r⁺ = 1 + 0.1 = 1.1 (o1) and 0.25 + 0.1 = 0.35 (o2); r⁻ = −1 − 0.1 = −1.1 for o3
     and o4 whatever their shaped rewards."""
@@ -333,7 +347,7 @@ def test_success_split_on_outcome_and_shaping_reaches_successes_only():
 def test_group_without_success_has_zero_positive_part(batch):
     """A group with no successful completion has A⁺ ≡ 0 (docs/algorithms/gtpo.md): r⁺ ≡ 0 on it, so with
     the failed side switched off (negative_shaping="none") its advantages are all 0; with
-    "v6" they come from R⁻ alone and equal the v6 advantages of the failed tokens."""
+    "paper" they come from R⁻ alone and equal the paper advantages of the failed tokens."""
     none = gtpo.Config(negative_shaping="none")
     r_plus, _ = gtpo.token_rewards(batch, none)
     A = gtpo.advantages(batch, none)
@@ -418,7 +432,7 @@ def test_hand_example_advantages_group():
 
 
 def test_hand_example_loss_on_policy_gradient():
-    """At logp == logp_old every ratio is 1 (inside the clip), so the token-mean loss (v6 Eq. 7)
+    """At logp == logp_old every ratio is 1 (inside the clip), so the token-mean loss (Eq. 5)
     has gradient −A[i,t]/Σm on each response token: with the group example, Σm = 6."""
     batch = _hand_batch()
     A = gtpo.advantages(batch, HAND)
@@ -442,7 +456,8 @@ def test_hand_example_loss_on_policy_gradient():
         ("alpha_2", float("nan")),
         ("alpha_1", float("inf")),
         ("stats", "token"),
-        ("negative_shaping", "v5"),
+        ("negative_shaping", "v6"),
+        ("entropy_mean", "harmonic"),
         ("entropy_eps", 0.0),
         ("entropy_eps", -1e-6),
         ("clip_eps_low", -0.2),
@@ -459,7 +474,7 @@ def test_config_rejects_bad_values(field, value):
 
 def test_worked_example():
     """The numbers of the worked example in ``docs/algorithms/gtpo.md`` (defaults: α₁ = 1,
-    α₂ = 0.1, stats="group", "v6"), each derived by hand on the page."""
+    α₂ = 0.1, stats="group", "paper"), each derived by hand on the page."""
     batch, logp = worked.batch()
     cfg = gtpo.Config()
     r_plus, r_minus = gtpo.token_rewards(batch, cfg)
@@ -488,3 +503,164 @@ def test_worked_example():
         ]
     )
     torch.testing.assert_close(grad, expected, atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Eq. 4 read literally (stats="batch", §2.2) against the default (stats="group")
+# ---------------------------------------------------------------------------------------------
+
+
+def _batch_mean(x: torch.Tensor, where: torch.Tensor) -> float:
+    return float(torch.where(where, x.double(), 0.0).sum() / where.sum().clamp(min=1))
+
+
+@given(rollout_batches(binary_rewards=True), st.floats(0.0, 3.0), st.floats(0.0, 1.0))
+def test_literal_eq4_mean_reward_is_alpha1_plus_alpha2(batch, alpha_1, alpha_2):
+    """The arithmetic that makes Eq. 4 read literally lose the outcome: over all active tokens
+    of all successful completions of the batch, mean(R⁺) = α₁ + α₂ exactly, and over the
+    failed ones mean(R⁻) = −α₁ − α₂.
+
+    Derivation: at each position t the entropy weights of a group's d_t active successful
+    tokens sum to 1, so Σ_i r⁺[i,t] = α₁·d_t + α₂·d_t (r_i = 1 on O⁺); summed over t and the
+    groups, Σ R⁺ = (α₁ + α₂)·Σ d_t = (α₁ + α₂)·|R⁺|. Likewise Σ R⁻ = −(α₁ + α₂)·|R⁻|.
+    """
+    cfg = gtpo.Config(alpha_1=alpha_1, alpha_2=alpha_2)
+    r_plus, r_minus = gtpo.token_rewards(batch, cfg)
+    active = batch.response_mask.bool()
+    succ = (batch.rewards >= 0.5)[:, None] & active
+    if bool(succ.any()):
+        assert _batch_mean(r_plus, succ) == pytest.approx(alpha_1 + alpha_2, rel=1e-9, abs=1e-9)
+    if bool((active & ~succ).any()):
+        mean_minus = _batch_mean(r_minus, active & ~succ)
+        assert mean_minus == pytest.approx(-alpha_1 - alpha_2, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("stats", ["batch", "subgroup"])
+@given(batch=rollout_batches(binary_rewards=True), alpha_2=st.floats(0.01, 1.0))
+def test_literal_eq4_advantages_are_zero_mean_and_alpha1_cancels(stats, batch, alpha_2):
+    """Eq. 4 over §2.2's set (``"batch"``: all O⁺ tokens of the batch, all O⁻ tokens) or per
+    group (``"subgroup"``): the advantages of the O⁺ tokens sum to 0 over the set, and so do
+    those of the O⁻ tokens (a z-score is centred on its own set), so the outcome's sign does not
+    survive on average; and, since mean(R⁺) = α₁ + α₂ (previous test), A⁺ = α₂(x − x̄)/(α₂·s + eps)
+    with x the entropy weights: α₁ cancels exactly, any α₁ gives the same advantages."""
+    cfg = gtpo.Config(stats=stats, alpha_2=alpha_2)
+    A = gtpo.advantages(batch, cfg).double()
+    active = batch.response_mask.bool()
+    succ = (batch.rewards >= 0.5)[:, None] & active
+    G = batch.group_size
+    for sign in (succ, active & ~succ):
+        if stats == "batch":
+            total, scale = A[sign].sum(), 1.0 + A[sign].abs().sum()
+        else:  # per group
+            total = _groups(torch.where(sign, A, 0.0), G).sum(dim=(1, 2))
+            scale = 1.0 + _groups(torch.where(sign, A.abs(), 0.0), G).sum(dim=(1, 2))
+        assert bool((total.abs() <= 1e-5 * scale).all())
+    other = gtpo.advantages(batch, dataclasses.replace(cfg, alpha_1=3.0)).double()
+    torch.testing.assert_close(other, A, rtol=1e-4, atol=1e-4)
+
+
+@given(batch=rollout_batches(binary_rewards=True, allow_empty=False), alpha_2=st.floats(0.01, 0.5))
+def test_default_group_reading_keeps_the_outcome_sign(batch, alpha_2):
+    """The default (``stats="group"``, the departure from Eq. 4): in a group whose fraction p
+    of successful active tokens lies strictly inside (α₂/(α₁+α₂), α₁/(α₁+α₂)), every token of a
+    correct answer has A > 0 and every token of a wrong answer A < 0.
+
+    Derivation: over the group's L active tokens mean(R⁺) = (α₁ + α₂)·p (the weights sum to
+    d_t, the O⁻ tokens contribute 0), and every r⁺ > α₁ (α₂ > 0, positive weights); r⁺ −
+    mean > α₁ − (α₁ + α₂)p > 0 iff p < α₁/(α₁ + α₂). Symmetrically mean(R⁻) = −(α₁ + α₂)(1 − p)
+    and r⁻ < −α₁, so A⁻ < 0 iff p > α₂/(α₁ + α₂). The bound is tight: outside it a
+    low-entropy token of a correct answer in a mostly correct group can get A < 0.
+    """
+    cfg = gtpo.Config(alpha_2=alpha_2)
+    assert cfg.stats == "group"  # the property is about the default reading
+    A = gtpo.advantages(batch, cfg).double()
+    G = batch.group_size
+    m = batch.response_mask.bool()
+    lo, hi = alpha_2 / (1 + alpha_2), 1 / (1 + alpha_2)
+    for g in range(batch.num_groups):
+        rows = slice(g * G, g * G + G)
+        succ = (batch.rewards[rows] >= 0.5)[:, None] & m[rows]
+        p = float(succ.sum() / m[rows].sum())
+        if not lo + 1e-3 < p < hi - 1e-3:
+            continue
+        assert bool((A[rows][succ] > 0).all())
+        assert bool((A[rows][m[rows] & ~succ] < 0).all())
+
+
+def test_literal_eq4_example_flips_signs():
+    """The worked example's group read literally (``stats="batch"``, the batch being this one
+    group): O⁺'s token rewards {1.05, 1.1, 1.15, 1.1, 1.1, 1.1} have mean 1.1 = α₁ + α₂ and
+    unbiased std √(0.005/5) = 0.031623, so o1's first token, a token of a correct answer,
+    gets (1.05 − 1.1)/0.031623 = −1.581139; O⁻'s {−1.16, −1.1, −1.1, −1.04} have mean −1.1 and
+    std √(0.0072/3) = 0.04899, so o4's token, of a wrong answer, gets +0.06/0.04899 = +1.224745.
+    The default (``"group"``) gives them +0.685984 and −1.054961 (test_worked_example)."""
+    batch, _ = worked.batch()
+    A = gtpo.advantages(batch, gtpo.Config(stats="batch"))
+    assert float(A[0, 0]) == pytest.approx(-0.05 / math.sqrt(0.005 / 5), abs=1e-4)
+    assert float(A[3, 0]) == pytest.approx(0.06 / math.sqrt(0.0072 / 3), abs=1e-4)
+    assert float(A[1, 1]) == pytest.approx(0.0, abs=1e-4)  # r⁺ = 1.1, the set's mean
+
+
+# ---------------------------------------------------------------------------------------------
+# §2.4.1's geometric-mean entropy weights (entropy_mean="geometric")
+# ---------------------------------------------------------------------------------------------
+
+
+@given(rollout_batches(entropy_regime="ordinary"))
+def test_geometric_weights_multiply_to_one(batch):
+    """With α₁ = 0, α₂ = 1 the token rewards are the weights themselves. §2.4.1's weight
+    H̃[i,t] / GM_k H̃[k,t] over the d_t active successful tokens at t has product 1 (the geometric
+    analogue of the arithmetic weights summing to d_t), so Σ log r⁺ = 0 at every position; and
+    on the failed side (1/H̃[j,t]) / GM_k (1/H̃[k,t]): Σ log(−r⁻) = 0."""
+    cfg = gtpo.Config(alpha_1=0.0, alpha_2=1.0, entropy_mean="geometric")
+    r_plus, r_minus = gtpo.token_rewards(batch, cfg)
+    active = batch.response_mask.bool()
+    succ = (batch.rewards >= 0.5)[:, None] & active
+    G = batch.group_size
+    for sign, r in ((succ, r_plus), (active & ~succ, -r_minus)):
+        logs = torch.where(sign, torch.log(torch.where(sign, r, 1.0)), 0.0)
+        total = _groups(logs, G).sum(dim=1)  # [N, T]
+        scale = 1.0 + _groups(logs.abs(), G).sum(dim=1)
+        assert bool((total.abs() <= 1e-9 * scale).all())
+
+
+@given(rollout_batches(binary_rewards=True), st.floats(0.01, 1.0))
+def test_geometric_bonus_at_least_arithmetic(batch, alpha_2):
+    """By the AM–GM inequality the geometric weights at a position sum to d_t·AM/GM ≥ d_t, the
+    arithmetic weights' sum: Σ_{O⁺ at t} r⁺ is at least as large under "geometric" (equal when
+    the active entropies are equal); on the failed side the penalty Σ (−r⁻) is too."""
+    arith = gtpo.token_rewards(batch, gtpo.Config(alpha_2=alpha_2))
+    geo = gtpo.token_rewards(batch, gtpo.Config(alpha_2=alpha_2, entropy_mean="geometric"))
+    G = batch.group_size
+    for sign in (1.0, -1.0):
+        a = _groups(sign * arith[0 if sign > 0 else 1], G).sum(dim=1)
+        g = _groups(sign * geo[0 if sign > 0 else 1], G).sum(dim=1)
+        assert bool((g >= a - 1e-9 * (1 + a.abs())).all())
+
+
+def test_geometric_worked_example():
+    """§2.4.1's weights on the worked example (page, "Geometric-mean weights"). At t = 1 the
+    successful entropies 1 and 3 have geometric mean √3: weights 1/√3 = 0.577350 and
+    3/√3 = 1.732051, r⁺ = 1.057735 and 1.173205 (arithmetic: 1.05, 1.15). The failed 1/H = 2 and
+    0.5 have geometric mean 1: weights 2 and 0.5, r⁻ = −1.2 and −1.05 (arithmetic: −1.16,
+    −1.04). Later positions hold one token or equal entropies: as before. Group statistics:
+    R⁺ sums to 6.630940, mean 0.663094, std 0.571380; R⁻ sums to −4.45, mean −0.445,
+    std 0.575640."""
+    batch, _ = worked.batch()
+    cfg = gtpo.Config(entropy_mean="geometric")
+    r_plus, r_minus = gtpo.token_rewards(batch, cfg)
+    s3 = math.sqrt(3)
+    expected_plus = worked.rows([[1 + 0.1 / s3, 1.1], [1 + 0.3 / s3, 1.1, 1.1, 1.1], [0] * 3, [0]])
+    expected_minus = worked.rows([[0, 0], [0] * 4, [-1.2, -1.1, -1.1], [-1.05]])
+    torch.testing.assert_close(r_plus.float(), expected_plus, atol=1e-6, rtol=0)
+    torch.testing.assert_close(r_minus.float(), expected_minus, atol=1e-6, rtol=0)
+    A = gtpo.advantages(batch, cfg)
+    expected = worked.rows(
+        [
+            [0.690680, 0.764650],
+            [0.892770, 0.764650, 0.764650, 0.764650],
+            [-1.311584, -1.137864, -1.137864],
+            [-1.051005],
+        ]
+    )
+    torch.testing.assert_close(A, expected, atol=1e-5, rtol=0)
