@@ -106,7 +106,7 @@ def test_every_assumption_names_an_existing_switch(section, cells):
 
 
 PEER_FILE = Path(__file__).resolve().parent / "test_peer_readings.py"
-VERDICTS = ("plausible", "misreading", "numerical", "not a reading")
+VERDICTS = ("follows the text", "plausible", "misreading", "numerical", "not a reading")
 
 
 def test_peer_table_every_row_has_a_source_and_a_verdict():
@@ -124,11 +124,16 @@ def test_peer_table_every_row_has_a_source_and_a_verdict():
 
 
 def test_every_plausible_peer_reading_is_a_switch_with_a_test():
-    """A plausible row names a ``field="value"`` (or ``field``) of GTPO's or GRPO-S's Config
-    that accepts the value, and a test function that exists in test_peer_readings.py."""
+    """A plausible row, and a row whose peer follows the paper's text, names a
+    ``field="value"`` (or ``field``) of GTPO's or GRPO-S's Config that accepts the value, and a
+    test function that exists in test_peer_readings.py."""
     tests = set(re.findall(r"^def (test_\w+)", PEER_FILE.read_text(), flags=re.M))
     configs = [algorithms.get("gtpo").Config, algorithms.get("grpo_s").Config]
-    plausible = [c for _, c in table_rows((PEER_SECTION,)) if c[3].startswith("plausible")]
+    plausible = [
+        c
+        for _, c in table_rows((PEER_SECTION,))
+        if c[3].startswith(("plausible", "follows the text"))
+    ]
     assert len(plausible) >= 3
     for cells in plausible:
         switch = cells[4]
