@@ -780,7 +780,7 @@ def common_metrics(
 
 
 # ---------------------------------------------------------------------------------------------
-# Normalisation over a masked set (GTPO v6 Eq. 6 and GRPO-S normalise token or sequence
+# Normalisation over a masked set (GTPO Eq. 4 and GRPO-S normalise token or sequence
 # rewards over a chosen subset of a group, then apply the statistics to every member).
 # ---------------------------------------------------------------------------------------------
 
