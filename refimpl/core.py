@@ -1,7 +1,10 @@
 """Shared plumbing for every algorithm file: the rollout batch and the tensor primitives.
 
-Everything here is written once and used by the algorithm files in ``refimpl/algorithms``;
-those files hold only the mathematics that distinguishes one algorithm from another. This
+Everything here is written once and used by the algorithm files in ``refimpl/algorithms``
+(directly, or through the functions they call); those files hold only the mathematics that
+distinguishes one algorithm from another, so an algorithm file plus this one is the whole
+reading list of that algorithm. What the training loops do to a batch around an algorithm
+(dynamic sampling, reward shaping, minibatch splits) lives in ``refimpl.mechanisms``. This
 module knows nothing of models, tokenizers or tasks.
 
 Notation
@@ -64,11 +67,10 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, fields, replace
-from types import ModuleType
 from typing import Literal
 
 import torch
-from jaxtyping import Bool, Float, Float32, Float64, Real, Shaped
+from jaxtyping import Bool, Float, Float32, Float64, Shaped
 from torch import Tensor
 
 AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean"]
@@ -102,8 +104,9 @@ class AlgorithmConfig:
     this class and has (at least) the fields annotated here, which every training loop reads
     directly. Each algorithm declares them with its own defaults and adds its own fields.
 
-    The four methods answer, for one configuration, what a training loop must provide; an
-    algorithm whose answer depends on its own fields overrides them (TEPO, Dr. GRPO).
+    The five methods answer, for one configuration, what a training loop must provide; an
+    algorithm whose answer depends on its own fields overrides them (TEPO, Dr. GRPO, GPG,
+    the entropy bonus).
     """
 
     kl_coef: float  # β of a k3 KL term (0: none)
@@ -126,6 +129,13 @@ class AlgorithmConfig:
     def differentiates_entropy(self) -> bool:
         """Whether the loss needs the gradient *through* the current entropy (a bonus on it)."""
         return False
+
+    def advantage_scale(self, batch: RolloutBatch) -> float:
+        """A constant of the whole batch that the loss multiplies every advantage by (GPG's α;
+        1 for every other algorithm). A loop whose loss sees micro-batches that split groups
+        (TRL, verl) cannot let the loss compute it, so it folds it into the advantages
+        (``refimpl.mechanisms.kept_group_advantages``)."""
+        return 1.0
 
     def for_generation_budget(self, max_new_tokens: int) -> AlgorithmConfig:
         """This configuration for completions of at most ``max_new_tokens`` tokens: itself,
@@ -202,7 +212,7 @@ class RolloutBatch:
         group_size: ``G ≥ 2``, divides ``B``.
         logp_ref: ``[B, T]`` under the frozen reference model, when a KL term needs it.
         outcome_rewards: optional ``[B]`` outcome rewards *before* reward shaping, set by
-            :func:`shape_rewards`. Success (``r ≥ success_threshold``: GTPO's and GRPO-S's
+            :func:`refimpl.mechanisms.shape_rewards`. Success (``r ≥ success_threshold``: GTPO's and GRPO-S's
             O⁺/O⁻ split, dynamic sampling) is decided on these, so shaping changes how much a
             completion is worth, never whether it succeeded. ``None``: ``rewards`` are the
             outcome rewards.
@@ -562,29 +572,17 @@ def aggregate(
     return masked_sum(loss, nonempty) / n_seq
 
 
+def gpg_alpha(rewards: Float[Tensor, " B"], group_size: int) -> float:
+    """GPG's ``α = B / (B − M)`` (GPG §3), ``M`` the rows whose group has all-equal rewards
+    (they carry no gradient); 1 when every group is flat (every advantage is 0 then)."""
+    n_rows = rewards.shape[0]
+    n_flat = int(group_degenerate(rewards, group_size).sum())
+    return n_rows / (n_rows - n_flat) if n_rows > n_flat else 1.0
+
+
 # ---------------------------------------------------------------------------------------------
-# Mechanisms shared by several algorithms; each Config decides whether it is on.
+# Per-token quantities several algorithm files share (Clip-Cov, KL-Cov) and the loss metrics.
 # ---------------------------------------------------------------------------------------------
-
-
-def needs_reference(cfg: AlgorithmConfig) -> bool:
-    """Whether an algorithm's loss reads ``batch.logp_ref``: a KL term (``kl_coef > 0``)
-    anchored at the frozen reference (not, as TEPO's ``kl_anchor="old"``, at ``π_old``).
-    The trainers use it to decide whether to run the reference model at all."""
-    return cfg.needs_reference()
-
-
-def reads_current_entropy(cfg: AlgorithmConfig) -> bool:
-    """Whether an algorithm's loss compares the current policy's entropy ``H_θ`` with the
-    rollout's (TEPO's KL mask with ``entropy_source="current"``). Such a comparison is sound
-    only when both entropies are computed in float32 (see ``Trainer``'s bf16 handling)."""
-    return cfg.reads_current_entropy()
-
-
-def differentiates_entropy(cfg: AlgorithmConfig) -> bool:
-    """Whether an algorithm's loss needs the gradient *through* the current entropy ``H_θ``
-    (an entropy bonus, ``entropy_coef > 0``); the trainers then pass ``H_θ`` undetached."""
-    return cfg.differentiates_entropy()
 
 
 def token_covariance(
@@ -607,140 +605,6 @@ def covariance_selection_count(fraction: float, mask: Shaped[Tensor, "B T"]) -> 
     has no response token (the authors' code, as in verl: at least one token per batch)."""
     n_tokens = float(mask.sum())
     return max(int(fraction * n_tokens), 1) if n_tokens > 0 else 0
-
-
-def informative_groups(
-    rewards: Float[Tensor, " B"], group_size: int, threshold: float
-) -> Bool[Tensor, " N"]:
-    """DAPO dynamic sampling (Eq. 11): ``[N]`` bool, keep groups with ``0 < #successful < G``.
-
-    Pass the *outcome* rewards (before shaping) and the Config's ``success_threshold``.
-    """
-    n_success = group_view(success(rewards, threshold), group_size).sum(dim=1)
-    return (n_success > 0) & (n_success < group_size)
-
-
-def keep_groups(
-    outcome: Float[Tensor, " B"], group_size: int, cfg: AlgorithmConfig
-) -> Bool[Tensor, " N"]:
-    """The groups a training loop trains on, ``[N]`` bool: with ``cfg.dynamic_sampling``
-    DAPO's informative groups (:func:`informative_groups` at ``cfg.success_threshold``), else
-    every group. Pass the outcome rewards (before shaping)."""
-    if cfg.dynamic_sampling:
-        return informative_groups(outcome, group_size, cfg.success_threshold)
-    return torch.ones(outcome.shape[0] // group_size, dtype=torch.bool, device=outcome.device)
-
-
-def overlong_filter(
-    response_mask: Shaped[Tensor, "B T"], truncated: Bool[Tensor, " B"], cfg: AlgorithmConfig
-) -> Shaped[Tensor, "B T"]:
-    """The loss mask: with ``cfg.overlong_filter`` (DAPO's overlong filtering) the rows that
-    hit the length budget without EOS (``truncated``, ``[B]`` bool) leave the loss; else
-    ``response_mask`` itself. Apply it after the advantages: a truncated row still counts in
-    its group's statistics, it only gets no gradient."""
-    if not cfg.overlong_filter:
-        return response_mask
-    return torch.where(truncated[:, None], torch.zeros_like(response_mask), response_mask)
-
-
-def gpg_alpha(rewards: Float[Tensor, " B"], group_size: int) -> float:
-    """GPG's ``α = B / (B − M)`` (GPG §3), ``M`` the rows whose group has all-equal rewards
-    (they carry no gradient); 1 when every group is flat (every advantage is 0 then)."""
-    n_rows = rewards.shape[0]
-    n_flat = int(group_degenerate(rewards, group_size).sum())
-    return n_rows / (n_rows - n_flat) if n_rows > n_flat else 1.0
-
-
-def kept_group_advantages(
-    algorithm: ModuleType, batch: RolloutBatch, keep: Bool[Tensor, " N"], cfg: AlgorithmConfig
-) -> Float[Tensor, "B T"]:
-    """``[B, T]`` advantages of ``algorithm`` on the groups where ``keep`` holds, 0 on the
-    others, for a loop whose loss sees micro-batches that split groups (TRL, verl).
-
-    GPG's ``α`` is a constant of the whole batch, which such a micro-batch cannot compute:
-    it is folded into the advantages (``−α·A·logp`` is linear in ``A``), and the loss then
-    sees no rewards and computes ``α = 1``. A loop whose loss sees whole groups (the toy
-    trainer) calls ``algorithm.advantages`` directly and lets the loss compute ``α``.
-    """
-    adv = torch.zeros_like(batch.response_mask)
-    if not bool(keep.any()):
-        return adv
-    kept = batch.select_groups(keep)
-    kept_adv = algorithm.advantages(kept, cfg)
-    if algorithm.NAME == "gpg":
-        kept_adv = kept_adv * gpg_alpha(kept.rewards, kept.group_size)
-    adv[keep.repeat_interleave(batch.group_size)] = kept_adv.to(adv.dtype)
-    return adv
-
-
-def split_groups(n_groups: int, minibatches: int) -> list[range]:
-    """The groups of each minibatch: ``minibatches`` consecutive ranges whose sizes differ by
-    at most one (7 groups in 2 minibatches: 4 and 3, never 3, 3 and 1).
-
-    With fewer groups than minibatches (dynamic sampling kept few), every group is its own
-    minibatch: ``n_groups`` optimizer steps instead of ``minibatches``. No range is empty.
-    """
-    require(n_groups >= 0, "n_groups", f"a count ≥ 0, got {n_groups}")
-    require(minibatches >= 1, "minibatches", f"a count ≥ 1, got {minibatches}")
-    parts = min(minibatches, n_groups)
-    bounds = [(k * n_groups) // parts for k in range(parts + 1)] if parts else [0]
-    return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-def overlong_cache_len(max_len: int, cache_frac: float) -> int:
-    """``L_cache = round(frac · L_max)``, at least 1: the soft-punishment band of DAPO Eq. 13.
-
-    DAPO uses ``L_max = 20480``, ``L_cache = 4096`` (``frac = 0.2``); a Config stores the
-    fraction (``overlong_cache_frac``) because ``L_max`` is the trainer's generation budget.
-    """
-    require(max_len > 0, "max_len", "a positive length budget L_max")
-    require(
-        0.0 < cache_frac <= 1.0, "overlong_cache_frac", f"a fraction in (0, 1], got {cache_frac}"
-    )
-    return max(1, min(max_len, round(cache_frac * max_len)))
-
-
-def shape_rewards(
-    rewards: Float[Tensor, " B"], lengths: Real[Tensor, " B"], max_len: int, cfg: AlgorithmConfig
-) -> Float[Tensor, " B"]:
-    """The reward the advantage sees: DAPO's soft overlong punishment added to the outcome
-    reward when ``cfg.overlong_shaping`` is on, on the outcome's scale; else ``rewards``.
-
-        r̃_i = r_i + c · R_len(|o_i|),   c = cfg.overlong_penalty_scale,
-        R_len from :func:`overlong_penalty` with L_cache = overlong_cache_len(L_max, frac)
-
-    DAPO adds ``R_len ∈ [−1, 0]`` to ±1 rewards (Eq. 13), whose range is 2: ``c`` is half the
-    reward range, 0.5 for the toy tasks' {0, 1} rewards. Then ``2·r̃ − 1 = (2r − 1) + R_len``
-    is exactly DAPO's shaped reward, an affine image of ``r̃``, so group-normalised advantages
-    are DAPO's (a truncated correct answer scores 0.5, between a correct 1 and a wrong 0, as
-    DAPO's 0 lies between 1 and −1). ``c = 1`` would double the penalty relative to the
-    correct/wrong gap and tie a truncated correct answer with a short wrong one.
-
-    Every trainer calls this once, after dynamic sampling (which counts successes on the
-    outcome) and before the advantages; keep the outcome in ``RolloutBatch.outcome_rewards``
-    so that success is still decided on it. ``lengths`` are the true ``|o_i|`` (before any
-    overlong filtering masks rows out).
-    """
-    if not cfg.overlong_shaping:
-        return rewards
-    cache_len = overlong_cache_len(max_len, cfg.overlong_cache_frac)
-    penalty = overlong_penalty(lengths.to(rewards.device), max_len, cache_len)
-    return rewards + cfg.overlong_penalty_scale * penalty.to(rewards.dtype)
-
-
-def overlong_penalty(
-    lengths: Real[Tensor, " B"], max_len: int, cache_len: int
-) -> Float32[Tensor, " B"]:
-    """DAPO soft overlong punishment ``R_len(|o|)``, added to the reward (DAPO Eq. 13).
-
-    ``0`` for ``|o| ≤ L_max − L_cache``; ``((L_max − L_cache) − |o|) / L_cache`` on the
-    cache band; ``−1`` beyond ``L_max``. Continuous, non-increasing, in ``[−1, 0]``.
-    """
-    require(max_len > 0, "max_len", "a positive length budget L_max")
-    require(0 < cache_len <= max_len, "cache_len", f"0 < L_cache ≤ L_max={max_len}")
-    lengths = lengths.to(torch.float32)
-    soft = (max_len - cache_len - lengths) / cache_len
-    return torch.clamp(soft, min=-1.0, max=0.0)
 
 
 def ratio_metrics(

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from refimpl import core
+from refimpl import core, mechanisms
 from refimpl.checkpoint import (
     CheckpointError,
     find_checkpoint,
@@ -102,7 +102,7 @@ class Trainer:
         self.algo, self.task, self.max_new_tokens, self.algo_cfg, self._saved = preflight(cfg)
         if self._saved is not None:
             self.algo_cfg = self._saved_algo_config()
-        if core.reads_current_entropy(self.algo_cfg) and cfg.ppo_epochs * cfg.minibatches == 1:
+        if self.algo_cfg.reads_current_entropy() and cfg.ppo_epochs * cfg.minibatches == 1:
             warnings.warn(
                 "TEPO's KL mask compares the current entropy with the rollout's; with one "
                 "update per rollout (--ppo-epochs 1 --minibatches 1) the policy never moves "
@@ -112,7 +112,7 @@ class Trainer:
             )
         # TEPO's mask compares H_θ with H_old to τ = 1e-4 nats; bf16 logits move each by up
         # to ~7e-3, so under bf16 both are computed in float32 (H_old in rollout, H_θ in update).
-        self.entropy_in_fp32 = core.reads_current_entropy(self.algo_cfg) and cfg.dtype == "bfloat16"
+        self.entropy_in_fp32 = self.algo_cfg.reads_current_entropy() and cfg.dtype == "bfloat16"
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.device = check_device(cfg.device)
@@ -125,7 +125,7 @@ class Trainer:
         )
         self.model: GPT = base.to(self.device)
         self.reference: GPT | None = None
-        if core.needs_reference(self.algo_cfg):
+        if self.algo_cfg.needs_reference():
             self.reference = cfg.warmstart.model.build().to(self.device)
             self.reference.load_state_dict(self.model.state_dict())
             self.reference.eval().requires_grad_(False)
@@ -236,7 +236,7 @@ class Trainer:
             entropies.append(samples.entropy_old[samples.response_mask.bool()].float())
             first_rewards = rewards if first_rewards is None else first_rewards
             # DAPO dynamic sampling: keep groups with 0 < #successful < G (outcome rewards).
-            keep = core.keep_groups(rewards, G, self.algo_cfg)
+            keep = mechanisms.keep_groups(rewards, G, self.algo_cfg)
             keep[torch.cumsum(keep.long(), 0) > N - kept] = False  # never more than N groups
             if keep.any():
                 kept_samples.append(samples.select_groups(keep) if not keep.all() else samples)
@@ -279,7 +279,7 @@ class Trainer:
         """The reward the advantages see: DAPO's overlong penalty (Eq. 13) added to the
         outcome when the Config asks for it, on the outcome's scale; else the outcome."""
         lengths = samples.response_mask.sum(1)
-        return core.shape_rewards(outcome, lengths, self.max_new_tokens, self.algo_cfg)
+        return mechanisms.shape_rewards(outcome, lengths, self.max_new_tokens, self.algo_cfg)
 
     @torch.no_grad()
     def reference_logprobs(self, samples: Samples) -> torch.Tensor | None:
@@ -293,7 +293,9 @@ class Trainer:
         """The algorithm's ``[B, T]`` advantages; then, when the Config asks for DAPO's
         overlong filter, truncated rows (no <eos>) leave the loss (not the advantages)."""
         adv = self.algo.advantages(batch, self.algo_cfg)
-        loss_mask = core.overlong_filter(batch.response_mask, samples.truncated, self.algo_cfg)
+        loss_mask = mechanisms.overlong_filter(
+            batch.response_mask, samples.truncated, self.algo_cfg
+        )
         if loss_mask is not batch.response_mask:
             batch = batch.replace(response_mask=loss_mask)
         return batch, adv
@@ -307,7 +309,7 @@ class Trainer:
         for _epoch in range(self.cfg.ppo_epochs):
             # Minibatch sizes differ by at most one group (fewer groups than minibatches:
             # one group each), however many groups dynamic sampling kept.
-            for groups in core.split_groups(n_groups, self.cfg.minibatches):
+            for groups in mechanisms.split_groups(n_groups, self.cfg.minibatches):
                 keep = torch.zeros(n_groups, dtype=torch.bool, device=self.device)
                 keep[groups.start : groups.stop] = True
                 minibatch = batch.select_groups(keep) if len(groups) < n_groups else batch
@@ -326,7 +328,7 @@ class Trainer:
         if self.entropy_in_fp32:
             entropy = self._entropy_fp32(samples, rows)
         # H_θ carries gradient only for a loss that trains it (an entropy bonus).
-        if not core.differentiates_entropy(self.algo_cfg):
+        if not self.algo_cfg.differentiates_entropy():
             entropy = entropy.detach()
         loss, loss_metrics = self.algo.loss(minibatch, logp, adv, self.algo_cfg, entropy=entropy)
         if not torch.isfinite(loss):

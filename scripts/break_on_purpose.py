@@ -169,7 +169,7 @@ SLIPS: list[Slip] = [
     Slip(
         "gpg-alpha",
         ALG + "gpg.py",
-        "alpha = core.gpg_alpha(batch.rewards, batch.group_size)",
+        "alpha = cfg.advantage_scale(batch)",
         "alpha = 1.0",
         (SPEC + "test_gpg.py",),
         "GPG's α rescaling dropped",
@@ -259,7 +259,7 @@ SLIPS: list[Slip] = [
         "grpo-s-geometric-is-arithmetic",
         ALG + "grpo_s.py",
         '    if ratio == "arithmetic":\n        return core.masked_mean(',
-        '    if True:\n        return core.masked_mean(',
+        "    if True:\n        return core.masked_mean(",
         (SPEC + "test_grpo_s.py",),
         "GRPO-S's geometric ratio computed as the arithmetic mean",
     ),

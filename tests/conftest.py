@@ -97,7 +97,10 @@ _algorithms = importlib.import_module("refimpl.algorithms")
 #: Every function the test session checks, by module (tests/spec/test_shapes.py reads it).
 SHAPE_CHECKED = {
     module.__name__: check_shapes(module)
-    for module in [importlib.import_module("refimpl.core")]
+    for module in [
+        importlib.import_module("refimpl.core"),
+        importlib.import_module("refimpl.mechanisms"),
+    ]
     + [_algorithms.get(name) for name in _algorithms.NAMES]
 }
 

@@ -34,7 +34,7 @@ Relative to DAPO
 ----------------
 One term: −β_H·H_θ joins the per-token loss. With β_H = 0 the loss is DAPO's exactly. The
 entropy is the one the trainer computes with the log-probs, and the gradient must flow
-through it: the trainers pass it undetached when ``core.differentiates_entropy(cfg)``.
+through it: the trainers pass it undetached when ``cfg.differentiates_entropy()``.
 
 Assumptions
 -----------

@@ -90,6 +90,10 @@ class Config(core.AlgorithmConfig):
     def __post_init__(self) -> None:
         core.check_config(self, LOSS_AGG_MODES)
 
+    def advantage_scale(self, batch: RolloutBatch) -> float:
+        """§3: α = B / (B − M), M = rows of zero-variance groups (they carry no gradient)."""
+        return core.gpg_alpha(batch.rewards, batch.group_size)
+
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-centred outcome reward on every response token."""
@@ -147,7 +151,7 @@ def loss(
     # w[i,t] = π_θ / π_old, reported for monitoring only: GPG has no ratio in its loss.
     w = core.token_ratio(logp, batch.logp_old, mask)
     # §3: α = B / (B − M), M = rows of zero-variance groups (they carry no gradient).
-    alpha = core.gpg_alpha(batch.rewards, batch.group_size)
+    alpha = cfg.advantage_scale(batch)
     # §3: −α·A_i·logp[i,t] for every token (the policy-gradient objective, no surrogate).
     token_loss = -alpha * adv * core.masked(logp, mask)
 

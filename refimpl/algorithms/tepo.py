@@ -73,7 +73,7 @@ Assumptions [A] (each is a Config field; ``docs/fidelity.md`` lists them)
   with ``ppo_epochs > 1`` or ``minibatches > 1``. The argument needs both entropies in
   float32: under bf16 autocast they differ by up to ~7e-3 at θ = θ_old (2-3 % of the toy
   model's tokens by more than τ, measured on CPU), so under ``--dtype bfloat16`` the trainer
-  recomputes both in float32 (``core.reads_current_entropy``).
+  recomputes both in float32 (``Config.reads_current_entropy()``).
 
 Worked example: ``docs/algorithms/tepo.md`` computes one group by hand;
 ``tests/spec/test_tepo.py::test_worked_example`` checks every number of it.

@@ -12,7 +12,7 @@ import copy
 
 import torch
 
-from refimpl import algorithms, core
+from refimpl import algorithms, core, mechanisms
 from refimpl.scaleup.hf import rollout_batch, token_logprobs_and_entropy
 
 
@@ -22,7 +22,7 @@ def train(model, tok, task, problems, algorithm="gtpo", prompts=8, G=8, rollouts
     also print each one)."""
     algo = algorithms.get(algorithm)
     cfg = cfg or algo.Config()
-    ref = copy.deepcopy(model).eval().requires_grad_(False) if core.needs_reference(cfg) else None
+    ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.needs_reference() else None
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     eos, log = tok.eos_token_id, []
     for r in range(rollouts):
@@ -41,7 +41,7 @@ def train(model, tok, task, problems, algorithm="gtpo", prompts=8, G=8, rollouts
         rewards = [task.reward(chunk[i // G], t) for i, t in enumerate(texts)]
         # logp_old and the full-vocabulary entropy_old of every reply token, in one pass.
         batch = rollout_batch(model, prompt_ids, prompt_mask, seqs, rewards, G, eos, ref_model=ref)
-        keep = core.keep_groups(batch.rewards, G, cfg)  # DAPO's filter when the Config asks
+        keep = mechanisms.keep_groups(batch.rewards, G, cfg)  # DAPO's filter when the Config asks
         if not keep.any():
             continue
         batch, rows = batch.select_groups(keep), keep.repeat_interleave(G)
@@ -56,7 +56,7 @@ def train(model, tok, task, problems, algorithm="gtpo", prompts=8, G=8, rollouts
             mb, r_ = batch.select_groups(sel), sel.repeat_interleave(G)
             attn = torch.cat([prompt_mask[r_], mb.response_mask.long()], dim=1)
             logp, entropy = token_logprobs_and_entropy(model, seqs[r_], attn, P)
-            if not core.differentiates_entropy(cfg):  # gradient only for an entropy bonus
+            if not cfg.differentiates_entropy():  # gradient only for an entropy bonus
                 entropy = entropy.detach()
             loss, metrics = algo.loss(mb, logp, adv[r_], cfg, entropy=entropy)
             opt.zero_grad()

@@ -44,7 +44,7 @@ from torch import Tensor
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer import grpo_trainer as _trl_grpo
 
-from refimpl import algorithms, core
+from refimpl import algorithms, core, mechanisms
 from refimpl.core import RolloutBatch
 from refimpl.scaleup.hf import loss_batch, normaliser_count
 
@@ -77,7 +77,7 @@ class RefimplGRPOTrainer(GRPOTrainer):
         )
         training_args = kwargs.get("args", args[2] if len(args) > 2 else None)
         core.require(training_args is not None, "args", "a trl.GRPOConfig")
-        beta = self.algorithm_config.kl_coef if core.needs_reference(self.algorithm_config) else 0.0
+        beta = self.algorithm_config.kl_coef if self.algorithm_config.needs_reference() else 0.0
         # A shallow copy, not dataclasses.replace: GRPOConfig.__post_init__ derives fields
         # (steps_per_generation, ...) and refuses to run twice.
         training_args = copy.copy(training_args)
@@ -165,11 +165,13 @@ class RefimplGRPOTrainer(GRPOTrainer):
 
         outcome = rewards.float()  # success (dynamic sampling, GTPO's O⁺) is decided on it
         # DAPO Eq. 13 when cfg.overlong_shaping: the soft length penalty, on the outcome's scale.
-        rewards = core.shape_rewards(outcome, g_mask.sum(dim=1), self.max_completion_length, cfg)
+        rewards = mechanisms.shape_rewards(
+            outcome, g_mask.sum(dim=1), self.max_completion_length, cfg
+        )
         # DAPO's overlong filter when cfg.overlong_filter: truncated rows (no EOS) leave the loss.
         eos = self.processing_class.eos_token_id
         truncated = ~(g_ids == eos).logical_and(g_mask.bool()).any(dim=1)
-        g_mask = core.overlong_filter(g_mask, truncated, cfg)
+        g_mask = mechanisms.overlong_filter(g_mask, truncated, cfg)
 
         batch = RolloutBatch(
             response_ids=g_ids,
@@ -183,8 +185,8 @@ class RefimplGRPOTrainer(GRPOTrainer):
         )
         # DAPO's dynamic sampling when cfg.dynamic_sampling: TRL cannot resample, so the
         # uninformative groups get no advantage and leave the loss (GPG's α folded in).
-        keep = core.keep_groups(outcome, G, cfg)
-        adv = core.kept_group_advantages(self.algorithm, batch, keep, cfg)
+        keep = mechanisms.keep_groups(outcome, G, cfg)
+        adv = mechanisms.kept_group_advantages(self.algorithm, batch, keep, cfg)
         loss_mask = g_mask * keep.repeat_interleave(G)[:, None].to(g_mask.dtype)
 
         local = slice(
@@ -233,7 +235,7 @@ class RefimplGRPOTrainer(GRPOTrainer):
             extra["adv"].float(),
             cfg,
             entropy=extra["entropy"].float()
-            if core.differentiates_entropy(cfg)
+            if cfg.differentiates_entropy()
             else extra["entropy"].detach().float(),
         )
         if mode == "train":

@@ -59,7 +59,7 @@ import torch
 from torch import Tensor
 from verl.trainer.ppo import core_algos
 
-from refimpl import algorithms, core
+from refimpl import algorithms, core, mechanisms
 from refimpl.core import RolloutBatch
 from refimpl.scaleup.hf import loss_batch, normaliser_count
 
@@ -178,8 +178,8 @@ def _make_estimator(name: str):
         )
         # DAPO's dynamic sampling when cfg.dynamic_sampling; GPG's α folded into A (the loss
         # sees micro-batches, not groups).
-        keep = core.keep_groups(batch.rewards, G, cfg)
-        adv_sorted = core.kept_group_advantages(module, batch, keep, cfg)
+        keep = mechanisms.keep_groups(batch.rewards, G, cfg)
+        adv_sorted = mechanisms.kept_group_advantages(module, batch, keep, cfg)
         adv = torch.empty_like(adv_sorted)
         adv[order] = adv_sorted  # back to verl's row order
         return adv, adv  # (advantages, returns), as verl's outcome estimators return
@@ -231,7 +231,7 @@ def _make_policy_loss(name: str):
         horizon = info.get("loss_scale_factor") or response_mask.shape[-1]
         cfg = cfg.for_generation_budget(int(horizon))
         entropy = padded.get("entropy")
-        if entropy is not None and not core.differentiates_entropy(cfg):
+        if entropy is not None and not cfg.differentiates_entropy():
             entropy = entropy.detach()  # H_θ carries gradient only for an entropy bonus
         loss, metrics = module.loss(
             batch,

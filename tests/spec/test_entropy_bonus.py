@@ -9,7 +9,6 @@ import pytest
 import torch
 from hypothesis import given
 
-from refimpl import core
 from refimpl.algorithms import dapo, entropy_bonus
 from tests.spec import worked
 from tests.spec.strategies import batch_and_policy
@@ -108,9 +107,9 @@ def test_trainers_pass_the_entropy_with_gradient_only_for_the_bonus():
 
     for name in algorithms.NAMES:
         cfg = algorithms.get(name).Config()
-        assert core.differentiates_entropy(cfg) is (name == "entropy_bonus")
+        assert cfg.differentiates_entropy() is (name == "entropy_bonus")
     off = dataclasses.replace(entropy_bonus.Config(), entropy_coef=0.0)
-    assert not core.differentiates_entropy(off)
+    assert not off.differentiates_entropy()
 
 
 def test_default_coefficient():

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from refimpl import algorithms, core
+from refimpl import algorithms, core, mechanisms
 from refimpl.algorithms import dapo, gpg, grpo
 
 G = 2
@@ -36,18 +36,18 @@ def test_keep_groups_is_dynamic_sampling_only_when_asked():
     mixed ones stay (the last is mixed: 0.6 fails, 0.8 succeeds); off, every group stays."""
     outcome = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.6, 0.8])
     on = dapo.Config(success_threshold=0.7)
-    assert core.keep_groups(outcome, G, on).tolist() == [True, False, False, True]
+    assert mechanisms.keep_groups(outcome, G, on).tolist() == [True, False, False, True]
     off = dataclasses.replace(on, dynamic_sampling=False)
-    assert core.keep_groups(outcome, G, off).tolist() == [True] * 4
+    assert mechanisms.keep_groups(outcome, G, off).tolist() == [True] * 4
 
 
 def test_overlong_filter_removes_truncated_rows_only_when_asked():
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
     truncated = torch.tensor([False, True, False])
     on = dapo.Config(overlong_filter=True)
-    out = core.overlong_filter(mask, truncated, on)
+    out = mechanisms.overlong_filter(mask, truncated, on)
     assert out.tolist() == [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
-    assert core.overlong_filter(mask, truncated, dapo.Config()) is mask  # off by default
+    assert mechanisms.overlong_filter(mask, truncated, dapo.Config()) is mask  # off by default
 
 
 @pytest.mark.parametrize(
@@ -67,12 +67,12 @@ def test_kept_group_advantages_zero_the_dropped_groups():
     """The kept groups get the algorithm's advantages of the kept batch, the others 0."""
     batch = make_batch([1.0, 0.0, 0.0, 0.0, 0.0, 1.0])
     keep = torch.tensor([True, False, True])
-    adv = core.kept_group_advantages(grpo, batch, keep, grpo.Config())
+    adv = mechanisms.kept_group_advantages(grpo, batch, keep, grpo.Config())
     rows = keep.repeat_interleave(G)
     expected = grpo.advantages(batch.select_groups(keep), grpo.Config())
     torch.testing.assert_close(adv[rows], expected, rtol=0, atol=0)
     assert (adv[~rows] == 0).all()
-    nothing = core.kept_group_advantages(
+    nothing = mechanisms.kept_group_advantages(
         grpo, batch, torch.zeros(3, dtype=torch.bool), grpo.Config()
     )
     assert (nothing == 0).all()
@@ -84,7 +84,7 @@ def test_gpg_alpha_folded_into_the_advantages_gives_the_same_gradient():
     batch = make_batch([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
     keep = torch.ones(3, dtype=torch.bool)
     cfg = gpg.Config()
-    folded = core.kept_group_advantages(gpg, batch, keep, cfg)
+    folded = mechanisms.kept_group_advantages(gpg, batch, keep, cfg)
     plain = gpg.advantages(batch, cfg)
     torch.testing.assert_close(folded, plain * 1.5, rtol=0, atol=0)
 
@@ -105,7 +105,7 @@ def test_shape_rewards_is_the_identity_unless_asked(name):
     """``shape_rewards`` changes rewards only with ``overlong_shaping`` (DAPO's default)."""
     cfg = algorithms.get(name).Config()
     rewards, lengths = torch.tensor([1.0, 0.0]), torch.tensor([10, 10])
-    shaped = core.shape_rewards(rewards, lengths, 10, cfg)
+    shaped = mechanisms.shape_rewards(rewards, lengths, 10, cfg)
     if cfg.overlong_shaping:
         # L_max = 10, L_cache = 2: |o| = 10 is 2 past L_max − L_cache → R_len = −1, × 0.5.
         assert shaped.tolist() == [0.5, -0.5]
