@@ -106,7 +106,9 @@ class TrainConfig:
     dtype: str = "float32"
     """model compute dtype: float32, or bfloat16 (autocast; the loss math stays float32)"""
     threads: int | None = None
-    """torch CPU threads (None: torch's default)"""
+    """torch CPU threads of the RL run (None: torch's default, one per core). The numbers
+    depend on it: a sum split across threads rounds differently; refimpl compare uses 1 per
+    worker"""
     progress: bool = True
     """show a progress bar"""
     tensorboard: bool = False

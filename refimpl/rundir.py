@@ -10,6 +10,7 @@ import time
 from pathlib import Path, PurePath
 from typing import Any, NamedTuple
 
+from refimpl import numerics
 from refimpl.checkpoint import (
     CheckpointError,
     check_deletable,
@@ -201,6 +202,7 @@ def write_new_run(run_dir: Path, cfg: TrainConfig, algo_cfg: Any) -> None:
         "train_config": config_dict(cfg),
         "algo_config": dataclasses.asdict(algo_cfg),
         "versions": versions(),
+        "numerics": numerics.describe(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_text_atomic(run_dir / "config.json", json.dumps(record, indent=2))
@@ -219,6 +221,7 @@ def record_resume(run_dir: Path, saved: dict[str, Any], cfg: TrainConfig, step: 
             "at_step": step,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "versions": versions(),
+            "numerics": numerics.describe(),
             **({"changed": changed} if changed else {}),
         }
     )

@@ -8,8 +8,9 @@ short supervised run on reference solutions of a *mix of easier instances* (for 
 10–50 % success rate: low enough to have room to learn, high enough that most groups hold
 both right and wrong answers (a group whose rewards are all equal carries no signal).
 
-The result is deterministic per seed (on one torch thread, the default: see
-``WarmstartConfig.threads``) and cached under ``runs/warmstart/<task>-<hash>/``: the
+The result is deterministic per seed, the same bit for bit on any x86-64 CPU with AVX2 (on
+one torch thread, the default: see ``WarmstartConfig.threads``, and on refimpl's pinned
+kernel path, ``refimpl/numerics.py``) and cached under ``runs/warmstart/<task>-<hash>/``: the
 hash covers every setting, so changing one trains a new model, and ``make demo``, the
 notebooks and the benchmarks all reuse the same file.
 """
@@ -33,6 +34,7 @@ import tyro
 from filelock import FileLock
 from tqdm.auto import tqdm
 
+from refimpl import numerics
 from refimpl.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.evaluate import success_rate
 from refimpl.model import GPT, GPTConfig
@@ -111,10 +113,11 @@ class WarmstartConfig:
     eval_problems: int = 200
     """held-out problems for the final success report"""
     threads: int | None = 1
-    """torch CPU threads while training. 1 (the default) trains the same base model on every
-    machine: the sums inside a matmul are split across threads, so another thread count rounds
-    differently and, over 600 steps at this learning rate, ends at a different model (on
-    countdown, greedy success 0.41 on one thread and 0.47 on two). None: torch's default."""
+    """torch CPU threads while training. 1 (the default), with refimpl's pinned AVX2 kernel
+    path (refimpl/numerics.py), trains the same base model bit for bit on every x86-64 CPU
+    with AVX2: a sum split across threads rounds differently, so another thread count ends,
+    after 600 steps at this learning rate, at another model. None: torch's default (one per
+    core, so the model depends on the machine)."""
     force: bool = False
     """retrain even when a cached model exists"""
     progress: bool = True
@@ -188,6 +191,7 @@ class WarmstartConfig:
         }
         keep["mix"] = WARMSTART_MIX.get(self.task, {})
         keep["vocab"] = TOKENIZER.itos
+        keep["numerics"] = numerics.cache_tag()  # another kernel path trains another model
         blob = json.dumps(keep, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:10]
 
@@ -307,7 +311,8 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
     model.eval()
     report = base_success(model, get_task(cfg.task, **cfg.task_knobs()), cfg.eval_problems)
     report["train_seconds"] = round(seconds, 1)
-    save_checkpoint(cache, model, None, {"config": dataclasses.asdict(cfg), "report": report})
+    state = {"config": dataclasses.asdict(cfg), "report": report, "numerics": numerics.describe()}
+    save_checkpoint(cache, model, None, state)
     print(f"warm start: trained {cfg.steps} steps in {seconds:.0f} s → {cache}")
     print(f"warm start: base model on {cfg.task}: {_format_report(report)}")
     return model

@@ -1,0 +1,131 @@
+"""One numeric path (refimpl/numerics.py): the kernel path torch would pick on this machine,
+or the one the environment asks for, must not change a single weight.
+
+The cross-path test is what would have caught issue 24: a warm start plus a few RL steps in
+fresh processes, once on the machine's own kernels and once with the environment asking for
+ATen's plain (no SIMD) kernels and MKL's SSE2 branch, must give the same metrics and the same
+weights bit for bit. Without the pin the two runs round differently from the first matmul on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from refimpl import numerics
+from refimpl.warmstart import WarmstartConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+
+#: The two kernel paths: the machine's own (nothing set), and the slowest, most different
+#: one the environment can ask for.
+NATIVE_ENV: dict[str, str] = {}
+PLAIN_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
+
+#: A short warm start (1 layer, d = 32: solves about a third of one-operation chains, so the
+#: RL groups hold right and wrong answers and the gradient is not zero) and three RL steps.
+TRAIN_ARGS = [
+    "--task", "chain", "--task-args", "num_ops=1", "--algo", "grpo",
+    "--steps", "3", "--prompts-per-step", "16", "--eval-every", "3", "--eval-problems", "40",
+    "--eval-samples", "4", "--probe-every", "0", "--threads", "1", "--no-progress", "--no-plot",
+    "--warmstart.steps", "150", "--warmstart.batch-size", "64", "--warmstart.eval-problems",
+    "20", "--warmstart.model.n-layer", "1", "--warmstart.model.n-embd", "32",
+    "--warmstart.model.n-head", "2",
+]  # fmt: skip
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in numerics.PINNED_ENV}
+    env.pop(numerics.MODE_VARIABLE, None)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def _train(runs: Path, extra: dict[str, str]) -> tuple[list[dict], dict[str, str], dict]:
+    """Run ``refimpl train`` in a fresh process; return its metrics (without timings), the
+    hashes of its weight files (warm start and RL) and its config.json."""
+    subprocess.run(
+        [sys.executable, "-m", "refimpl.cli", "train", *TRAIN_ARGS, "--runs-dir", str(runs),
+         "--warmstart.runs-dir", str(runs)],
+        env=_env(extra), check=True, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    (run_dir,) = [p for p in runs.iterdir() if p.name != "warmstart"]
+    metrics = [
+        {k: v for k, v in json.loads(line).items() if not k.startswith("time_")}
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
+    weights = {
+        str(p.relative_to(runs).parent.parent if "warmstart" in p.parts else "rl"): hashlib.sha256(
+            p.read_bytes()
+        ).hexdigest()
+        for p in sorted(runs.rglob("model.safetensors"))
+    }
+    return metrics, weights, json.loads((run_dir / "config.json").read_text())
+
+
+@pytest.mark.skipif(not X86_64, reason="the pinned path is x86-64's (elsewhere: native)")
+def test_warm_start_and_rl_are_bit_identical_on_two_kernel_paths(tmp_path):
+    native = _train(tmp_path / "native", NATIVE_ENV)
+    plain = _train(tmp_path / "plain", PLAIN_ENV)
+    metrics, weights, config = native
+    assert len(metrics) == 4 and any(m.get("grad_norm", 0) > 0 for m in metrics)
+    assert len(weights) == 2  # the warm start's and the RL run's
+    assert plain[0] == metrics
+    assert plain[1] == weights
+    for cfg in (config, plain[2]):
+        assert cfg["numerics"]["path"] == "avx2"
+        assert cfg["numerics"]["cpu_capability"] == numerics.PINNED_CAPABILITY
+        assert cfg["numerics"]["env"] == numerics.PINNED_ENV
+
+
+def _python(code: str, extra: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", code], env=_env(extra), capture_output=True, text=True, timeout=120
+    )
+
+
+DESCRIBE = "import json; from refimpl import numerics; print(json.dumps(numerics.describe()))"
+
+
+@pytest.mark.skipif(not X86_64, reason="the pinned path is x86-64's (elsewhere: native)")
+def test_pin_overrides_the_environment_and_native_opts_out():
+    pinned = json.loads(_python("import refimpl, torch; " + DESCRIBE, PLAIN_ENV).stdout)
+    assert pinned["path"] == "avx2" and pinned["cpu_capability"] == "AVX2"
+    assert pinned["env"] == numerics.PINNED_ENV
+    native = json.loads(
+        _python(
+            "import refimpl, torch; " + DESCRIBE, {**PLAIN_ENV, "REFIMPL_NUMERICS": "native"}
+        ).stdout
+    )
+    # The opt-out leaves the environment's choice alone: here, ATen's plain kernels.
+    assert native["path"] == "native" and native["cpu_capability"] == "DEFAULT"
+    assert native["env"]["ATEN_CPU_CAPABILITY"] == "default"
+
+
+@pytest.mark.skipif(not X86_64, reason="the pinned path is x86-64's (elsewhere: native)")
+def test_torch_imported_first_warns_and_records_the_native_path():
+    result = _python("import warnings, torch, refimpl; " + DESCRIBE, {})
+    assert "import refimpl before torch" in result.stderr
+    assert json.loads(result.stdout)["path"] == "native"
+
+
+def test_a_bad_mode_is_an_error_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("REFIMPL_NUMERICS", "fast")
+    with pytest.raises(ValueError, match="REFIMPL_NUMERICS: expected one of avx2, native"):
+        numerics.requested_mode()
+
+
+def test_the_warm_start_cache_is_keyed_by_the_numeric_path(monkeypatch, tmp_path):
+    cfg = WarmstartConfig(runs_dir=tmp_path)
+    pinned = cfg.cache_dir
+    monkeypatch.setattr(numerics, "cache_tag", lambda: "native-x86_64-avx512")
+    assert cfg.cache_dir != pinned
