@@ -1,8 +1,15 @@
-"""Shared plumbing for every algorithm file: the rollout batch and the tensor primitives.
+"""Shared plumbing: the rollout batch, the tensor primitives of the algorithm files, and the
+batch-level mechanisms the training loops run around an algorithm.
 
-Everything here is written once and used by the algorithm files in ``refimpl/algorithms``;
-those files hold only the mathematics that distinguishes one algorithm from another. This
-module knows nothing of models, tokenizers or tasks.
+Everything here is written once. Most of it is what the algorithm files in
+``refimpl/algorithms`` are built from, so that those files hold only the mathematics that
+distinguishes one algorithm from another. The rest is called by the training loops only,
+never by an algorithm file: the wrappers of the ``Config``'s contract methods
+(``needs_reference``, ``reads_current_entropy``, ``differentiates_entropy``), DAPO's dynamic
+sampling (``keep_groups``), overlong shaping (``shape_rewards``, ``overlong_cache_len``,
+``overlong_penalty``) and overlong filter (``overlong_filter``), the minibatch split
+(``split_groups``) and the advantages of split micro-batches (``kept_group_advantages``).
+This module knows nothing of models, tokenizers or tasks.
 
 Notation
 --------
@@ -103,7 +110,9 @@ class AlgorithmConfig:
     directly. Each algorithm declares them with its own defaults and adds its own fields.
 
     The four methods answer, for one configuration, what a training loop must provide; an
-    algorithm whose answer depends on its own fields overrides them (TEPO, Dr. GRPO).
+    algorithm whose answer differs from the default here overrides them (TEPO: the reference
+    and the current entropy, Dr. GRPO: the generation budget, the entropy bonus: the gradient
+    through the entropy).
     """
 
     kl_coef: float  # β of a k3 KL term (0: none)

@@ -54,7 +54,7 @@ WARMSTART_MIX: dict[str, dict[str, object]] = {
 
 @dataclass
 class ModelConfig:
-    """Size of the tiny GPT (2 layers, d = 128 → 405k parameters)."""
+    """Size of the tiny GPT (2 layers, d = 128 → 408k parameters)."""
 
     n_layer: int = 2
     """transformer blocks"""
