@@ -105,8 +105,9 @@ class AlgorithmConfig:
     directly. Each algorithm declares them with its own defaults and adds its own fields.
 
     The five methods answer, for one configuration, what a training loop must provide; an
-    algorithm whose answer depends on its own fields overrides them (TEPO, Dr. GRPO, GPG,
-    the entropy bonus).
+    algorithm whose answer differs from the default here overrides them (TEPO: the reference
+    and the current entropy, Dr. GRPO: the generation budget, the entropy bonus: the gradient
+    through the entropy, GPG: the batch-wide advantage scale α).
     """
 
     kl_coef: float  # β of a k3 KL term (0: none)

@@ -2,7 +2,8 @@
 
 Everything reads the run directories the trainer writes (``metrics.jsonl``, ``probes.jsonl``,
 ``config.json``), so a figure can be redrawn from any finished or interrupted run. The
-helpers of the notebooks live in ``refimpl.nbplots`` (``plots.<name>`` finds them too).
+helpers of the notebooks live in ``refimpl.nbplots``, which imports this module (never the
+other way round).
 """
 
 from __future__ import annotations
@@ -418,28 +419,3 @@ def plot_metric(
     ax.set_title(title or key, fontsize=10)
     ax.set_xlabel("RL step")
     ax.grid(alpha=0.3)
-
-
-#: The notebook helpers, in ``refimpl.nbplots``; ``plots.<name>`` still finds them.
-NOTEBOOK_HELPERS = (
-    "plot_entropy_percentiles",
-    "plot_success_vs_entropy",
-    "probe_entropy_grid",
-    "plot_probe_heatmap",
-    "probe_entropies",
-    "plot_entropy_distribution",
-    "entropy_success_table",
-    "covariance_table",
-    "entropy_law_fit",
-    "format_rows",
-    "token_grid",
-    "plot_token_advantages",
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name in NOTEBOOK_HELPERS:
-        from refimpl import nbplots
-
-        return getattr(nbplots, name)
-    raise AttributeError(f"module 'refimpl.plots' has no attribute {name!r}")

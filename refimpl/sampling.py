@@ -411,8 +411,52 @@ def sample_groups(
     prompt_ids, prompt_mask = _left_pad(prompts, pad_id)
     prompt_ids = prompt_ids.repeat_interleave(group_size, dim=0).to(device)  # row r: prompt r//G
     prompt_mask = prompt_mask.repeat_interleave(group_size, dim=0).to(device)
-    B = prompt_ids.shape[0]
+    was_training = model.training
+    model.eval()
+    try:
+        steps = _decode(
+            model,
+            prompt_ids,
+            prompt_mask,
+            group_size=group_size,
+            max_new_tokens=max_new_tokens,
+            eos_id=eos_id,
+            pad_id=pad_id,
+            sampling=(temperature, top_k, top_p, generator),
+            use_cache=use_cache,
+        )
+    finally:
+        model.train(was_training)
+    tokens, alive_steps, logps, entropies, finished = steps
+    return Samples(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=torch.stack(tokens, dim=1),
+        response_mask=torch.stack(alive_steps, dim=1).float(),
+        logp_old=torch.stack(logps, dim=1),
+        entropy_old=torch.stack(entropies, dim=1),
+        truncated=~finished,
+        group_size=group_size,
+    )
 
+
+def _decode(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    *,
+    group_size: int,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    sampling: tuple[float, int | None, float | None, torch.Generator | None],
+    use_cache: bool,
+) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor], Tensor]:
+    """The decoding loop of :func:`sample_groups` over the ``[B, P]`` repeated prompts: per
+    step the ``[B]`` sampled tokens, whether each row was still generating, their log-probs
+    and entropies (0 on finished rows), then the ``[B]`` rows that emitted ``eos_id``.
+    ``sampling``: ``(temperature, top_k, top_p, generator)``."""
+    B, device = prompt_ids.shape[0], prompt_ids.device
     tokens: list[Tensor] = []  # one [B] tensor per step
     alive_steps: list[Tensor] = []  # [B] bool: the row was still generating at that step
     logps: list[Tensor] = []
@@ -424,46 +468,27 @@ def sample_groups(
     # sees a later position.
     mask = prompt_mask
     cache = None
+    for step in range(max_new_tokens):
+        if not use_cache:  # the slow path: recompute the whole sequence so far
+            input_ids = torch.cat([prompt_ids, *(t[:, None] for t in tokens)], dim=1)
+            logits, _ = _forward(model, input_ids, mask)
+        elif step == 0:
+            logits, cache = _prefill(model, prompt_ids, prompt_mask, group_size)
+        else:  # feed only the newest token; the cache holds everything before it
+            logits, cache = _forward(model, tokens[-1][:, None], mask, cache)
+        token, logp_all, entropy = _sample_token(logits[:, -1, :], *sampling)
 
-    was_training = model.training
-    model.eval()
-    try:
-        for step in range(max_new_tokens):
-            if not use_cache:  # the slow path: recompute the whole sequence so far
-                input_ids = torch.cat([prompt_ids, *(t[:, None] for t in tokens)], dim=1)
-                logits, _ = _forward(model, input_ids, mask)
-            elif step == 0:
-                logits, cache = _prefill(model, prompt_ids, prompt_mask, group_size)
-            else:  # feed only the newest token; the cache holds everything before it
-                logits, cache = _forward(model, tokens[-1][:, None], mask, cache)
-            token, logp_all, entropy = _sample_token(
-                logits[:, -1, :], temperature, top_k, top_p, generator
-            )
-
-            alive = ~finished
-            token = torch.where(alive, token, torch.full_like(token, pad_id))
-            tokens.append(token)
-            alive_steps.append(alive)
-            logps.append(torch.where(alive, logp_all.gather(-1, token[:, None]).squeeze(-1), 0.0))
-            entropies.append(torch.where(alive, entropy, 0.0))
-            finished = finished | (token == eos_id)
-            mask = torch.cat([mask, ones], dim=1)
-            if bool(finished.all()):
-                break
-    finally:
-        model.train(was_training)
-
-    response_mask = torch.stack(alive_steps, dim=1).float()
-    return Samples(
-        prompt_ids=prompt_ids,
-        prompt_mask=prompt_mask,
-        response_ids=torch.stack(tokens, dim=1),
-        response_mask=response_mask,
-        logp_old=torch.stack(logps, dim=1),
-        entropy_old=torch.stack(entropies, dim=1),
-        truncated=~finished,
-        group_size=group_size,
-    )
+        alive = ~finished
+        token = torch.where(alive, token, torch.full_like(token, pad_id))
+        tokens.append(token)
+        alive_steps.append(alive)
+        logps.append(torch.where(alive, logp_all.gather(-1, token[:, None]).squeeze(-1), 0.0))
+        entropies.append(torch.where(alive, entropy, 0.0))
+        finished = finished | (token == eos_id)
+        mask = torch.cat([mask, ones], dim=1)
+        if bool(finished.all()):
+            break
+    return tokens, alive_steps, logps, entropies, finished
 
 
 # ---------------------------------------------------------------------------------------------

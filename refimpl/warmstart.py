@@ -56,7 +56,7 @@ WARMSTART_MIX: dict[str, dict[str, object]] = {
 
 @dataclass
 class ModelConfig:
-    """Size of the tiny GPT (2 layers, d = 128 → 405k parameters)."""
+    """Size of the tiny GPT (2 layers, d = 128 → 408k parameters)."""
 
     n_layer: int = 2
     """transformer blocks"""
@@ -182,13 +182,29 @@ class WarmstartConfig:
         """The knobs that ``task_args`` sets (typed like the task's defaults; mix not included)."""
         return parse_overrides(self.task_args, get_task(self.task).knobs(), "--task-args")
 
+    def canonical_task_args(self) -> tuple[str, ...]:
+        """``task_args`` parsed and filled in with the task's defaults, written back as the
+        ``KNOB=VALUE`` pairs that differ from those defaults, sorted by knob.
+
+        Flags that say the same thing (``num_ops=3``, nothing, ``min_ops=3 num_ops=3`` when
+        both are chain's defaults) give the same tuple, so they share one cached model. The
+        pairs that restate nothing are dropped rather than hashed with the defaults so that
+        the key of a run without ``--task-args`` is what it always was (existing caches stay
+        valid); a change to a task's *default* is a code change, like any other change to the
+        task's code, and needs ``--force`` (or a new ``runs_dir``), as before."""
+        defaults = get_task(self.task).knobs()
+        knobs = get_task(self.task, **self.task_knobs()).knobs()
+        return tuple(f"{k}={v}" for k, v in sorted(knobs.items()) if v != defaults[k])
+
     def cache_key(self) -> str:
-        """A hash of every setting that changes the trained weights."""
+        """A hash of every setting that changes the trained weights (the task's knobs as
+        ``canonical_task_args``, not as typed)."""
         keep = {
             k: v
             for k, v in dataclasses.asdict(self).items()
             if k not in ("runs_dir", "eval_problems", "threads", "force", "progress")
         }
+        keep["task_args"] = list(self.canonical_task_args())
         keep["mix"] = WARMSTART_MIX.get(self.task, {})
         keep["vocab"] = TOKENIZER.itos
         keep["numerics"] = numerics.cache_tag()  # another kernel path trains another model

@@ -41,7 +41,7 @@ def test_param_count_matches_gpt2_formula() -> None:
     expected = V * d + block * d + L * block_params + layer_norm  # wte + wpe + blocks + ln_f
     model = GPT(GPTConfig(vocab_size=V, block_size=block, n_layer=L, n_head=4, n_embd=d))
     assert model.num_params() == expected
-    assert 400_000 < expected < 410_000  # the ≈405k model of docs/benchmarks.md
+    assert 400_000 < expected < 410_000  # the 408k model of docs/benchmarks.md
 
 
 def test_head_is_tied_to_token_embedding(model: GPT) -> None:

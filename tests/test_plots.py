@@ -1,11 +1,18 @@
 """The split of the figures: run/compare figures in ``refimpl.plots``, notebook helpers in
-``refimpl.nbplots`` (still reachable as ``plots.<name>``), colours from the registry."""
+``refimpl.nbplots`` (which imports plots, never the reverse), colours from the registry."""
 
 from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
 
 import pytest
 
 from refimpl import algorithms, nbplots, plots, runlog
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_algorithm_has_its_own_colour():
@@ -19,9 +26,66 @@ def test_every_algorithm_has_its_own_colour():
     assert plots.ALGO_COLORS["grpo"] == "#1f77b4" and plots.ALGO_COLORS["tepo"] == "#d62728"
 
 
-@pytest.mark.parametrize("name", plots.NOTEBOOK_HELPERS)
-def test_notebook_helpers_are_found_through_plots(name):
-    assert getattr(plots, name) is getattr(nbplots, name)
+def _imports(path: Path) -> set[str]:
+    """The ``refimpl.*`` modules that ``path`` imports anywhere (inside functions too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}  # from refimpl import x
+    return {name for name in found if name.startswith("refimpl.")}
+
+
+def test_no_import_circle_in_refimpl():
+    """The import graph of refimpl/ (every import statement, lazy ones in functions included)
+    has no cycle: plots.py once reached nbplots.py, which imports plots, through a module
+    ``__getattr__``."""
+    modules = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (ROOT / "refimpl").rglob("*.py")
+    }
+    graph = {m: _imports(p) & modules.keys() for m, p in modules.items()}
+    for m in graph:  # importing refimpl.a.b runs refimpl/a/__init__.py first: not a cycle
+        graph[m] = {d for d in graph[m] if not m.startswith(d + ".")}
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(graph[m]):
+            assert state.get(d) != 1, "import circle: " + " -> ".join([*path, m, d])
+            if d not in state:
+                visit(d, [*path, m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+
+
+def test_no_module_getattr_shims():
+    for path in (ROOT / "refimpl").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert "__getattr__" not in names, path
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "notebooks").glob("0*.ipynb")), ids=lambda p: p.stem
+)
+def test_notebooks_call_helpers_where_they_live(path):
+    """Every ``plots.<name>`` and ``nbplots.<name>`` in a notebook's code exists in that
+    module (the notebook helpers are in nbplots; plots no longer forwards them)."""
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        for module, name in re.findall(r"(?<![\w.])(plots|nbplots)\.(\w+)", source):
+            assert hasattr({"plots": plots, "nbplots": nbplots}[module], name), (
+                f"{path.name}: {module}.{name}"
+            )
 
 
 def test_one_metrics_reader():

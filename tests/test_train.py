@@ -207,6 +207,26 @@ def test_unknown_names_list_the_valid_ones(runs):
     assert all(name in str(err.value) for name in algorithms.NAMES)
 
 
+def test_equivalent_task_args_share_one_warm_start_cache(tmp_path, capsys):
+    """``--task-args`` that say the same thing (nothing, a default restated, defaults in any
+    order or spelling) train one base model into one cache directory; a real change trains
+    another. (The key once hashed the strings as typed: three models for one task.)"""
+    tiny = ["--steps", "2", "--batch-size", "4", "--eval-problems", "2", "--model.n-layer", "1"]
+    tiny += ["--model.n-embd", "16", "--model.n-head", "2", "--no-progress"]
+    same = [[], ["num_ops=3"], ["num_ops=3", "min_ops=3"], ["min-ops = 3", "num_ops=3"]]
+    for task_args in same:
+        argv = ["warmstart", "--task", "chain", *tiny, "--runs-dir", str(tmp_path)]
+        assert cli_main(argv + (["--task-args", *task_args] if task_args else [])) == 0
+    caches = sorted(p.name for p in (tmp_path / "warmstart").iterdir() if p.is_dir())
+    assert len(caches) == 1, caches
+    out = capsys.readouterr().out
+    assert out.count("warm start: trained") == 1 and out.count("warm start: reusing") == 3
+    # Same knobs, same key; different knobs (num_ops=2 also moves min_ops), another key.
+    key = WarmstartConfig(task="chain", task_args=("num_ops=2",)).cache_key()
+    assert key == WarmstartConfig(task="chain", task_args=("min_ops=2", "num_ops=2")).cache_key()
+    assert key != WarmstartConfig(task="chain").cache_key()
+
+
 def test_cli_help_and_bad_flags(capsys):
     assert cli_main(["train", "--help"]) == 0  # main returns the exit code (tests/test_cli.py)
     out = capsys.readouterr().out

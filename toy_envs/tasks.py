@@ -206,8 +206,8 @@ class Chain(Task):
     Length: at ``num_ops=4`` the prompt is at most 10 characters (``"3+5-2+7+1="``) and the
     completion at most 14 (``"12,21,30,39#39"``: four values below 46), so
     ``<bos>`` + prompt + completion + ``<eos>`` is at most 26 tokens, and the budget
-    ``max_prompt_tokens + max_new_tokens`` is 11 + 19 = 30 <= 48. The default ``num_ops=3``
-    needs 9 + 16 = 25.
+    ``max_prompt_tokens + max_new_tokens`` is 11 + 19 = 30, within the tiny GPT's 64 positions
+    (``ModelConfig.block_size``). The default ``num_ops=3`` needs 9 + 16 = 25.
     """
 
     name = "chain"

@@ -28,7 +28,10 @@ Equations
 Relative to GRPO
 ----------------
 This *is* the baseline every other file is compared against: ``diff grpo.py <other>.py``
-shows what the other algorithm changes.
+shows what the other algorithm changes in its advantage, its loss and its ``Config``. The
+batch-level mechanisms a ``Config`` switches on (DAPO's dynamic sampling, overlong shaping
+and overlong filter) run in the training loops, not in the algorithm file: such a diff shows
+only the switches (see ``dapo.py``'s "Relative to GRPO").
 
 Assumptions
 -----------

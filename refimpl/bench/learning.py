@@ -691,20 +691,40 @@ def _fmt_q(q: dict[str, float], scale: float = 1.0, unit: str = "") -> str:
     return f"{f(q['median'])} [{f(q['q25'])}–{f(q['q75'])}] ({q['reached']} reached)"
 
 
-def format_report(
-    cfg: LearningConfig,
-    results: dict[str, Any],
-    info: dict[str, Any],
-    wall_s: float,
-    figures: dict[str, list[Path]],
-) -> str:
+#: Columns of the report's two tables per task: the outcome, then the mechanisms behind it.
+RESULT_COLUMNS = [
+    "algorithm",
+    "seeds",
+    "final greedy (mean ± sd)",
+    "gain (worst seed)",
+    "pass@1 start → end",
+    "pass@16 start → end",
+    "entropy start → end",
+    "collapsed",
+    "tokens to target, median [IQR]",
+    "AUC",
+]
+MECHANISM_COLUMNS = [
+    "algorithm",
+    "clip fraction",
+    "TEPO mask fraction",
+    "mean Cov(logp, A)",
+    "r(Cov, entropy change) over steps",
+    "steps run",
+    "kept groups",
+    "seconds per run",
+]
+
+
+def _report_header(cfg: LearningConfig, info: dict[str, Any], wall_s: float) -> list[str]:
+    """The report's first lines: the machine and wall time, then the settings of every run."""
     train = cfg.train_defaults()
     how = (
         "summed logged step and evaluation times over the parallel runs"
         if cfg.report_only
         else "measured"
     )
-    lines = [
+    return [
         f"Machine: {format_machine(info)}. Wall time of the training: {wall_s / 60:.1f} "
         f"min ({how}; {cfg.workers or min(4, os.cpu_count() or 1)} parallel runs, one "
         f"torch thread each).",
@@ -718,80 +738,72 @@ def format_report(
         f" < {cfg.collapse_ratio} × start.",
         "",
     ]
+
+
+def _result_row(label: str, s: dict[str, Any]) -> list[object]:
+    """One algorithm's row of the outcome table (``s``: its summary over seeds)."""
+
+    def arrow(key: str) -> str:
+        return f"{s[key + '_start']['mean']:.3f} → {s[key + '_end']['mean']:.3f}"
+
+    return [
+        label,
+        s["seeds"],
+        f"{s['final']['mean']:.3f} ± {s['final']['std']:.3f}",
+        f"{s['gain']['mean']:+.3f} ({s['gain']['min']:+.3f})",
+        arrow("pass1"),
+        arrow("pass16"),
+        arrow("entropy"),
+        f"{s['collapsed']}/{s['seeds']}",
+        _fmt_q(s["tokens_to_target"], 1e3, "k"),
+        f"{s['auc']['mean']:.3f}",
+    ]
+
+
+def _mechanism_row(label: str, s: dict[str, Any]) -> list[object]:
+    """One algorithm's row of the mechanism table (``s``: its summary over seeds)."""
+    return [
+        label,
+        f"{s['clip_frac']['mean']:.4f}",
+        "-" if math.isnan(s["mask_frac"]["mean"]) else f"{s['mask_frac']['mean']:.4f}",
+        f"{s['cov_mean']['mean']:+.4f}",
+        f"{s['cov_entropy_r']['mean']:+.2f}",
+        f"{s['steps']['median']:.0f}",
+        f"{s['kept_group_frac']['mean']:.2f}",
+        f"{s['time_s']['mean']:.0f}",
+    ]
+
+
+def _task_section(task: str, res: dict[str, Any], figures: list[Path]) -> list[str]:
+    """One task's section: its budget and target, the two tables, then its figures."""
+    summary = res["summary"].items()
+    lines = [
+        f"### {task}",
+        "",
+        f"Budget {res['budget_tokens']:,} sampled tokens per run; warm start "
+        f"(held-out greedy) {res['base']:.3f}; target {res['target']:.3f}.",
+        "",
+        markdown_table(RESULT_COLUMNS, [_result_row(label, s) for label, s in summary]),
+        "",
+        markdown_table(MECHANISM_COLUMNS, [_mechanism_row(label, s) for label, s in summary]),
+        "",
+    ]
+    for fig in figures:
+        lines += [f"![{fig.stem}](figures/{fig.name})", ""]
+    return lines
+
+
+def format_report(
+    cfg: LearningConfig,
+    results: dict[str, Any],
+    info: dict[str, Any],
+    wall_s: float,
+    figures: dict[str, list[Path]],
+) -> str:
+    """The markdown report: header, one section per task, then the verdicts."""
+    lines = _report_header(cfg, info, wall_s)
     for task, res in results.items():
-        lines += [
-            f"### {task}",
-            "",
-            f"Budget {res['budget_tokens']:,} sampled tokens per run; warm start "
-            f"(held-out greedy) {res['base']:.3f}; target {res['target']:.3f}.",
-            "",
-        ]
-        rows, mechanism_rows = [], []
-        for label, s in res["summary"].items():
-
-            def arrow(key: str, s=s) -> str:
-                return f"{s[key + '_start']['mean']:.3f} → {s[key + '_end']['mean']:.3f}"
-
-            rows.append(
-                [
-                    label,
-                    s["seeds"],
-                    f"{s['final']['mean']:.3f} ± {s['final']['std']:.3f}",
-                    f"{s['gain']['mean']:+.3f} ({s['gain']['min']:+.3f})",
-                    arrow("pass1"),
-                    arrow("pass16"),
-                    arrow("entropy"),
-                    f"{s['collapsed']}/{s['seeds']}",
-                    _fmt_q(s["tokens_to_target"], 1e3, "k"),
-                    f"{s['auc']['mean']:.3f}",
-                ]
-            )
-            mechanism_rows.append(
-                [
-                    label,
-                    f"{s['clip_frac']['mean']:.4f}",
-                    "-" if math.isnan(s["mask_frac"]["mean"]) else f"{s['mask_frac']['mean']:.4f}",
-                    f"{s['cov_mean']['mean']:+.4f}",
-                    f"{s['cov_entropy_r']['mean']:+.2f}",
-                    f"{s['steps']['median']:.0f}",
-                    f"{s['kept_group_frac']['mean']:.2f}",
-                    f"{s['time_s']['mean']:.0f}",
-                ]
-            )
-        lines += [
-            markdown_table(
-                [
-                    "algorithm",
-                    "seeds",
-                    "final greedy (mean ± sd)",
-                    "gain (worst seed)",
-                    "pass@1 start → end",
-                    "pass@16 start → end",
-                    "entropy start → end",
-                    "collapsed",
-                    "tokens to target, median [IQR]",
-                    "AUC",
-                ],
-                rows,
-            ),
-            "",
-            markdown_table(
-                [
-                    "algorithm",
-                    "clip fraction",
-                    "TEPO mask fraction",
-                    "mean Cov(logp, A)",
-                    "r(Cov, entropy change) over steps",
-                    "steps run",
-                    "kept groups",
-                    "seconds per run",
-                ],
-                mechanism_rows,
-            ),
-            "",
-        ]
-        for fig in figures.get(task, []):
-            lines += [f"![{fig.stem}](figures/{fig.name})", ""]
+        lines += _task_section(task, res, figures.get(task, []))
     lines += ["### Verdicts", ""] + [f"- {v}" for v in verdicts(results)] + [""]
     return "\n".join(lines)
 

@@ -402,6 +402,37 @@ def _trl_config(output_dir: str, ours: Any, max_steps: int) -> Any:
     )
 
 
+def _trl_problems(ours, steps: int):
+    """TRL's dataset of ``N · steps`` problems (fresh ones, not the held-out set) and its
+    reward function, which scores a completion with the task, as our trainer does."""
+    from datasets import Dataset
+
+    from refimpl.train import HELD_OUT_SEED
+
+    task, N = ours.task, ours.cfg.prompts_per_step
+    problems = task.sample(N * steps, np.random.default_rng([HELD_OUT_SEED + 1, 0]))
+    dataset = Dataset.from_list([{"prompt": p.prompt, "index": i} for i, p in enumerate(problems)])
+
+    def reward(completions: list[str], index: list[int], **_: object) -> list[float]:
+        return [float(r) for r in task.score([problems[i] for i in index], completions)]
+
+    return dataset, reward
+
+
+def _hf_twin(ours):
+    """Our model as a Hugging Face GPT-2 with the same weights, in train mode, and the
+    character tokenizer TRL drives it with (its special tokens set for ``generate``)."""
+    from refimpl.scaleup.hf import char_tokenizer, to_hf_gpt2
+    from toy_envs import TOKENIZER
+
+    tokenizer = char_tokenizer(TOKENIZER)
+    twin = to_hf_gpt2(ours.model).train()
+    twin.generation_config.eos_token_id = tokenizer.eos_token_id
+    twin.generation_config.pad_token_id = tokenizer.pad_token_id
+    twin.generation_config.bos_token_id = tokenizer.bos_token_id
+    return twin, tokenizer
+
+
 def bench_trl(cfg: SpeedConfig) -> dict[str, Any]:
     import os
 
@@ -410,29 +441,17 @@ def bench_trl(cfg: SpeedConfig) -> dict[str, Any]:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     import tempfile
 
-    from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 
-    from refimpl.scaleup.hf import char_tokenizer, to_hf_gpt2
-    from refimpl.train import HELD_OUT_SEED, Trainer
-    from toy_envs import TOKENIZER
+    from refimpl.train import Trainer
 
     ours = Trainer(_train_config(cfg, algo="grpo", algo_args=("kl_coef=0",)))
-    task, max_new_tokens = ours.task, ours.max_new_tokens
+    max_new_tokens = ours.max_new_tokens
     N, G = ours.cfg.prompts_per_step, ours.cfg.group_size
     steps = cfg.trl_steps + 1
-    problems = task.sample(N * steps, np.random.default_rng([HELD_OUT_SEED + 1, 0]))
-    dataset = Dataset.from_list([{"prompt": p.prompt, "index": i} for i, p in enumerate(problems)])
-
-    def reward(completions: list[str], index: list[int], **_: object) -> list[float]:
-        return [float(r) for r in task.score([problems[i] for i in index], completions)]
-
-    tokenizer = char_tokenizer(TOKENIZER)
-    twin = to_hf_gpt2(ours.model).train()
-    twin.generation_config.eos_token_id = tokenizer.eos_token_id
-    twin.generation_config.pad_token_id = tokenizer.pad_token_id
-    twin.generation_config.bos_token_id = tokenizer.bos_token_id
+    dataset, reward = _trl_problems(ours, steps)
+    twin, tokenizer = _hf_twin(ours)
 
     class Timer(TrainerCallback):
         def __init__(self) -> None:

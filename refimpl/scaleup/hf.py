@@ -234,12 +234,51 @@ def token_logprobs_and_entropy(
     Returns:
         ``(logp, entropy)``, float32 ``[B, L − P]``; 0 where ``attention_mask`` is 0.
     """
+    _check_logprob_args(input_ids, attention_mask, response_start, temperature, chunk_tokens)
+    L = input_ids.shape[1]
+    P = response_start
+    if position_ids is None:
+        position_ids = positions_from_mask(attention_mask)
+    real = attention_mask[:, P:].bool()
+    targets = torch.where(real, input_ids[:, P:], torch.zeros_like(input_ids[:, P:]))
+    # Padding may hold ids out of the vocabulary; attention never reads them, but the
+    # embedding lookup does, so give it a valid id.
+    input_ids = torch.where(attention_mask.bool(), input_ids, torch.zeros_like(input_ids))
+    inputs = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+    }
+    head_and_body = _chunkable_head_and_body(model) if chunk_tokens is not None else None
+    if head_and_body is None:
+        logits = model(**inputs)
+        logits = logits if isinstance(logits, Tensor) else logits.logits
+        logits = logits[:, P - 1 : L - 1, :].float() / temperature
+        logp_all = F.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+        entropy = (-(logp_all.exp() * logp_all).sum(dim=-1)).clamp(min=0.0)
+    else:
+        head, body = head_and_body
+        hidden = body(**inputs).last_hidden_state[:, P - 1 : L - 1, :]
+        logp, entropy = _chunked_logp_and_entropy(hidden, targets, head, temperature, chunk_tokens)
+    zero = torch.zeros((), dtype=torch.float32, device=logp.device)
+    return torch.where(real, logp, zero), torch.where(real, entropy, zero)
+
+
+def _check_logprob_args(
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    response_start: int,
+    temperature: float,
+    chunk_tokens: int | None,
+) -> None:
+    """The argument checks of :func:`token_logprobs_and_entropy` (``ValueError`` naming one)."""
     require(
         input_ids.dim() == 2 and attention_mask.shape == input_ids.shape,
         "attention_mask",
         f"the shape of input_ids {list(input_ids.shape)}, got {list(attention_mask.shape)}",
     )
-    B, L = input_ids.shape
+    L = input_ids.shape[1]
     require(
         isinstance(response_start, int) and 1 <= response_start <= L,
         "response_start",
@@ -251,41 +290,17 @@ def token_logprobs_and_entropy(
         "chunk_tokens",
         f"None or a positive int, got {chunk_tokens!r}",
     )
-    P = response_start
-    if position_ids is None:
-        position_ids = positions_from_mask(attention_mask)
-    real = attention_mask[:, P:].bool()
-    targets = torch.where(real, input_ids[:, P:], torch.zeros_like(input_ids[:, P:]))
-    # Padding may hold ids out of the vocabulary; attention never reads them, but the
-    # embedding lookup does, so give it a valid id.
-    input_ids = torch.where(attention_mask.bool(), input_ids, torch.zeros_like(input_ids))
 
+
+def _chunkable_head_and_body(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """``(lm_head, transformer body)`` of a model whose logits are plain ``lm_head(h)``, so
+    the head can run on chunks of positions; ``None`` when it cannot (no separate body, as
+    ``refimpl.model.GPT``, or soft-capped / scaled logits): then one full forward."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     body = getattr(model, "base_model", None)
-    chunked = (
-        chunk_tokens is not None
-        and head is not None
-        and body is not None
-        and body is not model
-        and not _needs_full_forward(model)
-    )
-    inputs = {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "position_ids": position_ids,
-    }
-    if not chunked:
-        logits = model(**inputs)
-        logits = logits if isinstance(logits, Tensor) else logits.logits
-        logits = logits[:, P - 1 : L - 1, :].float() / temperature
-        logp_all = F.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
-        entropy = (-(logp_all.exp() * logp_all).sum(dim=-1)).clamp(min=0.0)
-    else:
-        hidden = body(**inputs).last_hidden_state[:, P - 1 : L - 1, :]
-        logp, entropy = _chunked_logp_and_entropy(hidden, targets, head, temperature, chunk_tokens)
-    zero = torch.zeros((), dtype=torch.float32, device=logp.device)
-    return torch.where(real, logp, zero), torch.where(real, entropy, zero)
+    if head is None or body is None or body is model or _needs_full_forward(model):
+        return None
+    return head, body
 
 
 def char_tokenizer(chars: object):

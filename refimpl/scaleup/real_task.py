@@ -426,6 +426,25 @@ class _StepPrinter(TrainerCallback):
             print(f"step {state.global_step}/{state.max_steps}", shown, flush=True)
 
 
+#: The ``GRPOConfig`` settings ``train_trl`` never varies: a constant learning rate without
+#: warm-up, a log record per optimizer step and no reports, nothing saved, float32, plain
+#: sampling at temperature 1 (no top-k / top-p truncation), problems in order, no progress
+#: bars (the caller reports).
+TRL_FIXED_ARGS: dict[str, object] = {
+    "lr_scheduler_type": "constant",
+    "warmup_steps": 0,
+    "logging_steps": 1,
+    "report_to": [],
+    "save_strategy": "no",
+    "bf16": False,
+    "temperature": 1.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "shuffle_dataset": False,
+    "disable_tqdm": True,
+}
+
+
 def train_trl(
     model,
     tokenizer,
@@ -482,19 +501,9 @@ def train_trl(
             max_completion_length=max_new_tokens,
             max_steps=rollouts * steps_per_rollout * num_iterations,
             learning_rate=learning_rate,
-            lr_scheduler_type="constant",
-            warmup_steps=0,
-            logging_steps=1,
-            report_to=[],
-            use_cpu=not torch.cuda.is_available(),
-            save_strategy="no",
             seed=seed,
-            bf16=False,
-            temperature=1.0,
-            top_k=0,
-            top_p=1.0,
-            shuffle_dataset=False,
-            disable_tqdm=True,
+            **TRL_FIXED_ARGS,
+            use_cpu=not torch.cuda.is_available(),
         )
         trainer = RefimplGRPOTrainer(
             model=model,
