@@ -4,7 +4,8 @@ A checkpoint is a directory holding
 
     model.safetensors   the policy weights (safetensors: no pickle, no code execution)
     optimizer.pt        the optimizer state, read back with ``torch.load(weights_only=True)``
-    state.json          the step, the configs and anything else JSON-serialisable
+    state.json          the step, the configs, anything else JSON-serialisable, and the
+                        sha256 of the two files above (``checksums``)
 
 written so that a crash at any moment leaves a whole checkpoint on disk, never a mixture:
 
@@ -14,14 +15,21 @@ written so that a crash at any moment leaves a whole checkpoint on disk, never a
 4. ``<name>.old`` is deleted.
 
 A crash between 2 and 3 leaves ``<name>.old`` alone: ``find_checkpoint`` then returns it, and
-it is deleted only after a new checkpoint is complete. Every file is checked when read: a
-missing or damaged one raises ``CheckpointError`` naming it.
+it is deleted only after a new checkpoint is complete. A write that fails in step 1 (a full
+disk) removes ``<name>.tmp`` and raises ``CheckpointWriteError`` naming the file; the previous
+checkpoint is untouched. Weights that are not finite (a diverged run) are never saved.
+
+Every file is checked when read: a missing or damaged one, a checksum that does not match
+(bits flipped on disk) or non-finite weights raise ``CheckpointError`` naming it.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -30,11 +38,16 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from refimpl.runlog import RUN_FILES, foreign_files, is_run_dir
+from refimpl.runlog import LOCK_FILE, RUN_FILES, foreign_files, is_run_dir, run_dir_damage
 
 
 class CheckpointError(ValueError):
     """A checkpoint file is missing or damaged (the message names the file)."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, ...): the message names the file and
+    says that the previous checkpoint is intact."""
 
 
 def _one_line(err: BaseException) -> str:
@@ -42,6 +55,16 @@ def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split()) or type(err).__name__
     first = text.split(". ")[0].rstrip(".")
     return first[:160] + ("…" if len(first) > 160 else "")
+
+
+def sha256(file: Path) -> str:
+    """The sha256 of ``file``'s bytes, in hex (what ``state.json`` records under
+    ``checksums``)."""
+    digest = hashlib.sha256()
+    with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def check_weights_file(path: Path) -> None:
@@ -64,20 +87,50 @@ def _fsync(path: Path) -> None:
         os.fsync(f.fileno())
 
 
+def _os_error(err: BaseException) -> tuple[int | None, str] | None:
+    """The OS error behind a failed write: ``err`` itself, one in its chain (torch.save
+    raises a RuntimeError from it), or the ``(os error N)`` that safetensors reports."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen.errno, seen.strerror or str(seen)
+        seen = seen.__cause__ or seen.__context__
+    found = re.search(r"I/O error: (.*?) \(os error (\d+)\)", str(err))
+    if found:
+        return int(found.group(2)), found.group(1)
+    return None
+
+
+def _non_finite(tensors: dict[str, torch.Tensor]) -> str | None:
+    """The name of the first floating-point tensor holding NaN or inf, or None."""
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            return name
+    return None
+
+
 def save_checkpoint(
     path: Path,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None,
     state: dict[str, Any],
 ) -> None:
-    """Write ``model``, ``optimizer`` and ``state`` to the directory ``path``, atomically."""
+    """Write ``model``, ``optimizer`` and ``state`` to the directory ``path``, atomically.
+
+    Refuses (``CheckpointError``) weights that are not finite: a checkpoint of a diverged
+    policy would replace the last good one. A failed write raises ``CheckpointWriteError``
+    with ``path`` as it was and no ``.tmp`` left behind."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     old = path.with_name(path.name + ".old")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     # safetensors refuses tensors that share memory (the tied head): store each name once.
     weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    bad = _non_finite(weights)
+    if bad is not None:
+        raise CheckpointError(
+            f"{path}: not saved, the weights are not finite (NaN or inf in {bad}); the "
+            "previous checkpoint is kept"
+        )
     seen: dict[int, str] = {}
     tied: dict[str, str] = {}
     for name, p in model.state_dict().items():
@@ -87,12 +140,34 @@ def save_checkpoint(
             weights.pop(name)
         else:
             seen[key] = name
-    save_file(weights, str(tmp / "model.safetensors"), metadata={"tied": json.dumps(tied)})
-    if optimizer is not None:
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    (tmp / "state.json").write_text(json.dumps(state, indent=2, default=str))
-    for f in tmp.iterdir():
-        _fsync(f)
+    shutil.rmtree(tmp, ignore_errors=True)
+    file = tmp
+    try:
+        tmp.mkdir(parents=True)
+        file = tmp / "model.safetensors"
+        save_file(weights, str(file), metadata={"tied": json.dumps(tied)})
+        if optimizer is not None:
+            file = tmp / "optimizer.pt"
+            torch.save(optimizer.state_dict(), file)
+        checksums = {f.name: sha256(f) for f in sorted(tmp.iterdir())}
+        file = tmp / "state.json"
+        file.write_text(json.dumps({**state, "checksums": checksums}, indent=2, default=str))
+        for f in tmp.iterdir():
+            file = f
+            _fsync(f)
+    except Exception as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        cause = _os_error(err)
+        if cause is None:
+            raise
+        code, reason = cause
+        hint = ": free some disk space" if code in (errno.ENOSPC, errno.EDQUOT) else ""
+        kept = f"the previous checkpoint {path} is intact" if path.exists() else "nothing saved"
+        if not path.exists() and old.exists():
+            kept = f"the previous checkpoint {old} is intact"
+        error = CheckpointWriteError(f"{file}: could not be written ({reason}); {kept}{hint}")
+        error.errno = code
+        raise error from None
     # Swap in the new checkpoint. `old` is deleted only while `path` is whole (step 2 then
     # replaces it) or after `tmp` has become `path`: there is always one whole checkpoint.
     if path.exists():
@@ -120,15 +195,38 @@ def find_checkpoint(path: Path, *, warn: bool = True) -> Path | None:
     return None
 
 
-def load_model_weights(path: Path, model: torch.nn.Module) -> None:
-    """Load ``model.safetensors`` from the checkpoint directory ``path`` into ``model``."""
+def _check_checksum(path: Path, name: str, state: dict[str, Any]) -> None:
+    """``CheckpointError`` naming ``path/name`` when ``state.json`` records a checksum for
+    it that its bytes do not have (checkpoints of older versions record none)."""
+    recorded = state.get("checksums")
+    if not isinstance(recorded, dict) or name not in recorded:
+        return
+    file = Path(path) / name
+    if not file.exists():
+        raise CheckpointError(f"{file}: missing")
+    if sha256(file) != recorded[name]:
+        raise CheckpointError(
+            f"{file}: damaged (its sha256 differs from the one {file.parent.name}/state.json "
+            "recorded when it was saved)"
+        )
+
+
+def load_model_weights(
+    path: Path, model: torch.nn.Module, *, state: dict[str, Any] | None = None
+) -> None:
+    """Load ``model.safetensors`` from the checkpoint directory ``path`` into ``model``.
+
+    ``state``: the checkpoint's ``state.json``, whose checksum the file must match. Weights
+    that are not finite are refused, naming the file."""
     from safetensors import safe_open
 
     file = Path(path) / "model.safetensors"
     if not file.exists():
         raise CheckpointError(f"{file}: missing")
+    if state is not None:
+        _check_checksum(path, "model.safetensors", state)
+    weights = read_weights(path)
     try:
-        weights = load_file(str(file))
         with safe_open(str(file), framework="pt") as f:
             tied = json.loads((f.metadata() or {}).get("tied", "{}"))
         for name, source in tied.items():
@@ -141,6 +239,25 @@ def load_model_weights(path: Path, model: torch.nn.Module) -> None:
         raise CheckpointError(
             f"{file}: does not fit the model (another model size?): {_one_line(err)}"
         ) from None
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of ``path/model.safetensors``, refused (``CheckpointError`` naming the
+    file) when it is damaged or holds NaN or inf: such weights come from a diverged run."""
+    file = Path(path) / "model.safetensors"
+    try:
+        weights = load_file(str(file))
+    except FileNotFoundError:
+        raise CheckpointError(f"{file}: missing") from None
+    except Exception as err:  # safetensors raises its own error types for damaged files
+        raise CheckpointError(f"{file}: damaged ({_one_line(err)})") from None
+    bad = _non_finite(weights)
+    if bad is not None:
+        raise CheckpointError(
+            f"{file}: holds non-finite weights (NaN or inf in {bad}): saved from a diverged "
+            "policy, it cannot be trained on"
+        )
+    return weights
 
 
 def read_state(path: Path) -> dict[str, Any]:
@@ -157,27 +274,53 @@ def read_state(path: Path) -> dict[str, Any]:
     return state
 
 
-def _load_optimizer_state(path: Path) -> dict[str, Any]:
+def _load_optimizer_state(path: Path, state: dict[str, Any] | None = None) -> dict[str, Any]:
     file = Path(path) / "optimizer.pt"
     if not file.exists():
         raise CheckpointError(f"{file}: missing")
+    if state is not None:
+        _check_checksum(path, "optimizer.pt", state)
     try:
         # On the CPU: load_state_dict moves the state to the parameters' device, so a run
         # resumes on another device than the one that saved it (--device may change).
-        return torch.load(file, map_location="cpu", weights_only=True)
+        loaded = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:
         raise CheckpointError(f"{file}: damaged ({_one_line(err)})") from None
+    moments = {
+        f"{key}[{name}]": value
+        for key, entry in (loaded.get("state", {}) if isinstance(loaded, dict) else {}).items()
+        if isinstance(entry, dict)
+        for name, value in entry.items()
+        if isinstance(value, torch.Tensor)
+    }
+    bad = _non_finite(moments)
+    if bad is not None:
+        raise CheckpointError(f"{file}: holds non-finite values (NaN or inf in state {bad})")
+    return loaded
 
 
-def check_optimizer_file(path: Path) -> None:
-    """``CheckpointError`` naming ``path/optimizer.pt`` when it is missing or unreadable."""
+def check_optimizer_file(path: Path, state: dict[str, Any] | None = None) -> None:
+    """``CheckpointError`` naming ``path/optimizer.pt`` when it is missing, unreadable, not
+    finite or not the file ``state`` recorded the checksum of."""
     try:
-        _load_optimizer_state(path)
+        _load_optimizer_state(path, state)
     except CheckpointError as err:
         raise CheckpointError(f"{err}; {FRESH_OPTIMIZER_HINT}") from None
 
 
 FRESH_OPTIMIZER_HINT = "pass --fresh-optimizer to continue with a fresh optimizer state"
+
+
+def verify_checkpoint(path: Path, *, optimizer: bool = True) -> dict[str, Any]:
+    """Read every file of the checkpoint ``path`` without changing anything: ``state.json``,
+    the weights (checksum, finite) and, with ``optimizer``, ``optimizer.pt`` (checksum,
+    finite). Returns the state; ``CheckpointError`` naming the first bad file."""
+    state = read_state(path)
+    _check_checksum(path, "model.safetensors", state)
+    read_weights(path)
+    if optimizer:
+        check_optimizer_file(path, state)
+    return state
 
 
 def load_checkpoint(
@@ -193,10 +336,10 @@ def load_checkpoint(
     the optimizer as it is (a fresh Adam state) with a warning."""
     path = Path(path)
     state = read_state(path)
-    load_model_weights(path, model)
+    load_model_weights(path, model, state=state)
     if optimizer is not None:
         try:
-            state_dict = _load_optimizer_state(path)
+            state_dict = _load_optimizer_state(path, state)
             try:
                 optimizer.load_state_dict(state_dict)
             except Exception as err:  # another optimizer or model: not this run's state
@@ -214,12 +357,17 @@ def prepare_run_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
     """Create ``run_dir``; refuse to reuse an existing one unless ``resume`` or ``overwrite``.
 
     ``overwrite`` deletes only a run directory (a ``config.json`` of ``refimpl train`` and
-    nothing but the files a run holds); anything else is refused."""
+    nothing but the files a run holds, at every depth); anything else is refused. The lock
+    file stays: the caller holds it (``refimpl.rundir.RunLock``)."""
     run_dir = Path(run_dir)
-    if run_dir.exists() and any(run_dir.iterdir()):
+    if run_dir.exists() and _entries(run_dir):
         if overwrite and not resume:
             check_deletable(run_dir, "--overwrite")
-            shutil.rmtree(run_dir)
+            for entry in _entries(run_dir):
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
         elif not resume:
             raise FileExistsError(
                 f"run directory {run_dir} already exists: pass --resume to continue it, "
@@ -228,24 +376,33 @@ def prepare_run_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
 
 
+def _entries(run_dir: Path) -> list[Path]:
+    """What ``run_dir`` holds besides its lock file."""
+    return sorted(p for p in Path(run_dir).iterdir() if p.name != LOCK_FILE)
+
+
 def check_deletable(run_dir: Path, flag: str) -> None:
-    """Raise ``ValueError`` (naming ``flag``) unless ``run_dir`` is recognisably a run."""
-    if not is_run_dir(run_dir):
+    """Raise ``ValueError`` (naming ``flag``) unless ``run_dir`` is recognisably a run (or a
+    damaged one: its config.json unreadable, everything else a run's files) holding nothing,
+    at any depth, that a run does not write."""
+    if not is_run_dir(run_dir) and run_dir_damage(run_dir) is None:
         raise ValueError(
             f"{flag}: {run_dir} is not a run directory (no config.json written by refimpl "
-            "train); refusing to delete it"
+            "train); refusing to delete it: choose another --name, or delete it yourself"
         )
     foreign = foreign_files(run_dir)
     if foreign:
         raise ValueError(
             f"{flag}: {run_dir} holds files a run does not write ({', '.join(foreign[:5])}"
-            f"{', …' if len(foreign) > 5 else ''}); refusing to delete it"
+            f"{', …' if len(foreign) > 5 else ''}); refusing to delete it: move them out, "
+            "or choose another --name"
         )
 
 
 __all__ = [
     "RUN_FILES",
     "CheckpointError",
+    "CheckpointWriteError",
     "check_deletable",
     "check_optimizer_file",
     "check_weights_file",
@@ -254,5 +411,8 @@ __all__ = [
     "load_model_weights",
     "prepare_run_dir",
     "read_state",
+    "read_weights",
     "save_checkpoint",
+    "sha256",
+    "verify_checkpoint",
 ]

@@ -24,7 +24,9 @@ from refimpl.bench.learning import LearningConfig
 from refimpl.bench.speed import SpeedConfig
 from refimpl.checkpoint import CheckpointError
 from refimpl.compare import CompareConfig, compare
-from refimpl.runlog import find_runs, is_run_dir, read_metrics, read_run_config
+from refimpl.presets import explicit_fields
+from refimpl.rundir import check_name, check_resumable
+from refimpl.runlog import find_runs, is_run_dir, read_metrics, read_run_config, run_dir_damage
 from refimpl.train import NonFiniteLossError, TrainConfig, load_config_file, train
 from refimpl.warmstart import WarmstartConfig, train_warmstart
 
@@ -99,9 +101,23 @@ def _list_algos() -> None:
 
 
 def run_rows(runs_dir: Path) -> list[dict[str, str]]:
-    """One row per run under ``runs_dir`` for ``refimpl runs`` (damaged logs show ``?``)."""
+    """One row per run under ``runs_dir`` for ``refimpl runs`` (damaged logs show ``?``; a
+    damaged run directory, whose config.json cannot be read, is listed as ``damaged``)."""
     rows = []
-    for d in find_runs(runs_dir):
+    for d in find_runs(runs_dir, damaged=True):
+        damage = run_dir_damage(d)
+        if damage is not None:
+            rows.append(
+                {
+                    "run": str(d.relative_to(runs_dir)),
+                    "algo": "damaged:",
+                    "task": damage,
+                    "seed": "?",
+                    "steps": "?",
+                    "held-out greedy": "?",
+                }
+            )
+            continue
         tc = read_run_config(d)["train_config"]
         try:
             records = read_metrics(d, missing_ok=True)
@@ -137,10 +153,20 @@ def _list_runs(cfg: ListRuns) -> None:
         print(f"no runs under {cfg.runs_dir}")
         return
     cols = list(rows[0])
-    width = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols}
+    whole = [r for r in rows if r["algo"] != "damaged:"]  # a damage note spans the columns
+    width = {c: max(len(c), *(len(r[c]) for r in whole or rows)) for c in cols}
     print("  ".join(c.ljust(width[c]) for c in cols).rstrip())
     for r in rows:
-        print("  ".join(r[c].ljust(width[c]) for c in cols).rstrip())
+        if r["algo"] == "damaged:":
+            print(f"{r['run'].ljust(width['run'])}  damaged: {r['task']}")
+        else:
+            print("  ".join(r[c].ljust(width[c]) for c in cols).rstrip())
+    damaged = len(rows) - len(whole)
+    if damaged:
+        print(
+            f"{damaged} damaged run director{'y' if damaged == 1 else 'ies'}: `refimpl train "
+            "--overwrite --name NAME` starts one again, or restore its config.json"
+        )
 
 
 def _plot(cfg: PlotConfig) -> None:
@@ -207,12 +233,9 @@ def _train_defaults(first: TrainConfig, args: list[str]) -> TrainConfig:
         )
     if first.resume:
         run_dir = first.run_dir
-        if not is_run_dir(run_dir):
-            raise ValueError(
-                f"--resume: nothing to resume in {run_dir} (no config.json written by refimpl "
-                "train); check --name and --runs-dir, or drop --resume to start a new run"
-            )
-        base = load_config_file(run_dir / "config.json")
+        check_name(first.name, Path(first.runs_dir))
+        check_resumable(run_dir)  # a damaged run: the message says how to recover it
+        base = load_config_file(run_dir / "config.json", flag="--resume")
         # The run is where it was found now, whatever its config.json says.
         base = dataclasses.replace(base, runs_dir=first.runs_dir, name=first.name or run_dir.name)
     elif first.config is not None:
@@ -273,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                     return int(exit_.code or 0)
                 print(f"run directory: {train(cmd)}")
             elif isinstance(cmd, CompareConfig):
-                dirs, figure, table = compare(cmd)
+                typed = explicit_fields(args[args.index("compare") + 1 :], CompareConfig)
+                dirs, figure, table = compare(cmd, typed)  # the preset leaves typed flags alone
                 print(table)
                 print(f"figure: {figure}")
             elif isinstance(cmd, PlotConfig):

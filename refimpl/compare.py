@@ -23,8 +23,9 @@ from tqdm.auto import tqdm
 
 from refimpl import algorithms, presets
 from refimpl.plots import format_table, plot_compare, summary_table
+from refimpl.rundir import check_name, check_runs_dir
 from refimpl.runlog import is_run_dir, read_metrics
-from refimpl.train import AlgoName, TrainConfig, preflight, train
+from refimpl.train import AlgoName, TrainConfig, preflight, run_warmstart, train
 from refimpl.warmstart import train_warmstart
 
 
@@ -93,15 +94,8 @@ class CompareConfig:
             raise ValueError(
                 f"--workers: expected an integer ≥ 0 (0: one per core), got {self.workers}"
             )
-        parts = self.name.replace(os.sep, "/").split("/")
-        if (
-            not self.name.strip()
-            or Path(self.name).is_absolute()
-            or any(p in ("", ".", "..") for p in parts)
-        ):
-            raise ValueError(
-                f"--name: expected a directory name inside --runs-dir, got {self.name!r}"
-            )
+        check_name(self.name, self.root.parent)
+        check_runs_dir(self.root.parent)
         if not 0 <= self.target <= 1:
             raise ValueError(f"--target: expected a success rate in [0, 1], got {self.target}")
         if is_run_dir(self.root):
@@ -164,19 +158,35 @@ def run_in_workers(
             raise
 
 
-def compare(cfg: CompareConfig) -> tuple[list[Path], Path, str]:
-    """Run every (algorithm, seed); return the run directories, the figure and the table."""
+def compare(
+    cfg: CompareConfig, explicit: frozenset[str] | None = None
+) -> tuple[list[Path], Path, str]:
+    """Run every (algorithm, seed); return the run directories, the figure and the table.
+
+    ``explicit``: the fields the command line set (``presets.explicit_fields``), which the
+    preset leaves alone; None: the fields that differ from their defaults."""
     preset = presets.get(cfg.preset)
-    cfg = presets.fill_defaults(cfg, preset.compare)
-    cfg = dataclasses.replace(cfg, train=presets.fill_defaults(cfg.train, preset.train))
+    cfg = presets.fill_defaults(cfg, preset.compare, explicit)
+    train = presets.fill_defaults(cfg.train, preset.train, explicit, prefix="train.")
+    cfg = dataclasses.replace(cfg, train=train)
     algos, seeds = cfg.algo_list(), cfg.seed_list()
     cfg.check()
     root = cfg.root
+    # The warm-start cache follows --runs-dir (not the comparison's own folder), unless
+    # --train.warmstart.runs-dir says where it is.
+    ws = cfg.train.warmstart
+    ws = dataclasses.replace(ws, runs_dir=ws.runs_dir if ws.runs_dir is not None else root.parent)
     runs = []
     for s in seeds:
         for a in algos:
             r = dataclasses.replace(
-                cfg.train, algo=a, seed=s, runs_dir=root, name=f"{a}-s{s}", progress=False
+                cfg.train,
+                algo=a,
+                seed=s,
+                runs_dir=root,
+                name=f"{a}-s{s}",
+                progress=False,
+                warmstart=ws,
             )
             # --train.resume continues the runs that exist and starts the others.
             runs.append(dataclasses.replace(r, resume=r.resume and is_run_dir(r.run_dir)))
@@ -193,12 +203,7 @@ def compare(cfg: CompareConfig) -> tuple[list[Path], Path, str]:
             if message.startswith("--"):
                 raise type(err)("--train." + message[2:]) from None
             raise
-    train_warmstart(
-        dataclasses.replace(
-            cfg.train.warmstart, task=cfg.train.task, task_args=cfg.train.task_args
-        ),
-        prefix="--train.warmstart.",
-    )
+    train_warmstart(run_warmstart(runs[0]), prefix="--train.warmstart.")
 
     workers = cfg.workers or min(4, os.cpu_count() or 1, len(runs))
     if workers <= 1:  # one run at a time in this process: show each run's own progress bar

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch
 
-from refimpl import algorithms
+from refimpl import algorithms, core
 from refimpl.overrides import parse_overrides
 from refimpl.warmstart import RunWarmstartConfig, TaskName
 from toy_envs import TASK_NAMES, TOKENIZER, get_task
@@ -151,7 +152,17 @@ def check_train_config(cfg: TrainConfig, task) -> int:
     _check_sampling_and_machine(cfg)
     max_new_tokens = _check_completion_budget(cfg, task)
     _check_run_length_and_intervals(cfg)
+    check_memory(cfg, task, max_new_tokens)
     return max_new_tokens
+
+
+def run_warmstart(cfg: TrainConfig):
+    """The warm start of the run ``cfg``: its ``--warmstart.*`` settings on the run's task,
+    cached under ``--warmstart.runs-dir``, or the run's own ``--runs-dir`` when that is not
+    given (a run in /tmp/x never writes a cache into ./runs)."""
+    ws = cfg.warmstart
+    runs_dir = ws.runs_dir if ws.runs_dir is not None else cfg.runs_dir
+    return dataclasses.replace(ws, task=cfg.task, task_args=cfg.task_args, runs_dir=runs_dir)
 
 
 def _check_batch_and_optimiser(cfg: TrainConfig) -> None:
@@ -180,6 +191,11 @@ def _check_batch_and_optimiser(cfg: TrainConfig) -> None:
         )
     if not (cfg.lr > 0 and math.isfinite(cfg.lr)):
         raise ValueError(f"--lr: expected a positive learning rate, got {cfg.lr}")
+    if cfg.lr > LR_LIMIT:
+        raise ValueError(
+            f"--lr: expected a learning rate ≤ {LR_LIMIT:.3g} (Adam's first step, lr/(1−β₁), "
+            f"must fit in float32), got {cfg.lr}"
+        )
     if not cfg.grad_clip > 0:  # ≤ 0 would flip (< 0) or zero (= 0) every gradient; inf: no clip
         raise ValueError(f"--grad-clip: expected a positive max gradient norm, got {cfg.grad_clip}")
     if cfg.seed < 0:
@@ -206,6 +222,7 @@ def _check_sampling_and_machine(cfg: TrainConfig) -> None:
         )
     if cfg.threads is not None and cfg.threads < 1:
         raise ValueError(f"--threads: expected a positive integer (or None), got {cfg.threads}")
+    check_threads(cfg.threads, "--threads")
     check_device(cfg.device)
     if cfg.tensorboard:
         try:
@@ -226,8 +243,7 @@ def _check_completion_budget(cfg: TrainConfig, task) -> int:
             f"{task.max_new_tokens}), got {cfg.max_new_tokens}"
         )
     # The warm start trains on the run's task: its flags are checked under their full names.
-    ws = dataclasses.replace(cfg.warmstart, task=cfg.task, task_args=cfg.task_args)
-    ws.check("--warmstart.")
+    run_warmstart(cfg).check("--warmstart.")
     max_new_tokens = task.max_new_tokens if cfg.max_new_tokens is None else cfg.max_new_tokens
     probe = task.sample(8, np.random.default_rng([HELD_OUT_SEED, 0]))
     needed = max(len(TOKENIZER.encode(task.reference_solution(p), add_eos=True)) for p in probe)
@@ -257,6 +273,138 @@ def _check_run_length_and_intervals(cfg: TrainConfig) -> None:
     ):
         if sub <= 0:
             raise ValueError(f"{name}: expected a positive integer, got {sub}")
+
+
+#: The largest ``--lr``: torch's Adam takes a first step of ``lr / (1 − β₁)`` = 10·lr, which
+#: must fit in float32 (a larger one is an overflow traceback, not a diverged run).
+LR_LIMIT = float(torch.finfo(torch.float32).max) * (1 - 0.9)
+
+
+def check_threads(threads: int | None, flag: str) -> None:
+    """``--threads`` at most the CPU count: torch segfaults on 100000 threads, and more
+    threads than cores only slow a run down."""
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > cores:
+        raise ValueError(
+            f"{flag}: expected at most {cores} (the CPU cores of this machine), got {threads}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Size bounds: a size flag too large for the machine is refused before anything is created,
+# naming the flag and the memory estimate (not killed by the kernel an hour later).
+# ---------------------------------------------------------------------------------------------
+
+#: Rough bytes per held-out problem object (its prompt and answer strings, the numbers).
+PROBLEM_BYTES = 1024
+
+
+def memory_budget(device: str) -> tuple[int, str] | None:
+    """The memory a run on ``device`` can use: the GPU's for CUDA, else this machine's
+    physical memory (``(bytes, where)``; None when the platform does not say)."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(dev.index or 0)
+        return int(props.total_memory), f"of {device}"
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "of this machine"
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_estimates(cfg: TrainConfig, task, max_new_tokens: int) -> list[tuple[str, int, list]]:
+    """The largest allocations of a run, estimated from its settings (on the low side: a
+    setting is refused only when it certainly cannot fit): ``(what, bytes, factors)`` where
+    ``factors`` are the ``(flag, value, default)`` the size grows with."""
+    m, ws, d0 = cfg.warmstart.model, cfg.warmstart, TrainConfig()
+    f32 = 4
+    d, layers, heads, vocab = m.n_embd, m.n_layer, m.n_head, TOKENIZER.vocab_size
+    T = task.max_prompt_tokens + max_new_tokens  # one sequence of a run
+    decode = f32 * (2 * layers * d + 6)  # per position: KV cache, ids, masks, logp, entropy
+    train = f32 * (layers * (16 * d + heads * T) + 3 * vocab)  # kept for the backward pass
+    params = layers * 12 * d * d + (vocab + m.block_size) * d
+    copies = 4 + (1 if core.needs_reference(_default_algo_config(cfg)) else 0)
+    rows = cfg.prompts_per_step * cfg.group_size
+    n_eval = cfg.eval_samples
+    N = ("--prompts-per-step", cfg.prompts_per_step, d0.prompts_per_step)
+    G = ("--group-size", cfg.group_size, d0.group_size)
+    model = [
+        ("--warmstart.model.n-embd", d, 128),
+        ("--warmstart.model.n-layer", layers, 2),
+        ("--warmstart.model.block-size", m.block_size, 64),
+    ]
+    return [
+        ("the model, its gradient and Adam's moments", f32 * params * copies, model),
+        (
+            "the rollout (KV cache and per-token records)",
+            rows * T * (decode + f32 * cfg.resample_rounds),
+            [N, G, ("--resample-rounds", max(cfg.resample_rounds, 1), 4)],
+        ),
+        (
+            "the update's activations",
+            max(1, rows // cfg.minibatches) * T * train,
+            [N, G],
+        ),
+        (
+            "the held-out sampling",
+            max(n_eval, min(1024, n_eval * cfg.eval_problems)) * T * decode,
+            [("--eval-samples", n_eval, d0.eval_samples)],
+        ),
+        (
+            "the held-out problems",
+            cfg.eval_problems * PROBLEM_BYTES,
+            [("--eval-problems", cfg.eval_problems, d0.eval_problems)],
+        ),
+        (
+            "the probe prompts",
+            cfg.probe_prompts * (PROBLEM_BYTES + T * decode),
+            [("--probe-prompts", cfg.probe_prompts, d0.probe_prompts)],
+        ),
+        (
+            "the warm start's batch",
+            ws.batch_size * m.block_size * train,
+            [("--warmstart.batch-size", ws.batch_size, 128), *model],
+        ),
+        (
+            "the warm start's held-out problems",
+            ws.eval_problems * PROBLEM_BYTES,
+            [("--warmstart.eval-problems", ws.eval_problems, 200)],
+        ),
+    ]
+
+
+def _default_algo_config(cfg: TrainConfig):
+    try:
+        return algorithms.get(cfg.algo).Config()
+    except ValueError:
+        return algorithms.get("grpo").Config()
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def check_memory(cfg: TrainConfig, task, max_new_tokens: int) -> None:
+    """Refuse a size flag whose estimated memory (``memory_estimates``) exceeds the
+    machine's (``memory_budget``), naming the flag that grew most, the estimate, and about
+    the largest value that fits."""
+    budget = memory_budget(cfg.device)
+    if budget is None:
+        return
+    limit, where = budget
+    for what, need, factors in memory_estimates(cfg, task, max_new_tokens):
+        if need <= limit:
+            continue
+        flag, value, _ = max(factors, key=lambda f: f[1] / max(f[2], 1))
+        most = max(1, int(value * limit / need))
+        raise ValueError(
+            f"{flag}: {value} needs about {_human(need)} for {what} (an estimate), more than "
+            f"the {_human(limit)} of memory {where}; expected at most about {most}"
+        )
 
 
 def check_device(device: str) -> torch.device:
@@ -310,8 +458,8 @@ def config_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
     """The ``TrainConfig`` recorded in ``data`` (a ``train_config`` of config.json). Fields
-    it lacks keep their defaults; a field this version does not know is an error naming
-    ``source``."""
+    it lacks keep their defaults; a field this version does not know, or a value of the
+    wrong type (``"lr": "fast"``), is an error naming ``source`` and the key."""
 
     def build(cls, values: dict[str, Any], prefix: str):
         hints = typing.get_type_hints(cls)
@@ -325,9 +473,15 @@ def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
                 )
             hint = hints[key]
             args = typing.get_args(hint)
-            if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            if dataclasses.is_dataclass(hint):
+                if not isinstance(value, dict):
+                    raise ValueError(
+                        f"{source}: {prefix}{key} is {value!r}, expected an object of settings"
+                    )
                 kwargs[key] = build(hint, value, f"{prefix}{key}.")
-            elif value is not None and (hint is Path or Path in args):
+                continue
+            check_setting_type(value, hint, f"{source}: {prefix}{key}")
+            if value is not None and (hint is Path or Path in args):
                 kwargs[key] = Path(value)
             elif isinstance(value, list):
                 kwargs[key] = tuple(value)
@@ -340,19 +494,64 @@ def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
     return build(TrainConfig, data, "")
 
 
-def load_config_file(path: Path | str) -> TrainConfig:
+def check_setting_type(value: Any, hint: Any, where: str) -> None:
+    """``ValueError`` (``where`` names the file and the key) unless ``value``, read from a
+    JSON file, fits the annotation ``hint``: a bool for ``bool`` (never 1 or "yes"), an int
+    that is not a bool for ``int``, a number for ``float``, a string for ``str``, ``Path``
+    and a ``Literal`` (whose choices the flag checks name), a list of strings for
+    ``tuple[str, ...]``; ``None`` where the annotation allows it."""
+    args = typing.get_args(hint)
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        options: tuple = (hint,)
+    elif args and origin is not tuple:  # a union: X | None
+        options = tuple(a for a in args if a is not type(None))
+        if value is None and type(None) in args:
+            return
+    else:
+        options = (hint,)
+
+    def fits(option: Any) -> bool:
+        if typing.get_origin(option) is Literal:
+            return isinstance(value, str)
+        if typing.get_origin(option) is tuple:
+            return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        if option is bool:
+            return isinstance(value, bool)
+        if option is int:
+            return isinstance(value, int) and not isinstance(value, bool)
+        if option is float:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        if option in (str, Path):
+            return isinstance(value, str)
+        return True  # a type JSON cannot hold: left to the flag's own check
+
+    if not any(fits(o) for o in options):
+        names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+        expected = " or ".join(
+            "a list of strings" if typing.get_origin(o) is tuple else names.get(o, "a string")
+            for o in options
+        )
+        if type(None) in args:
+            expected += " or null"
+        raise ValueError(f"{where} is {json.dumps(value)}, expected {expected}")
+
+
+def load_config_file(path: Path | str, flag: str = "--config") -> TrainConfig:
     """The settings in a config.json (a run's, or a bare ``train_config`` object), with
-    ``resume``, ``overwrite`` and ``config`` reset: a saved file never deletes anything."""
+    ``resume``, ``overwrite`` and ``config`` reset: a saved file never deletes anything.
+    ``flag``: the flag that names the file in error messages (``--resume`` for a run's
+    own config.json)."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ValueError(f"--config: {path}: no such file") from None
+        raise ValueError(f"{flag}: {path}: no such file") from None
     except (ValueError, UnicodeDecodeError):
-        raise ValueError(f"--config: {path}: not valid JSON") from None
+        raise ValueError(f"{flag}: {path}: not valid JSON") from None
     if isinstance(data, dict) and isinstance(data.get("train_config"), dict):
         data = data["train_config"]
-    cfg = config_from_dict(data, f"--config: {path}")
+    cfg = config_from_dict(data, f"{flag}: {path}")
     return dataclasses.replace(cfg, resume=False, overwrite=False, config=None)
 
 

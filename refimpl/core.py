@@ -64,7 +64,10 @@ attached to the graph, with a warning.
 
 from __future__ import annotations
 
+import functools
 import math
+import numbers
+import typing
 import warnings
 from dataclasses import dataclass, fields, replace
 from typing import Literal
@@ -148,39 +151,117 @@ class AlgorithmConfig:
 CONFIG_FIELDS: tuple[str, ...] = tuple(AlgorithmConfig.__annotations__)
 
 
-# Checks for the config fields that several algorithms share; each algorithm's Config calls
-# ``check_config(self)`` from ``__post_init__`` and checks its own extra fields next to it.
-_SHARED_FIELD_RULES: dict[str, tuple[object, str]] = {
+# Every field of every algorithm's ``Config`` is checked by ``check_config`` (called from each
+# ``__post_init__``), in two parts:
+#
+# 1. its type, read from the dataclass annotation: a ``bool`` field takes only ``True`` or
+#    ``False`` (never ``"no"``, which is truthy, or ``1``), an ``int`` field an int that is not a
+#    bool, a ``float`` field an int or a float that is not a bool and is finite, a ``str`` field
+#    a string; ``X | None`` also takes None;
+# 2. its range, from ``FIELD_RULES`` below, by field name (the algorithms share most names;
+#    a numeric field not listed must only be finite). An algorithm checks its own choices
+#    (``require_choice``) and cross-field constraints next to the call.
+#
+# A wrong value is one ``ValueError`` naming ``Config.<field>``, so a typo in ``--algo-args``
+# or a hand-edited config.json never trains silently with a value that means something else.
+FIELD_RULES: dict[str, tuple[object, str]] = {
+    # shared by several algorithms
     "clip_eps_low": (lambda v: 0.0 <= v < 1.0, "a value in [0, 1)"),
     "clip_eps_high": (lambda v: v >= 0.0, "a value ≥ 0"),
     "kl_coef": (lambda v: v >= 0.0, "a value ≥ 0"),
     "eps": (lambda v: v > 0.0, "a value > 0"),
+    "entropy_eps": (lambda v: v > 0.0, "a value > 0"),
     "success_threshold": (lambda v: True, "a finite value"),
     "max_len": (lambda v: v > 0, "a positive length"),
     "overlong_cache_frac": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
     "overlong_penalty_scale": (lambda v: v > 0.0, "a value > 0"),
+    # GTPO, GRPO-S: the weights of the outcome and of the entropy-shaped part
+    "alpha_1": (lambda v: v >= 0.0, "a finite value ≥ 0"),
+    "alpha_2": (lambda v: v >= 0.0, "a finite value ≥ 0"),
+    "beta_1": (lambda v: v >= 0.0, "a finite value ≥ 0"),
+    "beta_2": (lambda v: v >= 0.0, "a finite value ≥ 0"),
+    # TEPO
+    "entropy_decrease_tol": (lambda v: v >= 0.0, "a finite value ≥ 0"),
+    # the entropy interventions
+    "clip_cov_ratio": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
+    "kl_cov_ratio": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
+    "kl_cov_coef": (lambda v: v >= 0.0, "a finite value ≥ 0"),
+    "top_entropy_frac": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
+    "entropy_coef": (lambda v: v >= 0.0, "a finite value ≥ 0"),
+    # a seed of torch.Generator.manual_seed / numpy's default_rng: a non-negative integer
+    "seed": (lambda v: v >= 0, "an integer ≥ 0 (or None)"),
 }
 
-# Fields that may be None (meaning "filled in by the trainer"): Dr. GRPO's max_len.
-_OPTIONAL_FIELDS = ("max_len",)
+_TYPE_NAMES = {bool: "a bool (True or False)", int: "an int", float: "a float", str: "a string"}
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, tuple[type | None, bool]]:
+    """``{field: (type, may be None)}`` from the dataclass annotations of ``cls``; the type
+    is one of bool, int, float, str, or None when it is something else (not checked)."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, tuple[type | None, bool]] = {}
+    for f in fields(cls):
+        hint = hints.get(f.name)
+        args = typing.get_args(hint)
+        optional = type(None) in args
+        if args and typing.get_origin(hint) is not Literal:
+            rest = [a for a in args if a is not type(None)]
+            hint = rest[0] if len(rest) == 1 else None
+        out[f.name] = (hint if hint in _TYPE_NAMES else None, optional)
+    return out
+
+
+def _has_type(value: object, kind: type) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):  # a bool is an int to Python, never to a Config
+        return False
+    if kind is int:
+        return isinstance(value, numbers.Integral)
+    if kind is float:
+        return isinstance(value, numbers.Real) and math.isfinite(value)
+    return isinstance(value, kind)
 
 
 def check_config(cfg: object, agg_modes: tuple[str, ...] = AGG_MODES) -> None:
-    """Validate the fields every algorithm ``Config`` may share (clip ε, β, eps, …);
-    ``loss_agg_mode`` must be one of ``agg_modes`` (the modes the algorithm's loss supports)."""
+    """Validate every field of an algorithm ``Config``: its type (from the annotation), its
+    range (``FIELD_RULES``), and ``loss_agg_mode`` in ``agg_modes`` (the modes the
+    algorithm's loss supports). Raises ``ValueError`` naming ``Config.<field>``."""
     cls = type(cfg).__qualname__
-    for f in fields(cfg):  # type: ignore[arg-type]
-        value = getattr(cfg, f.name)
-        if f.name in _OPTIONAL_FIELDS and value is None:
+    for name, (kind, optional) in _field_types(type(cfg)).items():
+        value = getattr(cfg, name)
+        argument = f"{cls}.{name}"
+        if value is None and optional:
             continue
-        if f.name in _SHARED_FIELD_RULES:
-            rule, expectation = _SHARED_FIELD_RULES[f.name]
-            ok = isinstance(value, (int, float)) and math.isfinite(value) and rule(value)  # type: ignore[operator]
-            require(ok, f"{cls}.{f.name}", f"{expectation}, got {value!r}")
-        elif f.name == "loss_agg_mode":
-            require(
-                value in agg_modes, f"{cls}.loss_agg_mode", f"one of {agg_modes}, got {value!r}"
-            )
+        if kind is not None:
+            got = f"got {value!r}"
+            if isinstance(value, bool) and kind is not bool:
+                got += " (a bool)"
+            elif kind is float and isinstance(value, numbers.Real):
+                got += " (finite values only)"
+            require(_has_type(value, kind), argument, f"{_TYPE_NAMES[kind]}, {got}")
+        if name == "loss_agg_mode":
+            require(value in agg_modes, argument, f"one of {agg_modes}, got {value!r}")
+        elif name in FIELD_RULES:
+            rule, expectation = FIELD_RULES[name]
+            ok = _has_type(value, float) and rule(value)  # type: ignore[operator]
+            require(ok, argument, f"{expectation}, got {value!r}")
+
+
+def check_config_type(cfg: object, config_class: type) -> None:
+    """Refuse another algorithm's ``Config`` (``config_class`` is the calling algorithm's):
+    the fields would be read by name, so GSPO's clip range (3e-4) would silently become
+    GRPO's, or a missing field would fail deep inside the loss."""
+    if isinstance(cfg, config_class):
+        return
+    own = config_class.__module__.rsplit(".", 1)[-1]
+    other = type(cfg)
+    got = f"{other.__module__.rsplit('.', 1)[-1]}.{other.__qualname__}"
+    raise ValueError(
+        f"cfg: expected a {own}.Config, got {got} (another algorithm's settings; pass "
+        f"{own}.Config(...) to {own}'s functions)"
+    )
 
 
 def require_choice(value: object, argument: str, choices: tuple[str, ...]) -> None:
@@ -272,6 +353,14 @@ class RolloutBatch:
         m = self.response_mask
         require(isinstance(m, Tensor) and m.dim() == 2, "response_mask", "a 2-D [B, T] tensor")
         B, T = m.shape
+        # One message for every empty shape: the algorithms reshape into [N, G, T] groups and
+        # take means over them, which an empty batch cannot give (GTPO and GRPO-S fail in a
+        # reshape, the others return NaN statistics).
+        require(
+            B > 0 and T > 0,
+            "response_mask",
+            f"a non-empty batch (B ≥ 1 completions of T ≥ 1 positions), got shape [{B}, {T}]",
+        )
         require(
             isinstance(self.group_size, int)
             and not isinstance(self.group_size, bool)
@@ -351,9 +440,40 @@ def check_policy_tensor(x: Tensor, batch: RolloutBatch, name: str) -> None:
     )
 
 
+#: The largest total ``Σ_{i,t} m·|A|`` a loss accepts. Every loss sums per-token terms of size
+#: about ``w·|A|`` in float32 (largest 2^128 ≈ 3.4e38); advantages this large would overflow
+#: that sum to inf (rewards of ±3e38 do: Dr. GRPO's, GPG's and RLOO's unscaled advantages
+#: are as large as the rewards). 2^120 leaves a factor 256 for the ratios, GPG's α and the
+#: KL term.
+ADVANTAGE_TOTAL_LIMIT = 2.0**120
+
+
 def check_advantages(adv: Tensor, batch: RolloutBatch) -> None:
-    """Validate advantages passed to a ``loss``: ``[B, T]``, finite on response tokens."""
+    """Validate advantages passed to a ``loss``: ``[B, T]``, finite on response tokens, and
+    small enough that the float32 loss cannot overflow (``ADVANTAGE_TOTAL_LIMIT``)."""
     check_policy_tensor(adv, batch, "adv")
+    total = float(masked_sum(adv.detach().double().abs(), batch.response_mask))
+    require(
+        total <= ADVANTAGE_TOTAL_LIMIT,
+        "adv",
+        f"advantages whose magnitudes sum to at most 2^120 ≈ {ADVANTAGE_TOTAL_LIMIT:.2g} over "
+        f"the response tokens (the float32 loss would overflow), got {total:.3g}: rescale the "
+        "rewards",
+    )
+
+
+def check_advantage_values(adv: Tensor) -> None:
+    """Refuse (``ValueError`` naming the rewards) advantages that are not finite or do not fit
+    in float32: computed from rewards near float32's largest value, they would silently become
+    ±inf (call it on the float64 result before the cast, or on a float32 one after scaling)."""
+    largest = float(adv.detach().abs().max()) if adv.numel() else 0.0
+    limit = torch.finfo(torch.float32).max
+    require(
+        math.isfinite(largest) and largest <= limit,
+        "rewards",
+        f"rewards whose advantages fit in float32 (|A| ≤ {limit:.3g}), got |A| up to "
+        f"{largest:.3g}: rescale the rewards",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,12 +544,14 @@ def group_normalize(
     With ``scale_by_std=False`` it is ``r − mean_G r`` (Dr. GRPO, GPG). A group whose rewards
     are all equal gets exactly 0 (its mean is subtracted in float64 and then forced to 0 so
     that rounding in the mean cannot leak a tiny non-zero value through ``1/eps``).
-    Computed in float64 and returned as float32.
+    Computed in float64 and returned as float32; a value that does not fit float32 is
+    refused (``check_advantage_values``), never turned into inf.
     """
     mean, std = group_mean_std(rewards, group_size)
     centred = rewards.to(torch.float64) - mean
     adv = centred / (std + eps) if scale_by_std else centred
     adv = torch.where(group_degenerate(rewards, group_size), torch.zeros_like(adv), adv)
+    check_advantage_values(adv)
     return adv.to(torch.float32)
 
 

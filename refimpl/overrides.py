@@ -15,6 +15,7 @@ def parse_overrides(
 ) -> dict[str, Any]:
     """``("alpha_2=0.2", ...)`` → ``{"alpha_2": 0.2}``, typed like the defaults in ``fields_``."""
     out: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for pair in pairs:
         if "=" not in pair:
             raise ValueError(f"{flag}: expected FIELD=VALUE, got {pair!r}")
@@ -24,6 +25,11 @@ def parse_overrides(
             raise ValueError(
                 f"{flag}: unknown field {key!r}; valid fields: {', '.join(sorted(fields_))}"
             )
+        if key in given:  # the last one would win silently: a typo, or a forgotten earlier value
+            raise ValueError(
+                f"{flag}: {key} is given twice ({given[key]!r} and {pair!r}); keep one"
+            )
+        given[key] = pair
         default = fields_[key]
         try:
             if isinstance(default, bool):

@@ -4,9 +4,11 @@
     refimpl compare --preset collapse --seeds 0,1,2         # long horizon: entropy collapses
 
 A preset changes fields of ``TrainConfig`` (``train``) and of the comparison (algorithms,
-seeds). It applies only to fields still at their default, so an explicit flag wins:
-``--preset collapse --train.steps 100`` runs the collapse regime for 100 steps. (A flag set to
-exactly its default value cannot be told apart from no flag, and the preset's value is used.)
+seeds). It never overrides a flag you typed: ``--preset collapse --train.steps 100`` runs the
+collapse regime for 100 steps, and ``--preset collapse --train.task chain --seeds 0`` runs it
+on chain with seed 0, although those are the defaults. The command line says which flags
+were typed (``explicit_fields``); called from Python without that list, a field counts as set
+when it differs from its default.
 
 ``default`` is ``TrainConfig``'s own defaults: the regime where every mechanism acts, chosen
 by ``scripts/regime_sweep.py`` (docs/benchmarks.md has the sweep). The others are written out
@@ -16,6 +18,7 @@ below with the reason for each value.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -59,14 +62,48 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def fill_defaults(obj: Any, values: dict[str, Any]) -> Any:
-    """``obj`` (a dataclass instance) with ``values`` set on the fields that still hold their
-    class default; a field the caller changed keeps its value."""
+def explicit_fields(argv: list[str], cls: type) -> frozenset[str]:
+    """The fields of the dataclass ``cls`` that the command line ``argv`` sets, as dotted
+    names: ``--train.steps 5`` → ``train.steps``, ``--train.no-plot`` → ``train.plot``,
+    ``--seeds=0`` → ``seeds``. Tokens that name no field (values, unknown flags) are ignored."""
+
+    def known(dotted: str) -> bool:
+        kind: Any = cls
+        for part in dotted.split("."):
+            hints = typing.get_type_hints(kind) if dataclasses.is_dataclass(kind) else {}
+            if part not in hints:
+                return False
+            kind = hints[part]
+        return True
+
+    found = set()
+    for token in argv:
+        if not token.startswith("--") or token == "--":
+            continue
+        name = token[2:].split("=", 1)[0].replace("-", "_")
+        head, _, last = name.rpartition(".")
+        negated = (head + "." if head else "") + last.removeprefix("no_")
+        if known(name):
+            found.add(name)
+        elif last.startswith("no_") and known(negated):
+            found.add(negated)
+    return frozenset(found)
+
+
+def fill_defaults(
+    obj: Any, values: dict[str, Any], explicit: frozenset[str] | None = None, prefix: str = ""
+) -> Any:
+    """``obj`` (a dataclass instance) with ``values`` set on the fields the caller did not
+    set: those not in ``explicit`` (dotted names, ``prefix`` + field, from
+    ``explicit_fields``), or, when ``explicit`` is None, those still at their class default."""
     defaults = type(obj)()
     unknown = set(values) - {f.name for f in dataclasses.fields(obj)}
     if unknown:
         raise ValueError(f"preset: {type(obj).__name__} has no field(s) {sorted(unknown)}")
-    keep = {k: v for k, v in values.items() if getattr(obj, k) == getattr(defaults, k)}
+    if explicit is None:
+        keep = {k: v for k, v in values.items() if getattr(obj, k) == getattr(defaults, k)}
+    else:
+        keep = {k: v for k, v in values.items() if prefix + k not in explicit}
     return dataclasses.replace(obj, **keep)
 
 

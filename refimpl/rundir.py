@@ -1,12 +1,24 @@
 """Run directories: a new run, ``--overwrite`` and ``--resume`` (the run directory is the
-source of truth). ``check_run_dir`` checks them all before anything is written."""
+source of truth). ``check_run_dir`` checks them all before anything is written.
+
+A run directory is owned by one process at a time. ``refimpl train`` takes an exclusive OS
+lock (``flock``) on ``<run>/run.lock`` before it writes anything there and holds it until the
+run ends; the kernel releases it when the process dies, however it dies (``kill -9``, a power
+cut: no stale lock to clean up). A second ``train``, ``--resume`` or ``--overwrite`` of a
+locked run is refused with one line, before it changes anything. A new run directory is
+created with one ``mkdir`` (atomic: of two processes, one creates it) and is checked again
+once its lock is held, so there is no window between a check and the write it allows.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
+import socket
 import time
+import warnings
 from pathlib import Path, PurePath
 from typing import Any, NamedTuple
 
@@ -14,19 +26,27 @@ from refimpl import numerics
 from refimpl.checkpoint import (
     CheckpointError,
     check_deletable,
-    check_optimizer_file,
-    check_weights_file,
     find_checkpoint,
-    read_state,
+    verify_checkpoint,
 )
-from refimpl.config import TrainConfig, config_dict, resolve
+from refimpl.config import TrainConfig, config_dict, resolve, run_warmstart
 from refimpl.runlog import (
+    LOCK_FILE,
+    TornLineWarning,
     is_run_dir,
     read_metrics,
+    read_probes,
     read_run_config,
+    run_dir_damage,
     versions,
     write_text_atomic,
 )
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # Windows: a lock on the file's first byte
+    fcntl = None  # type: ignore[assignment]
+    import msvcrt
 
 #: The settings a resumed run may change (dotted field names): how long it goes and how it is
 #: watched, never what a step computes. Any other difference from the run's config.json is an
@@ -73,6 +93,11 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _may_differ(key: str) -> bool:
+    # warmstart.task/task_args: the trainer uses --task/--task-args
+    return key in RESUME_MAY_CHANGE or key.startswith("warmstart.task")
+
+
 def check_resume_settings(cfg: TrainConfig, saved: dict[str, Any], source: Path) -> None:
     """Raise ``ValueError`` naming the first flag whose value differs from the saved run's,
     unless it is one a resumed run may change (``RESUME_MAY_CHANGE``)."""
@@ -80,8 +105,8 @@ def check_resume_settings(cfg: TrainConfig, saved: dict[str, Any], source: Path)
     defaults = _flatten(config_dict(TrainConfig()))
     was = _flatten(saved)
     for key, value in now.items():
-        if key in RESUME_MAY_CHANGE or key.startswith(("warmstart.task",)):
-            continue  # warmstart.task/task_args: the trainer uses --task/--task-args
+        if _may_differ(key):
+            continue
         before = was.get(key, defaults.get(key))
         if value != before:
             raise ValueError(
@@ -91,32 +116,319 @@ def check_resume_settings(cfg: TrainConfig, saved: dict[str, Any], source: Path)
             )
 
 
-def _writable(path: Path, flag: str, what: str) -> None:
+# ---------------------------------------------------------------------------------------------
+# Paths: a name is one directory inside --runs-dir, and --runs-dir is a directory.
+# ---------------------------------------------------------------------------------------------
+
+
+def _name_max(directory: Path) -> int:
+    """The longest file name the file system of ``directory`` (or its nearest existing
+    parent) takes, in bytes (255 where the platform does not say)."""
+    try:
+        return os.pathconf(_nearest_existing(directory), "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255
+
+
+def check_name(name: str | None, runs_dir: Path, flag: str = "--name") -> None:
+    """``ValueError`` naming ``flag`` unless ``name`` is one path component: not empty, not
+    ``.`` or ``..``, no ``/`` (or the platform's separator), short enough for the file
+    system. None (the default name) passes."""
+    if name is None:
+        return
+    separators = {"/", os.sep, os.altsep} - {None}
+    if (
+        not name.strip()
+        or name in (".", "..")
+        or any(s in name for s in separators)
+        or "\0" in name
+        or PurePath(name).is_absolute()
+    ):
+        raise ValueError(
+            f"{flag}: expected a directory name inside --runs-dir (one name: no '/', not "
+            f"'.' or '..'), got {name!r}"
+        )
+    longest = _name_max(Path(runs_dir))
+    if len(name.encode()) > longest:
+        raise ValueError(
+            f"{flag}: expected a name of at most {longest} bytes (the file system's limit), "
+            f"got {len(name.encode())}"
+        )
+
+
+def check_runs_dir(runs_dir: Path, flag: str = "--runs-dir") -> None:
+    """``ValueError`` naming ``flag`` when ``runs_dir`` (or the nearest part of it that
+    exists) is a file, or a part of it is too long a name."""
+    path = Path(runs_dir).absolute()
+    longest = _name_max(path)
+    for part in path.parts[1:]:
+        if len(part.encode()) > longest:
+            raise ValueError(
+                f"{flag}: {part[:40]}… is longer than {longest} bytes (the file system's limit)"
+            )
+    existing = _nearest_existing(path)
+    if not existing.is_dir():
+        raise ValueError(f"{flag}: {existing} is a file, not a directory")
+
+
+def _nearest_existing(path: Path) -> Path:
     target = Path(path).absolute()
     while not target.exists() and target != target.parent:
         target = target.parent
+    return target
+
+
+def _writable(path: Path, flag: str, what: str) -> None:
+    target = _nearest_existing(path)
     if not os.access(target, os.W_OK | os.X_OK):
         raise ValueError(f"{flag}: {target} is not writable ({what})")
+
+
+# ---------------------------------------------------------------------------------------------
+# The lock.
+# ---------------------------------------------------------------------------------------------
+
+
+#: How often ``RunLock.acquire`` tries, 50 ms apart, before it reports the run as in use.
+ACQUIRE_TRIES = 5
+
+
+class RunDirLocked(ValueError):
+    """Another process holds the lock of the run directory (the message names it)."""
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    except OSError:  # BlockingIOError (EWOULDBLOCK) where another process holds it
+        return False
+    return True
+
+
+def _holder(path: Path) -> str:
+    """Who holds the lock file ``path``, as its holder wrote it (``pid N on HOST since T``)."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        text = ""
+    return text or "a process that did not say which"
+
+
+class RunLock:
+    """The exclusive OS lock on a run directory's ``run.lock``, held until ``release`` (or
+    the process's end: the kernel releases it on any exit). The holder writes its pid, host
+    and start time into the file, for the message of a process it keeps out."""
+
+    def __init__(self, run_dir: Path, fd: int):
+        self.run_dir, self.path, self._fd = Path(run_dir), Path(run_dir) / LOCK_FILE, fd
+
+    @classmethod
+    def acquire(cls, run_dir: Path, flag: str) -> RunLock:
+        """Lock ``run_dir`` (which must exist), creating its lock file if need be; a
+        ``RunDirLocked`` naming ``flag`` when another process holds it."""
+        path = Path(run_dir) / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # A few tries: another process's ``check_not_locked`` holds the lock for a moment;
+        # a run holds it for as long as it trains.
+        for attempt in range(ACQUIRE_TRIES):
+            if _try_lock(fd):
+                break
+            if attempt == ACQUIRE_TRIES - 1:
+                os.close(fd)
+                raise _locked_error(Path(run_dir), flag)
+            time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode())
+        return cls(run_dir, fd)
+
+    def release(self) -> None:
+        """Unlock (the lock file stays: deleting it while another process waits on it would
+        let two processes in)."""
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def _locked_error(run_dir: Path, flag: str) -> RunDirLocked:
+    return RunDirLocked(
+        f"{flag}: {run_dir} is in use by another refimpl process ({_holder(run_dir / LOCK_FILE)}); "
+        "wait for it to end, or stop it (Ctrl-C writes a checkpoint) and --resume"
+    )
+
+
+def _flag_of(cfg: TrainConfig) -> str:
+    return "--resume" if cfg.resume else "--overwrite" if cfg.overwrite else "--name"
+
+
+def check_not_locked(cfg: TrainConfig) -> None:
+    """``RunDirLocked`` when another process holds the run directory's lock; changes
+    nothing (the lock file is opened read-only and only if it exists)."""
+    path = cfg.run_dir / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # no lock file (a new run, or one of an older version): not locked
+        return
+    try:
+        if not _try_lock(fd):
+            raise _locked_error(cfg.run_dir, _flag_of(cfg))
+    finally:
+        os.close(fd)  # also releases the probe's own lock
+
+
+def claim_run_dir(cfg: TrainConfig) -> tuple[RunLock, dict[str, Any] | None]:
+    """Create the run directory (one atomic ``mkdir``) when it does not exist, lock it, and
+    check it again under the lock (``check_run_dir``): what it returns is what this process
+    may write, and no other refimpl process changes it until ``release``."""
+    run_dir = cfg.run_dir
+    if not cfg.resume:
+        try:
+            run_dir.mkdir(parents=True)
+        except FileExistsError:
+            pass  # already there (an empty one, a run, or another process was first)
+    lock = RunLock.acquire(run_dir, _flag_of(cfg))
+    try:
+        with warnings.catch_warnings():  # the trainer warns when it reads the files
+            warnings.simplefilter("ignore")
+            saved = check_run_dir(cfg)
+    except BaseException:
+        lock.release()
+        raise
+    return lock, saved
+
+
+def holds_run_lock(run):
+    """Decorator of ``Trainer.run``: the run holds its directory's lock from before its first
+    write to after its last (``claim_run_dir``), and reads its saved settings under it."""
+
+    @functools.wraps(run)
+    def locked_run(trainer, *args, **kwargs):
+        lock, trainer._saved = claim_run_dir(trainer.cfg)
+        try:
+            return run(trainer, *args, **kwargs)
+        finally:
+            lock.release()
+
+    return locked_run
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks before anything is written.
+# ---------------------------------------------------------------------------------------------
+
+
+def _holds_nothing(run_dir: Path) -> bool:
+    """``run_dir`` is missing, empty, or holds only a lock file (a run that never started)."""
+    return not run_dir.exists() or all(p.name == LOCK_FILE for p in run_dir.iterdir())
+
+
+def check_resumable(run_dir: Path) -> None:
+    """``ValueError`` unless ``run_dir`` holds a run to resume, saying how to recover a
+    damaged one."""
+    if is_run_dir(run_dir):
+        return
+    damage = run_dir_damage(run_dir)
+    if damage is not None:
+        raise ValueError(
+            f"--resume: {run_dir} is a damaged run ({damage}), which cannot be resumed: "
+            "restore its config.json, or start it again with --overwrite (which deletes it)"
+        )
+    raise ValueError(
+        f"--resume: nothing to resume in {run_dir} (no config.json written by refimpl "
+        "train); check --name and --runs-dir, or drop --resume to start a new run"
+    )
+
+
+def verify_resume(cfg: TrainConfig, saved: dict[str, Any]) -> None:
+    """Read everything a resumed run depends on before it changes anything: the logs, and
+    the whole checkpoint against ``config.json``: its files (checksums, finite weights), its
+    step (within the run and the logs), its algorithm and settings. ``CheckpointError``
+    naming the file that is wrong; fills in ``saved["algo_config"]`` from the checkpoint
+    when config.json lost it."""
+    run_dir = cfg.run_dir
+    config_file = run_dir / "config.json"
+    try:
+        metrics = read_metrics(run_dir, missing_ok=True)
+        read_probes(run_dir)
+    except ValueError as err:  # zero-filled or garbage lines: the history is not readable
+        raise CheckpointError(
+            f"{err}; the run cannot be resumed from it: --overwrite starts it again"
+        ) from None
+    logged = max((r["step"] for r in metrics), default=0)
+    checkpoint = find_checkpoint(run_dir / "checkpoint", warn=False)
+    tc = saved["train_config"]
+    if checkpoint is None:
+        every = tc.get("checkpoint_every", cfg.checkpoint_every)
+        if logged >= every:
+            raise CheckpointError(
+                f"{run_dir / 'checkpoint'}: missing, although the run logged step {logged} "
+                f"(a checkpoint every {every} steps); --overwrite starts it again"
+            )
+        return
+    state_file = checkpoint / "state.json"
+    state = verify_checkpoint(checkpoint, optimizer=not cfg.fresh_optimizer)
+    step, tokens = state.get("step"), state.get("sampled_tokens")
+    if not isinstance(step, int) or isinstance(step, bool):
+        raise CheckpointError(f"{state_file}: damaged (no step)")
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+        raise CheckpointError(f"{state_file}: damaged (sampled_tokens {tokens!r})")
+    length = tc.get("steps", cfg.steps)
+    if not (isinstance(length, int) and 1 <= step <= length):
+        raise CheckpointError(
+            f"{state_file}: damaged (step {step}, outside the run's 1…{length}); "
+            "--overwrite starts the run again"
+        )
+    if step > logged:
+        raise CheckpointError(
+            f"{run_dir / 'metrics.jsonl'}: ends at step {logged}, before the checkpoint's step "
+            f"{step} (cut short or replaced?); --overwrite starts the run again"
+        )
+    if cfg.steps < step:
+        raise ValueError(f"--steps: the run is already at step {step}; expected ≥ {step}")
+    made_with = state.get("train_config")
+    if isinstance(made_with, dict):
+        now = _flatten(tc)
+        for key, value in _flatten(made_with).items():
+            if not _may_differ(key) and key in now and now[key] != value:
+                raise CheckpointError(
+                    f"{state_file}: the checkpoint was made with {_flag(key)} {value!r}, but "
+                    f"{config_file} says {now[key]!r} (edited?): restore config.json, or "
+                    "start the run again with --overwrite"
+                )
+    algo_config = state.get("algo_config")
+    if isinstance(algo_config, dict):
+        if not isinstance(saved.get("algo_config"), dict):
+            saved["algo_config"] = algo_config  # config.json lost it: the checkpoint's
+        elif saved["algo_config"] != algo_config:
+            key = next(
+                k
+                for k in sorted({*algo_config, *saved["algo_config"]})
+                if algo_config.get(k) != saved["algo_config"].get(k)
+            )
+            raise CheckpointError(
+                f"{state_file}: the checkpoint was made with the algorithm setting {key}="
+                f"{algo_config.get(key)!r}, but {config_file} says "
+                f"{saved['algo_config'].get(key)!r} (edited?): restore config.json, or start "
+                "the run again with --overwrite"
+            )
 
 
 def check_run_dir(cfg: TrainConfig) -> dict[str, Any] | None:
     """Check the run directory before anything is written: a valid ``--name``, ``--resume``
     only of a run (with the same settings, see ``RESUME_MAY_CHANGE``, and a whole
-    checkpoint), ``--overwrite`` only of a run, never an existing directory otherwise,
-    writable directories. Returns the saved config.json of the run to resume, else None."""
+    checkpoint, ``verify_resume``), ``--overwrite`` only of a run, never an existing
+    directory otherwise, writable directories. Returns the saved config.json of the run to
+    resume, else None."""
     runs_dir, run_dir = Path(cfg.runs_dir), cfg.run_dir
-    if cfg.name is not None:
-        parts = cfg.name.replace(os.sep, "/").split("/")
-        if (
-            not cfg.name.strip()
-            or PurePath(cfg.name).is_absolute()
-            or any(p in ("", ".", "..") for p in parts)
-        ):
-            raise ValueError(
-                f"--name: expected a directory name inside --runs-dir (no '.', '..' or "
-                f"absolute path), got {cfg.name!r}"
-            )
-    cache_root = (Path(cfg.warmstart.runs_dir) / "warmstart").resolve()
+    check_runs_dir(runs_dir)
+    check_name(cfg.name, runs_dir)
+    cache_root = (Path(run_warmstart(cfg).runs_dir) / "warmstart").resolve()
     here = run_dir.resolve()
     if here == cache_root or cache_root in here.parents or here in cache_root.parents:
         raise ValueError(
@@ -128,38 +440,20 @@ def check_run_dir(cfg: TrainConfig) -> dict[str, Any] | None:
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"--name: {run_dir} exists and is not a directory")
     if cfg.resume:
-        if not is_run_dir(run_dir):
-            raise ValueError(
-                f"--resume: nothing to resume in {run_dir} (no config.json written by refimpl "
-                "train); check --name and --runs-dir, or drop --resume to start a new run"
-            )
+        check_resumable(run_dir)
         saved = read_run_config(run_dir)
         check_resume_settings(cfg, saved["train_config"], run_dir / "config.json")
         _writable(run_dir, "--resume", "the resumed run writes its logs and checkpoints there")
-        checkpoint = find_checkpoint(run_dir / "checkpoint", warn=False)
-        if checkpoint is not None:
-            check_weights_file(checkpoint)
-            if not cfg.fresh_optimizer:
-                check_optimizer_file(checkpoint)
-            step = read_state(checkpoint).get("step")
-            if not isinstance(step, int):
-                raise CheckpointError(f"{checkpoint / 'state.json'}: damaged (no step)")
-            if cfg.steps < step:
-                raise ValueError(f"--steps: the run is already at step {step}; expected ≥ {step}")
-        else:
-            logged = max((r["step"] for r in read_metrics(run_dir, missing_ok=True)), default=0)
-            every = saved["train_config"].get("checkpoint_every", cfg.checkpoint_every)
-            if logged >= every:
-                raise CheckpointError(
-                    f"{run_dir / 'checkpoint'}: missing, although the run logged step {logged} "
-                    f"(a checkpoint every {every} steps); --overwrite starts it again"
-                )
+        verify_resume(cfg, saved)
         return saved
-    if run_dir.exists() and any(run_dir.iterdir()):
+    if not _holds_nothing(run_dir):
+        damage = run_dir_damage(run_dir)
         if not cfg.overwrite:
+            what = f"is a damaged run ({damage})" if damage else "already exists"
             raise FileExistsError(
-                f"run directory {run_dir} already exists: pass --resume to continue it, "
-                "--overwrite to start again, or choose another --name"
+                f"run directory {run_dir} {what}: pass "
+                + ("" if damage else "--resume to continue it, ")
+                + "--overwrite to start again, or choose another --name"
             )
         if here == runs_dir.resolve():
             raise ValueError(f"--overwrite: {run_dir} is the runs directory itself")
@@ -183,15 +477,20 @@ class Preflight(NamedTuple):
 
 
 def preflight(cfg: TrainConfig) -> Preflight:
-    """Every check a run makes before it writes anything or trains its warm start: the
-    flags (``resolve``), the run directory (``check_run_dir``) and the warm-start cache."""
+    """Every check a run makes before it writes anything or trains its warm start: the run
+    directory's lock (a run in use by another process is refused first), the flags
+    (``resolve``), the run directory (``check_run_dir``) and the warm-start cache."""
+    check_runs_dir(Path(cfg.runs_dir))
+    check_name(cfg.name, Path(cfg.runs_dir))
+    check_not_locked(cfg)
     if cfg.resume and is_run_dir(cfg.run_dir):  # a changed setting is the clearest error
         saved_config = read_run_config(cfg.run_dir)["train_config"]
         check_resume_settings(cfg, saved_config, cfg.run_dir / "config.json")
     resolved = resolve(cfg)
-    saved = check_run_dir(cfg)
-    ws = dataclasses.replace(cfg.warmstart, task=cfg.task, task_args=cfg.task_args)
-    ws.check_writable("--warmstart.")
+    with warnings.catch_warnings():  # a torn last line: the trainer warns when it reads it
+        warnings.simplefilter("ignore", TornLineWarning)
+        saved = check_run_dir(cfg)
+    run_warmstart(cfg).check_writable("--warmstart.")
     return Preflight(*resolved, saved)
 
 

@@ -22,11 +22,22 @@ import os
 import platform
 import subprocess
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-#: Everything the trainer and ``plot`` write into a run directory. ``--overwrite`` deletes a
-#: directory only when it holds a run's ``config.json`` and nothing outside this list.
+#: The lock file of a run directory: ``refimpl train`` holds an OS lock on it (``flock``)
+#: for as long as it writes there (see ``refimpl.rundir.RunLock``). It is never deleted, not
+#: even by ``--overwrite``: a lock file deleted while held would let a second process in.
+LOCK_FILE = "run.lock"
+
+#: The files of a checkpoint directory (``checkpoint/``, ``checkpoint.tmp/``, ``checkpoint.old/``).
+CHECKPOINT_FILES = frozenset({"model.safetensors", "optimizer.pt", "state.json"})
+
+#: Everything the trainer and ``plot`` write into a run directory, at every depth: the
+#: top-level names, and for each subdirectory what it may hold (TensorBoard's event files are
+#: named ``events.out.tfevents.<time>.<host>...``). ``--overwrite`` deletes a directory only
+#: when it holds a run's ``config.json`` and nothing outside this tree.
 RUN_FILES = frozenset(
     {
         "config.json",
@@ -40,8 +51,15 @@ RUN_FILES = frozenset(
         "checkpoint.old",
         "curves.png",
         "tensorboard",
+        LOCK_FILE,
     }
 )
+RUN_SUBDIRS: dict[str, Callable[[str], bool]] = {
+    "checkpoint": CHECKPOINT_FILES.__contains__,
+    "checkpoint.tmp": CHECKPOINT_FILES.__contains__,
+    "checkpoint.old": CHECKPOINT_FILES.__contains__,
+    "tensorboard": lambda name: name.startswith("events.out.tfevents."),
+}
 
 
 class TornLineWarning(UserWarning):
@@ -67,6 +85,11 @@ def read_jsonl(path: Path | str, *, missing_ok: bool = False) -> list[dict[str, 
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     records: list[dict[str, Any]] = []
     for i, line in enumerate(lines):
+        if "\0" in line:  # a crash (or a full disk) left blocks of zeros, not a torn write
+            raise ValueError(
+                f"{path}: line {i + 1} holds NUL bytes (zero-filled by a crash or a full disk), "
+                f"so the log from there on is lost"
+            )
         if not line.strip():
             continue
         try:
@@ -77,7 +100,7 @@ def read_jsonl(path: Path | str, *, missing_ok: bool = False) -> list[dict[str, 
             if i == last:
                 warnings.warn(
                     f"{path}: dropped a torn last line (line {i + 1}, written when the run "
-                    "was stopped mid-write)",
+                    f"was stopped mid-write); the {len(records)} lines before it are kept",
                     TornLineWarning,
                     stacklevel=2,
                 )
@@ -112,13 +135,21 @@ def write_jsonl(path: Path | str, records: list[dict[str, Any]]) -> None:
 
 
 def write_text_atomic(path: Path | str, text: str) -> None:
-    """Write ``text`` to ``path`` through ``path.tmp`` and a rename."""
+    """Write ``text`` to ``path`` through ``path.tmp`` and a rename. A failed write (a full
+    disk) removes ``path.tmp``, leaves ``path`` as it was and raises ``OSError`` naming it."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise OSError(
+            err.errno,
+            f"{err.strerror or err}: {path} was not written (it is as it was)",
+        ) from None
     os.replace(tmp, path)
 
 
@@ -154,22 +185,58 @@ def is_run_dir(path: Path | str) -> bool:
 
 
 def foreign_files(run_dir: Path | str) -> list[str]:
-    """Entries of ``run_dir`` that neither the trainer nor ``plot`` writes (sorted)."""
-    return sorted(p.name for p in Path(run_dir).iterdir() if p.name not in RUN_FILES)
+    """Everything under ``run_dir``, at any depth, that neither the trainer nor ``plot``
+    writes (``RUN_FILES``, ``RUN_SUBDIRS``), as sorted paths relative to ``run_dir``. A
+    symbolic link is always foreign (deleting through it could reach anything)."""
+    run_dir = Path(run_dir)
+    foreign: list[str] = []
+    for entry in sorted(run_dir.iterdir()):
+        if entry.is_symlink() or entry.name not in RUN_FILES:
+            foreign.append(entry.name)
+        elif entry.name in RUN_SUBDIRS and entry.is_dir():
+            allowed = RUN_SUBDIRS[entry.name]
+            for p in sorted(entry.rglob("*")):
+                if p.is_symlink() or p.parent != entry or not p.is_file() or not allowed(p.name):
+                    foreign.append(str(p.relative_to(run_dir)))
+        elif entry.name in RUN_SUBDIRS or entry.is_dir():  # a file where a run has a folder
+            foreign.append(entry.name + ("/" if entry.is_dir() else ""))
+    return foreign
 
 
-def find_runs(root: Path | str) -> list[Path]:
+def run_dir_damage(path: Path | str) -> str | None:
+    """Why ``path`` looks like a run directory but is not one, e.g. ``"config.json: not valid
+    JSON (damaged?)"``: its ``config.json`` is damaged or not refimpl's, or missing next to
+    the trainer's other files. None for a run, and for a directory that is no run at all.
+    ``refimpl runs`` lists such directories as damaged."""
+    path = Path(path)
+    try:
+        names = {p.name for p in path.iterdir()}
+    except OSError:
+        return None
+    if "config.json" in names:
+        try:
+            read_run_config(path)
+        except ValueError as err:
+            return str(err).replace(str(path / "config.json"), "config.json", 1)
+        return None
+    if names & {"metrics.jsonl", "checkpoint", "checkpoint.old"}:
+        return "config.json: missing (the run's other files are there)"
+    return None
+
+
+def find_runs(root: Path | str, *, damaged: bool = False) -> list[Path]:
     """Every run directory under ``root`` (at any depth, e.g. ``compare``'s
-    ``<name>/<algo>-s<seed>``), sorted; the warm-start cache is not a run."""
+    ``<name>/<algo>-s<seed>``), sorted; the warm-start cache is not a run. ``damaged``:
+    also the directories ``run_dir_damage`` finds damaged."""
     root = Path(root)
     found: list[Path] = []
 
     def walk(d: Path) -> None:
-        if is_run_dir(d):
+        if is_run_dir(d) or (damaged and run_dir_damage(d) is not None):
             found.append(d)
             return
         try:
-            children = sorted(p for p in d.iterdir() if p.is_dir())
+            children = sorted(p for p in d.iterdir() if p.is_dir() and not p.is_symlink())
         except OSError:
             return
         for child in children:

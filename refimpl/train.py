@@ -58,6 +58,7 @@ from refimpl.config import (  # noqa: F401  (re-exported: the names callers impo
     config_dict,
     load_config_file,
     resolve,
+    run_warmstart,
 )
 from refimpl.diagnostics import (
     PASS_AT_K,
@@ -65,9 +66,16 @@ from refimpl.diagnostics import (
     logp_advantage_covariance,
     mean_pass_at_k,
 )
+from refimpl.divergence import DivergenceGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from refimpl.evaluate import correct_counts, encode_prompts, score_samples, success_rate
 from refimpl.model import GPT
-from refimpl.rundir import Preflight, preflight, record_resume, write_new_run  # noqa: F401
+from refimpl.rundir import (  # noqa: F401
+    Preflight,
+    holds_run_lock,
+    preflight,
+    record_resume,
+    write_new_run,
+)
 from refimpl.runlog import read_metrics, read_probes, write_jsonl
 from refimpl.sampling import Samples, concat_samples, policy_logprobs, sample_groups
 from refimpl.stop import Interrupted, StopRequest  # noqa: F401  (Interrupted: re-exported)
@@ -77,10 +85,6 @@ from toy_envs import TOKENIZER
 PROBE_SEED = 20_000  # the fixed probe prompts of the entropy snapshots
 EVAL_SEED = 30_000  # the sampled completions of every held-out evaluation
 ENTROPY_CHANGE_GROUPS = 16  # groups on which the entropy change of a step is measured
-
-
-class NonFiniteLossError(RuntimeError):
-    """The loss or the gradient norm was NaN/inf: the step is not applied."""
 
 
 class Rollout(NamedTuple):
@@ -118,9 +122,7 @@ class Trainer:
         self.device = check_device(cfg.device)
 
         base = train_warmstart(
-            dataclasses.replace(
-                cfg.warmstart, task=cfg.task, task_args=cfg.task_args, progress=cfg.progress
-            ),
+            dataclasses.replace(run_warmstart(cfg), progress=cfg.progress),
             prefix="--warmstart.",
         )
         self.model: GPT = base.to(self.device)
@@ -138,6 +140,7 @@ class Trainer:
         self.probes = self.task.sample(cfg.probe_prompts, np.random.default_rng([PROBE_SEED, 0]))
         self.run_dir = cfg.run_dir
         self._tb = None
+        self.divergence = DivergenceGuard(self)  # NaN/inf in any step stops the run
 
     def _saved_algo_config(self) -> Any:
         """A resumed run continues with the algorithm settings it was made with, even if this
@@ -510,6 +513,7 @@ class Trainer:
             self.restore()
             record_resume(self.run_dir, self._saved, self.cfg, self.step)
 
+    @holds_run_lock  # the run directory's lock, from before the first write to after the last
     def run(self) -> Path:
         """Train until ``cfg.steps``; return the run directory.
 
@@ -541,6 +545,7 @@ class Trainer:
                     metrics = self.train_step()
                     self.step += 1
                     metrics["step"] = self.step
+                    self.divergence.check(metrics)  # before it is logged or checkpointed
                     if self.step % cfg.eval_every == 0 or self.finished():
                         metrics.update(self.evaluate())
                     self._log("metrics.jsonl", metrics)

@@ -141,12 +141,23 @@ class WarmstartConfig:
             raise ValueError(
                 f"{_flag(prefix, 'lr')}: expected a positive learning rate, got {self.lr}"
             )
+        limit = float(torch.finfo(torch.float32).max) * (1 - 0.9)  # AdamW's first step: 10·lr
+        if self.lr > limit:
+            raise ValueError(
+                f"{_flag(prefix, 'lr')}: expected a learning rate ≤ {limit:.3g} (AdamW's first "
+                f"step, lr/(1−β₁), must fit in float32), got {self.lr}"
+            )
         if self.seed < 0:
             raise ValueError(f"{_flag(prefix, 'seed')}: expected an integer ≥ 0, got {self.seed}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(
                 f"{_flag(prefix, 'threads')}: expected a positive integer (or None), "
                 f"got {self.threads}"
+            )
+        if self.threads is not None and self.threads > (os.cpu_count() or 1):
+            raise ValueError(
+                f"{_flag(prefix, 'threads')}: expected at most {os.cpu_count() or 1} (the CPU "
+                f"cores of this machine), got {self.threads}"
             )
         self.model.check(prefix + "model.")
         # The mix's sequences, <bos> prompt answer <eos>, must fit the model's positions.
@@ -220,11 +231,14 @@ class WarmstartConfig:
 class RunWarmstartConfig(WarmstartConfig):
     """The warm start of an RL run: its task and task knobs are the run's (``--task``,
     ``--task-args``) and its progress bar follows ``--progress``, so those three fields are
-    not flags of ``refimpl train``."""
+    not flags of ``refimpl train``; its cache follows the run's ``--runs-dir`` unless
+    ``--warmstart.runs-dir`` is given (``refimpl.config.run_warmstart`` resolves it)."""
 
     task: tyro.conf.Suppress[TaskName] = "chain"
     task_args: tyro.conf.Suppress[tuple[str, ...]] = ()
     progress: tyro.conf.Suppress[bool] = True
+    runs_dir: Path | None = None  # type: ignore[assignment]
+    """where the cache lives (<runs_dir>/warmstart/...; None: the run's --runs-dir)"""
 
 
 def _flag(prefix: str, name: str) -> str:

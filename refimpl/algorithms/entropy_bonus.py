@@ -145,6 +145,7 @@ def loss(
             (required when ``entropy_coef > 0``; a detached one gives the right value and no
             gradient).
     """
+    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
     core.check_policy_tensor(logp, batch, "logp")
     core.check_advantages(adv, batch)
     mask = batch.response_mask

@@ -141,6 +141,7 @@ def loss(
         cfg: the configuration.
         entropy: unused by GPG (part of the shared signature).
     """
+    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
     core.check_policy_tensor(logp, batch, "logp")
     core.check_advantages(adv, batch)
     mask = batch.response_mask

@@ -134,6 +134,7 @@ def loss(
             (``seq-mean-token-mean`` reproduces Eq. 13) is the GSPO-token form.
         entropy: unused by GSPO (part of the shared signature).
     """
+    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
     core.check_policy_tensor(logp, batch, "logp")
     core.check_advantages(adv, batch)
     mask = batch.response_mask

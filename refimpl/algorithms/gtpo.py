@@ -350,6 +350,7 @@ def loss(
         cfg: the configuration.
         entropy: unused by GTPO (its entropies are the rollout's, in ``batch.entropy_old``).
     """
+    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
     core.check_policy_tensor(logp, batch, "logp")
     core.check_advantages(adv, batch)
     mask = batch.response_mask

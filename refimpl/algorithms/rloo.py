@@ -92,6 +92,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     # Leave-one-out: r_i − (1/(G−1)) Σ_{j≠i} r_j = G/(G−1)·(r_i − mean_G r). The centred
     # reward comes from group_normalize, which makes an all-equal group exactly 0.
     A_seq = core.group_normalize(batch.rewards, G, scale_by_std=False) * (G / (G - 1))
+    core.check_advantage_values(A_seq)  # the factor may overflow float32: refused
     # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
@@ -130,6 +131,7 @@ def loss(
         cfg: the configuration.
         entropy: unused by RLOO (part of the shared signature).
     """
+    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
     core.check_policy_tensor(logp, batch, "logp")
     core.check_advantages(adv, batch)
     mask = batch.response_mask

@@ -250,6 +250,7 @@ def loss(
             required when the mask compares it (``kl_mask``, ``kl_coef > 0`` and
             ``entropy_source="current"``); detached.
     """
+    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
     core.check_policy_tensor(logp, batch, "logp")
     core.check_advantages(adv, batch)
     mask = batch.response_mask

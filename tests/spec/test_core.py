@@ -225,8 +225,11 @@ def test_informative_groups_keeps_mixed_groups(batch):
     r = batch.rewards.view(-1, batch.group_size)
     n = (r >= 0.5).sum(1)
     assert keep.tolist() == [(0 < int(k) < batch.group_size) for k in n]
-    kept = batch.select_groups(keep)
-    assert kept.num_groups == int(keep.sum())
+    if keep.any():
+        assert batch.select_groups(keep).num_groups == int(keep.sum())
+    else:  # no group kept: an empty batch, which RolloutBatch refuses (nothing to train on)
+        with pytest.raises(ValueError, match="non-empty batch"):
+            batch.select_groups(keep)
 
 
 # ---------------------------------------------------------------------------------------------
