@@ -46,15 +46,15 @@ def test_reference_and_entropy_needs(name):
     """A reference model is needed exactly when a KL term to it is on: never with
     ``kl_coef = 0``; TEPO anchored at π_old needs none; only TEPO reads the current entropy."""
     config = algorithms.get(name).Config
-    assert not core.needs_reference(config(kl_coef=0.0))
-    assert core.needs_reference(config(kl_coef=0.1)) == (
+    assert not config(kl_coef=0.0).needs_reference()
+    assert config(kl_coef=0.1).needs_reference() == (
         name != "tepo" or config().kl_anchor == "ref"
     )
-    assert core.reads_current_entropy(config(kl_coef=0.1)) == (name == "tepo")
+    assert config(kl_coef=0.1).reads_current_entropy() == (name == "tepo")
     if name == "tepo":
-        assert not core.needs_reference(config(kl_coef=0.1, kl_anchor="old"))
-        assert not core.reads_current_entropy(config(kl_coef=0.1, entropy_source="sequence"))
-        assert not core.reads_current_entropy(config(kl_coef=0.1, kl_mask=False))
+        assert not config(kl_coef=0.1, kl_anchor="old").needs_reference()
+        assert not config(kl_coef=0.1, entropy_source="sequence").reads_current_entropy()
+        assert not config(kl_coef=0.1, kl_mask=False).reads_current_entropy()
 
 
 @pytest.mark.parametrize("name", algorithms.NAMES)

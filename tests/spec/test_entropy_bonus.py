@@ -101,7 +101,7 @@ def test_requires_the_current_entropy():
 
 
 def test_trainers_pass_the_entropy_with_gradient_only_for_the_bonus():
-    """``core.differentiates_entropy``: true for the entropy bonus (β_H > 0), false for every
+    """``Config.differentiates_entropy()``: true for the entropy bonus (β_H > 0), false for every
     other algorithm and for β_H = 0, so TEPO's mask keeps a detached H_θ."""
     from refimpl import algorithms
 
