@@ -38,15 +38,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="algorithms to train; none: only evaluate the base model (its success band)",
     )
     parser.add_argument("--rollouts", type=int, default=6, help="generation rounds")
-    parser.add_argument("--prompts", type=int, default=8, help="problems per rollout")
-    parser.add_argument("--num-generations", type=int, default=8, help="G, replies per problem")
+    parser.add_argument("--prompts-per-step", type=int, default=8, help="N, problems per rollout")
+    parser.add_argument("--group-size", type=int, default=8, help="G, replies per problem")
     parser.add_argument(
-        "--steps-per-rollout",
+        "--minibatches",
         type=int,
         default=4,
         help="optimizer steps (micro-batches) per rollout",
     )
-    parser.add_argument("--num-iterations", type=int, default=1, help="passes over each rollout")
+    parser.add_argument("--ppo-epochs", type=int, default=1, help="passes over each rollout")
     parser.add_argument("--max-new-tokens", type=int, default=12, help="completion budget")
     parser.add_argument("--learning-rate", type=float, default=2e-5)
     parser.add_argument(
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
     task = ChatTask()
     held_out = task.held_out(args.eval_problems) if args.eval_problems > 0 else []
     training = task.training(
-        args.prompts * args.rollouts, seed=args.seed, n_held_out=max(args.eval_problems, 1)
+        args.prompts_per_step * args.rollouts, seed=args.seed, n_held_out=max(args.eval_problems, 1)
     )
 
     def run_eval(model, tokenizer) -> dict | None:
@@ -126,10 +126,10 @@ def main(argv: list[str] | None = None) -> dict:
             training,
             name,
             algorithm_config=cfg,
-            prompts_per_rollout=args.prompts,
-            num_generations=args.num_generations,
-            steps_per_rollout=args.steps_per_rollout,
-            num_iterations=args.num_iterations,
+            prompts_per_step=args.prompts_per_step,
+            group_size=args.group_size,
+            minibatches=args.minibatches,
+            ppo_epochs=args.ppo_epochs,
             rollouts=args.rollouts,
             max_new_tokens=args.max_new_tokens,
             learning_rate=args.learning_rate,

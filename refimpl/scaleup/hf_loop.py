@@ -2,7 +2,7 @@
 
 No TRL: the training loop a reader copies into their own code. ``task`` is anything with
 ``prompt_text(tokenizer, problem) -> str`` and ``reward(problem, text) -> float`` (for example
-:class:`refimpl.scaleup.real_task.ChatTask`); ``scripts/hf_loop.py`` runs it on SmolLM2 and
+:class:`refimpl.scaleup.real_task.ChatTask`); ``scripts/real_model_hf_loop.py`` runs it on SmolLM2 and
 prints the same before/after table as ``scripts/real_model.py`` (TRL).
 """
 
@@ -16,17 +16,19 @@ from refimpl import algorithms, core, mechanisms
 from refimpl.scaleup.hf import rollout_batch, token_logprobs_and_entropy
 
 
-def train(model, tok, task, problems, algorithm="gtpo", prompts=8, G=8, rollouts=4,
-          steps_per_rollout=4, max_new_tokens=12, lr=2e-5, cfg=None, progress=False):  # fmt: skip
+def train_hf_loop(model, tok, task, problems, algorithm="gtpo", prompts_per_step=8, group_size=8,
+                  rollouts=4, minibatches=4, max_new_tokens=12, lr=2e-5, cfg=None,
+                  progress=False):  # fmt: skip
     """Train ``model`` in place; return one dict of metrics per optimizer step (``progress``:
     also print each one)."""
+    G = group_size  # G completions per prompt, prompts_per_step prompts per rollout
     algo = algorithms.get(algorithm)
     cfg = cfg or algo.Config()
     ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.needs_reference() else None
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     eos, log = tok.eos_token_id, []
     for r in range(rollouts):
-        chunk = problems[r * prompts : (r + 1) * prompts]
+        chunk = problems[r * prompts_per_step : (r + 1) * prompts_per_step]
         enc = tok([task.prompt_text(tok, p) for p in chunk], return_tensors="pt", padding=True)
         prompt_ids = enc.input_ids.repeat_interleave(G, dim=0)  # each prompt G times, in a row
         prompt_mask = enc.attention_mask.repeat_interleave(G, dim=0)
@@ -50,7 +52,7 @@ def train(model, tok, task, problems, algorithm="gtpo", prompts=8, G=8, rollouts
         model.train()
         # Several optimizer steps per rollout, each on some whole groups: after the first,
         # π_θ ≠ π_old, so the ratios move off 1 and the clip (and TEPO's mask) can act.
-        for groups in torch.randperm(batch.num_groups).chunk(steps_per_rollout):
+        for groups in torch.randperm(batch.num_groups).chunk(minibatches):
             sel = torch.zeros(batch.num_groups, dtype=torch.bool)
             sel[groups] = True
             mb, r_ = batch.select_groups(sel), sel.repeat_interleave(G)

@@ -5,7 +5,7 @@ same problems (``toy_envs`` generators) are asked through the model's chat templ
 reply is scored by :func:`toy_envs.freeform.freeform_reward`: the integer the reply ends on
 (or a marked answer), never ``eval``.
 
-Pieces, each used by ``scripts/real_model.py`` (TRL), ``scripts/hf_loop.py`` (hand-written
+Pieces, each used by ``scripts/real_model.py`` (TRL), ``scripts/real_model_hf_loop.py`` (hand-written
 loop), notebook 04 and the tests:
 
 * :class:`ChatTask`: problem → chat messages (one worked example, then the question), reward,
@@ -453,10 +453,10 @@ def train_trl(
     algorithm: str,
     *,
     algorithm_config: object = None,
-    prompts_per_rollout: int = 8,
-    num_generations: int = 8,
-    steps_per_rollout: int = 4,
-    num_iterations: int = 1,
+    prompts_per_step: int = 8,
+    group_size: int = 8,
+    minibatches: int = 4,
+    ppo_epochs: int = 1,
     rollouts: int = 4,
     max_new_tokens: int = 12,
     learning_rate: float = 2e-5,
@@ -466,10 +466,10 @@ def train_trl(
 ):
     """Train ``model`` in place with ``RefimplGRPOTrainer``; returns the trainer.
 
-    Each rollout samples ``num_generations`` replies to each of ``prompts_per_rollout``
-    problems (taken in order from ``problems``) and is split into ``steps_per_rollout``
-    micro-batches, one optimizer step each, the whole rollout ``num_iterations`` times: so
-    ``rollouts · steps_per_rollout · num_iterations`` optimizer steps, all but the first of
+    Each rollout samples ``group_size`` replies to each of ``prompts_per_step`` problems
+    (taken in order from ``problems``) and is split into ``minibatches`` micro-batches, one
+    optimizer step each, the whole rollout ``ppo_epochs`` times: so
+    ``rollouts · minibatches · ppo_epochs`` optimizer steps, all but the first of
     each rollout off-policy (ratios ≠ 1, so clipping and TEPO's mask can act). Constant
     learning rate, no warm-up. ``progress`` prints one line per optimizer step.
     """
@@ -479,27 +479,30 @@ def train_trl(
 
     from refimpl.scaleup.trl import GRPOConfig, RefimplGRPOTrainer
 
-    completions = prompts_per_rollout * num_generations
+    completions = prompts_per_step * group_size
     require(
-        completions % steps_per_rollout == 0,
-        "steps_per_rollout",
-        f"a divisor of prompts_per_rollout · num_generations = {completions}",
+        completions % minibatches == 0,
+        "minibatches",
+        f"a divisor of prompts_per_step · group_size = {completions}",
     )
     require(
-        len(problems) >= prompts_per_rollout * rollouts,
+        len(problems) >= prompts_per_step * rollouts,
         "problems",
-        f"at least prompts_per_rollout · rollouts = {prompts_per_rollout * rollouts}",
+        f"at least prompts_per_step · rollouts = {prompts_per_step * rollouts}",
     )
-    problems = list(problems)[: prompts_per_rollout * rollouts]
+    problems = list(problems)[: prompts_per_step * rollouts]
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(
             output_dir=output_dir or tmp,
-            per_device_train_batch_size=completions // steps_per_rollout,
-            steps_per_generation=steps_per_rollout,
-            num_generations=num_generations,
-            num_iterations=num_iterations,
+            # TRL's names (docs/scaleup.md maps them): a micro-batch per optimizer step,
+            # steps_per_generation = our minibatches, num_generations = G, num_iterations =
+            # our ppo_epochs.
+            per_device_train_batch_size=completions // minibatches,
+            steps_per_generation=minibatches,
+            num_generations=group_size,
+            num_iterations=ppo_epochs,
             max_completion_length=max_new_tokens,
-            max_steps=rollouts * steps_per_rollout * num_iterations,
+            max_steps=rollouts * minibatches * ppo_epochs,
             learning_rate=learning_rate,
             seed=seed,
             **TRL_FIXED_ARGS,

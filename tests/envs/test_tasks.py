@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toy_envs import TASK_NAMES, TOKENIZER, Problem, get_task
-from toy_envs.demo import main as demo_main
+from toy_envs.show_tasks import main as demo_main
 from toy_envs.expression import evaluate_expression
 from toy_envs.tasks import Chain, Countdown, solve_countdown
 
@@ -261,7 +261,7 @@ def test_problem_is_frozen_and_knobs_round_trip() -> None:
 
 def test_toy_envs_does_not_import_torch_or_refimpl() -> None:
     code = (
-        "import sys, toy_envs, toy_envs.demo;"
+        "import sys, toy_envs, toy_envs.show_tasks;"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'refimpl')];"
         "assert not bad, bad"
     )

@@ -47,9 +47,7 @@ def test_reference_and_entropy_needs(name):
     ``kl_coef = 0``; TEPO anchored at π_old needs none; only TEPO reads the current entropy."""
     config = algorithms.get(name).Config
     assert not config(kl_coef=0.0).needs_reference()
-    assert config(kl_coef=0.1).needs_reference() == (
-        name != "tepo" or config().kl_anchor == "ref"
-    )
+    assert config(kl_coef=0.1).needs_reference() == (name != "tepo" or config().kl_anchor == "ref")
     assert config(kl_coef=0.1).reads_current_entropy() == (name == "tepo")
     if name == "tepo":
         assert not config(kl_coef=0.1, kl_anchor="old").needs_reference()

@@ -1,6 +1,6 @@
 """Print a few problems of every task with their reference solutions and rewards.
 
-Run with ``python -m toy_envs.demo``. For each task: three sampled problems, the reference
+Run with ``python -m toy_envs.show_tasks``. For each task: three sampled problems, the reference
 completion (what the warm start imitates) and its reward (1.0), then a wrong completion, its
 final answer off by one, and its reward (0.0).
 """

@@ -5,7 +5,7 @@ lines); this script runs it on SmolLM2-135M-Instruct, two-digit additions in a c
 rewards, any ``refimpl.algorithms`` name. Held-out success before and after, as
 ``scripts/real_model.py`` reports it (the same defaults, the same table).
 
-    python scripts/hf_loop.py --algorithm gtpo --out hf_loop.json
+    python scripts/real_model_hf_loop.py --algorithm gtpo --out hf_loop.json
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 
 from refimpl import algorithms  # noqa: E402
-from refimpl.scaleup.hf_loop import train  # noqa: E402
+from refimpl.scaleup.hf_loop import train_hf_loop  # noqa: E402
 from refimpl.scaleup.models import load_smollm2  # noqa: E402
 from refimpl.scaleup.real_task import ChatTask  # noqa: E402
 
@@ -35,9 +35,9 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--algorithm", default="gtpo", choices=algorithms.NAMES)
     p.add_argument("--rollouts", type=int, default=6)
-    p.add_argument("--prompts", type=int, default=8)
-    p.add_argument("--num-generations", type=int, default=8)
-    p.add_argument("--steps-per-rollout", type=int, default=4)
+    p.add_argument("--prompts-per-step", type=int, default=8, help="N, problems per rollout")
+    p.add_argument("--group-size", type=int, default=8, help="G, replies per problem")
+    p.add_argument("--minibatches", type=int, default=4, help="optimizer steps per rollout")
     p.add_argument("--max-new-tokens", type=int, default=12)
     p.add_argument("--learning-rate", type=float, default=2e-5)
     p.add_argument("--eval-problems", type=int, default=100)
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     task, (model, tok) = ChatTask(), load_smollm2()
     held_out = task.held_out(args.eval_problems)
-    problems = task.training(args.prompts * args.rollouts, args.seed, args.eval_problems)
+    problems = task.training(args.prompts_per_step * args.rollouts, args.seed, args.eval_problems)
 
     def run_eval() -> dict:
         e = evaluate(model, tok, task, held_out, n_samples=args.eval_samples,
@@ -59,9 +59,9 @@ def main(argv: list[str] | None = None) -> dict:
     base = run_eval()
     torch.manual_seed(args.seed)
     t0 = time.perf_counter()
-    log = train(model, tok, task, problems, args.algorithm, args.prompts, args.num_generations,
-                args.rollouts, args.steps_per_rollout, args.max_new_tokens, args.learning_rate,
-                progress=True)  # fmt: skip
+    log = train_hf_loop(model, tok, task, problems, args.algorithm, args.prompts_per_step,
+                        args.group_size, args.rollouts, args.minibatches, args.max_new_tokens,
+                        args.learning_rate, progress=True)  # fmt: skip
     run = {"algorithm": f"{args.algorithm} (HF loop)", "train_s": time.perf_counter() - t0,
            "train": summarise_steps(log), "steps": log, "after": run_eval()}  # fmt: skip
     result = {"args": {k: str(v) for k, v in vars(args).items()}, "base": base, "runs": [run]}
