@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toy_envs import TASK_NAMES, TOKENIZER, Problem, get_task
-from toy_envs.show_tasks import main as demo_main
 from toy_envs.expression import evaluate_expression
+from toy_envs.show_tasks import main as demo_main
 from toy_envs.tasks import Chain, Countdown, solve_countdown
 
 # Default knobs plus a harder and an easier setting of each task.
