@@ -23,6 +23,7 @@ from pathlib import Path
 
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
+from mkdocs.utils import get_relative_url
 
 PREFIX = "repo"
 # [text](target) and [text](target "title"); images too. Code spans/blocks are not excluded,
@@ -104,3 +105,31 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return match.group(1) + new + match.group(3)
 
     return LINK.sub(rewrite, markdown)
+
+
+HREF = re.compile(r'(\bhref=")([^"#?]+)([^"]*")')
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    """A notebook's links are written for the code host too (``../docs/math.md`` from
+    ``notebooks/``): point the ones that name a file of the site at its page or copy."""
+    if not page.file.src_uri.endswith(".ipynb"):
+        return html
+    docs, repo = _roots(config)
+    site = {}
+    for f in files:
+        site[docs / f.src_uri] = f
+        site[repo / f.src_uri.removeprefix(PREFIX + "/")] = f
+    here = repo / page.file.src_uri  # the notebook's place in the repository
+
+    def rewrite(match: re.Match) -> str:
+        target = match.group(2)
+        if SCHEME.match(target) or target.startswith("/"):
+            return match.group(0)
+        path = Path(posixpath.normpath((here.parent / target).as_posix()))
+        file = site.get(path)
+        if file is None or file is page.file:
+            return match.group(0)
+        return match.group(1) + get_relative_url(file.url, page.url) + match.group(3)
+
+    return HREF.sub(rewrite, html)

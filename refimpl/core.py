@@ -16,7 +16,7 @@ consecutive rows: rows ``g·G … g·G+G−1`` answer prompt ``g``. Per-token te
 Shapes in the signatures
 ------------------------
 The public functions here and in the algorithm files state their tensor shapes with
-jaxtyping annotations, one dimension name per quantity, the same everywhere::
+jaxtyping annotations, one dimension name per quantity, the same everywhere:
 
     B   completions in the batch (rows), B = N·G
     T   padded length of a completion (columns of a per-token tensor)
@@ -43,7 +43,7 @@ Padding positions (``m = 0``) may hold *anything*, NaN included: every primitive
 selects with ``torch.where(mask, x, 0)`` rather than multiplying ``x·m`` (``NaN·0 = NaN``),
 so no value on padding can reach a result or a gradient. The property tests rely on this.
 
-Aggregation modes over a per-token loss ``ℓ[i,t]``::
+Aggregation modes over a per-token loss ``ℓ[i,t]``:
 
     token-mean               Σ_{i,t} m ℓ / Σ_{i,t} m                     DAPO, GTPO, TEPO, GPG
     seq-mean-token-mean      mean_i ( Σ_t m ℓ / |o_i| )                  GRPO

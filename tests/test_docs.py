@@ -2,13 +2,15 @@
 tests or the notebooks), a broken anchor, a page missing from the nav or a docstring that
 mkdocstrings cannot render fails the test suite. ``make docs`` runs the same build into site/.
 
-The build reads only the repository: no network (MathJax is loaded by the browser when a page
-is viewed, not at build time). The build takes about 15 s of CPU on one core (20 s with the
+The build reads only the repository and the installed packages: no network, neither when it
+builds nor when a page is viewed (MathJax is the site's own copy; no page loads a script or a
+stylesheet from another host). The build takes about 15 s of CPU on one core (20 s with the
 checks), so the module is marked slow: ``make test`` runs it, ``make test-fast`` does not.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -18,9 +20,42 @@ from pathlib import Path
 
 import pytest
 
+from refimpl import algorithms, core
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# A URL that leaves the site: scheme-relative ``//host/...`` or ``scheme://...``.
+EXTERNAL = re.compile(r"^\s*(?:[a-z][a-z0-9+.-]*:)?//", re.I)
+# XML namespaces in inline SVG code name a URL but load nothing.
+NAMESPACE = re.compile(r"^https?://www\.w3\.org/")
+QUOTED_URL = re.compile(r"""["'`]((?:https?:)?//[^"'`\s]+)""")
+
+
+def _attr(tag: str, name: str) -> str | None:
+    m = re.search(rf"""\b{name}\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""", tag, re.I)
+    return next((g for g in m.groups() if g is not None), None) if m else None
+
+
+def external_references(html: str) -> list[str]:
+    """The scripts and stylesheets on other hosts that ``html`` loads or may load: a
+    ``<script src>``, a URL written in an inline script (``import("https://...")``, a ``src``
+    assigned in code), a ``<link>`` stylesheet / preload, an ``@import`` or ``url()`` in an
+    inline style."""
+    found = []
+    for attrs, body in re.findall(r"<script\b([^>]*)>(.*?)</script>", html, re.S | re.I):
+        src = _attr(attrs, "src")
+        if src and EXTERNAL.match(src):
+            found.append(src)
+        found += [url for url in QUOTED_URL.findall(body) if not NAMESPACE.match(url)]
+    for tag in re.findall(r"<link\b[^>]*>", html, re.I):
+        href, rel = _attr(tag, "href"), _attr(tag, "rel") or ""
+        if href and EXTERNAL.match(href) and re.search(r"stylesheet|preload|import", rel, re.I):
+            found.append(href)
+    for body in re.findall(r"<style\b[^>]*>(.*?)</style>", html, re.S | re.I):
+        found += re.findall(r"""(?:@import\s+|url\(\s*)["']?((?:https?:)?//[^"')\s]+)""", body)
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +135,143 @@ def test_links_to_code_stay_inside_the_site(site):
     assert targets, "the GRPO page links to grpo.py"
     for target in targets:
         assert (site / "algorithms" / "grpo" / target).resolve().is_file(), target
+
+
+def test_the_external_reference_check_finds_what_the_old_site_loaded():
+    """The checker flags each way the site once reached a CDN (MathJax's script tag, the
+    notebooks' mermaid import and widget loader) and none of the local or inert URLs."""
+    html = """
+    <script src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"></script>
+    <script type="module">const m = await import("https://cdnjs.cloudflare.com/m.mjs");</script>
+    <script>var widgetRendererSrc = 'https://unpkg.com/@jupyter-widgets/embed-amd.js';</script>
+    <link rel="stylesheet" href="//fonts.example.org/a.css">
+    <style>@import url("https://fonts.example.org/b.css");</style>
+    <script src="../assets/mathjax/tex-chtml.js"></script>
+    <script>el.setAttributeNS("http://www.w3.org/2000/svg", "x", 1)</script>
+    <a href="https://arxiv.org/abs/2402.03300">a link is not a script</a>
+    <link rel="canonical" href="https://example.org/page/">
+    """
+    assert external_references(html) == [
+        "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js",
+        "https://cdnjs.cloudflare.com/m.mjs",
+        "https://unpkg.com/@jupyter-widgets/embed-amd.js",
+        "//fonts.example.org/a.css",
+        "https://fonts.example.org/b.css",
+    ]
+
+
+def test_no_page_loads_a_script_or_stylesheet_from_another_host(site):
+    """The site works offline: no built page (notebooks and API pages included) and no
+    stylesheet of the site references a script or stylesheet on another host."""
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 30
+    found = {
+        p.relative_to(site).as_posix(): external_references(p.read_text("utf-8")) for p in pages
+    }
+    assert {page: urls for page, urls in found.items() if urls} == {}
+    for css in site.rglob("*.css"):
+        text = css.read_text("utf-8")
+        imports = re.findall(r"""(?:@import\s+|url\(\s*)["']?((?:https?:)?//[^"')\s]+)""", text)
+        assert imports == [], css
+
+
+def _scripts(html: str) -> list[str]:
+    return [
+        _attr(attrs, "src") for attrs in re.findall(r"<script\b([^>]*)>", html) if "src" in attrs
+    ]
+
+
+def test_math_is_typeset_by_the_sites_own_mathjax_on_math_pages_only(site):
+    """Every page with an equation loads the settings and then MathJax from the site itself
+    (the files exist, fonts included); a page without one loads neither."""
+    assert (site / "assets/mathjax/output/chtml/fonts/woff-v2/MathJax_Main-Regular.woff").is_file()
+    assert (site / "assets/mathjax/LICENSE").is_file()
+    with_math = set()
+    for page in sorted(site.rglob("index.html")):
+        html = page.read_text("utf-8")
+        loaded = [src for src in _scripts(html) if "mathjax" in src.lower()]
+        if 'class="arithmatex"' in html:
+            with_math.add(page.parent.relative_to(site).as_posix())
+            assert [Path(src).name for src in loaded] == ["mathjax.js", "tex-chtml.js"], page
+            for src in loaded:
+                assert (page.parent / src).resolve().is_file(), (page, src)
+        else:
+            assert loaded == [], page
+    assert {"math", "algorithms/gtpo", "algorithms/tepo", "algorithms/grpo"} <= with_math
+    for plain in ("design", "notebooks/01_quickstart"):
+        assert not [s for s in _scripts(_page(site, plain)) if "mathjax" in s.lower()], plain
+
+
+def test_math_list_items_keep_their_equations(site):
+    """math.md's display equations inside list items stay in their item (a ``$$`` block at
+    column 0 once ended the list, so the KL bullet ran into the paragraph above it)."""
+    html = _page(site, "math")
+    items = re.findall(r"<li>(.*?)</li>", html, re.S)
+    for words in ("The clipped surrogate of a ratio", "KL penalty uses the k3 estimator"):
+        item = next(i for i in items if words in i)
+        assert 'class="arithmatex"' in item, words
+    dapo = next(i for i in items if "overlong reward shaping" in i)
+    assert "R_\\text{len}" in dapo and "is added to the reward" in dapo
+
+
+def test_notebooks_render_without_widgets_and_their_tables_unwrapped(site):
+    """Widget outputs (tqdm bars, empty without a widget manager) and widget state are left
+    out of the pages, not out of the notebooks; printed tables keep their lines whole."""
+    committed = json.loads((ROOT / "notebooks/04_token_credit_on_a_real_model.ipynb").read_text())
+    assert "widgets" in committed["metadata"]  # the notebook itself still has them
+    for name in ("03_entropy_dynamics", "04_token_credit_on_a_real_model"):
+        html = _page(site, f"notebooks/{name}")
+        for gone in ("widget-state+json", "widget-view+json", "widgetRendererSrc"):
+            assert gone not in html, (name, gone)
+        assert "stylesheets/extra.css" in html
+    css = (site / "stylesheets/extra.css").read_text("utf-8")
+    rule = re.search(r"\.md-typeset \.jupyter-wrapper \.jp-OutputArea-output pre \{([^}]*)\}", css)
+    assert rule and "white-space: pre;" in rule.group(1) and "overflow-x: auto" in rule.group(1)
+
+
+def test_notebook_links_to_docs_pages_resolve(site):
+    """A notebook's code-host link (``../docs/entropy_mechanism.md``) points at the page."""
+    html = _page(site, "notebooks/03_entropy_dynamics")
+    for href in re.findall(r'href="([^"#]*entropy_mechanism[^"#]*)"', html):
+        target = (site / "notebooks/03_entropy_dynamics" / href).resolve()
+        assert (target / "index.html").is_file() or target.is_file(), href
+
+
+def test_api_pages_have_no_rest_literal_markers(site):
+    """The docstrings are rendered as Markdown (google style): no reST ``::`` ends a
+    paragraph of the API pages."""
+    for path in ("api/core", "api/algorithms"):
+        assert "::</p>" not in _page(site, path), path
+
+
+def _facts(html: str) -> dict[str, str]:
+    box = html.split("Quick facts", 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr>\s*<td>(.*?)</td>\s*<td>(.*?)</td>\s*</tr>", box, re.S)
+    return {re.sub(r"<[^>]+>", "", k).strip(): re.sub(r"<[^>]+>", "", v).strip() for k, v in rows}
+
+
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_algorithm_pages_open_with_facts_read_off_their_config(site, name):
+    """Every algorithm page opens with the Quick facts box and the loop, before its first
+    section, and each fact agrees with the default Config's contract methods and switches."""
+    html = _page(site, f"algorithms/{name}")
+    body = html.split('<h1 id="', 1)[1]
+    first_section = body.index("<h2")
+    assert -1 < body.find("Quick facts") < body.find("The loop") < first_section
+    cfg = algorithms.get(name).Config()
+    facts = _facts(html)
+    assert facts["reference model π_ref"].startswith("yes") == cfg.needs_reference()
+    assert facts["dynamic sampling"].startswith("on") == cfg.dynamic_sampling
+    assert facts["overlong shaping"].startswith("on") == cfg.overlong_shaping
+    assert facts["overlong filter"].startswith("on") == cfg.overlong_filter
+    level = "token-level" if cfg.loss_agg_mode in core.TOKEN_AGG_MODES else "sequence-level"
+    assert facts["loss"].startswith(f"{level} ({cfg.loss_agg_mode})")
+    current = facts["current entropy H_θ"]
+    assert current.startswith("trained") == cfg.differentiates_entropy()
+    assert current.startswith("read") == cfg.reads_current_entropy()
+    contract = set(core.CONFIG_FIELDS) | {"clip_eps_low", "clip_eps_high", "eps", "entropy_eps"}
+    for field in dataclasses.fields(cfg):
+        if field.name not in contract:
+            assert f"{field.name}={getattr(cfg, field.name)}" in facts["its own knobs"]
+    loop = body[body.index("The loop") : first_section]
+    assert ("◀" in loop) == (name != "grpo")

@@ -1,7 +1,9 @@
 """Guard: every name in ``refimpl.algorithms.NAMES`` has everything docs/adding_an_algorithm.md
 asks for. Adding a name to ``NAMES`` without one of these fails here, naming what is missing:
 
-* its docs page ``docs/algorithms/<name>.md``, in the site's nav and in the side-by-side table;
+* its docs page ``docs/algorithms/<name>.md``, in the site's nav and in the side-by-side table,
+  with the ``<!-- quick-facts -->`` marker and its advantage and loss steps in the loop of
+  ``docs/_algorithm_pages.py``;
 * its spec test module ``tests/spec/test_<name>.py`` with a ``test_worked_example``, indexed in
   ``docs/spec.md``;
 * its API reference entry (``::: refimpl.algorithms.<name>``);
@@ -42,6 +44,9 @@ def test_docs_page_in_nav_and_table(name):
     )
     rows = [line for line in _text("docs/algorithms.md").splitlines() if line.startswith("| [")]
     assert any(f"]({page})" in row for row in rows), f"docs/algorithms.md has no row for {page}"
+    assert "<!-- quick-facts -->" in _text(f"docs/{page}"), f"docs/{page}: no quick-facts marker"
+    loop = re.search(r"^LOOP\b.*?^}", _text("docs/_algorithm_pages.py"), re.M | re.S).group(0)
+    assert f'    "{name}": (' in loop, f"docs/_algorithm_pages.py: LOOP has no steps for {name}"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,0 +1,419 @@
+"""mkdocs hook: every algorithm page opens with a *Quick facts* box and the RL loop in
+pseudocode, both generated from the algorithm's own code, so that they cannot drift from it.
+
+A page ``docs/algorithms/<name>.md`` writes the marker ``<!-- quick-facts -->`` on a line of its own (after its
+title); this hook replaces it with
+
+* **Quick facts**, read off ``refimpl.algorithms.<name>``: the default ``Config``'s contract
+  methods (``needs_reference``, ``reads_current_entropy``, ``differentiates_entropy``), its
+  shared switches (``dynamic_sampling``, ``overlong_shaping``, ``overlong_filter``), its loss
+  aggregation and clip range, its own fields with their defaults, and two probes that call
+  the algorithm on a small fixed batch: whether its advantages vary within a completion
+  (token-level credit), and whether its advantages or its loss read the rollout entropy;
+* **the loop**: the training step every algorithm shares (``Trainer.train_step`` in
+  ``refimpl/train.py``), with the lines this algorithm changes marked ``◀``. The shared steps
+  appear when the ``Config`` switches them on; the advantage and loss lines are written once
+  per algorithm in ``LOOP`` below, with their numbers taken from the ``Config``. A line is
+  marked where it differs from GRPO's, the baseline.
+
+A page without the marker, a marker on a page that names no algorithm, or an algorithm
+without its ``LOOP`` lines is a warning, so ``mkdocs build --strict`` fails on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from mkdocs.plugins import event_priority
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # the checkout's code, whatever directory mkdocs runs from
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from refimpl import algorithms, core  # noqa: E402
+
+MARKER = "<!-- quick-facts -->"
+MARKER_LINE = re.compile(rf"^{re.escape(MARKER)}[ \t]*$", re.M)  # on a line of its own
+log = logging.getLogger("mkdocs.hooks.algorithm_pages")
+
+# Fields every Config shares, shown in their own rows rather than among "its own knobs".
+_SHOWN = set(core.CONFIG_FIELDS) | {"clip_eps_low", "clip_eps_high", "eps", "entropy_eps"}
+
+
+def _clip(cfg) -> str:
+    lo, hi = getattr(cfg, "clip_eps_low", None), getattr(cfg, "clip_eps_high", None)
+    return "none" if lo is None else f"clip(·, 1 − {lo:g}, 1 + {hi:g})"
+
+
+def _kl(cfg) -> str:
+    """The KL term of the loss step (on a line of its own), empty without one."""
+    return f"\n    + {cfg.kl_coef:g}·kl_k3(π_θ ‖ π_ref)" if cfg.needs_reference() else ""
+
+
+def _surrogate(ratio: str, cfg) -> str:
+    if _clip(cfg) == "none":
+        return f"−{ratio}·A"
+    return f"−min({ratio}·A, {_clip(cfg).replace('·', ratio, 1)}·A)"
+
+
+Z_SCORE = "(r_i − mean_G r) / (std_G r + ε)"
+PER_COMPLETION = "A[i,t] ← {}, the same on every token of o_i"
+
+
+def _token_loss(c) -> str:
+    return f"L ← {c.loss_agg_mode}( {_surrogate('w', c)}{_kl(c)} ),  w = π_θ/π_old"
+
+
+# Per algorithm: its advantage step and its loss step in the loop, as functions of the
+# Config, in the notation of docs/math.md. A step may run over several lines ("\n", the
+# continuation indented); keep lines under ~90 characters.
+LOOP: dict[str, tuple[Callable, Callable]] = {
+    "grpo": (lambda c: PER_COMPLETION.format(Z_SCORE), lambda c: _token_loss(c)),
+    "dapo": (lambda c: PER_COMPLETION.format(Z_SCORE), lambda c: _token_loss(c)),
+    "dr_grpo": (
+        lambda c: PER_COMPLETION.format("r_i − mean_G r   (no std)"),
+        lambda c: (
+            _token_loss(c)
+            + (
+                "\n    seq-mean-token-sum-norm = Σ m·ℓ / (B'·L_max), L_max = the generation budget"
+                if c.loss_agg_mode == "seq-mean-token-sum-norm"
+                else ""
+            )
+        ),
+    ),
+    "gspo": (
+        lambda c: PER_COMPLETION.format(Z_SCORE),
+        lambda c: (
+            f"L ← {c.loss_agg_mode}( {_surrogate('s_i', c)} ),"
+            "\n    s_i = exp(mean_t log w), one ratio per completion"
+        ),
+    ),
+    "gpg": (
+        lambda c: PER_COMPLETION.format(
+            "r_i − mean_G r" + ("  / (std_G r + ε)" if c.normalize_std else "   (no std)")
+        ),
+        lambda c: (
+            f"L ← {c.loss_agg_mode}( −α·A·log π_θ ),   no ratio, no clip,"
+            "\n    α = B / (B − #rows in groups whose rewards are all equal)"
+        ),
+    ),
+    "gtpo": (
+        lambda c: (
+            f"A[i,t] ← z-score ({c.stats}) of the token rewards, per token:"
+            f"\n    r⁺[i,t] = {c.alpha_1:g}·r_i + {c.alpha_2:g}·(H̃[i,t] / Σ_O⁺ H̃[·,t])·d_t     on O⁺"
+            f"\n    r⁻[j,t] = −{c.alpha_1:g} − {c.alpha_2:g}·((1/H̃[j,t]) / Σ_O⁻ 1/H̃[·,t])·h_t  on O⁻"
+            + ("" if c.negative_shaping == "v6" else f"  (negative_shaping={c.negative_shaping})")
+        ),
+        lambda c: _token_loss(c),
+    ),
+    "grpo_s": (
+        lambda c: (
+            f"A_i ← z-score ({c.stats}) of the sequence rewards, on every token of o_i:"
+            f"\n    r̂⁺_i = {c.beta_1:g}·r_i + {c.beta_2:g}·(Ĥ_i / Σ_O⁺ Ĥ)·n     on O⁺"
+            f"\n    r̂⁻_j = −{c.beta_1:g} − {c.beta_2:g}·((1/Ĥ_j) / Σ_O⁻ 1/Ĥ)·m  on O⁻"
+            "\n    Ĥ_i = the mean rollout entropy of o_i"
+        ),
+        lambda c: (
+            f"L ← {c.loss_agg_mode}( {_surrogate('ŵ_i', c)} ),"
+            + "\n    ŵ_i = "
+            + ("mean_t w" if c.ratio == "arithmetic" else "exp(mean_t log w)")
+            + f" ({c.ratio}), one ratio per completion"
+        ),
+    ),
+    "tepo": (
+        lambda c: PER_COMPLETION.format(Z_SCORE if c.advantage == "grpo" else "r_i − mean_G r"),
+        lambda c: (
+            f"L ← {c.loss_agg_mode}( {_surrogate('s', c)} )"
+            + (
+                f" + {c.kl_coef:g}·Σ M·kl / Σ m,"
+                "\n    M[i,t] = 1[A_i > 0]·1[H_θ[i,t] < H_old[i,t] − τ]   (the KL mask)"
+                if c.kl_coef > 0 and c.kl_mask
+                else (f" + {c.kl_coef:g}·kl," if c.kl_coef > 0 else ",")
+            )
+            + "\n    s[i,t] = sg[s_i]·π_θ/sg[π_θ]   (GSPO-token ratio)"
+        ),
+    ),
+    "rloo": (lambda c: PER_COMPLETION.format("G/(G−1)·(r_i − mean_G r)"), _token_loss),
+    "clip_cov": (
+        lambda c: PER_COMPLETION.format(Z_SCORE),
+        lambda c: (
+            _token_loss(c)
+            + f"\n    but max(1, ⌊{c.clip_cov_ratio:.2%}·#tokens⌋) random tokens with"
+            f" Cov(log π, A) in ({c.clip_cov_lb:g}, {c.clip_cov_ub:g}) get no gradient"
+        ),
+    ),
+    "kl_cov": (
+        lambda c: PER_COMPLETION.format(Z_SCORE),
+        lambda c: (
+            f"L ← {c.loss_agg_mode}( −w·A + {c.kl_cov_coef:g}·|log π_θ − log π_old|·K ),"
+            "   no clip,"
+            f"\n    K[i,t] = 1 on the max(1, ⌊{c.kl_cov_ratio:.2%}·#tokens⌋) tokens of largest"
+            " Cov(log π, A)"
+        ),
+    ),
+    "forking_tokens": (
+        lambda c: PER_COMPLETION.format(Z_SCORE),
+        lambda c: (
+            _token_loss(c)
+            + f"\n    on the top {c.top_entropy_frac:.0%} of the batch's tokens by H_old only"
+        ),
+    ),
+    "entropy_bonus": (
+        lambda c: PER_COMPLETION.format(Z_SCORE),
+        lambda c: (
+            f"L ← {c.loss_agg_mode}( {_surrogate('w', c)} − {c.entropy_coef:g}·H_θ ),"
+            "  w = π_θ/π_old"
+        ),
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Probes: call the algorithm on a small fixed batch.
+# ---------------------------------------------------------------------------------------------
+
+
+def probe_batch(entropy_seed: int = 0) -> core.RolloutBatch:
+    """Two groups of four completions of lengths 2 to 6, each group with two successes and
+    two failures; log-probs and entropies drawn from fixed seeds (``entropy_seed`` redraws
+    only the rollout entropies)."""
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([6, 3, 5, 2, 4, 6, 3, 5])
+    mask = (torch.arange(6)[None, :] < lengths[:, None]).float()
+    logp_old = -torch.rand(8, 6, generator=g) * 2 - 0.05
+    logp_ref = logp_old - torch.rand(8, 6, generator=g) * 0.2
+    entropy = torch.rand(8, 6, generator=torch.Generator().manual_seed(100 + entropy_seed))
+    return core.RolloutBatch(
+        response_ids=torch.randint(3, 18, (8, 6), generator=g),
+        response_mask=mask,
+        rewards=torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]),
+        logp_old=logp_old,
+        entropy_old=entropy * 2 + 0.05,
+        group_size=4,
+        logp_ref=logp_ref,
+    )
+
+
+def probes(name: str, cfg=None) -> dict[str, bool]:
+    """What the algorithm does on :func:`probe_batch`: ``token_credit`` (its advantages vary
+    within a completion), ``advantage_reads_entropy`` and ``loss_reads_entropy`` (redrawing
+    the rollout entropies changes its advantages / the value of its loss, for the same
+    advantages and the same current entropy)."""
+    algo = algorithms.get(name)
+    cfg = algo.Config() if cfg is None else cfg
+    batch, other = probe_batch(0), probe_batch(1)
+    mask = batch.response_mask.bool()
+    adv = algo.advantages(batch, cfg)
+    spread = [float(adv[i][mask[i]].max() - adv[i][mask[i]].min()) for i in range(8)]
+    logp = batch.logp_old + 0.3 * torch.randn(8, 6, generator=torch.Generator().manual_seed(1))
+    current = batch.entropy_old * 0.9  # H_θ, the same in both calls
+    loss_a, _ = algo.loss(batch, logp, adv, cfg, entropy=current)
+    loss_b, _ = algo.loss(other, logp, adv, cfg, entropy=current)
+    return {
+        "token_credit": max(spread) > 1e-6,
+        "advantage_reads_entropy": not torch.allclose(adv, algo.advantages(other, cfg)),
+        "loss_reads_entropy": not torch.isclose(loss_a, loss_b),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The box and the loop.
+# ---------------------------------------------------------------------------------------------
+
+
+def _on(flag: bool, text: str, field: str) -> str:
+    return (f"**on**: {text}" if flag else "off") + f" (`{field}`)"
+
+
+def quick_facts(name: str, cfg=None) -> list[tuple[str, str]]:
+    """The rows of the Quick facts box of algorithm ``name`` (its default ``Config`` unless
+    ``cfg`` is given): ``(fact, value)`` pairs, values in markdown."""
+    algo = algorithms.get(name)
+    cfg = algo.Config() if cfg is None else cfg
+    probe = probes(name, cfg)
+    mode = cfg.loss_agg_mode
+    level = "token-level" if mode in core.TOKEN_AGG_MODES else "sequence-level"
+    others = [f"`{m}`" for m in algo.LOSS_AGG_MODES if m != mode]
+    reads = [
+        where
+        for where, hit in (("the advantages", "advantage"), ("the loss", "loss"))
+        if probe[f"{hit}_reads_entropy"]
+    ]
+    if cfg.differentiates_entropy():
+        current = "**trained**: the loss carries its gradient (`differentiates_entropy`)"
+    elif cfg.reads_current_entropy():
+        current = "**read**: compared with H_old, without gradient (`reads_current_entropy`)"
+    else:
+        current = "not read"
+    if cfg.needs_reference():
+        reference = f"**yes**: k3 KL to the frozen warm start, β = {cfg.kl_coef:g}"
+    elif cfg.kl_coef > 0:
+        reference = f"no (its KL term, β = {cfg.kl_coef:g}, is not anchored at π_ref)"
+    else:
+        reference = "no (`kl_coef` = 0)"
+    own = [
+        f"`{f.name}={getattr(cfg, f.name)}`"
+        for f in dataclasses.fields(cfg)
+        if f.name not in _SHOWN
+    ]
+    return [
+        ("policy", "on-policy: every step trains on groups just sampled from π_θ (= π_old)"),
+        ("reference model π_ref", reference),
+        (
+            "credit",
+            "**per token**: advantages vary within a completion"
+            if probe["token_credit"]
+            else "per completion: one advantage on every token of o_i",
+        ),
+        ("loss", f"{level} (`{mode}`)" + (f"; also {', '.join(others)}" if others else "")),
+        ("clip", _clip(cfg).replace("·", "ratio", 1)),
+        (
+            "rollout entropy H_old",
+            f"**read** by {' and '.join(reads)}" if reads else "not read",
+        ),
+        ("current entropy H_θ", current),
+        (
+            "dynamic sampling",
+            _on(
+                cfg.dynamic_sampling,
+                "trains on groups with 0 < #successful < G",
+                "dynamic_sampling",
+            ),
+        ),
+        (
+            "overlong shaping",
+            _on(
+                cfg.overlong_shaping,
+                f"soft penalty over the last {cfg.overlong_cache_frac:.0%} of the budget",
+                "overlong_shaping",
+            ),
+        ),
+        (
+            "overlong filter",
+            _on(cfg.overlong_filter, "truncated completions leave the loss", "overlong_filter"),
+        ),
+        ("its own knobs", ", ".join(own) if own else "none"),
+    ]
+
+
+def loop(name: str, cfg=None) -> list[tuple[str, bool]]:
+    """The training loop of algorithm ``name`` as ``(step, differs from GRPO)`` pairs; a step
+    may span several lines."""
+    cfg = algorithms.get(name).Config() if cfg is None else cfg
+    baseline = _loop_steps("grpo", algorithms.get("grpo").Config())
+    return [(step, step not in baseline) for step in _loop_steps(name, cfg)]
+
+
+def _indent(step: str, depth: int) -> str:
+    return "\n".join("    " * depth + line for line in step.split("\n"))
+
+
+def _loop_steps(name: str, cfg) -> list[str]:
+    if name not in LOOP:
+        raise KeyError(f"docs/_algorithm_pages.py: LOOP has no lines for {name!r}")
+    advantage, loss = (f(cfg) for f in LOOP[name])
+    steps = [
+        "for step = 1 … steps:",
+        "    sample N prompts × G completions from π_θ (now π_old); keep logp_old, H_old",
+        "    r_i ← the task's outcome reward (1 right, 0 wrong)",
+    ]
+    if cfg.dynamic_sampling:
+        steps.append(
+            f"    keep the groups with 0 < #(r_i ≥ {cfg.success_threshold:g}) < G;"
+            "\n        sample more groups until N are kept (DAPO's dynamic sampling)"
+        )
+    if cfg.overlong_shaping:
+        steps.append(
+            f"    r_i ← r_i + {cfg.overlong_penalty_scale:g}·R_len(|o_i|)"
+            "   (DAPO's soft overlong punishment)"
+        )
+    if cfg.needs_reference():
+        steps.append("    logp_ref ← log-probs under the frozen reference π_ref")
+    steps.append(_indent(advantage, 1))
+    if cfg.overlong_filter:
+        steps.append("    m[i,t] ← 0 on every completion cut at the budget (overlong filter)")
+    steps += [
+        "    repeat ppo_epochs × minibatches (whole groups each):",
+        "        logp, H_θ ← the current policy on the minibatch"
+        + (" (H_θ keeps its gradient)" if cfg.differentiates_entropy() else ""),
+        _indent(loss, 2),
+        "        θ ← Adam step on ∇L (gradient norm clipped)",
+    ]
+    return steps
+
+
+def _legend(name: str, title: str, steps: list[tuple[str, bool]]) -> str:
+    if name == "grpo":
+        return "GRPO is the baseline of the marks, so no line is marked."
+    marked = sum(differs for _, differs in steps)
+    kept = {step for step, _ in steps}
+    dropped = [s.strip() for s in _loop_steps("grpo", algorithms.get("grpo").Config())]
+    dropped = [s for s in dropped if not any(s == k.strip() for k in kept)]
+    dropped = [s.split(" ←")[0] for s in dropped if s.startswith("logp_ref")]
+    text = (
+        f"The {'step' if marked == 1 else f'{marked} steps'} marked ◀ "
+        f"{'is' if marked == 1 else 'are'} where {title} differs from GRPO"
+    )
+    if dropped:
+        text += "; it needs no reference model, so GRPO's `logp_ref` step is gone"
+    return text + "."
+
+
+def render(name: str) -> str:
+    """The markdown that replaces the marker on ``docs/algorithms/<name>.md``."""
+    code = f"../../refimpl/algorithms/{name}.py"
+    title = algorithms.get(name).__doc__.split(":", 1)[0].strip()
+    rows = "\n".join(f"    | {fact} | {value} |" for fact, value in quick_facts(name))
+    steps = loop(name)
+    body = "\n".join(
+        ("    ◀ " if differs else "      ") + line
+        for step, differs in steps
+        for line in step.split("\n")
+    )
+    return f"""!!! info "Quick facts"
+
+    Read off [`{name}.py`]({code}) when the site is built (its default `Config`); any field
+    can be changed with `--algo-args FIELD=VALUE`.
+
+    | fact | default `Config` |
+    | --- | --- |
+{rows}
+
+!!! example "The loop"
+
+    One step of the toy trainer (`Trainer.train_step` in `refimpl/train.py`).
+    {_legend(name, title, steps)}
+
+    ```text
+{body}
+    ```
+"""
+
+
+@event_priority(50)  # before docs/_hooks.py rewrites the links to the code
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    uri = page.file.src_uri
+    if not (uri.startswith("algorithms/") and uri.endswith(".md")):
+        if MARKER_LINE.search(markdown):
+            log.warning("%s: %s belongs on an algorithm page only", uri, MARKER)
+        return markdown
+    name = Path(uri).stem
+    if name not in algorithms.NAMES:
+        log.warning("%s: no algorithm %r in refimpl.algorithms.NAMES", uri, name)
+        return markdown
+    if not MARKER_LINE.search(markdown):
+        log.warning("%s: no %s marker for the Quick facts box (after the title)", uri, MARKER)
+        return markdown
+    try:
+        box = render(name)
+    except KeyError as err:
+        log.warning("%s: %s", uri, err.args[0])
+        return markdown
+    return MARKER_LINE.sub(lambda _: box, markdown, count=1)
