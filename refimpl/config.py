@@ -20,7 +20,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import torch
 
-from refimpl import algorithms, core
+from refimpl import algorithms
 from refimpl.overrides import parse_overrides
 from refimpl.warmstart import RunWarmstartConfig, TaskName
 from toy_envs import TASK_NAMES, TOKENIZER, get_task
@@ -321,7 +321,7 @@ def memory_estimates(cfg: TrainConfig, task, max_new_tokens: int) -> list[tuple[
     decode = f32 * (2 * layers * d + 6)  # per position: KV cache, ids, masks, logp, entropy
     train = f32 * (layers * (16 * d + heads * T) + 3 * vocab)  # kept for the backward pass
     params = layers * 12 * d * d + (vocab + m.block_size) * d
-    copies = 4 + (1 if core.needs_reference(_default_algo_config(cfg)) else 0)
+    copies = 4 + (1 if _default_algo_config(cfg).needs_reference() else 0)
     rows = cfg.prompts_per_step * cfg.group_size
     n_eval = cfg.eval_samples
     N = ("--prompts-per-step", cfg.prompts_per_step, d0.prompts_per_step)
