@@ -90,7 +90,9 @@ def error_lines(err: str) -> list[str]:
 
 def make_run(runs: Path, name: str, *extra: object, steps: int = 3) -> Path:
     """Train a tiny run ``runs/name`` (``extra``: more flags); its directory."""
-    code = cli_main([str(a) for a in ["train", *tiny_flags(runs, steps=steps), "--name", name, *extra]])
+    code = cli_main(
+        [str(a) for a in ["train", *tiny_flags(runs, steps=steps), "--name", name, *extra]]
+    )
     assert code == 0
     return runs / name
 
