@@ -154,3 +154,15 @@ def test_a_zero_filled_log_is_damage_not_a_torn_line(runs, base, capsys, recwarn
     line = refused(runs, run, capsys)
     assert str(metrics) in line and "NUL bytes" in line and "--overwrite" in line, line
     assert not [w for w in recwarn if "torn" in str(w.message)]
+
+
+def test_a_foreign_directory_is_not_offered_resume_or_overwrite(runs, capsys):
+    """A directory that is no run: the message does not suggest ``--resume`` or
+    ``--overwrite`` (both refuse it), only another name."""
+    foreign = runs / "thesis"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("three years of work")
+    code, _, err = cli(["train", *tiny_flags(runs), "--name", "thesis"], capsys)
+    assert code == 2 and len(error_lines(err)) == 1, err
+    assert "is not a run" in err and "--resume" not in err and "--overwrite" not in err, err
+    assert (foreign / "thesis.tex").read_text() == "three years of work"
