@@ -193,7 +193,11 @@ def compare(
     for r in runs:  # fail fast, before anything is written or trained: flags, run directories
         try:
             preflight(r)
-        except FileExistsError:
+        except FileExistsError as err:
+            if "damaged" in str(err):  # resuming it cannot work: say what can
+                raise FileExistsError(
+                    str(err).replace("--overwrite", "--train.overwrite")
+                ) from None
             raise FileExistsError(
                 f"{r.run_dir} exists: pass --train.resume or "
                 f"--train.overwrite, or choose another --name"

@@ -449,12 +449,13 @@ def check_run_dir(cfg: TrainConfig) -> dict[str, Any] | None:
     if not _holds_nothing(run_dir):
         damage = run_dir_damage(run_dir)
         if not cfg.overwrite:
-            what = f"is a damaged run ({damage})" if damage else "already exists"
-            raise FileExistsError(
-                f"run directory {run_dir} {what}: pass "
-                + ("" if damage else "--resume to continue it, ")
-                + "--overwrite to start again, or choose another --name"
-            )
+            if damage is not None:
+                how = f"is a damaged run ({damage}): pass --overwrite to start it again"
+            elif is_run_dir(run_dir):
+                how = "already exists: pass --resume to continue it, --overwrite to start again"
+            else:  # someone else's directory: neither flag would touch it
+                how = "already exists and is not a run (no config.json written by refimpl train)"
+            raise FileExistsError(f"run directory {run_dir} {how}, or choose another --name")
         if here == runs_dir.resolve():
             raise ValueError(f"--overwrite: {run_dir} is the runs directory itself")
         check_deletable(run_dir, "--overwrite")

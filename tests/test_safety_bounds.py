@@ -1,0 +1,192 @@
+"""Bounded inputs, names and presets (issue: nothing lost, nothing silently wrong).
+
+Every size flag has an upper bound derived from the machine's memory, ``--threads`` one from
+its CPU count, ``--lr`` one from float32; a config file's wrongly typed value, a name that is
+not one path component, a ``--runs-dir`` that is a file and a duplicated ``--algo-args`` key
+are each one line naming the flag or key, exit 2, before anything is created. Presets never
+override a typed flag, and the warm-start cache follows ``--runs-dir``.
+
+Any side effect before the flags are checked fails the test (the warm start, the run
+directory and torch's thread pool are patched to raise), so none of these values is ever
+tried for real.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.safety_helpers import cli, error_lines, tiny_flags
+
+
+@pytest.fixture
+def no_side_effects(monkeypatch):
+    """Training a warm start, creating a run directory or setting torch's threads fails."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a side effect happened before the flags were checked")
+
+    monkeypatch.setattr("refimpl.warmstart._train", forbidden)
+    monkeypatch.setattr("refimpl.train.train_warmstart", forbidden)
+    monkeypatch.setattr("refimpl.compare.train_warmstart", forbidden)
+    monkeypatch.setattr("refimpl.train.prepare_run_dir", forbidden)
+    monkeypatch.setattr("torch.set_num_threads", forbidden)
+
+
+def refused(argv: list, named: str, capsys, runs: Path) -> str:
+    """``refimpl ARGV`` is one line naming ``named``, exit 2, and creates nothing in
+    ``runs``; the line."""
+    code, _, err = cli(argv, capsys)
+    assert code == 2, err
+    assert len(error_lines(err)) == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"refimpl: error: {named}"), err
+    assert not runs.exists() or not any(runs.iterdir()), sorted(runs.iterdir())
+    return err
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--group-size", "100000000"], "--group-size: 100000000 needs about"),
+        (["--prompts-per-step", "1000000000"], "--prompts-per-step: 1000000000 needs about"),
+        (["--eval-samples", "1000000000000"], "--eval-samples: 1000000000000 needs about"),
+        (["--eval-problems", "1000000000000"], "--eval-problems: 1000000000000 needs about"),
+        (["--probe-prompts", "1000000000000"], "--probe-prompts: 1000000000000 needs about"),
+        (
+            ["--warmstart.model.n-embd", "1000000", "--warmstart.model.n-head", "1"],
+            "--warmstart.model.n-embd: 1000000 needs about",
+        ),
+        (["--warmstart.batch-size", "1000000000"], "--warmstart.batch-size: 1000000000 needs"),
+        (["--threads", "100000"], "--threads: expected at most"),
+        (["--warmstart.threads", "100000"], "--warmstart.threads: expected at most"),
+        (["--lr", "1e38"], "--lr: expected a learning rate ≤"),
+        (["--algo-args", "alpha_2=0.1", "alpha_2=0.2"], "--algo-args: alpha_2 is given twice"),
+        (["--task-args", "num_ops=1", "num_ops=2"], "--task-args: num_ops is given twice"),
+    ],
+)
+def test_a_value_too_large_for_the_machine_is_refused_naming_the_estimate(
+    tmp_path, capsys, no_side_effects, flags, named
+):
+    """The issue's crashes: ``--group-size 100000000`` was killed by the kernel at 24 GB,
+    ``--eval-samples 1e12`` raised MemoryError, ``--threads 100000`` segfaulted, ``--lr
+    1e38`` was an Adam overflow traceback; duplicate ``--algo-args`` keys: the last won."""
+    runs = tmp_path / "runs"
+    argv = ["train", *tiny_flags(runs, warmstart=False), "--algo", "gtpo", *flags]
+    err = refused([*argv, "--name", "big"], named, capsys, runs)
+    if "needs about" in named:
+        assert "(an estimate)" in err and "of memory" in err and "at most about" in err, err
+
+
+def test_a_wrongly_typed_value_in_a_config_file_is_one_line_naming_the_key(
+    tmp_path, capsys, no_side_effects
+):
+    """The issue: ``"lr": "fast"`` in a config file was a TypeError traceback."""
+    runs = tmp_path / "runs"
+    for key, value, expected in (
+        ("lr", "fast", "expected a number"),
+        ("steps", 2.5, "expected an integer"),
+        ("plot", "no", "expected true or false"),
+        ("algo_args", "alpha_2=0.1", "expected a list of strings"),
+    ):
+        config = tmp_path / f"{key}.json"
+        config.write_text(json.dumps({"train_config": {"algo": "gtpo", key: value}}))
+        err = refused(["train", "--config", config, "--runs-dir", runs], "--config:", capsys, runs)
+        assert f"{config}: {key} is {json.dumps(value)}, {expected}" in err, err
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--name", "a/b"], "--name: expected a directory name"),
+        (["--name", "x" * 300], "--name: expected a name of at most"),
+    ],
+)
+def test_a_name_is_one_path_component(tmp_path, capsys, no_side_effects, flags, named):
+    """The issue: ``--name a/b`` was accepted, a 300-character name was an error naming no
+    flag."""
+    runs = tmp_path / "runs"
+    refused(["train", *tiny_flags(runs, warmstart=False), *flags], named, capsys, runs)
+
+
+def test_a_runs_dir_that_is_a_file_is_named(tmp_path, capsys, no_side_effects):
+    file = tmp_path / "file"
+    file.write_text("not a directory")
+    argv = ["train", *tiny_flags(file / "runs", warmstart=False), "--name", "x"]
+    err = refused(argv, "--runs-dir:", capsys, tmp_path / "nothing")
+    assert f"{file} is a file, not a directory" in err
+    assert file.read_text() == "not a directory"
+
+
+class Captured(Exception):
+    """Raised where the patched code would train a warm start: what was asked is recorded."""
+
+
+@pytest.fixture
+def planned(monkeypatch, no_side_effects):
+    """``refimpl ARGV`` → ``(runs, warm starts)``: the TrainConfig of each run that would be
+    trained (compare's, after its flags were checked) and the warm start it would train or
+    load; nothing is trained."""
+    runs: list = []
+    warm: list = []
+
+    def record_warmstart(cfg, *args, **kwargs):
+        warm.append(cfg)
+        raise Captured
+
+    def record_run(cfg):
+        runs.append(cfg)
+
+    monkeypatch.setattr("refimpl.compare.preflight", record_run)
+    monkeypatch.setattr("refimpl.compare.train_warmstart", record_warmstart)
+    monkeypatch.setattr("refimpl.train.train_warmstart", record_warmstart)
+
+    def run(argv: list, capsys) -> tuple[list, list]:
+        runs.clear()
+        warm.clear()
+        with pytest.raises(Captured):
+            cli(argv, capsys)
+        return list(runs), list(warm)
+
+    return run
+
+
+def test_a_preset_never_overrides_a_typed_flag(tmp_path, capsys, planned):
+    """The issue's silent result 6: ``compare --preset collapse --train.task chain --seeds
+    0`` ran countdown with seeds 0,1,2 (a typed flag equal to its default was overridden)."""
+    argv = ["compare", "--preset", "collapse", "--runs-dir", tmp_path]
+    runs, _ = planned([*argv, "--train.task", "chain", "--seeds", "0"], capsys)
+    assert {r.task for r in runs} == {"chain"} and {r.seed for r in runs} == {0}
+    # What was not typed comes from the preset: its algorithms and its 200 steps.
+    assert [r.algo for r in runs] == ["grpo", "dapo", "gspo", "gtpo", "grpo_s", "tepo"]
+    assert {r.steps for r in runs} == {200}
+    runs, _ = planned(argv, capsys)
+    assert {r.task for r in runs} == {"countdown"} and {r.seed for r in runs} == {0, 1, 2}
+    # --train.lr 1e-4 is the default, typed: it survives the onpolicy preset's 5e-5.
+    argv = ["compare", "--preset", "onpolicy", "--algos", "grpo", "--runs-dir", tmp_path]
+    runs, _ = planned([*argv, "--train.lr", "1e-4"], capsys)
+    assert [(r.lr, r.prompts_per_step) for r in runs] == [(1e-4, 16)]
+    runs, _ = planned([*argv, "--train.no-plot"], capsys)
+    assert [(r.lr, r.plot) for r in runs] == [(5e-5, False)]
+
+
+def test_the_warm_start_cache_follows_runs_dir(tmp_path, capsys, planned, monkeypatch):
+    """The issue: ``--runs-dir X`` without ``--warmstart.runs-dir`` wrote the warm-start
+    cache into ./runs of the current directory (here: an empty working directory)."""
+    cwd, elsewhere = tmp_path / "cwd", tmp_path / "elsewhere"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    flags = tiny_flags(elsewhere, warmstart=False)
+    _, (ws,) = planned(["train", *flags, "--name", "run"], capsys)
+    assert Path(ws.cache_dir).parent == elsewhere / "warmstart"
+    train = [f.replace("--", "--train.", 1) if f.startswith("--") else f for f in flags]
+    i = train.index("--train.runs-dir")
+    del train[i : i + 2]  # compare's runs go to --runs-dir, its progress bars are its own
+    train.remove("--train.no-progress")
+    _, (ws,) = planned(["compare", "--algos", "grpo", "--runs-dir", elsewhere, *train], capsys)
+    assert Path(ws.cache_dir).parent == elsewhere / "warmstart"
+    # --warmstart.runs-dir, when given, says where the cache is.
+    _, (ws,) = planned(["train", *flags, "--name", "run", "--warmstart.runs-dir", cwd], capsys)
+    assert Path(ws.cache_dir).parent == cwd / "warmstart"
+    assert not (cwd / "runs").exists() and not any(cwd.iterdir())

@@ -1,0 +1,168 @@
+"""Verify before you change anything (issue: nothing lost, nothing silently wrong).
+
+``--resume`` reads the whole checkpoint against the run's ``config.json`` (the step, the
+algorithm and settings against ``state.json``, the sha256 of every file, finite weights)
+before it truncates or appends to any file; a damaged run directory gets one message that
+says how to recover it, and ``refimpl runs`` lists it as damaged. Each test damages a copy of
+a finished tiny run the way the issue's probes did.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from refimpl.checkpoint import CheckpointError, load_model_weights
+from tests.safety_helpers import (
+    cli,
+    copy_run,
+    error_lines,
+    make_run,
+    resume,
+    snapshot,
+    steps_logged,
+    tiny_flags,
+)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.fixture(scope="module")
+def base(runs) -> Path:
+    """A finished 3-step GTPO run with a checkpoint of step 3."""
+    return make_run(runs, "base", "--algo", "gtpo")
+
+
+def edit_json(file: Path, change) -> None:
+    data = json.loads(file.read_text())
+    change(data)
+    file.write_text(json.dumps(data, indent=2))
+
+
+def refused(runs: Path, run: Path, capsys, *extra: object) -> str:
+    """``--resume`` of ``run`` is one error line, exit 1, and changes no file; the line."""
+    before = snapshot(run)
+    code, _, err = cli(resume(runs, run.name, "--steps", 4, *extra), capsys)
+    assert code == 1, err
+    assert len(error_lines(err)) == 1 and "Traceback" not in err, err
+    assert snapshot(run) == before  # nothing truncated, nothing appended
+    return error_lines(err)[0]
+
+
+def test_a_step_outside_the_run_is_refused_before_any_log_is_truncated(runs, base, capsys):
+    """The issue's data loss 4: ``"step": -1`` in state.json made ``--resume`` truncate
+    metrics.jsonl and probes.jsonl to empty, then fail naming no file."""
+    run = copy_run(base, "negative-step")
+    edit_json(run / "checkpoint" / "state.json", lambda s: s.update(step=-1))
+    line = refused(runs, run, capsys)
+    assert str(run / "checkpoint" / "state.json") in line and "step -1" in line, line
+    # A checkpoint ahead of the logs (metrics.jsonl replaced by an older one) is refused too.
+    run = copy_run(base, "ahead-of-logs")
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join(lines[:2]) + "\n")
+    line = refused(runs, run, capsys)
+    assert str(run / "metrics.jsonl") in line and "ends at step 1" in line, line
+
+
+def test_a_checkpoint_of_another_algorithm_is_refused(runs, base, capsys):
+    """The issue's silent result 7: config.json edited to another algorithm, with its
+    algo_config removed, and ``--resume`` continued a GTPO checkpoint as DAPO."""
+    run = copy_run(base, "edited-algo")
+
+    def to_dapo(config: dict) -> None:
+        config["train_config"]["algo"] = "dapo"
+        del config["algo_config"]
+
+    edit_json(run / "config.json", to_dapo)
+    line = refused(runs, run, capsys)
+    assert str(run / "checkpoint" / "state.json") in line, line
+    assert "--algo 'gtpo'" in line and "'dapo'" in line, line
+
+
+def test_flipped_bits_in_the_weights_are_refused(runs, base, capsys):
+    """The issue's silent result 5: checkpoints had no checksum, so flipped bits loaded.
+    One low mantissa bit of the last weight is flipped: a valid, finite file."""
+    run = copy_run(base, "flipped")
+    file = run / "checkpoint" / "model.safetensors"
+    data = bytearray(file.read_bytes())
+    data[-4] ^= 1  # the least significant byte of the last float32 (little-endian)
+    file.write_bytes(bytes(data))
+    assert all(torch.isfinite(t).all() for t in load_file(str(file)).values())
+    line = refused(runs, run, capsys)
+    assert str(file) in line and "sha256" in line, line
+
+
+def test_non_finite_weights_are_refused_on_load_naming_the_file(runs, base, capsys, tmp_path):
+    """The issue's silent result 5: a checkpoint whose weights are all NaN loaded and
+    trained silently. Here its checksum matches (the file is as it was saved, by a version
+    that saved diverged weights): the weights themselves are refused."""
+    run = copy_run(base, "nan-weights")
+    file = run / "checkpoint" / "model.safetensors"
+    with safe_open(str(file), framework="pt") as f:
+        metadata = f.metadata()  # the tied head, as saved
+    weights = {k: torch.full_like(v, float("nan")) for k, v in load_file(str(file)).items()}
+    save_file(weights, str(file), metadata=metadata)
+    digest = hashlib.sha256(file.read_bytes()).hexdigest()
+    edit_json(
+        run / "checkpoint" / "state.json",
+        lambda s: s.setdefault("checksums", {}).update({"model.safetensors": digest}),
+    )
+    line = refused(runs, run, capsys)
+    assert str(file) in line and "non-finite" in line, line
+    # The library's loader refuses them too, naming the file.
+    model = torch.nn.Linear(1, 1)
+    with pytest.raises(CheckpointError, match=f"^{file}: holds non-finite weights"):
+        load_model_weights(run / "checkpoint", model)
+
+
+def test_a_damaged_config_json_says_how_to_recover_and_runs_lists_it(runs, base, capsys):
+    """The issue: an invalid-JSON config.json could be neither resumed, overwritten nor
+    re-created (three messages, no way out), and ``refimpl runs`` hid it. Now each message
+    names the way out, ``--overwrite`` starts the run again, and ``runs`` lists it."""
+    run = copy_run(base, "bad-config")
+    (run / "config.json").write_text('{"train_config": {"algo": "gtpo", ')
+    flags = [*tiny_flags(runs), "--algo", "gtpo", "--name", run.name]
+    code, _, err = cli(resume(runs, run.name), capsys)
+    assert code == 2 and len(error_lines(err)) == 1, err
+    assert "damaged run" in err and "--overwrite" in err, err
+    code, _, err = cli(["train", *flags], capsys)
+    assert code == 2 and "damaged run" in err and "--overwrite" in err, err
+    code, out, _ = cli(["runs", runs], capsys)
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith("bad-config"))
+    assert "damaged: config.json: not valid JSON" in row, out
+    code, _, err = cli(["train", *flags, "--overwrite", "--steps", "1"], capsys)
+    assert code == 0, err
+    assert steps_logged(run) == [0, 1]
+
+
+def test_a_zero_filled_log_is_damage_not_a_torn_line(runs, base, capsys, recwarn):
+    """The issue: a zero-filled metrics.jsonl (a crash or a full disk) was reported as
+    "dropped a torn last line" while the whole history was dropped."""
+    run = copy_run(base, "zeros")
+    metrics = run / "metrics.jsonl"
+    metrics.write_bytes(b"\0" * metrics.stat().st_size)
+    line = refused(runs, run, capsys)
+    assert str(metrics) in line and "NUL bytes" in line and "--overwrite" in line, line
+    assert not [w for w in recwarn if "torn" in str(w.message)]
+
+
+def test_a_foreign_directory_is_not_offered_resume_or_overwrite(runs, capsys):
+    """A directory that is no run: the message does not suggest ``--resume`` or
+    ``--overwrite`` (both refuse it), only another name."""
+    foreign = runs / "thesis"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("three years of work")
+    code, _, err = cli(["train", *tiny_flags(runs), "--name", "thesis"], capsys)
+    assert code == 2 and len(error_lines(err)) == 1, err
+    assert "is not a run" in err and "--resume" not in err and "--overwrite" not in err, err
+    assert (foreign / "thesis.tex").read_text() == "three years of work"
