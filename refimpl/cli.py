@@ -305,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
             elif isinstance(cmd, LearningConfig):
                 from refimpl.bench.learning import main as bench_learning
 
-                bench_learning(cmd)
+                typed = explicit_fields(args[args.index("bench-learning") + 1 :], LearningConfig)
+                bench_learning(cmd, typed)  # the preset leaves typed flags alone
             elif isinstance(cmd, SpeedConfig):
                 from refimpl.bench.speed import main as bench_speed
 

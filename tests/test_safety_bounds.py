@@ -190,3 +190,20 @@ def test_the_warm_start_cache_follows_runs_dir(tmp_path, capsys, planned, monkey
     _, (ws,) = planned(["train", *flags, "--name", "run", "--warmstart.runs-dir", cwd], capsys)
     assert Path(ws.cache_dir).parent == cwd / "warmstart"
     assert not (cwd / "runs").exists() and not any(cwd.iterdir())
+
+
+def test_bench_learning_preset_never_overrides_a_typed_flag():
+    """The same rule for ``bench-learning``: ``--preset collapse --budget-steps 150 --ablations
+    gtpo alpha_2=0.0`` keeps the typed 150 (the default, which the preset's 200 would replace)
+    and the typed ablation, and takes the rest (eval every 50, the six algorithms) from the
+    preset."""
+    from refimpl.bench.learning import LearningConfig
+    from refimpl.presets import explicit_fields
+
+    argv = ["--preset", "collapse", "--budget-steps", "150", "--ablations", "gtpo alpha_2=0.0"]
+    cfg = LearningConfig(preset="collapse", budget_steps=150, ablations="gtpo alpha_2=0.0")
+    filled = cfg.with_preset(explicit_fields(argv, LearningConfig))
+    assert (filled.budget_steps, filled.ablations) == (150, "gtpo alpha_2=0.0")
+    assert filled.eval_every == 50 and filled.algos == "grpo,dapo,gspo,gtpo,grpo_s,tepo"
+    # Untyped, the preset's values win.
+    assert LearningConfig(preset="collapse").with_preset(frozenset()).budget_steps == 200

@@ -137,11 +137,13 @@ class LearningConfig:
         if self.group_size is not None and self.group_size < 2:
             raise ValueError("--group-size: expected ≥ 2")
 
-    def with_preset(self) -> LearningConfig:
-        """This config with its preset's benchmark settings on the fields left at default."""
+    def with_preset(self, explicit: frozenset[str] | None = None) -> LearningConfig:
+        """This config with its preset's benchmark settings on the fields the command line did
+        not set (``explicit``: ``presets.explicit_fields`` of the argv; None: the fields still
+        at their default)."""
         from refimpl import presets
 
-        return presets.fill_defaults(self, presets.get(self.preset).bench)
+        return presets.fill_defaults(self, presets.get(self.preset).bench, explicit)
 
     def train_defaults(self):
         """The TrainConfig every run starts from: the preset's regime plus --lr/-N/-G."""
@@ -808,9 +810,12 @@ def format_report(
     return "\n".join(lines)
 
 
-def run_learning(cfg: LearningConfig) -> tuple[dict[str, Any], Path]:
-    """Train (or reuse) every run, then write ``report.md``, ``results.json`` and figures."""
-    cfg = cfg.with_preset()
+def run_learning(
+    cfg: LearningConfig, explicit: frozenset[str] | None = None
+) -> tuple[dict[str, Any], Path]:
+    """Train (or reuse) every run, then write ``report.md``, ``results.json`` and figures.
+    ``explicit``: the fields the command line set, which the preset leaves alone."""
+    cfg = cfg.with_preset(explicit)
     runs, budgets = plan(cfg)
     info = machine_info()
     if cfg.report_only:
@@ -869,8 +874,8 @@ def run_learning(cfg: LearningConfig) -> tuple[dict[str, Any], Path]:
     return payload, report
 
 
-def main(cfg: LearningConfig) -> Path:
-    _payload, report = run_learning(cfg)
+def main(cfg: LearningConfig, explicit: frozenset[str] | None = None) -> Path:
+    _payload, report = run_learning(cfg, explicit)
     print(report.read_text())
     print(f"report: {report}")
     return report
