@@ -22,7 +22,7 @@ import torch
 
 from refimpl import algorithms
 from refimpl.overrides import parse_overrides
-from refimpl.warmstart import RunWarmstartConfig, TaskName
+from refimpl.settings import RunWarmstartConfig, TaskName, parse_task_args
 from toy_envs import TASK_NAMES, TOKENIZER, get_task
 
 #: ``--algo`` choices, listed by ``--help`` (built from the registry: new algorithms appear).
@@ -141,8 +141,7 @@ def build_task(cfg: TrainConfig):
     """The task with its ``--task-args`` overrides (validated by the task itself)."""
     if cfg.task not in TASK_NAMES:
         raise ValueError(f"--task: expected one of {', '.join(TASK_NAMES)}, got {cfg.task!r}")
-    knobs = get_task(cfg.task).knobs()
-    return get_task(cfg.task, **parse_overrides(cfg.task_args, knobs, "--task-args"))
+    return get_task(cfg.task, **dict(parse_task_args(cfg.task, tuple(cfg.task_args))))
 
 
 def check_train_config(cfg: TrainConfig, task) -> int:

@@ -41,6 +41,7 @@ from refimpl.runlog import (
     versions,
     write_text_atomic,
 )
+from refimpl.settings import nearest_existing
 
 try:  # POSIX
     import fcntl
@@ -125,7 +126,7 @@ def _name_max(directory: Path) -> int:
     """The longest file name the file system of ``directory`` (or its nearest existing
     parent) takes, in bytes (255 where the platform does not say)."""
     try:
-        return os.pathconf(_nearest_existing(directory), "PC_NAME_MAX")
+        return os.pathconf(nearest_existing(directory), "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):
         return 255
 
@@ -166,20 +167,13 @@ def check_runs_dir(runs_dir: Path, flag: str = "--runs-dir") -> None:
             raise ValueError(
                 f"{flag}: {part[:40]}… is longer than {longest} bytes (the file system's limit)"
             )
-    existing = _nearest_existing(path)
+    existing = nearest_existing(path)
     if not existing.is_dir():
         raise ValueError(f"{flag}: {existing} is a file, not a directory")
 
 
-def _nearest_existing(path: Path) -> Path:
-    target = Path(path).absolute()
-    while not target.exists() and target != target.parent:
-        target = target.parent
-    return target
-
-
 def _writable(path: Path, flag: str, what: str) -> None:
-    target = _nearest_existing(path)
+    target = nearest_existing(path)
     if not os.access(target, os.W_OK | os.X_OK):
         raise ValueError(f"{flag}: {target} is not writable ({what})")
 

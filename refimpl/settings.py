@@ -1,0 +1,253 @@
+"""The settings of a warm start: the model's size, the supervised run, and the task's knobs.
+
+Types only, and their checks: this module trains nothing. ``refimpl.warmstart`` (the
+supervised loop) and ``refimpl.config`` (an RL run's settings, which embed a warm start's)
+both read it, so the settings sit below every piece of code that trains.
+
+``--task-args`` strings are parsed here once per process (``parse_task_args``, cached): the
+task, the warm start's checks, its cache key and its training all read the same parse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+import tyro
+
+from refimpl import numerics
+from refimpl.model import GPT, GPTConfig
+from refimpl.overrides import parse_overrides
+from toy_envs import TASK_NAMES, TOKENIZER, get_task
+
+
+@functools.lru_cache(maxsize=64)
+def parse_task_args(task: str, task_args: tuple[str, ...]) -> tuple[tuple[str, object], ...]:
+    """``--task-args`` of ``task`` parsed against the task's knobs (typed like its defaults),
+    as sorted ``(knob, value)`` pairs: the one parse of a command, cached, so every reader of
+    the same arguments gets the same values (a bad argument raises ``ValueError`` each time,
+    naming ``--task-args``)."""
+    knobs = parse_overrides(tuple(task_args), get_task(task).knobs(), "--task-args")
+    return tuple(sorted(knobs.items()))
+
+
+#: ``--task`` choices, listed by ``--help`` (built from the registry: new tasks appear).
+TaskName = Literal[TASK_NAMES]  # type: ignore[valid-type]
+
+#: Task knobs of the supervised mix, per task (the RL task keeps its knobs). ``chain``:
+#: k = 1..num_ops operations uniformly (the cheapest mix we found that lands in the
+#: 10–50 % band; training on k < num_ops alone does not transfer, the last position is never
+#: seen). Measured here: 600 steps → 40 % greedy / 34 % sampled at the default k = 3, 15 % /
+#: 10 % at k = 4.
+WARMSTART_MIX: dict[str, dict[str, object]] = {
+    "chain": {"min_ops": 1},
+}
+
+
+@dataclass
+class ModelConfig:
+    """Size of the tiny GPT (2 layers, d = 128 → 408k parameters)."""
+
+    n_layer: int = 2
+    """transformer blocks"""
+    n_embd: int = 128
+    """width d"""
+    n_head: int = 4
+    """attention heads (must divide n_embd)"""
+    block_size: int = 64
+    """longest prompt + completion, in tokens"""
+
+    def check(self, prefix: str = "--model.") -> None:
+        """Raise ``ValueError`` naming the flag (``prefix`` + field) on an impossible size."""
+        for name, low in (("n_layer", 1), ("n_embd", 1), ("n_head", 1), ("block_size", 2)):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= low):
+                raise ValueError(f"{_flag(prefix, name)}: expected an integer ≥ {low}, got {value}")
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"{_flag(prefix, 'n_head')}: expected a divisor of {_flag(prefix, 'n_embd')}="
+                f"{self.n_embd}, got {self.n_head}"
+            )
+
+    def build(self) -> GPT:
+        return GPT(
+            GPTConfig(
+                vocab_size=TOKENIZER.vocab_size,
+                block_size=self.block_size,
+                n_layer=self.n_layer,
+                n_head=self.n_head,
+                n_embd=self.n_embd,
+            )
+        )
+
+
+@dataclass
+class WarmstartConfig:
+    """Supervised warm start on reference solutions (AdamW, cosine schedule)."""
+
+    task: TaskName = "chain"
+    """task whose base model is trained (its easier mix, see WARMSTART_MIX)"""
+    task_args: tuple[str, ...] = ()
+    """task knobs as KNOB=VALUE (the RL run passes its own --task-args); the mix applies on top"""
+    steps: int = 600
+    """optimizer steps (600 × 128 lands chain k=3 at ~40 % greedy success)"""
+    batch_size: int = 128
+    """sequences per step"""
+    lr: float = 3e-3
+    """peak AdamW learning rate, cosine-decayed to 10 %"""
+    seed: int = 0
+    """seed of the initial weights and of the training problems"""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    runs_dir: Path = Path("runs")
+    """where the cache lives (runs/warmstart/...)"""
+    eval_problems: int = 200
+    """held-out problems for the final success report"""
+    threads: int | None = 1
+    """torch CPU threads while training. 1 (the default), with refimpl's pinned AVX2 kernel
+    path (refimpl/numerics.py), trains the same base model bit for bit on every x86-64 CPU
+    with AVX2: a sum split across threads rounds differently, so another thread count ends,
+    after 600 steps at this learning rate, at another model. None: torch's default (one per
+    core, so the model depends on the machine)."""
+    force: bool = False
+    """retrain even when a cached model exists"""
+    progress: bool = True
+    """show a progress bar"""
+
+    def check(self, prefix: str = "--") -> None:
+        """Raise ``ValueError`` naming the flag on a bad setting, before anything is trained.
+
+        ``prefix`` is how the flags are spelled where this config is read: ``--`` for
+        ``refimpl warmstart``, ``--warmstart.`` inside ``refimpl train``."""
+        if self.task not in TASK_NAMES:
+            raise ValueError(
+                f"{_flag(prefix, 'task')}: expected one of {', '.join(TASK_NAMES)}, "
+                f"got {self.task!r}"
+            )
+        for name in ("steps", "batch_size", "eval_problems"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value > 0):
+                raise ValueError(f"{_flag(prefix, name)}: expected a positive integer, got {value}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(
+                f"{_flag(prefix, 'lr')}: expected a positive learning rate, got {self.lr}"
+            )
+        limit = float(torch.finfo(torch.float32).max) * (1 - 0.9)  # AdamW's first step: 10·lr
+        if self.lr > limit:
+            raise ValueError(
+                f"{_flag(prefix, 'lr')}: expected a learning rate ≤ {limit:.3g} (AdamW's first "
+                f"step, lr/(1−β₁), must fit in float32), got {self.lr}"
+            )
+        if self.seed < 0:
+            raise ValueError(f"{_flag(prefix, 'seed')}: expected an integer ≥ 0, got {self.seed}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(
+                f"{_flag(prefix, 'threads')}: expected a positive integer (or None), "
+                f"got {self.threads}"
+            )
+        if self.threads is not None and self.threads > (os.cpu_count() or 1):
+            raise ValueError(
+                f"{_flag(prefix, 'threads')}: expected at most {os.cpu_count() or 1} (the CPU "
+                f"cores of this machine), got {self.threads}"
+            )
+        self.model.check(prefix + "model.")
+        # The mix's sequences, <bos> prompt answer <eos>, must fit the model's positions.
+        task = get_task(self.task, **self.task_knobs())
+        longest = task.max_prompt_tokens + task.max_new_tokens
+        if longest > self.model.block_size:
+            raise ValueError(
+                f"{_flag(prefix, 'model.block_size')}: {self.model.block_size} is too small for "
+                f"{self.task} {' '.join(self.task_args)}".rstrip()
+                + f" (prompts up to {task.max_prompt_tokens} tokens + answers up to "
+                f"{task.max_new_tokens}): pass {_flag(prefix, 'model.block_size')} {longest} "
+                "or more, or make the task smaller"
+            )
+
+    def cache_complete(self) -> bool:
+        """The cache holds a whole trained model (saves are atomic: present means whole)."""
+        return (self.cache_dir / "model.safetensors").exists()
+
+    def check_writable(self, prefix: str = "--") -> None:
+        """Raise ``ValueError`` naming ``runs_dir`` when the model must be trained but its
+        cache cannot be written (a cached model is read without writing anything)."""
+        if self.cache_complete() and not self.force:
+            return
+        target = nearest_existing(self.cache_dir)
+        if not os.access(target, os.W_OK | os.X_OK):
+            raise ValueError(
+                f"{_flag(prefix, 'runs_dir')}: {target} is not writable, and the warm start "
+                f"{self.cache_dir} has to be trained and cached there; choose a writable "
+                f"{_flag(prefix, 'runs_dir')}"
+            )
+
+    def task_knobs(self) -> dict[str, object]:
+        """The knobs that ``task_args`` sets (typed like the task's defaults; mix not included),
+        from the command's one parse (``parse_task_args``)."""
+        return dict(parse_task_args(self.task, tuple(self.task_args)))
+
+    def canonical_task_args(self) -> tuple[str, ...]:
+        """``task_args`` parsed and filled in with the task's defaults, written back as the
+        ``KNOB=VALUE`` pairs that differ from those defaults, sorted by knob.
+
+        Flags that say the same thing (``num_ops=3``, nothing, ``min_ops=3 num_ops=3`` when
+        both are chain's defaults) give the same tuple, so they share one cached model. The
+        pairs that restate nothing are dropped rather than hashed with the defaults so that
+        the key of a run without ``--task-args`` is what it always was (existing caches stay
+        valid); a change to a task's *default* is a code change, like any other change to the
+        task's code, and needs ``--force`` (or a new ``runs_dir``), as before."""
+        defaults = get_task(self.task).knobs()
+        knobs = get_task(self.task, **self.task_knobs()).knobs()
+        return tuple(f"{k}={v}" for k, v in sorted(knobs.items()) if v != defaults[k])
+
+    def cache_key(self) -> str:
+        """A hash of every setting that changes the trained weights (the task's knobs as
+        ``canonical_task_args``, not as typed)."""
+        keep = {
+            k: v
+            for k, v in dataclasses.asdict(self).items()
+            if k not in ("runs_dir", "eval_problems", "threads", "force", "progress")
+        }
+        keep["task_args"] = list(self.canonical_task_args())
+        keep["mix"] = WARMSTART_MIX.get(self.task, {})
+        keep["vocab"] = TOKENIZER.itos
+        keep["numerics"] = numerics.cache_tag()  # another kernel path trains another model
+        blob = json.dumps(keep, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:10]
+
+    @property
+    def cache_dir(self) -> Path:
+        return Path(self.runs_dir) / "warmstart" / f"{self.task}-{self.cache_key()}"
+
+
+@dataclass
+class RunWarmstartConfig(WarmstartConfig):
+    """The warm start of an RL run: its task and task knobs are the run's (``--task``,
+    ``--task-args``) and its progress bar follows ``--progress``, so those three fields are
+    not flags of ``refimpl train``; its cache follows the run's ``--runs-dir`` unless
+    ``--warmstart.runs-dir`` is given (``refimpl.config.run_warmstart`` resolves it)."""
+
+    task: tyro.conf.Suppress[TaskName] = "chain"
+    task_args: tyro.conf.Suppress[tuple[str, ...]] = ()
+    progress: tyro.conf.Suppress[bool] = True
+    runs_dir: Path | None = None  # type: ignore[assignment]
+    """where the cache lives (<runs_dir>/warmstart/...; None: the run's --runs-dir)"""
+
+
+def _flag(prefix: str, name: str) -> str:
+    return prefix + name.replace("_", "-")
+
+
+def nearest_existing(path: Path) -> Path:
+    """``path`` itself if it exists, else its nearest existing parent (what decides whether
+    ``path`` can be created)."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
