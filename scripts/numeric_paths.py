@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    python scripts/numeric_paths.py [--steps 600] [--repeats 5]
+    python scripts/numeric_paths.py [--steps 600] [--repeats 20] [--skip-paths]
 
 It prints two tables (markdown).
 
@@ -13,11 +13,11 @@ It prints two tables (markdown).
    environment's choice. Columns: held-out greedy and sampled success (200 problems), the
    training time, and the first 12 hex digits of the weights' SHA-256 (equal digits: equal
    weights, bit for bit).
-2. **What the pin costs.** Fresh processes on the native path, on AVX2 without MKL's
-   reproducibility mode (what a CPU without AVX-512 runs natively) and on the pinned path
-   alternate, each timing 40 warm-start steps and three RL rollouts (64 prompts × 8) on one
-   thread, in CPU seconds (other jobs on the machine change CPU time much less than wall
-   time); medians over ``--repeats``, and the ratio of the total to the native path's.
+2. **What the pin costs.** Three processes, alive at once, on the native path, on AVX2
+   without MKL's reproducibility mode (what a CPU without AVX-512 runs natively) and on the
+   pinned path, take turns (round by round, so that all see the same machine load) timing
+   one chunk each: 5 warm-start steps and one RL rollout (64 prompts × 8), one thread;
+   medians over ``--repeats`` rounds, and the ratio of the total to the native path's.
 
 Then the machine (CPU, torch's native capability), the date and the load average.
 """
@@ -103,16 +103,16 @@ COST_VARIANTS = [
 
 
 def worker() -> None:
-    """Table 2's workload, in this process on the path its environment sets; prints the CPU
-    seconds of each phase as JSON. CPU time, not wall time, so that other jobs on the machine
-    change it little (one thread: the process's CPU time is its compute)."""
+    """Table 2's workload, in this process on the path its environment sets. It prepares,
+    prints ``ready``, then runs one chunk per line read from stdin and prints that chunk's
+    seconds per phase as JSON, so the parent can interleave the paths chunk by chunk."""
     import time
 
     import numpy as np
     import torch
     import torch.nn.functional as F
 
-    import refimpl  # noqa: F401  (pins the path, unless REFIMPL_NUMERICS=native)
+    import refimpl  # noqa: F401  (pins the path unless REFIMPL_NUMERICS=native: before torch runs)
     from refimpl.evaluate import encode_prompts
     from refimpl.sampling import sample_groups
     from refimpl.warmstart import WARMSTART_MIX, WarmstartConfig, _training_batch
@@ -123,36 +123,58 @@ def worker() -> None:
     model = WarmstartConfig().model.build()
     task = get_task("countdown", **WARMSTART_MIX.get("countdown", {}))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    out = {}
-    t = time.process_time()
-    for step in range(40):  # the warm start's step: 128 sequences, forward, backward, AdamW
-        ids, mask, target = _training_batch(
-            task, task.sample(128, np.random.default_rng([0, step]))
-        )
-        logits = model(ids, attention_mask=mask)[:, :-1]
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
-                              reduction="none")  # fmt: skip
-        loss = (nll * target[:, 1:].reshape(-1).float()).sum() / target.sum()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    out["warm_start_40_steps"] = time.process_time() - t
     prompts = encode_prompts(task.sample(64, np.random.default_rng([1, 0])))
-    t = time.process_time()
-    for r in range(3):  # an RL rollout: 64 prompts × G = 8, KV-cache sampling
+    print("ready", flush=True)
+    for chunk, _ in enumerate(sys.stdin):
+        out = {}
+        t = time.perf_counter()
+        for step in range(5):  # warm-start steps: 128 sequences, forward, backward, AdamW
+            problems = task.sample(128, np.random.default_rng([chunk, step]))
+            ids, mask, target = _training_batch(task, problems)
+            logits = model(ids, attention_mask=mask)[:, :-1]
+            nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
+                                  reduction="none")  # fmt: skip
+            loss = (nll * target[:, 1:].reshape(-1).float()).sum() / target.sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        out["warm_start_5_steps"] = time.perf_counter() - t
+        t = time.perf_counter()
         sample_groups(model, prompts, group_size=8, max_new_tokens=task.max_new_tokens,
                       eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id,
-                      generator=torch.Generator().manual_seed(r))  # fmt: skip
-    out["rollout_3x512"] = time.process_time() - t
-    print(json.dumps(out))
+                      generator=torch.Generator().manual_seed(chunk))  # fmt: skip
+        out["rollout_64x8"] = time.perf_counter() - t
+        print(json.dumps(out), flush=True)
 
 
-def cpu_times(extra: dict[str, str]) -> dict[str, float]:
-    result = subprocess.run(
-        [sys.executable, __file__, "--worker"], env=_env(extra), check=True,
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
-    return json.loads(result.stdout.splitlines()[-1])
+def interleaved_times(rounds: int) -> dict[str, list[dict[str, float]]]:
+    """One worker per path of COST_VARIANTS, alive at once; each round asks each in turn for
+    one chunk, so that all paths see the same machine load, chunk by chunk."""
+    procs = {
+        label: subprocess.Popen(
+            [sys.executable, __file__, "--worker"],
+            env=_env(extra),
+            cwd=ROOT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        for label, extra in COST_VARIANTS
+    }
+    try:
+        for p in procs.values():
+            assert p.stdout.readline().strip() == "ready"
+        times: dict[str, list[dict[str, float]]] = {label: [] for label in procs}
+        for _ in range(rounds + 1):  # the first round warms up and is dropped
+            for label, p in procs.items():
+                p.stdin.write("go\n")
+                p.stdin.flush()
+                times[label].append(json.loads(p.stdout.readline()))
+        return {label: t[1:] for label, t in times.items()}
+    finally:
+        for p in procs.values():
+            p.stdin.close()
+            p.wait()
 
 
 def _cpu_name() -> str:
@@ -168,7 +190,7 @@ def _cpu_name() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=600, help="warm-start steps of table 1")
-    parser.add_argument("--repeats", type=int, default=5, help="alternations of table 2")
+    parser.add_argument("--repeats", type=int, default=20, help="interleaved rounds of table 2")
     parser.add_argument("--skip-paths", action="store_true", help="only table 2")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -189,13 +211,10 @@ def main() -> None:
                     flush=True,
                 )
             print()
-        times: dict[str, list[dict[str, float]]] = {label: [] for label, _ in COST_VARIANTS}
-        for _ in range(args.repeats):
-            for label, extra in COST_VARIANTS:
-                times[label].append(cpu_times(extra))
+        times = interleaved_times(args.repeats)
     phases = list(times["native"][0])
     med = {k: {p: statistics.median(t[p] for t in v) for p in phases} for k, v in times.items()}
-    print("| path | " + " | ".join(f"{p} (CPU s)" for p in phases) + " | / native |")
+    print("| path | " + " | ".join(f"{p} (s)" for p in phases) + " | / native |")
     print("|---|" + "---|" * (len(phases) + 1))
     for label, _ in COST_VARIANTS:
         ratio = sum(med[label].values()) / sum(med["native"].values())
@@ -207,7 +226,7 @@ def main() -> None:
         f"\n{_cpu_name()}, {os.cpu_count()} CPUs, torch "
         f"{torch.__version__} native capability {torch.backends.cpu.get_cpu_capability()}; "
         f"{datetime.date.today()}; load average {os.getloadavg()[0]:.2f}; one torch thread, "
-        f"medians over {args.repeats} alternating repeats; table 1's times are wall times"
+        f"table 2: medians over {args.repeats} interleaved rounds"
     )
 
 
