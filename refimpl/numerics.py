@@ -29,9 +29,10 @@ numbers); each run records the path it ran on in its ``config.json`` (``describe
 warm-start cache is keyed by it (``cache_tag()``), so a model trained on one path is never
 reused on another.
 
-torch reads these variables once, when it loads, so ``import refimpl`` must come before
-``import torch`` (in a notebook: in the first cell). When torch is already loaded with
-another path, ``pin()`` warns and the process runs, and records, the native path.
+torch reads these variables once, at its first operation, so ``import refimpl`` must come
+before anything runs on torch (``import torch`` above it is fine; in a notebook: in the first
+cell). When torch has already run on another path, ``pin()`` warns and the process runs, and
+records, the native path (the variables are still set, for the processes it starts).
 """
 
 from __future__ import annotations
@@ -83,25 +84,24 @@ def pin() -> str:
         _state.update(mode="native", reason=f"{MODE_VARIABLE}=native")
     elif machine not in _X86_64:
         _state.update(mode="native", reason=f"no pinned path on {machine or 'this CPU'}")
-    elif "torch" in sys.modules:
-        # Too late to choose: torch has read the variables (or not) when it loaded.
-        capability = _capability()
-        same = all(os.environ.get(k) == v for k, v in PINNED_ENV.items())
-        if same and capability == PINNED_CAPABILITY:
-            _state.update(mode="avx2", reason="set before torch was imported")
+    else:
+        os.environ.update(PINNED_ENV)
+        if "torch" not in sys.modules:
+            _state.update(mode="avx2", reason="pinned before torch was imported")
+        elif _capability() == PINNED_CAPABILITY and _mkl_branch() in (None, MKL_PINNED_BRANCH):
+            # torch reads both choices lazily, at its first operation: `import torch` above
+            # `import refimpl` (isort's order) is fine as long as nothing ran in between.
+            _state.update(mode="avx2", reason="pinned after torch was imported, before it ran")
         else:
-            _state.update(mode="native", reason="torch was imported before refimpl")
+            _state.update(mode="native", reason="torch ran before refimpl was imported")
             warnings.warn(
-                f"refimpl: torch was imported before refimpl, on its {capability} kernels, so "
-                "this process cannot use refimpl's pinned AVX2 path and its numbers can differ "
-                "from other machines' (and from the README's); import refimpl before torch, "
-                f"or set {MODE_VARIABLE}=native to silence this",
+                f"refimpl: torch ran before refimpl was imported, on its {_capability()} "
+                "kernels, so this process cannot use refimpl's pinned AVX2 path and its numbers "
+                "can differ from other machines' (and from the README's); import refimpl "
+                f"before using torch, or set {MODE_VARIABLE}=native to silence this",
                 RuntimeWarning,
                 stacklevel=3,
             )
-    else:
-        os.environ.update(PINNED_ENV)
-        _state.update(mode="avx2", reason="pinned before torch was imported")
     return _state["mode"]
 
 
@@ -109,6 +109,32 @@ def _capability() -> str:
     import torch
 
     return torch.backends.cpu.get_cpu_capability()
+
+
+#: MKL's names of its conditional-reproducibility branches (mkl_cbwr.h), the strict flag.
+_MKL_BRANCHES = {1: "off", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 8: "SSE4_2", 9: "AVX",
+                 10: "AVX2", 12: "AVX512", 14: "AVX512_E1"}  # fmt: skip
+_MKL_STRICT = 0x10000
+MKL_PINNED_BRANCH = "AVX2,STRICT"
+
+
+def _mkl_branch() -> str | None:
+    """The branch MKL runs (``AVX2,STRICT`` on the pinned path, ``off`` by default), read
+    from the MKL inside torch's CPU library; None where that cannot be asked (no MKL, not
+    Linux). Asking makes MKL read ``MKL_CBWR`` if it had not yet."""
+    import ctypes
+
+    import torch
+
+    try:
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        get = lib.mkl_serv_cbwr_get
+    except (OSError, AttributeError):
+        return None
+    get.restype, get.argtypes = ctypes.c_int, [ctypes.c_int]
+    branch, everything = get(1), get(-1)  # MKL_CBWR_BRANCH, MKL_CBWR_ALL
+    name = _MKL_BRANCHES.get(branch, str(branch))
+    return name + (",STRICT" if everything & _MKL_STRICT else "")
 
 
 def cache_tag() -> str:
@@ -130,6 +156,7 @@ def describe() -> dict[str, object]:
         "path": mode,
         "reason": _state["reason"],
         "cpu_capability": _capability(),
+        "mkl_branch": _mkl_branch(),
         "env": {k: os.environ.get(k) for k in PINNED_ENV},
         "machine": platform.machine(),
         "torch_threads": torch.get_num_threads(),

@@ -85,6 +85,7 @@ def test_warm_start_and_rl_are_bit_identical_on_two_kernel_paths(tmp_path):
         assert cfg["numerics"]["path"] == "avx2"
         assert cfg["numerics"]["cpu_capability"] == numerics.PINNED_CAPABILITY
         assert cfg["numerics"]["env"] == numerics.PINNED_ENV
+        assert cfg["numerics"]["mkl_branch"] in (None, numerics.MKL_PINNED_BRANCH)
 
 
 def _python(code: str, extra: dict[str, str]) -> subprocess.CompletedProcess:
@@ -112,10 +113,26 @@ def test_pin_overrides_the_environment_and_native_opts_out():
 
 
 @pytest.mark.skipif(not X86_64, reason="the pinned path is x86-64's (elsewhere: native)")
-def test_torch_imported_first_warns_and_records_the_native_path():
-    result = _python("import warnings, torch, refimpl; " + DESCRIBE, {})
-    assert "import refimpl before torch" in result.stderr
-    assert json.loads(result.stdout)["path"] == "native"
+def test_torch_imported_but_unused_before_refimpl_is_still_pinned():
+    # isort puts `import torch` above `import refimpl`; torch chooses its kernels at its
+    # first operation, so this order is pinned too.
+    result = _python("import torch, refimpl; " + DESCRIBE, {})
+    described = json.loads(result.stdout)
+    assert described["path"] == "avx2" and described["cpu_capability"] == "AVX2"
+    assert described["mkl_branch"] in (None, numerics.MKL_PINNED_BRANCH)
+    assert "RuntimeWarning" not in result.stderr
+
+
+@pytest.mark.skipif(not X86_64, reason="the pinned path is x86-64's (elsewhere: native)")
+def test_torch_run_before_refimpl_warns_and_records_the_native_path():
+    ran = "import torch; torch.ones(8, 8) @ torch.ones(8, 8); import refimpl; "
+    result = _python(ran + DESCRIBE, {})
+    assert "import refimpl before using torch" in result.stderr
+    described = json.loads(result.stdout)
+    assert described["path"] == "native"
+    # What ran chose torch's own kernels (AVX2 ones too, on a CPU without AVX-512) and MKL's
+    # default branch, not the pinned pair.
+    assert (described["cpu_capability"], described["mkl_branch"]) != ("AVX2", "AVX2,STRICT")
 
 
 def test_a_bad_mode_is_an_error_naming_the_variable(monkeypatch):

@@ -1,0 +1,63 @@
+"""``make demo`` (refimpl/demo.py): its flags, and the final evaluation's gain and standard
+error, which the README quotes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from refimpl import demo
+
+
+def test_paired_gain_by_hand():
+    before = np.array([0, 0, 1, 1, 0])
+    after = [np.array([1, 0, 1, 0, 1])]
+    row = demo.paired_gain(before, after)
+    # differences 1, 0, 0, -1, 1: mean 0.2, squared deviations summing to 2.8
+    assert row["start"] == pytest.approx(0.4) and row["end"] == pytest.approx(0.6)
+    assert row["gain"] == pytest.approx(0.2)
+    assert row["se"] == pytest.approx(math.sqrt(2.8 / 4) / math.sqrt(5))
+
+
+def test_paired_gain_counts_only_the_problems_that_changed():
+    rng = np.random.default_rng(0)
+    before = (rng.random(2000) < 0.4).astype(float)
+    unchanged = demo.paired_gain(before, [before])
+    assert unchanged["gain"] == 0 and unchanged["se"] == 0
+    after = before.copy()
+    after[:200] = 1.0  # some wrong answers become right, nothing else moves
+    row = demo.paired_gain(before, [after])
+    independent = math.sqrt(
+        (row["start"] * (1 - row["start"]) + row["end"] * (1 - row["end"])) / 2000
+    )
+    assert 0 < row["se"] < independent
+
+
+def test_paired_gain_averages_seeds_per_problem():
+    before = np.zeros(4)
+    row = demo.paired_gain(before, [np.array([1, 1, 0, 0]), np.array([1, 0, 0, 0])])
+    assert row["end"] == pytest.approx(0.375) and row["gain"] == pytest.approx(0.375)
+
+
+@pytest.mark.parametrize("flag", ["--final-problems", "--base-steps", "--steps"])
+def test_bad_flag_is_one_line_naming_it(flag, capsys, tmp_path):
+    assert demo.main([flag, "0", "--runs-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and flag in err
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.slow
+def test_tiny_demo_prints_the_final_table(tmp_path, capsys):
+    code = demo.main(
+        ["--algos", "grpo", "--steps", "2", "--eval-every", "1", "--base-steps", "20",
+         "--final-problems", "50", "--runs-dir", str(tmp_path)]
+    )  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "held-out greedy success on 50 problems" in out
+    (row,) = [line for line in out.splitlines() if line.startswith("grpo ") and "±" in line]
+    start, end, gain = (float(x) for x in row.split()[2:5])
+    assert gain == pytest.approx(end - start, abs=1e-3)
