@@ -333,6 +333,8 @@ class Trainer:
         prediction over token classes (``refimpl.entropy_attribution``)."""
         every, probe = self.cfg.diag_every, self._probe_rows(batch)
         step = self.step + 1  # as it is logged; the last step is attributed, as it is evaluated
+        budget = self.cfg.max_sampled_tokens
+        last = step == self.cfg.steps or (budget is not None and self.sampled_tokens >= budget)
         return EntropyProbe(
             self.model,
             self.optimizer,
@@ -340,7 +342,7 @@ class Trainer:
             lambda model: self._probe_logprobs(model, samples, probe),
             probe,
             batch.response_mask[probe],
-            attribute=every > 0 and (step % every == 0 or step == self.cfg.steps),
+            attribute=every > 0 and (step % every == 0 or last),
             adv=adv,
             logp_old=batch.logp_old,
             loss_mask=batch.response_mask,

@@ -157,6 +157,8 @@ class LearningConfig:
         n = changes.get("prompts_per_step", train.prompts_per_step)
         if n % train.minibatches:
             changes["minibatches"] = 1  # e.g. the quick size's 4 prompts: one minibatch
+        if self.quick:
+            changes["diag_every"] = 1  # a few steps: attribute every one
         return dataclasses.replace(train, **changes)
 
     def out_dir(self) -> Path:
