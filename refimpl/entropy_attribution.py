@@ -1,7 +1,7 @@
 """Why entropy moves, predicted and attributed: the first-order entropy change of an update.
 
 The trainer measures ``entropy_change``: the mean full-vocabulary entropy ``H̄`` over the
-response tokens of the step's probe rows (one completion from each of its first 32 groups),
+response tokens of the step's measured rows (one completion from each of its first 32 groups),
 after the step's optimizer updates minus before, on the very same states. This module predicts that
 number from the update itself and splits the prediction over the tokens that caused it
 (docs/entropy_mechanism.md derives both; the notation is the same).
@@ -12,8 +12,8 @@ To first order in the parameter change ``Δθ = θ_new − θ_old`` the step mad
 
     ΔH̄ ≈ ⟨∇_θ H̄(θ_old), Δθ⟩.
 
-``∇_θ H̄(θ_old)`` costs one forward and backward pass of ``H̄`` on the probe rows before
-the first optimizer step (none extra when a minibatch *is* the probe rows: its forward pass is
+``∇_θ H̄(θ_old)`` costs one forward and backward pass of ``H̄`` on the measured rows before
+the first optimizer step (none extra when a minibatch *is* the measured rows: its forward pass is
 shared); ``Δθ`` is read off the parameters, so the prediction holds for any optimizer, clip or
 schedule. What it leaves out is the curvature of ``H̄`` along the
 step (second and higher order): with several minibatches per rollout the later ones move
@@ -199,16 +199,16 @@ class _Minibatch:
     """``∇H̄(θ_k)`` for the path prediction"""
 
 
-class EntropyProbe:
-    """Predicts (and, when ``attribute``, attributes) one RL step's entropy change on the probe
-    rows ``probe_rows`` (indices into the step's batch, ascending).
+class EntropyPredictor:
+    """Predicts (and, when ``attribute``, attributes) one RL step's entropy change on the
+    measured rows ``measured_rows`` (indices into the step's batch, ascending).
 
     The update stage calls, per optimizer step: ``forward_done`` after the loss's forward pass,
     ``before_step`` after the backward pass and the clip, ``after_step`` after the optimizer
     step; then ``finish`` returns the metrics. ``logprobs(module, rows)`` must return the
     ``(logp, entropy)`` of the batch's rows ``rows`` (a boolean row mask) under ``module``,
-    with gradient (the trainer's ``policy_logprobs`` call); ``probe_logprobs(module)`` the
-    same for the probe rows; ``probe_mask`` is the mask of the probe tokens (the one
+    with gradient (the trainer's ``policy_logprobs`` call); ``measured_logprobs(module)`` the
+    same for the measured rows; ``measured_mask`` is the mask of the measured tokens (the one
     ``entropy_change`` averages over)."""
 
     def __init__(
@@ -216,9 +216,9 @@ class EntropyProbe:
         model: nn.Module,
         optimizer: torch.optim.Optimizer,
         logprobs: Callable[[nn.Module, Tensor], tuple[Tensor, Tensor]],
-        probe_logprobs: Callable[[nn.Module], tuple[Tensor, Tensor]],
-        probe_rows: Tensor,
-        probe_mask: Tensor,
+        measured_logprobs: Callable[[nn.Module], tuple[Tensor, Tensor]],
+        measured_rows: Tensor,
+        measured_mask: Tensor,
         *,
         attribute: bool = False,
         adv: Tensor | None = None,
@@ -229,9 +229,9 @@ class EntropyProbe:
         self.model = model
         self.optimizer = optimizer
         self.logprobs = logprobs
-        self.probe_logprobs = probe_logprobs
-        self.probe_rows = probe_rows
-        self.probe_mask = probe_mask
+        self.measured_logprobs = measured_logprobs
+        self.measured_rows = measured_rows
+        self.measured_mask = measured_mask
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.theta_old = [p.detach().clone() for p in self.params]
@@ -259,17 +259,17 @@ class EntropyProbe:
     def forward_done(self, rows: Tensor, entropy: Tensor) -> None:
         """After the forward pass of an optimizer step on ``rows`` (bool ``[B]``), whose
         per-token entropies (with graph) are ``entropy``: the gradient of ``H̄`` at these
-        parameters, from this very forward pass when ``rows`` are the probe rows, else from
+        parameters, from this very forward pass when ``rows`` are the measured rows, else from
         a pass of its own. Taken at the first step (θ_old) always, at the later ones only
         when attributing (the path prediction)."""
         first = self.grad is None
         if not (first or self.attribute):
             return
         shared = entropy.requires_grad and torch.equal(
-            rows.nonzero().squeeze(1), self.probe_rows.to(rows.device)
+            rows.nonzero().squeeze(1), self.measured_rows.to(rows.device)
         )
         if shared:
-            hbar = masked_mean(entropy.float(), self.probe_mask)
+            hbar = masked_mean(entropy.float(), self.measured_mask)
             grad = hbar_gradient(hbar, self.params, retain_graph=True)
         else:
             grad = self._gradient_here()
@@ -328,8 +328,8 @@ class EntropyProbe:
     # -- internals --------------------------------------------------------------------------
     def _gradient_here(self) -> list[Tensor]:
         with torch.enable_grad():
-            _, entropy = self.probe_logprobs(self.model)
-            hbar = masked_mean(entropy.float(), self.probe_mask)
+            _, entropy = self.measured_logprobs(self.model)
+            hbar = masked_mean(entropy.float(), self.measured_mask)
             return hbar_gradient(hbar, self.params, retain_graph=False)
 
     def _attribution(self, theta_new: list[Tensor]) -> dict[str, float]:
@@ -518,3 +518,70 @@ def attribution_gap(records: Sequence[dict[str, Any]]) -> float:
         if keys and keys[0] in r and "entropy_change_pred" in r
     ]
     return max(gaps) if gaps else math.nan
+
+
+def prediction_table(runs: dict[str, Sequence[Sequence[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """Per label (its runs' steps pooled, each run detrended on its own): how well the first-
+    order prediction, the path prediction and the two covariances track the measured entropy
+    change over steps, and how well the covariance tracks the prediction (the tabular
+    estimator against the network's first-order change).
+
+    ``r_*``: Pearson's r raw; ``*_detr``: after each run's running-mean trend (``detrend``);
+    ``*_diff``: of first differences; ``slope``: measured on predicted. The path prediction
+    exists on the attribution steps only; ``r_pred_attr`` is the plain prediction on those
+    same steps, for comparison."""
+    rows = []
+    for label, records in runs.items():
+        pred = correlations(records, "entropy_change_pred")
+        attributed = [[r for r in rs if "entropy_change_pred_path" in r] for rs in records]
+        path = correlations(attributed, "entropy_change_pred_path")
+        pred_attr = correlations(attributed, "entropy_change_pred")
+        cov = correlations(records, "cov_logp_adv")
+        cov_update = correlations(records, "cov_logp_update")
+        cov_pred = correlations(records, "cov_logp_adv", "entropy_change_pred")
+        rows.append(
+            {
+                "algo": label,
+                "steps": pred["steps"],
+                "r_pred": pred["r"],
+                "slope_pred": pred["slope"],
+                "r_pred_detr": pred["r_detrended"],
+                "attr_steps": path["steps"],
+                "r_path": path["r"],
+                "slope_path": path["slope"],
+                "r_pred_attr": pred_attr["r"],
+                "r_cov": cov["r"],
+                "r_cov_detr": cov["r_detrended"],
+                "r_cov_diff": cov["r_diff"],
+                "r_covu": cov_update["r"],
+                "r_covu_detr": cov_update["r_detrended"],
+                "r_cov_pred": cov_pred["r"],
+                "r_cov_pred_detr": cov_pred["r_detrended"],
+            }
+        )
+    return rows
+
+
+def attribution_table(runs: dict[str, Sequence[Sequence[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """Per label: the mean over its attributed steps (every run pooled) of each
+    ``entropy_attr/<class>``, of their sum, of ``entropy_change_pred`` and of the measured
+    ``entropy_change`` (nats per step), and the largest relative gap between the sum and the
+    prediction (``attribution_gap``)."""
+    attributed = {
+        label: [r for rs in records for r in rs if PREFIX + MOMENTUM in r]
+        for label, records in runs.items()
+    }
+    # One set of columns for every label (NaN where a label has no attributed step).
+    keys = attribution_keys([r for steps in attributed.values() for r in steps])
+    rows = []
+    for label, steps in attributed.items():
+        row: dict[str, Any] = {"algo": label, "attr_steps": len(steps)}
+        for key in keys:
+            values = [r.get(key, 0.0) for r in steps]
+            row[key[len(PREFIX) :]] = float(np.mean(values)) if values else math.nan
+        for key in ("entropy_change_pred", "entropy_change"):
+            row[key] = float(np.mean([r[key] for r in steps])) if steps else math.nan
+        row["sum"] = float(sum(row[k[len(PREFIX) :]] for k in keys)) if steps else math.nan
+        row["max_gap"] = attribution_gap(steps)
+        rows.append(row)
+    return rows

@@ -66,7 +66,7 @@ from refimpl.diagnostics import (
     logp_advantage_covariance,
     mean_pass_at_k,
 )
-from refimpl.entropy_attribution import EntropyProbe
+from refimpl.entropy_attribution import EntropyPredictor
 from refimpl.evaluate import correct_counts, encode_prompts, score_samples, success_rate
 from refimpl.model import GPT
 from refimpl.rundir import Preflight, preflight, record_resume, write_new_run  # noqa: F401
@@ -312,7 +312,7 @@ class Trainer:
         self.model.train()
         steps = []
         n_groups = batch.num_groups
-        probe = self._entropy_probe(batch, samples, adv)
+        predictor = self._entropy_predictor(batch, samples, adv)
         for _epoch in range(self.cfg.ppo_epochs):
             # Minibatch sizes differ by at most one group (fewer groups than minibatches:
             # one group each), however many groups dynamic sampling kept.
@@ -321,27 +321,29 @@ class Trainer:
                 keep[groups.start : groups.stop] = True
                 minibatch = batch.select_groups(keep) if len(groups) < n_groups else batch
                 rows = keep.repeat_interleave(self.cfg.group_size)
-                steps.append(self._optimizer_step(minibatch, samples, rows, adv[rows], probe))
+                steps.append(self._optimizer_step(minibatch, samples, rows, adv[rows], predictor))
         self.model.eval()
         grad_norm = float(np.mean([norm for norm, _ in steps]))
         loss_metrics = {key: float(np.mean([m[key] for _, m in steps])) for key in steps[0][1]}
-        return grad_norm, {**loss_metrics, **probe.finish()}
+        return grad_norm, {**loss_metrics, **predictor.finish()}
 
-    def _entropy_probe(self, batch: core.RolloutBatch, samples: Samples, adv) -> EntropyProbe:
+    def _entropy_predictor(
+        self, batch: core.RolloutBatch, samples: Samples, adv
+    ) -> EntropyPredictor:
         """The bookkeeping that predicts this step's ``entropy_change`` to first order, on the
         states and tokens it is measured on, and every ``diag_every`` steps splits the
         prediction over token classes (``refimpl.entropy_attribution``)."""
-        every, probe = self.cfg.diag_every, self._probe_rows(batch)
+        every, measured = self.cfg.diag_every, self._measured_rows(batch)
         step = self.step + 1  # as it is logged; the last step is attributed, as it is evaluated
         budget = self.cfg.max_sampled_tokens
         last = step == self.cfg.steps or (budget is not None and self.sampled_tokens >= budget)
-        return EntropyProbe(
+        return EntropyPredictor(
             self.model,
             self.optimizer,
             lambda model, rows: self._logprobs(model, samples, rows, with_entropy=True),
-            lambda model: self._probe_logprobs(model, samples, probe),
-            probe,
-            batch.response_mask[probe],
+            lambda model: self._measured_logprobs(model, samples, measured),
+            measured,
+            batch.response_mask[measured],
             attribute=every > 0 and (step % every == 0 or last),
             adv=adv,
             logp_old=batch.logp_old,
@@ -349,19 +351,19 @@ class Trainer:
             max_norm=self.cfg.grad_clip,
         )
 
-    def _optimizer_step(self, minibatch, samples: Samples, rows, adv: torch.Tensor, probe):
+    def _optimizer_step(self, minibatch, samples: Samples, rows, adv: torch.Tensor, predictor):
         """One loss, backward, gradient clip and Adam step; its gradient norm and metrics.
-        ``probe`` (an ``EntropyProbe``) sees the step; none of its calls changes it."""
+        ``predictor`` (an ``EntropyPredictor``) sees the step; none of its calls changes it."""
         with self.autocast():
             logp, entropy = self._logprobs(self.model, samples, rows, with_entropy=True)
         logp.retain_grad()  # ∂L/∂logp: the per-token weight this update applies
-        probe.forward_done(rows, entropy)  # ∇H̄ on this forward pass when rows are the probe's
+        predictor.forward_done(rows, entropy)  # ∇H̄ on this pass when rows are the measured ones
         if self.entropy_in_fp32:
             entropy = self._entropy_fp32(samples, rows)
         # H_θ carries gradient only for a loss that trains it (an entropy bonus).
         if not core.differentiates_entropy(self.algo_cfg):
             entropy = entropy.detach()
-        elif probe.attribute:
+        elif predictor.attribute:
             entropy.retain_grad()  # ∂L/∂H: the entropy bonus's share of the attribution
         loss, loss_metrics = self.algo.loss(minibatch, logp, adv, self.algo_cfg, entropy=entropy)
         if not torch.isfinite(loss):
@@ -371,9 +373,9 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         if not torch.isfinite(norm):
             raise self._non_finite("non-finite gradient norm")
-        probe.before_step(rows, logp, entropy, norm)
+        predictor.before_step(rows, logp, entropy, norm)
         self.optimizer.step()
-        probe.after_step()
+        predictor.after_step()
         # The update's effective advantage: −∂L/∂logp rescaled by the minibatch's token count
         # (= A·w under token-mean at ratio 1). Clipping, masks, KL terms and the aggregation
         # weights all show in it, the plain advantage shows none of them.
@@ -406,7 +408,7 @@ class Trainer:
             "entropy_change": self._entropy_change(samples, batch),
         }
 
-    def _probe_rows(self, batch: core.RolloutBatch) -> torch.Tensor:
+    def _measured_rows(self, batch: core.RolloutBatch) -> torch.Tensor:
         """The rows the entropy change is measured (and predicted) on: the first
         ``ENTROPY_CHANGE_COMPLETIONS`` of each of the first ``ENTROPY_CHANGE_GROUPS`` groups."""
         G = self.cfg.group_size
@@ -414,13 +416,12 @@ class Trainer:
         within = torch.arange(min(G, ENTROPY_CHANGE_COMPLETIONS), device=self.device)
         return (groups[:, None] * G + within[None, :]).reshape(-1)
 
-    def _probe_logprobs(self, model: GPT, samples: Samples, probe: torch.Tensor):
-        """``(logp, entropy)`` of the probe rows under ``model`` (their groups' prompts run
-        once each)."""
+    def _measured_logprobs(self, model: GPT, samples: Samples, measured: torch.Tensor):
+        """``(logp, entropy)`` of the measured rows under ``model``."""
         return self._logprobs(
             model,
             samples,
-            probe,
+            measured,
             with_entropy=True,
             group_size=min(self.cfg.group_size, ENTROPY_CHANGE_COMPLETIONS),
         )
@@ -430,9 +431,9 @@ class Trainer:
         """Why entropy moves (Cui et al.): Cov(logp_old, A) over the trained tokens predicts
         the sign of the entropy change; measure that change on the very same states (the
         update stage predicts it to first order on them: ``entropy_change_pred``)."""
-        measured = self._probe_rows(batch)
+        measured = self._measured_rows(batch)
         with self.autocast():
-            _, entropy_after = self._probe_logprobs(self.model, samples, measured)
+            _, entropy_after = self._measured_logprobs(self.model, samples, measured)
         change = core.masked_mean(
             entropy_after.float() - batch.entropy_old[measured], batch.response_mask[measured]
         )

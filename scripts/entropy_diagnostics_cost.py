@@ -19,7 +19,7 @@ the step index, so every mode does the same work. The modes are interleaved (A, 
 
 The share of a step is (mode − none) / none, a median over the (round, step) pairs. Alongside,
 the CPU time spent inside the diagnostics themselves (``Trainer._entropy_change``, the
-covariances and every ``EntropyProbe`` call) is summed within each step and divided by the
+covariances and every ``EntropyPredictor`` call) is summed within each step and divided by the
 rest of that step: a second, less noisy estimate of the same share. With attribution every k
 steps, the mean cost per step is pred + (attribute − pred) / k, printed for a few k.
 """
@@ -59,8 +59,8 @@ class CostConfig:
     """where the warm-start cache lives (a run directory is written under it)"""
 
 
-class _NoProbe:
-    """An EntropyProbe that does nothing (the ``none`` and ``before`` modes)."""
+class _NoPredictor:
+    """An EntropyPredictor that does nothing (the ``none`` and ``before`` modes)."""
 
     attribute = False
 
@@ -81,7 +81,7 @@ def _mode(trainer: Trainer, name: str):
     """A context that makes ``trainer.train_step`` compute the diagnostics of mode ``name``."""
     stack = []
     if name in ("none", "before"):
-        stack.append(mock.patch.object(trainer, "_entropy_probe", lambda *_a: _NoProbe()))
+        stack.append(mock.patch.object(trainer, "_entropy_predictor", lambda *_a: _NoPredictor()))
     if name == "none":
         stack.append(mock.patch.object(trainer, "_entropy_change", lambda *_a: 0.0))
         stack.append(mock.patch.object(train_module, "logp_advantage_covariance", lambda *_a: 0.0))
@@ -115,7 +115,7 @@ class _Clock:
 
 def _clocked(trainer: Trainer, clock: _Clock):
     """Patches that time every diagnostic call of a step (they must be the outermost ones)."""
-    probe_cls = entropy_attribution.EntropyProbe
+    predictor_cls = entropy_attribution.EntropyPredictor
     patches = [
         mock.patch.object(trainer, "_entropy_change", clock.wrap(trainer._entropy_change)),
         mock.patch.object(
@@ -125,7 +125,9 @@ def _clocked(trainer: Trainer, clock: _Clock):
         ),
     ]
     for name in ("__init__", "forward_done", "before_step", "after_step", "finish"):
-        patches.append(mock.patch.object(probe_cls, name, clock.wrap(getattr(probe_cls, name))))
+        patches.append(
+            mock.patch.object(predictor_cls, name, clock.wrap(getattr(predictor_cls, name)))
+        )
     return patches
 
 

@@ -69,7 +69,7 @@ def _rl_step(
     logp_old,
     *,
     splits,
-    n_probe,
+    n_measured,
     attribute,
     max_norm=math.inf,
     entropy_coef=0.0,
@@ -77,14 +77,14 @@ def _rl_step(
 ):
     """One RL step as the trainer's update stage takes it: a policy-gradient loss (plus an
     entropy bonus and a pull towards the rollout policy, which also reaches A = 0 tokens) per
-    minibatch, backward, clip, Adam step, with the probe's hooks."""
-    probe = ea.EntropyProbe(
+    minibatch, backward, clip, Adam step, with the predictor's hooks."""
+    predictor = ea.EntropyPredictor(
         model,
         opt,
         logprobs,
-        lambda m: logprobs(m, slice(0, n_probe)),
-        torch.arange(n_probe),
-        mask[:n_probe],
+        lambda m: logprobs(m, slice(0, n_measured)),
+        torch.arange(n_measured),
+        mask[:n_measured],
         attribute=attribute,
         adv=adv,
         logp_old=logp_old,
@@ -96,7 +96,7 @@ def _rl_step(
         rows[lo:hi] = True
         logp, entropy = logprobs(model, rows)
         logp.retain_grad()
-        probe.forward_done(rows, entropy)
+        predictor.forward_done(rows, entropy)
         if entropy_coef:
             entropy.retain_grad()
         m = mask[rows]
@@ -109,27 +109,27 @@ def _rl_step(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        probe.before_step(rows, logp, entropy if entropy_coef else entropy.detach(), norm)
+        predictor.before_step(rows, logp, entropy if entropy_coef else entropy.detach(), norm)
         opt.step()
-        probe.after_step()
-    return probe.finish()
+        predictor.after_step()
+    return predictor.finish()
 
 
-def _hbar(model, logprobs, mask, n_probe):
+def _hbar(model, logprobs, mask, n_measured):
     with torch.no_grad():
-        _, entropy = logprobs(model, slice(0, n_probe))
-        return float((entropy * mask[:n_probe]).sum() / mask[:n_probe].sum())
+        _, entropy = logprobs(model, slice(0, n_measured))
+        return float((entropy * mask[:n_measured]).sum() / mask[:n_measured].sum())
 
 
 def test_prediction_equals_a_central_finite_difference_along_the_step():
     """float64, one Adam step of lr 1e-6 on a tiny GPT: ⟨∇H̄(θ_old), Δθ⟩ equals
-    (H̄(θ_old + Δθ) − H̄(θ_old − Δθ)) / 2, whose error is third order in |Δθ|. The probe rows
-    (the first 4) are not the minibatch (all 8), so ∇H̄ comes from the probe's own pass."""
+    (H̄(θ_old + Δθ) − H̄(θ_old − Δθ)) / 2, whose error is third order in |Δθ|. The measured rows
+    (the first 4) are not the minibatch (all 8), so ∇H̄ comes from the predictor's own pass."""
     model, logprobs, mask, adv, logp_old = _tiny_setup()
     opt = torch.optim.Adam(model.parameters(), lr=1e-6)
     old = [p.detach().clone() for p in model.parameters()]
     out = _rl_step(
-        model, opt, logprobs, mask, adv, logp_old, splits=[(0, B)], n_probe=4, attribute=True
+        model, opt, logprobs, mask, adv, logp_old, splits=[(0, B)], n_measured=4, attribute=True
     )
     new = [p.detach().clone() for p in model.parameters()]
     values = {}
@@ -146,14 +146,14 @@ def test_prediction_equals_a_central_finite_difference_along_the_step():
 
 
 def test_attributions_sum_to_the_prediction():
-    """float64, three minibatches (the first is the probe rows, so ∇H̄ shares its forward
+    """float64, three minibatches (the first is the measured rows, so ∇H̄ shares its forward
     pass), Adam with momentum from two earlier steps, a clip that scales every gradient, an
     entropy bonus and a pull towards the rollout policy: the token classes + the entropy term
     + the momentum sum to the prediction."""
     model, logprobs, mask, adv, logp_old = _tiny_setup(seed=1)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     kwargs = dict(
-        splits=[(0, 3), (3, 6), (6, 8)], n_probe=3, max_norm=0.05, entropy_coef=0.05, kl_coef=1.0
+        splits=[(0, 3), (3, 6), (6, 8)], n_measured=3, max_norm=0.05, entropy_coef=0.05, kl_coef=1.0
     )
     for _ in range(2):  # momentum from earlier steps
         _rl_step(model, opt, logprobs, mask, adv, logp_old, attribute=False, **kwargs)
@@ -308,7 +308,7 @@ def test_trainer_logs_the_prediction_every_step_and_the_attribution_every_k(runs
 
 def test_the_diagnostics_change_nothing_the_run_trains_on(runs):
     """The same seeded run with the attribution on every step and off: identical rewards,
-    losses, gradient norms and entropies (the probe only reads the update)."""
+    losses, gradient norms and entropies (the predictor only reads the update)."""
     on = read_metrics(train(_tiny(runs, name="on", diag_every=1, steps=3)))
     off = read_metrics(train(_tiny(runs, name="off", diag_every=0, steps=3)))
     assert not any(k.startswith(ea.PREFIX) for r in off for k in r)
