@@ -327,3 +327,46 @@ def test_the_diagnostics_change_nothing_the_run_trains_on(runs):
 def test_diag_every_must_not_be_negative(runs):
     with pytest.raises(ValueError, match="--diag-every"):
         resolve(_tiny(runs, diag_every=-1))
+
+
+def _fake_run(path: Path, algo: str, seed: int, records: list[dict]) -> Path:
+    import json
+
+    path.mkdir(parents=True)
+    config = {"train_config": {"algo": algo, "task": "countdown", "seed": seed, "algo_args": []}}
+    (path / "config.json").write_text(json.dumps(config))
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_compare_figure_last_panel_shows_the_prediction(tmp_path, monkeypatch):
+    """refimpl compare's last panel: the measured change against entropy_change_pred, with
+    the prediction's r in the legend and the covariance's r beside it."""
+    from matplotlib.figure import Figure
+
+    from refimpl import plots
+
+    gen = np.random.default_rng(0)
+    pred = gen.normal(-0.01, 0.005, 30)
+    records = [{"step": 0, "heldout_greedy": 0.4}] + [
+        {
+            "step": i + 1,
+            "entropy_mean": 0.5,
+            "entropy_change_pred": float(p),
+            "entropy_change": float(p + gen.normal(0, 1e-4)),
+            "cov_logp_adv": float(gen.normal(0.06, 0.01)),
+        }
+        for i, p in enumerate(pred)
+    ]
+    run = _fake_run(tmp_path / "grpo-s0", "grpo", 0, records)
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: saved.append(self))
+    plots.plot_compare([run], tmp_path / "compare.png")
+    last = [ax for ax in saved[0].axes if ax.get_visible()][-1]
+    legend = [t.get_text() for t in last.get_legend().get_texts()]
+    measured = np.array([r["entropy_change"] for r in records[1:]])
+    r_pred = ea.pearson(pred, measured)
+    r_cov = ea.pearson(np.array([r["cov_logp_adv"] for r in records[1:]]), measured)
+    assert legend == [f"grpo: r = {r_pred:+.2f} (Cov: {r_cov:+.2f})"]
+    assert r_pred > 0.99
+    assert "⟨∇H̄(θ_old), Δθ⟩" in last.get_xlabel()
