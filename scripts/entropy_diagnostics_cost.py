@@ -11,8 +11,11 @@ the step index, so every mode does the same work. The modes are interleaved (A, 
 ``--repeats`` rounds of ``--steps`` distinct steps.
 
     none        no entropy diagnostic: no entropy_change, no covariances, no prediction
-    before      what the trainer logged before entropy_change_pred: entropy_change and the two
-                covariances (cov_logp_adv, cov_logp_update)
+    main        the diagnostics as they were before entropy_change_pred (today's baseline):
+                entropy_change on the first 16 groups × 8 completions and the two covariances
+                (cov_logp_adv, cov_logp_update)
+    before      the same on today's measured rows (one completion from each of the first 32
+                groups), without the prediction
     pred        the default step: ``before`` + entropy_change_pred
     attribute   an attribution step (every --diag-every steps): ``pred`` + entropy_attr/* and
                 entropy_change_pred_path
@@ -37,7 +40,7 @@ from unittest import mock
 import torch
 import tyro
 
-from refimpl import entropy_attribution
+from refimpl import core, entropy_attribution
 from refimpl import train as train_module
 from refimpl.bench import format_machine, machine_info
 from refimpl.train import TrainConfig, Trainer
@@ -77,11 +80,28 @@ class _NoPredictor:
         return {}
 
 
+def _entropy_change_16x8(trainer: Trainer):
+    """``Trainer._entropy_change`` as it was before the measured rows changed: the first 16
+    groups with all their completions."""
+
+    @torch.no_grad()
+    def change(samples, batch) -> float:
+        measured = slice(0, min(batch.num_groups, 16) * trainer.cfg.group_size)
+        with trainer.autocast():
+            _, after = trainer._logprobs(trainer.model, samples, measured, with_entropy=True)
+        mask = batch.response_mask[measured]
+        return float(core.masked_mean(after.float() - batch.entropy_old[measured], mask))
+
+    return change
+
+
 def _mode(trainer: Trainer, name: str):
     """A context that makes ``trainer.train_step`` compute the diagnostics of mode ``name``."""
     stack = []
-    if name in ("none", "before"):
+    if name in ("none", "main", "before"):
         stack.append(mock.patch.object(trainer, "_entropy_predictor", lambda *_a: _NoPredictor()))
+    if name == "main":
+        stack.append(mock.patch.object(trainer, "_entropy_change", _entropy_change_16x8(trainer)))
     if name == "none":
         stack.append(mock.patch.object(trainer, "_entropy_change", lambda *_a: 0.0))
         stack.append(mock.patch.object(train_module, "logp_advantage_covariance", lambda *_a: 0.0))
@@ -163,7 +183,7 @@ def measure(cfg: CostConfig) -> dict[str, dict[str, list[float]]]:
                 copy.deepcopy(trainer.optimizer.state_dict()),
             )
         )
-    modes = ("none", "before", "pred", "attribute")
+    modes = ("none", "main", "before", "pred", "attribute")
     times: dict[str, list[float]] = {m: [] for m in modes}
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     inside: dict[str, list[float]] = {m: [] for m in modes}
