@@ -85,6 +85,10 @@ class TrainConfig:
     """number of fixed probe prompts"""
     checkpoint_every: int = 50
     """steps between checkpoints (a final one is always written)"""
+    diag_every: int = 50
+    """steps between the attributions of the entropy change to token classes (entropy_attr/*,
+    also at the last step; each costs about one step's time; 0: off). entropy_change_pred is
+    logged every step"""
     runs_dir: Path = Path("runs")
     """parent directory of run directories"""
     name: str | None = None
@@ -214,6 +218,8 @@ def _check_sampling_and_machine(cfg: TrainConfig) -> None:
         raise ValueError(f"--resample-rounds: expected an integer ≥ 0, got {cfg.resample_rounds}")
     if cfg.probe_every < 0:
         raise ValueError(f"--probe-every: expected an integer ≥ 0 (0: off), got {cfg.probe_every}")
+    if cfg.diag_every < 0:
+        raise ValueError(f"--diag-every: expected an integer ≥ 0 (0: off), got {cfg.diag_every}")
     if cfg.probe_every and cfg.probe_prompts < 1:
         raise ValueError(
             f"--probe-prompts: expected a positive integer (or --probe-every 0), "

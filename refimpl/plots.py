@@ -299,6 +299,52 @@ def plot_compare(
             base = [b[0] for b in base if b.size]
             if base:
                 ax.axhline(float(np.mean(base)), color="0.4", ls="--", lw=0.9, label="warm start")
+        if key == "cov vs entropy change":
+            # The prediction that works beside the one that does not: the measured change
+            # against the first-order prediction ⟨∇H̄, Δθ⟩ (docs/entropy_mechanism.md), with
+            # the covariance's correlation in the legend next to the prediction's.
+            from refimpl.entropy_attribution import paired, pearson
+
+            runs = {label: [load_metrics(d) for d in dirs] for label, dirs in groups.items()}
+            if any(
+                paired(r, "entropy_change_pred", "entropy_change")[0].size
+                for rs in runs.values()
+                for r in rs
+            ):
+                ax.clear()
+                lo, hi = np.inf, -np.inf
+                for label, records in runs.items():
+                    pts = [paired(r, "entropy_change_pred", "entropy_change") for r in records]
+                    x = np.concatenate([p[0] for p in pts])
+                    y = np.concatenate([p[1] for p in pts])
+                    if x.size < 3:
+                        continue
+                    cov = [paired(r, "cov_logp_adv", "entropy_change") for r in records]
+                    r_cov = pearson(
+                        np.concatenate([c[0] for c in cov]), np.concatenate([c[1] for c in cov])
+                    )
+                    ax.scatter(
+                        x,
+                        y,
+                        s=5,
+                        alpha=0.35,
+                        color=ALGO_COLORS.get(label.split()[0]),
+                        label=f"{label}: r = {pearson(x, y):+.2f} (Cov: {r_cov:+.2f})",
+                    )
+                    lo, hi = min(lo, x.min(), y.min()), max(hi, x.max(), y.max())
+                if np.isfinite(lo):
+                    ax.plot([lo, hi], [lo, hi], color="0.4", lw=0.8, ls="--")
+                ax.axhline(0, color="0.5", lw=0.8)
+                ax.axvline(0, color="0.5", lw=0.8)
+                ax.set_xlabel("predicted: ⟨∇H̄(θ_old), Δθ⟩ (nats)")
+                ax.set_ylabel("measured entropy change (nats)")
+                ax.set_title(
+                    "entropy change per step vs its first-order prediction\n"
+                    "(legend: r; in brackets r with Cov(log π_old, A))",
+                    fontsize=9,
+                )
+                ax.grid(alpha=0.3)
+                ax.legend(fontsize=7, loc="best")
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     first = axes.flat[0]

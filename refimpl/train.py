@@ -10,7 +10,8 @@ in this order::
     reference   logp_ref from the frozen warm start, when a KL term needs it
     advantages  advantages(batch, cfg); then DAPO's overlong filter masks truncated rows
     update      ppo_epochs × minibatches of  loss(batch, logp, adv, cfg, entropy) + backward
-                + clip grad norm + optimizer step
+                + clip grad norm + optimizer step; the first-order prediction of the entropy
+                change (and every ``diag_every`` steps its split over token classes)
     metrics     rewards, entropies, advantages, the entropy change the update caused
 
 Around the steps, ``run`` evaluates greedy and sampled success on a fixed held-out set every
@@ -67,6 +68,7 @@ from refimpl.diagnostics import (
     mean_pass_at_k,
 )
 from refimpl.divergence import DivergenceGuard, NonFiniteLossError  # noqa: F401  (re-exported)
+from refimpl.entropy_attribution import EntropyPredictor
 from refimpl.evaluate import correct_counts, encode_prompts, score_samples, success_rate
 from refimpl.model import GPT
 from refimpl.rundir import (  # noqa: F401
@@ -84,7 +86,13 @@ from toy_envs import TOKENIZER
 
 PROBE_SEED = 20_000  # the fixed probe prompts of the entropy snapshots
 EVAL_SEED = 30_000  # the sampled completions of every held-out evaluation
-ENTROPY_CHANGE_GROUPS = 16  # groups on which the entropy change of a step is measured
+# The entropy change of a step is measured (and predicted) on the first
+# ENTROPY_CHANGE_COMPLETIONS completion(s) of each of its first ENTROPY_CHANGE_GROUPS groups:
+# many prompts with one completion each follow the whole batch's change more closely than few
+# prompts with many (docs/entropy_mechanism.md: 32 × 1 rows, r = 0.88 with the change on all
+# 64 × 8; 16 × 8 rows, r = 0.86), at less than half the cost of the forward pass.
+ENTROPY_CHANGE_GROUPS = 32
+ENTROPY_CHANGE_COMPLETIONS = 1
 
 
 class Rollout(NamedTuple):
@@ -309,6 +317,7 @@ class Trainer:
         self.model.train()
         steps = []
         n_groups = batch.num_groups
+        predictor = self._entropy_predictor(batch, samples, adv)
         for _epoch in range(self.cfg.ppo_epochs):
             # Minibatch sizes differ by at most one group (fewer groups than minibatches:
             # one group each), however many groups dynamic sampling kept.
@@ -317,22 +326,50 @@ class Trainer:
                 keep[groups.start : groups.stop] = True
                 minibatch = batch.select_groups(keep) if len(groups) < n_groups else batch
                 rows = keep.repeat_interleave(self.cfg.group_size)
-                steps.append(self._optimizer_step(minibatch, samples, rows, adv[rows]))
+                steps.append(self._optimizer_step(minibatch, samples, rows, adv[rows], predictor))
         self.model.eval()
         grad_norm = float(np.mean([norm for norm, _ in steps]))
         loss_metrics = {key: float(np.mean([m[key] for _, m in steps])) for key in steps[0][1]}
-        return grad_norm, loss_metrics
+        return grad_norm, {**loss_metrics, **predictor.finish()}
 
-    def _optimizer_step(self, minibatch, samples: Samples, rows, adv: torch.Tensor):
-        """One loss, backward, gradient clip and Adam step; its gradient norm and metrics."""
+    def _entropy_predictor(
+        self, batch: core.RolloutBatch, samples: Samples, adv
+    ) -> EntropyPredictor:
+        """The bookkeeping that predicts this step's ``entropy_change`` to first order, on the
+        states and tokens it is measured on, and every ``diag_every`` steps splits the
+        prediction over token classes (``refimpl.entropy_attribution``)."""
+        every, measured = self.cfg.diag_every, self._measured_rows(batch)
+        step = self.step + 1  # as it is logged; the last step is attributed, as it is evaluated
+        budget = self.cfg.max_sampled_tokens
+        last = step == self.cfg.steps or (budget is not None and self.sampled_tokens >= budget)
+        return EntropyPredictor(
+            self.model,
+            self.optimizer,
+            lambda model, rows: self._logprobs(model, samples, rows, with_entropy=True),
+            lambda model: self._measured_logprobs(model, samples, measured),
+            measured,
+            batch.response_mask[measured],
+            attribute=every > 0 and (step % every == 0 or last),
+            adv=adv,
+            logp_old=batch.logp_old,
+            loss_mask=batch.response_mask,
+            max_norm=self.cfg.grad_clip,
+        )
+
+    def _optimizer_step(self, minibatch, samples: Samples, rows, adv: torch.Tensor, predictor):
+        """One loss, backward, gradient clip and Adam step; its gradient norm and metrics.
+        ``predictor`` (an ``EntropyPredictor``) sees the step; none of its calls changes it."""
         with self.autocast():
             logp, entropy = self._logprobs(self.model, samples, rows, with_entropy=True)
         logp.retain_grad()  # ∂L/∂logp: the per-token weight this update applies
+        predictor.forward_done(rows, entropy)  # ∇H̄ on this pass when rows are the measured ones
         if self.entropy_in_fp32:
             entropy = self._entropy_fp32(samples, rows)
         # H_θ carries gradient only for a loss that trains it (an entropy bonus).
         if not self.algo_cfg.differentiates_entropy():
             entropy = entropy.detach()
+        elif predictor.attribute:
+            entropy.retain_grad()  # ∂L/∂H: the entropy bonus's share of the attribution
         loss, loss_metrics = self.algo.loss(minibatch, logp, adv, self.algo_cfg, entropy=entropy)
         if not torch.isfinite(loss):
             raise self._non_finite(f"non-finite loss {loss.item()}")
@@ -341,7 +378,9 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         if not torch.isfinite(norm):
             raise self._non_finite("non-finite gradient norm")
+        predictor.before_step(rows, logp, entropy, norm)
         self.optimizer.step()
+        predictor.after_step()
         # The update's effective advantage: −∂L/∂logp rescaled by the minibatch's token count
         # (= A·w under token-mean at ratio 1). Clipping, masks, KL terms and the aggregation
         # weights all show in it, the plain advantage shows none of them.
@@ -374,15 +413,32 @@ class Trainer:
             "entropy_change": self._entropy_change(samples, batch),
         }
 
+    def _measured_rows(self, batch: core.RolloutBatch) -> torch.Tensor:
+        """The rows the entropy change is measured (and predicted) on: the first
+        ``ENTROPY_CHANGE_COMPLETIONS`` of each of the first ``ENTROPY_CHANGE_GROUPS`` groups."""
+        G = self.cfg.group_size
+        groups = torch.arange(min(batch.num_groups, ENTROPY_CHANGE_GROUPS), device=self.device)
+        within = torch.arange(min(G, ENTROPY_CHANGE_COMPLETIONS), device=self.device)
+        return (groups[:, None] * G + within[None, :]).reshape(-1)
+
+    def _measured_logprobs(self, model: GPT, samples: Samples, measured: torch.Tensor):
+        """``(logp, entropy)`` of the measured rows under ``model``."""
+        return self._logprobs(
+            model,
+            samples,
+            measured,
+            with_entropy=True,
+            group_size=min(self.cfg.group_size, ENTROPY_CHANGE_COMPLETIONS),
+        )
+
     @torch.no_grad()
     def _entropy_change(self, samples: Samples, batch: core.RolloutBatch) -> float:
         """Why entropy moves (Cui et al.): Cov(logp_old, A) over the trained tokens predicts
-        the sign of the entropy change; measure that change on the very same states. The same
-        states before and after make it precise on a subset: the first
-        ``ENTROPY_CHANGE_GROUPS`` groups (a quarter of the cost of a full forward at 64)."""
-        measured = slice(0, min(batch.num_groups, ENTROPY_CHANGE_GROUPS) * self.cfg.group_size)
+        the sign of the entropy change; measure that change on the very same states (the
+        update stage predicts it to first order on them: ``entropy_change_pred``)."""
+        measured = self._measured_rows(batch)
         with self.autocast():
-            _, entropy_after = self._logprobs(self.model, samples, measured, with_entropy=True)
+            _, entropy_after = self._measured_logprobs(self.model, samples, measured)
         change = core.masked_mean(
             entropy_after.float() - batch.entropy_old[measured], batch.response_mask[measured]
         )
@@ -408,8 +464,11 @@ class Trainer:
                 generator=generator,
             )
 
-    def _logprobs(self, model: GPT, samples: Samples, rows: Any, *, with_entropy: bool):
-        """``policy_logprobs`` of ``model`` on the rows ``rows`` of ``samples``."""
+    def _logprobs(
+        self, model: GPT, samples: Samples, rows: Any, *, with_entropy: bool, group_size=None
+    ):
+        """``policy_logprobs`` of ``model`` on the rows ``rows`` of ``samples`` (consecutive
+        runs of ``group_size`` rows share a prompt; default: the run's G)."""
         return policy_logprobs(
             model,
             samples.prompt_ids[rows],
@@ -418,7 +477,7 @@ class Trainer:
             samples.response_mask[rows],
             temperature=self.cfg.temperature,
             with_entropy=with_entropy,
-            group_size=self.cfg.group_size,
+            group_size=group_size or self.cfg.group_size,
         )
 
     @torch.no_grad()

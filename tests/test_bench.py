@@ -134,6 +134,9 @@ def test_quick_learning_benchmark_writes_its_report(tmp_path):
         "preserve pass@16",
         "pass@16 start → end",
         "r(Cov, entropy change)",
+        "r(pred)",  # the first-order prediction of the entropy change, and its attribution
+        "r(path) vs r(pred) there",
+        "| pos_high | pos_low | neg_high | neg_low |",
     ):
         assert name in text, name
     assert (out / "figures" / "bench_learning_chain.png").exists()

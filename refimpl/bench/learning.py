@@ -45,6 +45,13 @@ import numpy as np
 
 from refimpl import algorithms
 from refimpl.bench import format_machine, machine_info, markdown_table
+from refimpl.entropy_attribution import (
+    ENTROPY_TERM,
+    MOMENTUM,
+    TOKEN_CLASSES,
+    attribution_table,
+    prediction_table,
+)
 from refimpl.presets import PresetName
 from refimpl.runlog import read_metrics
 
@@ -159,6 +166,8 @@ class LearningConfig:
         n = changes.get("prompts_per_step", train.prompts_per_step)
         if n % train.minibatches:
             changes["minibatches"] = 1  # e.g. the quick size's 4 prompts: one minibatch
+        if self.quick:
+            changes["diag_every"] = 1  # a few steps: attribute every one
         return dataclasses.replace(train, **changes)
 
     def out_dir(self) -> Path:
@@ -464,14 +473,92 @@ def collect(cfg: LearningConfig, runs: list[Run], budgets: dict[str, int]) -> di
             m = run_metrics(_records(r.train.run_dir), budgets[task], target, cfg.collapse_ratio)
             per_run.setdefault(r.label, {})[r.seed] = m
         labels = list(dict.fromkeys(r.label for r in task_runs))
+        by_label = {
+            lab: [_records(r.train.run_dir) for r in task_runs if r.label == lab] for lab in labels
+        }
         results[task] = {
             "budget_tokens": budgets[task],
             "base": base,
             "target": target,
             "runs": per_run,
             "summary": {lab: summarize_seeds(list(per_run[lab].values())) for lab in labels},
+            "entropy": {  # why entropy moves: predicted and attributed (seeds pooled)
+                "prediction": prediction_table(by_label),
+                "attribution": attribution_table(by_label),
+            },
         }
     return results
+
+
+def _entropy_tables(res: dict[str, Any]) -> list[str]:
+    """The report's tables of ``refimpl.entropy_attribution``: how the first-order prediction
+    and the covariances track the measured entropy change, and the attribution by class."""
+    pred, attr = res["entropy"]["prediction"], res["entropy"]["attribution"]
+
+    def f(v: float, fmt: str = "+.2f") -> str:
+        return "-" if not math.isfinite(v) else format(v, fmt)
+
+    lines = [
+        "Why entropy moves (docs/entropy_mechanism.md), seeds pooled: Pearson's r over steps "
+        "with the measured `entropy_change`, raw / after each run's 11-step running mean "
+        "(detr.) / of first differences (diff.); slope of measured on predicted; the path "
+        "prediction on the attribution steps, next to the plain one on the same steps.",
+        "",
+        markdown_table(
+            [
+                "algorithm",
+                "steps",
+                "r(pred)",
+                "slope",
+                "r(pred) detr.",
+                "attributed steps",
+                "r(path) vs r(pred) there",
+                "r(Cov) raw / detr. / diff.",
+                "r(Cov update) raw / detr.",
+                "r(Cov, pred) raw / detr.",
+            ],
+            [
+                [
+                    r["algo"],
+                    r["steps"],
+                    f(r["r_pred"]),
+                    f(r["slope_pred"]),
+                    f(r["r_pred_detr"]),
+                    r["attr_steps"],
+                    f"{f(r['r_path'])} vs {f(r['r_pred_attr'])}",
+                    f"{f(r['r_cov'])} / {f(r['r_cov_detr'])} / {f(r['r_cov_diff'])}",
+                    f"{f(r['r_covu'])} / {f(r['r_covu_detr'])}",
+                    f"{f(r['r_cov_pred'])} / {f(r['r_cov_pred_detr'])}",
+                ]
+                for r in pred
+            ],
+        ),
+        "",
+    ]
+    classes = [c for c in (*TOKEN_CLASSES, ENTROPY_TERM, MOMENTUM) if any(c in r for r in attr)]
+    lines += [
+        "Attribution of the predicted entropy change, mean per attributed step, 10⁻³ nats "
+        "(A: the algorithm's advantage; high/low: π_old of the sampled token above / at or "
+        "below the batch median; momentum: earlier steps' gradients in Adam's m).",
+        "",
+        markdown_table(
+            ["algorithm", "attributed steps", *classes, "sum", "predicted", "measured", "max gap"],
+            [
+                [
+                    r["algo"],
+                    r["attr_steps"],
+                    *(f(1e3 * r.get(c, math.nan), "+.3f") for c in classes),
+                    f(1e3 * r["sum"], "+.3f"),
+                    f(1e3 * r["entropy_change_pred"], "+.3f"),
+                    f(1e3 * r["entropy_change"], "+.3f"),
+                    f(r["max_gap"], ".1e"),
+                ]
+                for r in attr
+            ],
+        ),
+        "",
+    ]
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -790,6 +877,8 @@ def _task_section(task: str, res: dict[str, Any], figures: list[Path]) -> list[s
         markdown_table(MECHANISM_COLUMNS, [_mechanism_row(label, s) for label, s in summary]),
         "",
     ]
+    if "entropy" in res:
+        lines += _entropy_tables(res)
     for fig in figures:
         lines += [f"![{fig.stem}](figures/{fig.name})", ""]
     return lines
