@@ -38,7 +38,7 @@ import tyro
 
 from refimpl.checkpoint import load_model_weights
 from refimpl.compare import CompareConfig, compare
-from refimpl.config import HELD_OUT_SEED, build_task
+from refimpl.config import HELD_OUT_SEED, build_task, run_warmstart
 from refimpl.evaluate import encode_prompts, score_samples
 from refimpl.plots import group_runs
 from refimpl.sampling import sample_groups
@@ -61,8 +61,8 @@ class DemoConfig:
     """RL steps per run (80: four runs in two workers fit the 5-minute budget; docs/benchmarks.md)"""
     base_steps: int = 300
     """supervised steps of the demo's base model (300: greedy success 0.28 on countdown, room
-    to learn; GRPO's greedy success levels off near 0.5 within 40-60 RL steps, so from the
-    default 600-step base, at 0.46, it gains only +0.07)"""
+    to learn; from the default 600-step base, at 0.46, GRPO gains only about +0.10 in 80-100
+    steps; docs/benchmarks.md § 0)"""
     eval_every: int = 20
     """steps between held-out evaluations"""
     target: float = 0.5
@@ -194,9 +194,7 @@ def final_gains(run_dirs: Sequence[Path], train: TrainConfig, n: int) -> list[di
     torch.set_num_threads(1)
     try:
         base = train_warmstart(
-            dataclasses.replace(
-                train.warmstart, task=train.task, task_args=train.task_args, progress=False
-            ),
+            dataclasses.replace(run_warmstart(train), progress=False),
             prefix="--train.warmstart.",
         )
         before = greedy_correct(base, task, problems, budget)

@@ -413,15 +413,21 @@ def verify_resume(cfg: TrainConfig, saved: dict[str, Any]) -> None:
             )
 
 
-def check_run_dir(cfg: TrainConfig) -> dict[str, Any] | None:
+def check_run_dir(cfg: TrainConfig, *, named: bool = False) -> dict[str, Any] | None:
     """Check the run directory before anything is written: a valid ``--name``, ``--resume``
     only of a run (with the same settings, see ``RESUME_MAY_CHANGE``, and a whole
     checkpoint, ``verify_resume``), ``--overwrite`` only of a run, never an existing
     directory otherwise, writable directories. Returns the saved config.json of the run to
-    resume, else None."""
+    resume, else None.
+
+    ``named=True``: the caller (``preflight``) has just checked ``--runs-dir``, ``--name``
+    and a resumed run's settings, so they are not checked twice. Under the run's lock
+    (``claim_run_dir``) everything is checked again on purpose: the directory may have
+    changed while it was not locked."""
     runs_dir, run_dir = Path(cfg.runs_dir), cfg.run_dir
-    check_runs_dir(runs_dir)
-    check_name(cfg.name, runs_dir)
+    if not named:
+        check_runs_dir(runs_dir)
+        check_name(cfg.name, runs_dir)
     cache_root = (Path(run_warmstart(cfg).runs_dir) / "warmstart").resolve()
     here = run_dir.resolve()
     if here == cache_root or cache_root in here.parents or here in cache_root.parents:
@@ -436,7 +442,8 @@ def check_run_dir(cfg: TrainConfig) -> dict[str, Any] | None:
     if cfg.resume:
         check_resumable(run_dir)
         saved = read_run_config(run_dir)
-        check_resume_settings(cfg, saved["train_config"], run_dir / "config.json")
+        if not named:
+            check_resume_settings(cfg, saved["train_config"], run_dir / "config.json")
         _writable(run_dir, "--resume", "the resumed run writes its logs and checkpoints there")
         verify_resume(cfg, saved)
         return saved
@@ -478,13 +485,14 @@ def preflight(cfg: TrainConfig) -> Preflight:
     check_runs_dir(Path(cfg.runs_dir))
     check_name(cfg.name, Path(cfg.runs_dir))
     check_not_locked(cfg)
-    if cfg.resume and is_run_dir(cfg.run_dir):  # a changed setting is the clearest error
+    resumable = cfg.resume and is_run_dir(cfg.run_dir)
+    if resumable:  # a changed setting is the clearest error, so it comes before the flags'
         saved_config = read_run_config(cfg.run_dir)["train_config"]
         check_resume_settings(cfg, saved_config, cfg.run_dir / "config.json")
     resolved = resolve(cfg)
     with warnings.catch_warnings():  # a torn last line: the trainer warns when it reads it
         warnings.simplefilter("ignore", TornLineWarning)
-        saved = check_run_dir(cfg)
+        saved = check_run_dir(cfg, named=resumable or not cfg.resume)
     run_warmstart(cfg).check_writable("--warmstart.")
     return Preflight(*resolved, saved)
 

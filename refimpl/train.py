@@ -89,8 +89,8 @@ EVAL_SEED = 30_000  # the sampled completions of every held-out evaluation
 # The entropy change of a step is measured (and predicted) on the first
 # ENTROPY_CHANGE_COMPLETIONS completion(s) of each of its first ENTROPY_CHANGE_GROUPS groups:
 # many prompts with one completion each follow the whole batch's change more closely than few
-# prompts with many (docs/entropy_mechanism.md: 32 × 1 rows, r = 0.88 with the change on all
-# 64 × 8; 16 × 8 rows, r = 0.86), at less than half the cost of the forward pass.
+# prompts with many (docs/entropy_mechanism.md: 32 × 1 rows, r = 0.92 with the change on all
+# 64 × 8; 16 × 8 rows, r = 0.87), at less than half the cost of the backward pass.
 ENTROPY_CHANGE_GROUPS = 32
 ENTROPY_CHANGE_COMPLETIONS = 1
 

@@ -29,7 +29,7 @@ import numpy as np
 import tyro
 
 from refimpl.compare import run_in_workers
-from refimpl.train import TrainConfig
+from refimpl.train import TrainConfig, run_warmstart
 from refimpl.warmstart import ModelConfig, WarmstartConfig
 
 
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
 
     for r in [*runs, *timed.values()]:
-        train_warmstart(dataclasses.replace(r.warmstart, task=r.task, task_args=r.task_args))
+        train_warmstart(run_warmstart(r))
     if runs:
         start = time.perf_counter()
         load = os.getloadavg()

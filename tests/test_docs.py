@@ -275,3 +275,29 @@ def test_algorithm_pages_open_with_facts_read_off_their_config(site, name):
             assert f"{field.name}={getattr(cfg, field.name)}" in facts["its own knobs"]
     loop = body[body.index("The loop") : first_section]
     assert ("◀" in loop) == (name != "grpo")
+
+
+#: A figure still to be filled in: an all-caps name ending in _LINE, _NUMBERS or _TABLE
+#: standing for a measurement (what a draft leaves where the run's output goes).
+PLACEHOLDER = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*_(?:LINE|NUMBERS|TABLE)\b")
+
+
+def _reader_pages() -> list[Path]:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [p for p in pages if "site" not in p.relative_to(ROOT).parts[:2]]
+
+
+def test_no_page_holds_a_placeholder_for_a_figure():
+    found = [
+        f"{page.relative_to(ROOT)}:{n}: {m.group(0)}"
+        for page in _reader_pages()
+        for n, line in enumerate(page.read_text().splitlines(), 1)
+        for m in PLACEHOLDER.finditer(line)
+    ]
+    assert not found, "figures still to be filled in:\n" + "\n".join(found)
+
+
+def test_the_placeholder_check_sees_a_placeholder():
+    assert PLACEHOLDER.search("the cost: COST_LINE.")
+    assert PLACEHOLDER.search("MEASURED_NUMBERS")
+    assert not PLACEHOLDER.search("`ENTROPY_CHANGE_GROUPS` and MKL_CBWR=AVX2,STRICT")
