@@ -39,12 +39,10 @@ import tyro
 from refimpl.checkpoint import load_model_weights
 from refimpl.compare import CompareConfig, compare
 from refimpl.config import HELD_OUT_SEED, build_task, run_warmstart
-from refimpl.evaluate import encode_prompts, score_samples
+from refimpl.evaluate import solved
 from refimpl.plots import group_runs
-from refimpl.sampling import sample_groups
 from refimpl.train import TrainConfig
 from refimpl.warmstart import train_warmstart
-from toy_envs import TOKENIZER
 
 
 @dataclass
@@ -145,24 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-@torch.no_grad()
 def greedy_correct(model, task, problems: Sequence, max_new_tokens: int) -> np.ndarray:
     """Per problem, 1.0 when the greedy completion earns reward ≥ 0.5, else 0.0 (what
     ``refimpl.evaluate.success_rate`` averages)."""
-    out = []
-    for start in range(0, len(problems), 256):
-        chunk = problems[start : start + 256]
-        samples = sample_groups(
-            model,
-            encode_prompts(chunk),
-            group_size=1,
-            max_new_tokens=max_new_tokens,
-            eos_id=TOKENIZER.eos_id,
-            pad_id=TOKENIZER.pad_id,
-            top_k=1,
-        )
-        out.append(score_samples(task, chunk, samples, 1) >= 0.5)
-    return np.concatenate(out).astype(np.float64)
+    return solved(model, task, problems, greedy=True, max_new_tokens=max_new_tokens)
 
 
 def paired_gain(before: np.ndarray, after: Sequence[np.ndarray]) -> dict[str, float]:

@@ -33,7 +33,7 @@ def score_samples(task, problems: Sequence, samples: Samples, group_size: int) -
 
 
 @torch.no_grad()
-def success_rate(
+def solved(
     model,
     task,
     problems: Sequence,
@@ -42,12 +42,13 @@ def success_rate(
     seed: int = 0,
     max_new_tokens: int | None = None,
     batch_size: int = 256,
-) -> float:
-    """Fraction of ``problems`` solved by one completion each (greedy, or sampled at T = 1)."""
+) -> np.ndarray:
+    """Per problem, 1.0 when its one completion (greedy, or sampled at T = 1) earns reward
+    ≥ 0.5, else 0.0."""
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     budget = max_new_tokens or task.max_new_tokens
-    solved = 0.0
+    out = [np.zeros(0, dtype=np.float64)]
     for start in range(0, len(problems), batch_size):
         chunk = problems[start : start + batch_size]
         samples = sample_groups(
@@ -60,8 +61,13 @@ def success_rate(
             top_k=1 if greedy else None,
             generator=generator,
         )
-        solved += float((score_samples(task, chunk, samples, 1) >= 0.5).sum())
-    return solved / max(len(problems), 1)
+        out.append((score_samples(task, chunk, samples, 1) >= 0.5).astype(np.float64))
+    return np.concatenate(out)
+
+
+def success_rate(model, task, problems: Sequence, **kwargs) -> float:
+    """Fraction of ``problems`` solved by one completion each (``solved``'s arguments)."""
+    return float(solved(model, task, problems, **kwargs).sum()) / max(len(problems), 1)
 
 
 @torch.no_grad()
