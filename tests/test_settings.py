@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+import refimpl.rundir as rundir
 import refimpl.settings as settings
 from refimpl.cli import main
+from refimpl.config import load_config_file
 
 
 @pytest.fixture
@@ -44,3 +48,25 @@ def test_a_bad_task_arg_is_still_refused_by_name_after_a_good_parse(count_task_a
     with pytest.raises(ValueError, match="--task-args"):
         settings.parse_task_args("chain", ("no_such_knob=1",))
     assert len(count_task_arg_parses) == 2
+
+
+def test_preflight_of_a_resume_checks_the_saved_settings_once(tmp_path, monkeypatch):
+    """``preflight`` checks a resumed run's settings first (the clearest error) and does not
+    check them again in ``check_run_dir``; the check under the run's lock is separate."""
+    argv = [
+        "train", "--algo", "grpo", "--steps", "1", "--runs-dir", str(tmp_path), "--name", "r",
+        "--prompts-per-step", "2", "--group-size", "2", "--minibatches", "1",
+        "--eval-problems", "4", "--no-progress",
+        "--warmstart.steps", "5", "--warmstart.eval-problems", "4",
+        "--warmstart.model.n-layer", "1", "--warmstart.model.n-embd", "32",
+        "--warmstart.model.n-head", "2",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    calls = []
+    real = rundir.check_resume_settings
+    monkeypatch.setattr(
+        rundir, "check_resume_settings", lambda *a, **k: (calls.append(a[2]), real(*a, **k))[1]
+    )
+    cfg = load_config_file(tmp_path / "r" / "config.json")
+    rundir.preflight(dataclasses.replace(cfg, resume=True, steps=2))
+    assert calls == [tmp_path / "r" / "config.json"]
