@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from refimpl.diagnostics import PASS_AT_K, mean_pass_at_k
 from refimpl.sampling import Samples, sample_groups
 from toy_envs import TOKENIZER
 
@@ -100,3 +101,49 @@ def correct_counts(
         solved = score_samples(task, chunk, samples, n) >= 0.5
         counts.extend(int(c) for c in solved.reshape(len(chunk), n).sum(axis=1))
     return counts
+
+
+@torch.no_grad()
+def heldout_metrics(
+    model, task, problems: Sequence, samples_per_problem: int, *, max_new_tokens: int, generator
+) -> dict[str, float]:
+    """The trainer's held-out evaluation: greedy success (``heldout_greedy``) and the unbiased
+    pass@k from ``samples_per_problem`` completions per problem at T = 1 (``heldout_pass@k``
+    for every k in ``PASS_AT_K`` up to it), the completions drawn with ``generator``."""
+    n = samples_per_problem
+    counts = correct_counts(
+        model, task, problems, n, max_new_tokens=max_new_tokens, generator=generator
+    )
+    greedy = success_rate(model, task, problems, greedy=True, max_new_tokens=max_new_tokens)
+    pass_at = mean_pass_at_k(counts, n, [k for k in PASS_AT_K if k <= n])
+    return {"heldout_greedy": greedy, **{f"heldout_pass@{k}": v for k, v in pass_at.items()}}
+
+
+@torch.no_grad()
+def probe_snapshot(
+    model, probes: Sequence, *, max_new_tokens: int, temperature: float, generator
+) -> list[dict]:
+    """One sampled completion per probe prompt, with the per-token entropy along it (for the
+    notebooks' token-level heatmaps): ``{"prompt", "tokens", "entropy"}`` per probe."""
+    samples = sample_groups(
+        model,
+        encode_prompts(probes),
+        group_size=1,
+        max_new_tokens=max_new_tokens,
+        eos_id=TOKENIZER.eos_id,
+        pad_id=TOKENIZER.pad_id,
+        temperature=temperature,
+        generator=generator,
+    )
+    rows = []
+    for i, p in enumerate(probes):
+        n = int(samples.response_mask[i].sum())
+        ids = samples.response_ids[i, :n].tolist()
+        rows.append(
+            {
+                "prompt": p.prompt,
+                "tokens": [TOKENIZER.itos[t] for t in ids],
+                "entropy": [round(float(h), 5) for h in samples.entropy_old[i, :n]],
+            }
+        )
+    return rows

@@ -62,14 +62,12 @@ from refimpl.config import (  # noqa: F401  (re-exported: the names callers impo
     run_warmstart,
 )
 from refimpl.diagnostics import (
-    PASS_AT_K,
     entropy_stats,
     logp_advantage_covariance,
-    mean_pass_at_k,
 )
 from refimpl.divergence import DivergenceGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from refimpl.entropy_attribution import EntropyPredictor
-from refimpl.evaluate import correct_counts, encode_prompts, score_samples, success_rate
+from refimpl.evaluate import encode_prompts, heldout_metrics, probe_snapshot, score_samples
 from refimpl.model import GPT
 from refimpl.rundir import (  # noqa: F401
     Preflight,
@@ -488,59 +486,28 @@ class Trainer:
 
     # -- evaluation and probes ------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
-        """Held-out success: greedy, and the unbiased pass@k from ``eval_samples`` completions
-        per problem at T = 1 (``heldout_pass@k`` for every k in ``PASS_AT_K`` up to it)."""
+        """Held-out success (``refimpl.evaluate.heldout_metrics``), and what it took."""
         t0 = time.perf_counter()
-        n = self.cfg.eval_samples
-        counts = correct_counts(
+        out = heldout_metrics(
             self.model,
             self.task,
             self.held_out,
-            n,
+            self.cfg.eval_samples,
             max_new_tokens=self.max_new_tokens,
             generator=self._generator(EVAL_SEED),
         )
-        out = {
-            "heldout_greedy": success_rate(
-                self.model,
-                self.task,
-                self.held_out,
-                greedy=True,
-                max_new_tokens=self.max_new_tokens,
-            ),
-            **{
-                f"heldout_pass@{k}": value
-                for k, value in mean_pass_at_k(counts, n, [k for k in PASS_AT_K if k <= n]).items()
-            },
-        }
         out["time_eval"] = time.perf_counter() - t0
         return out
 
-    @torch.no_grad()
     def probe(self) -> dict[str, Any]:
-        """Entropy snapshot: one sampled completion per probe prompt (fixed seed), with the
-        per-token entropy along it, for the token-level heatmaps of the notebooks."""
-        samples = sample_groups(
+        """Entropy snapshot of the probe prompts (``refimpl.evaluate.probe_snapshot``)."""
+        rows = probe_snapshot(
             self.model,
-            encode_prompts(self.probes),
-            group_size=1,
+            self.probes,
             max_new_tokens=self.max_new_tokens,
-            eos_id=TOKENIZER.eos_id,
-            pad_id=TOKENIZER.pad_id,
             temperature=self.cfg.temperature,
             generator=self._generator(PROBE_SEED),
         )
-        rows = []
-        for i, p in enumerate(self.probes):
-            n = int(samples.response_mask[i].sum())
-            ids = samples.response_ids[i, :n].tolist()
-            rows.append(
-                {
-                    "prompt": p.prompt,
-                    "tokens": [TOKENIZER.itos[t] for t in ids],
-                    "entropy": [round(float(h), 5) for h in samples.entropy_old[i, :n]],
-                }
-            )
         return {"step": self.step, "probes": rows}
 
     # -- the loop -------------------------------------------------------------------------
