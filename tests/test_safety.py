@@ -10,7 +10,6 @@ missing checkpoint files, read-only directories, SIGINT, and settings that diffe
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import shlex
@@ -28,9 +27,7 @@ from refimpl import checkpoint as ckpt
 from refimpl.cli import main as cli_main
 from refimpl.runlog import TornLineWarning, read_jsonl, read_metrics
 from refimpl.train import Trainer, load_config_file
-
-TIMING_KEYS = {"time_sample", "time_score", "time_adv", "time_loss", "time_step", "time_eval"}
-ROOT = Path(__file__).resolve().parent.parent
+from tests.safety_helpers import ROOT, cli, records, resume, snapshot
 
 
 def tiny_flags(runs: Path) -> list[str]:
@@ -45,29 +42,6 @@ def tiny_flags(runs: Path) -> list[str]:
         "--warmstart.model.n-embd", "32", "--warmstart.model.n-head", "2",
         "--warmstart.runs-dir", str(runs),
     ]  # fmt: skip
-
-
-def cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    code = cli_main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def resume(runs: Path, name: str, *extra: str) -> list[str]:
-    return ["train", "--resume", "--runs-dir", str(runs), "--name", name, *extra]
-
-
-def records(run_dir: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in read_metrics(run_dir)]
-
-
-def snapshot(path: Path) -> dict[str, str]:
-    """Every file under ``path`` with the hash of its bytes (to show nothing changed)."""
-    return {
-        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(path.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture(scope="module")
