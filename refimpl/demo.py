@@ -18,8 +18,9 @@ act), writes ``runs/demo/compare.png`` and prints two tables.
    the paired standard error of the gain is about 0.012. It covers the choice of problems, not
    the RL seed: ``--seeds 0,1,2`` averages over seeds.
 
-Every number is the same on any x86-64 machine with AVX2 (refimpl's pinned kernel path,
-``refimpl/numerics.py``; each run trains on one torch thread).
+Every number is the same run after run on one machine (each run trains on one torch thread);
+another CPU rounds differently and prints other digits (``refimpl/numerics.py``):
+docs/benchmarks.md § 0 gives the spread over seeds, which is what carries to any machine.
 """
 
 from __future__ import annotations
@@ -153,7 +154,8 @@ def paired_gain(before: np.ndarray, after: Sequence[np.ndarray]) -> dict[str, fl
     """Success before and after (``after``: one 0/1 vector per seed, mean over seeds), the
     gain and its standard error over the problems, std(after − before) / √n (the same
     problems were scored twice, so only the problems that changed add to it)."""
-    end = np.mean(np.asarray(after, dtype=np.float64), axis=0)
+    after = np.asarray(after, dtype=np.float64)
+    end = np.mean(after, axis=0)
     diff = end - np.asarray(before, dtype=np.float64)
     n = diff.size
     return {
@@ -161,6 +163,9 @@ def paired_gain(before: np.ndarray, after: Sequence[np.ndarray]) -> dict[str, fl
         "end": float(end.mean()),
         "gain": float(diff.mean()),
         "se": float(diff.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"),
+        # Each seed's own gain: their spread is the RL seed's share of the uncertainty, the
+        # part the paired standard error (the choice of problems) does not cover.
+        "seed_gains": [float(g) for g in after.mean(axis=1) - np.mean(before)],
     }
 
 
@@ -196,8 +201,11 @@ def final_gains(run_dirs: Sequence[Path], train: TrainConfig, n: int) -> list[di
 
 
 def format_gains(rows: Sequence[dict], n: int) -> str:
-    """The demo's result table: start, end, gain ± standard error."""
+    """The demo's result table: start, end, gain ± standard error; with several seeds, also
+    the gain's spread over them (its standard deviation, and the lowest and highest seed)."""
+    several = any(r["seeds"] > 1 for r in rows)
     head = f"{'algorithm':<22}{'seeds':>6}{'start':>8}{'end':>8}{'gain ± s.e.':>17}"
+    head += f"{'over seeds: sd':>17}{'min … max':>18}" if several else ""
     lines = [
         f"held-out greedy success on {n} problems, warm start → last checkpoint "
         "(± paired standard error over the problems):",
@@ -205,10 +213,14 @@ def format_gains(rows: Sequence[dict], n: int) -> str:
         "-" * len(head),
     ]
     for r in rows:
-        lines.append(
+        line = (
             f"{r['algo']:<22}{r['seeds']:>6}{r['start']:>8.3f}{r['end']:>8.3f}"
             f"{r['gain']:>+10.3f} ± {r['se']:.3f}"
         )
+        if several and len(r["seed_gains"]) > 1:
+            gains = r["seed_gains"]
+            line += f"{np.std(gains, ddof=1):>17.3f}{min(gains):>+10.3f} … {max(gains):+.3f}"
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -1,11 +1,12 @@
-"""One numeric path for CPU runs: the same numbers on every x86-64 machine with AVX2.
+"""One numeric path for CPU runs: torch's and MKL's kernels fixed at the AVX2 level.
 
 torch picks its CPU kernels by the instruction set it finds: ATen's vectorised kernels
 (softmax, layer norm, reductions, Adam) come in AVX-512, AVX2 and plain variants, and MKL's
-matrix multiply has one code branch per instruction set. Each variant rounds differently, and
-over a 600-step warm start at lr 3e-3 those last-bit differences grow into a different model
-(countdown, one thread, one seed: greedy success 0.41 on the AVX2 path, 0.475 on AVX-512,
-0.48 with no SIMD). So before torch is first imported, ``pin()`` (called by
+matrix multiply (the only MKL routine these models call: ``MKL_VERBOSE=1`` lists nothing but
+``SGEMM``) has one code branch per instruction set. Each variant rounds differently, and over a
+600-step warm start at lr 3e-3 those last-bit differences grow into a different model
+(countdown, one thread, one seed, one Xeon: greedy success 0.450 on AVX-512, 0.455 on AVX2,
+0.430 with no SIMD). So before torch is first imported, ``pin()`` (called by
 ``refimpl/__init__.py``) sets
 
 - ``ATEN_CPU_CAPABILITY=avx2``: ATen's AVX2 kernels, whatever the CPU offers beyond AVX2;
@@ -13,21 +14,31 @@ over a 600-step warm start at lr 3e-3 those last-bit differences grow into a dif
   in strict mode (gemm results independent of memory alignment);
 - ``ONEDNN_MAX_CPU_ISA=AVX2``: the same cap for oneDNN, for the ops that reach it,
 
-overriding whatever the environment says: ``ATEN_CPU_CAPABILITY=default`` in the shell
-gives the same weights as no setting at all. AVX2 is the newest level every x86-64 CPU of the
-last decade has (Intel since 2013, AMD since 2015), so it is the one path they can all run.
-``scripts/numeric_paths.py`` measures what it costs against the native path.
+overriding whatever the environment says. What that buys, measured (docs/numerics.md has the
+tables, ``scripts/numeric_paths.py`` reruns them, ``tests/golden/cross_machine.json`` records
+two machines):
 
-What stays machine-dependent: the thread count (a sum split across threads rounds
+- **The same bits on one machine**, run after run, whatever kernels the environment asks for
+  (ATen's plain or AVX-512 ones, any MKL branch): the pin overrides them.
+- **Intel CPUs run the same code** on this path (ATen's AVX2 kernels, MKL's AVX2 branch), so
+  one with AVX-512 and one without compute alike: checked on one Xeon by asking for each
+  level, not on a second Intel machine.
+- **An AMD CPU computes other bits.** MKL refuses its AVX2 branch on AMD and runs ``AUTO``
+  (it reports ``AUTO,STRICT``), and a 50-step warm start's weights differ from the Xeon's;
+  MKL's ``COMPATIBLE`` branch, meant to agree across vendors, did not make them agree either
+  (issue 30). Digits are therefore one machine's; what holds on any machine is stated over
+  seeds (docs/benchmarks.md § 0).
+
+What stays machine-dependent besides: the thread count (a sum split across threads rounds
 differently: the warm start uses one thread, ``refimpl compare`` one per worker, a single
 ``refimpl train`` torch's default, one per core), GPU runs (cuBLAS picks its kernels per
 GPU), and CPUs that are not x86-64 (aarch64 has neither these ATen variants nor MKL; there
 the native path is used and recorded as such).
 
-``REFIMPL_NUMERICS=native`` opts out (torch's own choice, faster on AVX-512 machines, other
-numbers); each run records the path it ran on in its ``config.json`` (``describe()``), and the
-warm-start cache is keyed by it (``cache_tag()``), so a model trained on one path is never
-reused on another.
+``REFIMPL_NUMERICS=native`` opts out (torch's own choice, faster on AVX-512 machines: the pin
+costs 1.4× there, other numbers); each run records the path it ran on in its ``config.json``
+(``describe()``), and the warm-start cache is keyed by it (``cache_tag()``), so a model trained
+on one path is never reused on another.
 
 torch reads these variables once, at its first operation, so ``import refimpl`` must come
 before anything runs on torch (``import torch`` above it is fine; in a notebook: in the first
@@ -41,6 +52,7 @@ import os
 import platform
 import sys
 import warnings
+from pathlib import Path
 
 #: The environment variable that chooses the path: ``avx2`` (the default) or ``native``.
 MODE_VARIABLE = "REFIMPL_NUMERICS"
@@ -88,7 +100,7 @@ def pin() -> str:
         os.environ.update(PINNED_ENV)
         if "torch" not in sys.modules:
             _state.update(mode="avx2", reason="pinned before torch was imported")
-        elif _capability() == PINNED_CAPABILITY and _mkl_branch() in (None, MKL_PINNED_BRANCH):
+        elif _capability() == PINNED_CAPABILITY and _mkl_took_the_pin(_mkl_branch()):
             # torch reads both choices lazily, at its first operation: `import torch` above
             # `import refimpl` (isort's order) is fine as long as nothing ran in between.
             _state.update(mode="avx2", reason="pinned after torch was imported, before it ran")
@@ -119,7 +131,8 @@ MKL_PINNED_BRANCH = "AVX2,STRICT"
 
 
 def _mkl_branch() -> str | None:
-    """The branch MKL runs (``AVX2,STRICT`` on the pinned path, ``off`` by default), read
+    """The branch MKL runs (``AVX2,STRICT`` on the pinned path on Intel, ``AUTO,STRICT`` on
+    AMD, ``off`` by default), read
     from the MKL inside torch's CPU library; None where that cannot be asked (no MKL, not
     Linux). Asking makes MKL read ``MKL_CBWR`` if it had not yet."""
     import ctypes
@@ -137,13 +150,34 @@ def _mkl_branch() -> str | None:
     return name + (",STRICT" if everything & _MKL_STRICT else "")
 
 
+def _mkl_took_the_pin(branch: str | None) -> bool:
+    """Whether MKL runs in the pin's strict reproducibility mode. MKL reads ``MKL_CBWR`` once,
+    at its first call, so ``STRICT`` shows that the pin came first. The branch itself is the
+    vendor's business: ``AVX2`` on Intel, ``AUTO`` on AMD (MKL refuses its Intel branches
+    there). None: no MKL to ask."""
+    return branch is None or branch.endswith(",STRICT")
+
+
 def cache_tag() -> str:
-    """A short name of the path, for cache keys: ``avx2`` on the pinned path, else
+    """A short name of the path, for cache keys: ``avx2`` on the pinned path with MKL's AVX2
+    branch (Intel), ``avx2-mkl-<branch>`` with another (AMD: ``auto,strict``), else
     ``native-<machine>-<capability>``."""
     mode = pin()
     if mode == "avx2":
-        return "avx2"
+        branch = _mkl_branch()
+        return "avx2" if branch in (None, MKL_PINNED_BRANCH) else f"avx2-mkl-{branch.lower()}"
     return f"native-{platform.machine().lower()}-{_capability().lower()}"
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else the machine's architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def describe() -> dict[str, object]:
@@ -159,5 +193,6 @@ def describe() -> dict[str, object]:
         "mkl_branch": _mkl_branch(),
         "env": {k: os.environ.get(k) for k in PINNED_ENV},
         "machine": platform.machine(),
+        "cpu": cpu_name(),
         "torch_threads": torch.get_num_threads(),
     }

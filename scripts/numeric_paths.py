@@ -1,23 +1,25 @@
-"""The countdown warm start on each CPU kernel path, and what refimpl's pinned path costs.
+"""The countdown warm start on each CPU kernel path, and what each path costs.
 
 Run from the repository root:
 
     python scripts/numeric_paths.py [--steps 600] [--repeats 20] [--skip-paths]
 
-It prints two tables (markdown).
+It prints two tables (markdown); docs/numerics.md quotes them.
 
 1. **Which path gives which model.** The default countdown warm start (``--steps`` steps, one
    thread, seed 0), each in a fresh process under one kernel-path setting: refimpl's pinned
    path (``REFIMPL_NUMERICS`` unset) with nothing, ATen's plain kernels or AVX-512 asked for
-   in the environment, and the native path (``REFIMPL_NUMERICS=native``) with the
-   environment's choice. Columns: held-out greedy and sampled success (200 problems), the
-   training time, and the first 12 hex digits of the weights' SHA-256 (equal digits: equal
-   weights, bit for bit).
-2. **What the pin costs.** Three processes, alive at once, on the native path, on AVX2
-   without MKL's reproducibility mode (what a CPU without AVX-512 runs natively) and on the
-   pinned path, take turns (round by round, so that all see the same machine load) timing
-   one chunk each: 5 warm-start steps and one RL rollout (64 prompts × 8), one thread;
-   medians over ``--repeats`` rounds, and the ratio of the total to the native path's.
+   in the environment; the native path (``REFIMPL_NUMERICS=native``) with the environment's
+   choice, among them issue 30's candidate (ATen's AVX2 kernels with MKL's ``COMPATIBLE``
+   branch, the one meant to agree across Intel and AMD). Columns: held-out greedy and sampled
+   success (200 problems), the training time, the first 16 hex digits of the weights' SHA-256
+   (equal digits: equal weights, bit for bit), ATen's kernels and MKL's branch as reported.
+   tests/golden/cross_machine.json records the ``--steps 50`` digits of an Intel and an AMD CPU.
+2. **What each path costs.** One process per path (native, pinned, the COMPATIBLE candidate),
+   alive at once, take turns (round by round, so that all see the same machine load) timing
+   one chunk each: 5 warm-start steps, one RL rollout (64 prompts × 8) and one RL update on
+   it (DAPO's loss over 4 minibatches, backward, gradient clip, Adam), one thread; medians
+   over ``--repeats`` rounds, each phase's ratio to the native path's, and the total's.
 
 Then the machine (CPU, torch's native capability), the date and the load average.
 """
@@ -29,7 +31,6 @@ import datetime
 import hashlib
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -45,6 +46,11 @@ KNOBS = (
     "MKL_ENABLE_INSTRUCTIONS",
 )
 
+#: Issue 30's candidate for agreeing across Intel and AMD: ATen's AVX2 kernels with MKL's
+#: COMPATIBLE branch (meant to agree across vendors), outside the pin.
+COMPATIBLE = {"REFIMPL_NUMERICS": "native", "ATEN_CPU_CAPABILITY": "avx2",
+              "MKL_CBWR": "COMPATIBLE,STRICT", "ONEDNN_MAX_CPU_ISA": "AVX2"}  # fmt: skip
+
 #: (label, environment) of table 1.
 VARIANTS = [
     ("pinned (nothing set)", {}),
@@ -53,6 +59,7 @@ VARIANTS = [
     ("pinned, ATEN_CPU_CAPABILITY=avx512 MKL_CBWR=AVX512", {
         "ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AVX512"}),
     ("native (REFIMPL_NUMERICS=native)", {"REFIMPL_NUMERICS": "native"}),
+    ("native, ATen avx2, MKL COMPATIBLE,STRICT", COMPATIBLE),
     ("native, ATEN_CPU_CAPABILITY=avx2", {
         "REFIMPL_NUMERICS": "native", "ATEN_CPU_CAPABILITY": "avx2"}),
     ("native, ATEN_CPU_CAPABILITY=default", {
@@ -88,18 +95,16 @@ def warm_start(extra: dict[str, str], steps: int, runs: Path) -> dict:
           "--no-progress"], extra)  # fmt: skip
     cache = _cache(runs)
     state = json.loads((cache / "state.json").read_text())
-    digest = hashlib.sha256((cache / "model.safetensors").read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256((cache / "model.safetensors").read_bytes()).hexdigest()[:16]
     return {**state["report"], "sha": digest, "numerics": state["numerics"]}
 
 
-#: (label, environment) of table 2: native, AVX2 without MKL's reproducibility mode (what an
-#: AVX2-only machine runs natively), and the pin.
+#: (label, environment) of table 2.
 COST_VARIANTS = [
     ("native", {"REFIMPL_NUMERICS": "native"}),
-    ("native AVX2 (no CNR)", {"REFIMPL_NUMERICS": "native", "ATEN_CPU_CAPABILITY": "avx2",
-                              "MKL_ENABLE_INSTRUCTIONS": "AVX2"}),
     ("pinned", {}),
-]  # fmt: skip
+    ("COMPATIBLE", COMPATIBLE),
+]
 
 
 def worker() -> None:
@@ -112,9 +117,9 @@ def worker() -> None:
     import torch
     import torch.nn.functional as F
 
-    import refimpl  # noqa: F401  (pins the path unless REFIMPL_NUMERICS=native: before torch runs)
+    from refimpl import algorithms, core
     from refimpl.evaluate import encode_prompts
-    from refimpl.sampling import sample_groups
+    from refimpl.sampling import policy_logprobs, sample_groups
     from refimpl.warmstart import WARMSTART_MIX, WarmstartConfig, _training_batch
     from toy_envs import TOKENIZER, get_task
 
@@ -140,11 +145,41 @@ def worker() -> None:
             optimizer.step()
         out["warm_start_5_steps"] = time.perf_counter() - t
         t = time.perf_counter()
-        sample_groups(model, prompts, group_size=8, max_new_tokens=task.max_new_tokens,
-                      eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id,
-                      generator=torch.Generator().manual_seed(chunk))  # fmt: skip
+        samples = sample_groups(model, prompts, group_size=8, max_new_tokens=task.max_new_tokens,
+                                eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id,
+                                generator=torch.Generator().manual_seed(chunk))  # fmt: skip
         out["rollout_64x8"] = time.perf_counter() - t
+        t = time.perf_counter()
+        rl_update(model, samples, torch.rand(len(samples.response_ids)).round(), algorithms, core,
+                  policy_logprobs)  # fmt: skip
+        out["rl_update_4_minibatches"] = time.perf_counter() - t
         print(json.dumps(out), flush=True)
+
+
+def rl_update(model, samples, rewards, algorithms, core, policy_logprobs) -> None:
+    """One RL update on a sampled batch: DAPO's loss over 4 minibatches of whole groups,
+    backward, gradient clip, Adam (the trainer's inner loop, without its bookkeeping)."""
+    import torch
+
+    dapo = algorithms.get("dapo")
+    cfg = dapo.Config()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    rows = len(rewards)
+    for part in torch.arange(rows).chunk(4):
+        batch = core.RolloutBatch(
+            response_ids=samples.response_ids[part], response_mask=samples.response_mask[part],
+            rewards=rewards[part], logp_old=samples.logp_old[part],
+            entropy_old=samples.entropy_old[part], group_size=samples.group_size,
+        )  # fmt: skip
+        logp, entropy = policy_logprobs(
+            model, samples.prompt_ids[part], samples.prompt_mask[part],
+            samples.response_ids[part], samples.response_mask[part],
+        )  # fmt: skip
+        loss, _ = dapo.loss(batch, logp, dapo.advantages(batch, cfg), cfg, entropy=entropy)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
 
 
 def interleaved_times(rounds: int) -> dict[str, list[dict[str, float]]]:
@@ -177,16 +212,6 @@ def interleaved_times(rounds: int) -> dict[str, list[dict[str, float]]]:
             p.wait()
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=600, help="warm-start steps of table 1")
@@ -199,31 +224,35 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         if not args.skip_paths:
-            print(f"| path | greedy success | sampled success | time ({args.steps} steps) | "
-                  "weights (SHA-256) | ATen kernels |")  # fmt: skip
-            print("|---|---|---|---|---|---|")
+            print(f"| setting | greedy success | sampled success | time ({args.steps} steps) | "
+                  "weights (SHA-256) | ATen kernels | MKL branch |")  # fmt: skip
+            print("|---|---|---|---|---|---|---|")
             for i, (label, extra) in enumerate(VARIANTS):
                 r = warm_start(extra, args.steps, Path(tmp) / f"paths{i}")
                 print(
                     f"| {label} | {r['greedy_success']:.3f} | {r['sampled_success']:.3f} | "
                     f"{r['train_seconds']:.0f} s | `{r['sha']}` | "
-                    f"{r['numerics']['cpu_capability']} |",
+                    f"{r['numerics']['cpu_capability']} | {r['numerics']['mkl_branch']} |",
                     flush=True,
                 )
             print()
         times = interleaved_times(args.repeats)
     phases = list(times["native"][0])
     med = {k: {p: statistics.median(t[p] for t in v) for p in phases} for k, v in times.items()}
-    print("| path | " + " | ".join(f"{p} (s)" for p in phases) + " | / native |")
+    print("| setting | " + " | ".join(f"{p} (s)" for p in phases) + " | total / native |")
     print("|---|" + "---|" * (len(phases) + 1))
     for label, _ in COST_VARIANTS:
         ratio = sum(med[label].values()) / sum(med["native"].values())
-        cells = " | ".join(f"{med[label][p]:.2f}" for p in phases)
+        cells = " | ".join(
+            f"{med[label][p]:.2f} ({med[label][p] / med['native'][p]:.2f}×)" for p in phases
+        )
         print(f"| {label} | {cells} | {ratio:.2f} |")
     import torch  # noqa: PLC0415  (after refimpl would pin it: this process stays native)
 
+    from refimpl.numerics import cpu_name
+
     print(
-        f"\n{_cpu_name()}, {os.cpu_count()} CPUs, torch "
+        f"\n{cpu_name()}, {os.cpu_count()} CPUs, torch "
         f"{torch.__version__} native capability {torch.backends.cpu.get_cpu_capability()}; "
         f"{datetime.date.today()}; load average {os.getloadavg()[0]:.2f}; one torch thread, "
         f"table 2: medians over {args.repeats} interleaved rounds"

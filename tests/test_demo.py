@@ -41,6 +41,24 @@ def test_paired_gain_averages_seeds_per_problem():
     assert row["end"] == pytest.approx(0.375) and row["gain"] == pytest.approx(0.375)
 
 
+def test_each_seeds_gain_and_their_spread_are_reported():
+    before = np.array([0.0, 0.0, 1.0, 0.0])
+    seeds = [np.array([1, 1, 1, 0]), np.array([0, 0, 1, 0]), np.array([1, 0, 1, 1])]
+    row = demo.paired_gain(before, seeds)
+    # seed gains by hand: 3/4 − 1/4, 1/4 − 1/4, 3/4 − 1/4
+    assert row["seed_gains"] == pytest.approx([0.5, 0.0, 0.5])
+    assert row["gain"] == pytest.approx(np.mean(row["seed_gains"]))
+    table = demo.format_gains([{"algo": "grpo", "seeds": 3, **row}], 4)
+    (line,) = [x for x in table.splitlines() if x.startswith("grpo")]
+    sd = np.std([0.5, 0.0, 0.5], ddof=1)  # 0.289
+    assert line.split()[-4:] == [f"{sd:.3f}", "+0.000", "…", "+0.500"]
+    # One seed: no spread columns (nothing to spread over).
+    single = demo.format_gains(
+        [{"algo": "grpo", "seeds": 1, **demo.paired_gain(before, seeds[:1])}], 4
+    )
+    assert "over seeds" not in single
+
+
 @pytest.mark.parametrize("flag", ["--final-problems", "--base-steps", "--steps"])
 def test_bad_flag_is_one_line_naming_it(flag, capsys, tmp_path):
     assert demo.main([flag, "0", "--runs-dir", str(tmp_path)]) == 2
