@@ -3,7 +3,8 @@ asks for. Adding a name to ``NAMES`` without one of these fails here, naming wha
 
 * its docs page ``docs/algorithms/<name>.md``, in the site's nav and in the side-by-side table,
   with the ``<!-- quick-facts -->`` marker and its advantage and loss steps in the loop of
-  ``docs/_algorithm_pages.py``;
+  ``docs/_algorithm_pages.py`` (``tests/test_docs_hooks.py`` checks that the block under the
+  marker is what ``python scripts/algorithm_pages.py`` generates from the code now);
 * its spec test module ``tests/spec/test_<name>.py`` with a ``test_worked_example``, indexed in
   ``docs/spec.md``;
 * its API reference entry (``::: refimpl.algorithms.<name>``);
@@ -44,7 +45,10 @@ def test_docs_page_in_nav_and_table(name):
     )
     rows = [line for line in _text("docs/algorithms.md").splitlines() if line.startswith("| [")]
     assert any(f"]({page})" in row for row in rows), f"docs/algorithms.md has no row for {page}"
-    assert "<!-- quick-facts -->" in _text(f"docs/{page}"), f"docs/{page}: no quick-facts marker"
+    assert "<!-- quick-facts -->" in _text(f"docs/{page}"), (
+        f"docs/{page}: no <!-- quick-facts --> line under its title "
+        "(then run `.venv/bin/python scripts/algorithm_pages.py`)"
+    )
     loop = re.search(r"^LOOP\b.*?^}", _text("docs/_algorithm_pages.py"), re.M | re.S).group(0)
     assert f'    "{name}": (' in loop, f"docs/_algorithm_pages.py: LOOP has no steps for {name}"
 
