@@ -1,8 +1,18 @@
-"""mkdocs hook: every algorithm page opens with a *Quick facts* box and the RL loop in
-pseudocode, both generated from the algorithm's own code, so that they cannot drift from it.
+"""Every algorithm page opens with a *Quick facts* box and the RL loop in pseudocode, both
+generated from the algorithm's own code and written into the page's Markdown, so that they
+read the same on the code host and on the site, and cannot drift from the code.
 
-A page ``docs/algorithms/<name>.md`` writes the marker ``<!-- quick-facts -->`` on a line of its own (after its
-title); this hook replaces it with
+A page ``docs/algorithms/<name>.md`` holds the generated block between two markers, each on a
+line of its own (after its title)::
+
+    <!-- quick-facts -->
+    ...generated: do not edit by hand...
+    <!-- /quick-facts -->
+
+``python scripts/algorithm_pages.py`` (re)writes the block of every page from the code (a new
+page needs only the first marker), and ``--check`` lists the stale ones;
+``tests/test_docs_hooks.py`` regenerates every block in memory and fails on a page whose
+block differs, naming that command. The block holds
 
 * **Quick facts**, read off ``refimpl.algorithms.<name>``: the default ``Config``'s contract
   methods (``needs_reference``, ``reads_current_entropy``, ``differentiates_entropy``), its
@@ -16,20 +26,16 @@ title); this hook replaces it with
   per algorithm in ``LOOP`` below, with their numbers taken from the ``Config``. A line is
   marked where it differs from GRPO's, the baseline.
 
-A page without the marker, a marker on a page that names no algorithm, or an algorithm
-without its ``LOOP`` lines is a warning, so ``mkdocs build --strict`` fails on it.
+The site build (mkdocs) renders the Markdown as it is: it runs no code of this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-
-from mkdocs.plugins import event_priority
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # the checkout's code, whatever directory mkdocs runs from
@@ -39,9 +45,10 @@ import torch  # noqa: E402
 
 from refimpl import algorithms, core  # noqa: E402
 
-MARKER = "<!-- quick-facts -->"
-MARKER_LINE = re.compile(rf"^{re.escape(MARKER)}[ \t]*$", re.M)  # on a line of its own
-log = logging.getLogger("mkdocs.hooks.algorithm_pages")
+MARKER = "<!-- quick-facts -->"  # where the generated block begins
+END = "<!-- /quick-facts -->"  # where it ends
+COMMAND = "python scripts/algorithm_pages.py"  # what regenerates the blocks
+PAGES = REPO / "docs" / "algorithms"
 
 # Fields every Config shares, shown in their own rows rather than among "its own knobs".
 _SHOWN = set(core.CONFIG_FIELDS) | {"clip_eps_low", "clip_eps_high", "eps", "entropy_eps"}
@@ -367,53 +374,75 @@ def _legend(name: str, title: str, steps: list[tuple[str, bool]]) -> str:
 
 
 def render(name: str) -> str:
-    """The markdown that replaces the marker on ``docs/algorithms/<name>.md``."""
+    """The generated block of ``docs/algorithms/<name>.md``, from its first marker to its
+    last, both included."""
     code = f"../../refimpl/algorithms/{name}.py"
     title = algorithms.get(name).__doc__.split(":", 1)[0].strip()
-    rows = "\n".join(f"    | {fact} | {value} |" for fact, value in quick_facts(name))
+    rows = "\n".join(f"| {fact} | {value} |" for fact, value in quick_facts(name))
     steps = loop(name)
     body = "\n".join(
-        ("    ◀ " if differs else "      ") + line
-        for step, differs in steps
-        for line in step.split("\n")
+        ("◀ " if differs else "  ") + line for step, differs in steps for line in step.split("\n")
     )
-    return f"""!!! info "Quick facts"
+    return f"""{MARKER}
+<!-- generated from refimpl/algorithms/{name}.py by `{COMMAND}`: do not edit by hand -->
 
-    Read off [`{name}.py`]({code}) when the site is built (its default `Config`); any field
-    can be changed with `--algo-args FIELD=VALUE`.
+**Quick facts**, read off the default `Config` of [`{name}.py`]({code}); any field can be
+changed with `--algo-args FIELD=VALUE`.
 
-    | fact | default `Config` |
-    | --- | --- |
+| fact | default `Config` |
+| --- | --- |
 {rows}
 
-!!! example "The loop"
+**The loop**: one step of the toy trainer (`Trainer.train_step` in `refimpl/train.py`).
+{_legend(name, title, steps)}
 
-    One step of the toy trainer (`Trainer.train_step` in `refimpl/train.py`).
-    {_legend(name, title, steps)}
-
-    ```text
+```text
 {body}
-    ```
-"""
+```
+{END}"""
 
 
-@event_priority(50)  # before docs/_hooks.py rewrites the links to the code
-def on_page_markdown(markdown: str, page, config, files) -> str:
-    uri = page.file.src_uri
-    if not (uri.startswith("algorithms/") and uri.endswith(".md")):
-        if MARKER_LINE.search(markdown):
-            log.warning("%s: %s belongs on an algorithm page only", uri, MARKER)
-        return markdown
-    name = Path(uri).stem
-    if name not in algorithms.NAMES:
-        log.warning("%s: no algorithm %r in refimpl.algorithms.NAMES", uri, name)
-        return markdown
-    if not MARKER_LINE.search(markdown):
-        log.warning("%s: no %s marker for the Quick facts box (after the title)", uri, MARKER)
-        return markdown
-    try:
-        box = render(name)
-    except KeyError as err:
-        log.warning("%s: %s", uri, err.args[0])
-        return markdown
-    return MARKER_LINE.sub(lambda _: box, markdown, count=1)
+# ---------------------------------------------------------------------------------------------
+# The pages: write the blocks, find the stale ones.
+# ---------------------------------------------------------------------------------------------
+
+_BLOCK = re.compile(rf"^{re.escape(MARKER)}[ \t]*$(?:.*?^{re.escape(END)}[ \t]*$)?", re.M | re.S)
+
+
+def update(markdown: str, name: str) -> str:
+    """``markdown`` (the page of algorithm ``name``) with its generated block rewritten: the
+    text from its first marker to its end marker, or the first marker alone on a page that has
+    no block yet. A page without the marker is an error."""
+    if not _BLOCK.search(markdown):
+        raise ValueError(f"docs/algorithms/{name}.md: no {MARKER} line (put it under the title)")
+    return _BLOCK.sub(lambda _: render(name), markdown, count=1)
+
+
+def stale(pages: Path = PAGES) -> list[str]:
+    """One line for each algorithm in ``NAMES`` whose page under ``pages`` is missing, has no
+    marker, or whose generated block differs from what the code generates now."""
+    found = []
+    for name in algorithms.NAMES:
+        page = pages / f"{name}.md"
+        if not page.is_file():
+            found.append(f"docs/algorithms/{name}.md: missing")
+            continue
+        text = page.read_text(encoding="utf-8")
+        try:
+            if update(text, name) != text:
+                found.append(f"docs/algorithms/{name}.md: its generated block is stale")
+        except ValueError as err:
+            found.append(str(err))
+    return found
+
+
+def write(pages: Path = PAGES) -> list[str]:
+    """Rewrite the generated block of every algorithm page under ``pages``; the paths of the
+    pages that changed. A page without the marker is an error, raised before any page is
+    written."""
+    texts = {name: (pages / f"{name}.md").read_text(encoding="utf-8") for name in algorithms.NAMES}
+    new = {name: update(text, name) for name, text in texts.items()}
+    changed = [name for name in algorithms.NAMES if new[name] != texts[name]]
+    for name in changed:
+        (pages / f"{name}.md").write_text(new[name], encoding="utf-8")
+    return [f"docs/algorithms/{name}.md" for name in changed]

@@ -1,15 +1,14 @@
-"""The docs hooks without a site build (fast): the algorithm pages' Quick facts and loop are
-read off the code, so changing a Config changes them; the notebook cleaning drops exactly the
-widget outputs. ``tests/test_docs.py`` checks the built pages."""
+"""The docs generators and hooks without a site build (fast): the algorithm pages' Quick facts
+and loop are read off the code, so changing a Config changes them, and every page's generated
+block is what the code generates now; the notebook cleaning drops exactly the widget outputs.
+``tests/test_docs.py`` checks the built pages."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import logging
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -77,22 +76,73 @@ def test_probes_agree_with_what_each_file_reads(name):
     assert probe["token_credit"] == (name == "gtpo")
     assert probe["advantage_reads_entropy"] == (name in ("gtpo", "grpo_s"))
     assert probe["loss_reads_entropy"] == (name in ("tepo", "forking_tokens"))
-    assert pages.render(name).startswith('!!! info "Quick facts"')
+    block = pages.render(name)
+    assert block.startswith(pages.MARKER) and block.endswith(pages.END)
+    assert block.index("**Quick facts**") < block.index("**The loop**")
 
 
-def test_a_page_without_the_marker_is_a_warning(caplog):
-    """A missing marker, or an algorithm page for a name outside NAMES, warns, so
-    ``mkdocs build --strict`` fails on it; the marker is replaced once."""
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_generated_block_is_current(name):
+    """``docs/algorithms/<name>.md`` holds the Quick facts and the loop its code generates now
+    (regenerated here in memory): a block edited by hand, or left behind by a change of the
+    Config or of its ``LOOP`` lines, fails, as does a new page with the bare marker only."""
+    path = ROOT / "docs" / "algorithms" / f"{name}.md"
+    text = path.read_text(encoding="utf-8")
+    fix = f"run `.venv/bin/{pages.COMMAND}` and commit the page"
+    assert pages.update(text, name) == text, f"docs/algorithms/{name}.md is stale: {fix}"
 
-    def page(uri: str):
-        return SimpleNamespace(file=SimpleNamespace(src_uri=uri))
 
-    with caplog.at_level(logging.WARNING):
-        assert pages.on_page_markdown("# GRPO\n", page("algorithms/grpo.md"), {}, None)
-        assert pages.on_page_markdown("# PPO\n", page("algorithms/ppo.md"), {}, None)
-    assert len(caplog.records) == 2
-    out = pages.on_page_markdown(f"# GRPO\n\n{pages.MARKER}\n", page("algorithms/grpo.md"), {}, 0)
-    assert pages.MARKER not in out and "Quick facts" in out and "The loop" in out
+def _copy_pages(tmp_path: Path) -> Path:
+    for page in (ROOT / "docs" / "algorithms").glob("*.md"):
+        (tmp_path / page.name).write_text(page.read_text(encoding="utf-8"), encoding="utf-8")
+    return tmp_path
+
+
+def test_the_staleness_check_sees_a_hand_edit_and_a_code_change(tmp_path, monkeypatch):
+    """The check that ``test_generated_block_is_current`` makes can fail: a fact edited by
+    hand, a changed Config default and a changed ``LOOP`` line each make the page stale, and
+    rewriting the blocks makes it current again."""
+    pages_dir = _copy_pages(tmp_path)
+    assert pages.stale(pages_dir) == []
+    dapo = pages_dir / "dapo.md"
+    text = dapo.read_text(encoding="utf-8")
+    dapo.write_text(text.replace("1 + 0.28)", "1 + 0.3)", 1), encoding="utf-8")  # by hand
+    assert pages.stale(pages_dir) == ["docs/algorithms/dapo.md: its generated block is stale"]
+    assert pages.write(pages_dir) == ["docs/algorithms/dapo.md"]
+    assert dapo.read_text(encoding="utf-8") == text and pages.stale(pages_dir) == []
+
+    module = algorithms.get("gtpo")
+
+    @dataclasses.dataclass(frozen=True)
+    class Config(module.Config):
+        alpha_2: float = 0.2  # the code changed, the page did not
+
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "Config", Config)
+        assert pages.stale(pages_dir) == ["docs/algorithms/gtpo.md: its generated block is stale"]
+    with monkeypatch.context() as patch:
+        advantage, _ = pages.LOOP["rloo"]
+        patch.setitem(pages.LOOP, "rloo", (advantage, lambda c: "L ← something else"))
+        assert pages.stale(pages_dir) == ["docs/algorithms/rloo.md: its generated block is stale"]
+
+
+def test_a_new_page_gets_its_block_under_the_bare_marker(tmp_path):
+    """A page with only the marker (a new algorithm's) is stale until the blocks are written;
+    writing puts the block under the title and keeps the rest of the page; a page without the
+    marker is an error naming it, and nothing is written."""
+    pages_dir = _copy_pages(tmp_path)
+    page = pages_dir / "rloo.md"
+    rest = page.read_text(encoding="utf-8").split(pages.END, 1)[1]
+    page.write_text(f"# RLOO\n\n{pages.MARKER}{rest}", encoding="utf-8")
+    assert pages.stale(pages_dir) == ["docs/algorithms/rloo.md: its generated block is stale"]
+    assert pages.write(pages_dir) == ["docs/algorithms/rloo.md"]
+    assert page.read_text(encoding="utf-8") == f"# RLOO\n\n{pages.render('rloo')}{rest}"
+    page.write_text(f"# RLOO\n{rest}", encoding="utf-8")
+    assert pages.stale(pages_dir) == [
+        f"docs/algorithms/rloo.md: no {pages.MARKER} line (put it under the title)"
+    ]
+    with pytest.raises(ValueError, match="rloo.md: no"):
+        pages.write(pages_dir)
 
 
 def test_notebook_cleaning_drops_widget_outputs_and_state_only():

@@ -2,8 +2,10 @@
 asks for. Adding a name to ``NAMES`` without one of these fails here, naming what is missing:
 
 * its docs page ``docs/algorithms/<name>.md``, in the site's nav and in the side-by-side table,
-  with the ``<!-- quick-facts -->`` marker and its advantage and loss steps in the loop of
-  ``docs/_algorithm_pages.py``;
+  with its sections "What it does to entropy" and "Other implementations", the
+  ``<!-- quick-facts -->`` marker and its advantage and loss steps in the loop of
+  ``docs/_algorithm_pages.py`` (``tests/test_docs_hooks.py`` checks that the block under the
+  marker is what ``python scripts/algorithm_pages.py`` generates from the code now);
 * its spec test module ``tests/spec/test_<name>.py`` with a ``test_worked_example``, indexed in
   ``docs/spec.md``;
 * its API reference entry (``::: refimpl.algorithms.<name>``);
@@ -35,8 +37,9 @@ def _text(path: str) -> str:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_docs_page_in_nav_and_table(name):
-    """``docs/algorithms/<name>.md`` exists, is in mkdocs.yml's nav, and has a row in the
-    side-by-side table of docs/algorithms.md."""
+    """``docs/algorithms/<name>.md`` exists, is in mkdocs.yml's nav, has a row in the
+    side-by-side table of docs/algorithms.md, its Quick facts marker and its sections on
+    entropy and on other implementations."""
     page = f"algorithms/{name}.md"
     assert (ROOT / "docs" / page).is_file(), f"docs/{page} is missing"
     assert re.search(rf":\s*{re.escape(page)}\s*$", _text("mkdocs.yml"), re.M), (
@@ -44,7 +47,13 @@ def test_docs_page_in_nav_and_table(name):
     )
     rows = [line for line in _text("docs/algorithms.md").splitlines() if line.startswith("| [")]
     assert any(f"]({page})" in row for row in rows), f"docs/algorithms.md has no row for {page}"
-    assert "<!-- quick-facts -->" in _text(f"docs/{page}"), f"docs/{page}: no quick-facts marker"
+    assert "<!-- quick-facts -->" in _text(f"docs/{page}"), (
+        f"docs/{page}: no <!-- quick-facts --> line under its title "
+        "(then run `.venv/bin/python scripts/algorithm_pages.py`)"
+    )
+    headings = re.findall(r"^## (.+?)\s*$", _text(f"docs/{page}"), re.M)
+    for section in ("What it does to entropy", "Other implementations"):
+        assert section in headings, f"docs/{page}: no '## {section}' section"
     loop = re.search(r"^LOOP\b.*?^}", _text("docs/_algorithm_pages.py"), re.M | re.S).group(0)
     assert f'    "{name}": (' in loop, f"docs/_algorithm_pages.py: LOOP has no steps for {name}"
 
