@@ -1,9 +1,9 @@
 """Reference implementation of group-relative policy optimisation with token-level credit
 assignment. See README.md; the algorithms live one per file in ``refimpl/algorithms``."""
 
-# Before any refimpl module imports torch: put CPU kernels on the one numeric path that every
-# x86-64 machine with AVX2 computes bit for bit alike (refimpl/numerics.py says why and how to
-# opt out). torch reads the choice once, when it loads, so this must run first.
+# Before any refimpl module imports torch: put CPU kernels on one numeric path, so that the
+# CPU's instruction-set level does not change a run's digits (refimpl/numerics.py says what it
+# does and does not make reproducible, and how to opt out). torch reads the choice once, when it loads, so this must run first.
 from refimpl import numerics as _numerics
 
 _numerics.pin()

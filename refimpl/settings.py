@@ -111,11 +111,11 @@ class WarmstartConfig:
     eval_problems: int = 200
     """held-out problems for the final success report"""
     threads: int | None = 1
-    """torch CPU threads while training. 1 (the default), with refimpl's pinned AVX2 kernel
-    path (refimpl/numerics.py), trains the same base model bit for bit on every x86-64 CPU
-    with AVX2: a sum split across threads rounds differently, so another thread count ends,
-    after 600 steps at this learning rate, at another model. None: torch's default (one per
-    core, so the model depends on the machine)."""
+    """torch CPU threads while training. 1 (the default) trains the same base model bit for
+    bit on every run on a machine, whatever its core count: a sum split across threads rounds
+    differently, so another thread count ends, after 600 steps at this learning rate, at
+    another model (so does another CPU vendor: docs/numerics.md). None: torch's default (one
+    per core)."""
     force: bool = False
     """retrain even when a cached model exists"""
     progress: bool = True

@@ -8,9 +8,10 @@ short supervised run on reference solutions of a *mix of easier instances* (for 
 10–50 % success rate: low enough to have room to learn, high enough that most groups hold
 both right and wrong answers (a group whose rewards are all equal carries no signal).
 
-The result is deterministic per seed, the same bit for bit on any x86-64 CPU with AVX2 (on
-one torch thread, the default: see ``WarmstartConfig.threads``, and on refimpl's pinned
-kernel path, ``refimpl/numerics.py``) and cached under ``runs/warmstart/<task>-<hash>/``: the
+The result is deterministic per seed on a machine (on one torch thread, the default: see
+``WarmstartConfig.threads``; refimpl's pinned kernel path, ``refimpl/numerics.py``, makes it
+independent of the CPU's instruction-set level, but an AMD CPU trains other bits than an Intel
+one: docs/numerics.md) and cached under ``runs/warmstart/<task>-<hash>/``: the
 hash covers every setting, so changing one trains a new model, and ``make demo``, the
 notebooks and the benchmarks all reuse the same file.
 """
