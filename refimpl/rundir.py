@@ -167,9 +167,33 @@ def check_runs_dir(runs_dir: Path, flag: str = "--runs-dir") -> None:
             raise ValueError(
                 f"{flag}: {part[:40]}… is longer than {longest} bytes (the file system's limit)"
             )
+    try:
+        path.resolve()
+    except (RuntimeError, OSError):  # RuntimeError: Python < 3.13's "Symlink loop"
+        raise ValueError(
+            f"{flag}: {runs_dir} cannot be resolved (a loop of symbolic links?)"
+        ) from None
     existing = nearest_existing(path)
     if not existing.is_dir():
         raise ValueError(f"{flag}: {existing} is a file, not a directory")
+
+
+def check_not_a_link(run_dir: Path, flag: str = "--name") -> None:
+    """``ValueError`` naming ``flag`` when the run directory itself is a symbolic link: a
+    run would write, and ``--overwrite`` delete, whatever it points to (outside
+    ``--runs-dir``). A link among the parents of ``--runs-dir`` is followed as usual."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_symlink():
+        return
+    try:
+        target = run_dir.resolve(strict=True)
+        how = f"; to use the run it points to, pass --runs-dir {target.parent} --name {target.name}"
+    except (RuntimeError, OSError):
+        how = " (a broken link or a loop)"
+    raise ValueError(
+        f"{flag}: {run_dir} is a symbolic link (to {os.readlink(run_dir)}), which refimpl never "
+        f"writes or deletes through{how}"
+    )
 
 
 def _writable(path: Path, flag: str, what: str) -> None:
@@ -490,6 +514,7 @@ def check_run_dir(cfg: TrainConfig, *, named: bool = False) -> dict[str, Any] | 
     if not named:
         check_runs_dir(runs_dir)
         check_name(cfg.name, runs_dir)
+    check_not_a_link(run_dir)
     cache_root = (Path(run_warmstart(cfg).runs_dir) / "warmstart").resolve()
     here = run_dir.resolve()
     if here == cache_root or cache_root in here.parents or here in cache_root.parents:
@@ -545,7 +570,10 @@ def preflight(cfg: TrainConfig) -> Preflight:
     directory's lock (a run in use by another process is refused first), the flags
     (``resolve``), the run directory (``check_run_dir``) and the warm-start cache."""
     check_runs_dir(Path(cfg.runs_dir))
+    if cfg.warmstart.runs_dir is not None:
+        check_runs_dir(Path(cfg.warmstart.runs_dir), "--warmstart.runs-dir")
     check_name(cfg.name, Path(cfg.runs_dir))
+    check_not_a_link(cfg.run_dir)
     check_not_locked(cfg)
     resumable = cfg.resume and is_run_dir(cfg.run_dir)
     if resumable:  # a changed setting is the clearest error, so it comes before the flags'
