@@ -38,7 +38,14 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from refimpl.runlog import LOCK_FILE, RUN_FILES, foreign_files, is_run_dir, run_dir_damage
+from refimpl.runlog import (
+    LOCK_FILE,
+    RUN_FILES,
+    foreign_files,
+    is_run_dir,
+    parse_json,
+    run_dir_damage,
+)
 
 
 class CheckpointError(ValueError):
@@ -264,7 +271,7 @@ def read_state(path: Path) -> dict[str, Any]:
     """The ``state.json`` of the checkpoint directory ``path``."""
     file = Path(path) / "state.json"
     try:
-        state = json.loads(file.read_text())
+        state = parse_json(file.read_text())
     except FileNotFoundError:
         raise CheckpointError(f"{file}: missing") from None
     except (ValueError, UnicodeDecodeError):

@@ -235,7 +235,8 @@ def _train_defaults(first: TrainConfig, args: list[str]) -> TrainConfig:
         run_dir = first.run_dir
         check_name(first.name, Path(first.runs_dir))
         check_resumable(run_dir)  # a damaged run: the message says how to recover it
-        base = load_config_file(run_dir / "config.json", flag="--resume")
+        # The algorithm settings of a resumed run are its checkpoint's (verify_resume).
+        base = load_config_file(run_dir / "config.json", flag="--resume", algo_config=False)
         # The run is where it was found now, whatever its config.json says.
         base = dataclasses.replace(base, runs_dir=first.runs_dir, name=first.name or run_dir.name)
     elif first.config is not None:
