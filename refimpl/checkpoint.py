@@ -20,7 +20,8 @@ disk) removes ``<name>.tmp`` and raises ``CheckpointWriteError`` naming the file
 checkpoint is untouched. Weights that are not finite (a diverged run) are never saved.
 
 Every file is checked when read: a missing or damaged one, a checksum that does not match
-(bits flipped on disk) or non-finite weights raise ``CheckpointError`` naming it.
+(bits flipped on disk) or is not recorded, or non-finite weights raise ``CheckpointError``
+naming it.
 """
 
 from __future__ import annotations
@@ -203,12 +204,17 @@ def find_checkpoint(path: Path, *, warn: bool = True) -> Path | None:
 
 
 def _check_checksum(path: Path, name: str, state: dict[str, Any]) -> None:
-    """``CheckpointError`` naming ``path/name`` when ``state.json`` records a checksum for
-    it that its bytes do not have (checkpoints of older versions record none)."""
+    """``CheckpointError`` naming ``path/name`` when its bytes do not have the sha256 that
+    ``state.json`` recorded for it, and naming ``state.json`` when it records none (no
+    ``checksums``, ``{}``, or not this file's): a file that cannot be verified is not
+    trusted, since flipped bits would then train silently."""
     recorded = state.get("checksums")
-    if not isinstance(recorded, dict) or name not in recorded:
-        return
     file = Path(path) / name
+    if not (isinstance(recorded, dict) and isinstance(recorded.get(name), str)):
+        raise CheckpointError(
+            f"{Path(path) / 'state.json'}: records no sha256 of {name} (damaged or edited?), "
+            f"so {file} cannot be verified: restore state.json"
+        )
     if not file.exists():
         raise CheckpointError(f"{file}: missing")
     if sha256(file) != recorded[name]:

@@ -191,6 +191,31 @@ def test_flipped_bits_in_the_weights_are_refused(runs, base, capsys):
     assert str(file) in line and "sha256" in line, line
 
 
+@pytest.mark.parametrize("checksums", ["removed", "{}", "model only"])
+def test_a_checkpoint_without_checksums_is_refused(runs, base, capsys, checksums):
+    """The issue's silent result 4: without ``checksums`` in state.json (or with ``{}``) the
+    sha256 check was skipped, and a flipped byte in model.safetensors trained silently.
+    The byte is flipped here too; a state.json that records only the weights' checksum
+    leaves optimizer.pt unverified, which is refused the same way."""
+    run = copy_run(base, f"no-checksums-{checksums.split()[0].strip('{}') or 'empty'}")
+    state_file = run / "checkpoint" / "state.json"
+    if checksums == "model only":
+        edit_json(state_file, lambda s: s["checksums"].pop("optimizer.pt"))
+        unverified = "optimizer.pt"
+    else:
+        replaced = {} if checksums == "removed" else {"checksums": {}}
+        edit_json(state_file, lambda s: [s.pop("checksums"), s.update(replaced)])
+        file = run / "checkpoint" / "model.safetensors"
+        data = bytearray(file.read_bytes())
+        data[-4] ^= 1
+        file.write_bytes(bytes(data))
+        unverified = "model.safetensors"
+    line = refused(runs, run, capsys)
+    assert f"{state_file}: records no sha256 of {unverified}" in line, line
+    if unverified == "optimizer.pt":
+        assert "--fresh-optimizer" in line, line
+
+
 def test_non_finite_weights_are_refused_on_load_naming_the_file(runs, base, capsys, tmp_path):
     """The issue's silent result 5: a checkpoint whose weights are all NaN loaded and
     trained silently. Here its checksum matches (the file is as it was saved, by a version
