@@ -417,7 +417,7 @@ def _check_checkpoint_step(
     that is no positive integer, or shorter than a step the checkpoint (made by a run at
     least that long) reached, was edited: config.json is named, not the checkpoint."""
     check_run_length(tc, config_file, _made_with_steps(made_with))
-    length = tc["steps"]
+    length = tc.get("steps", TrainConfig.steps)  # absent: the default, as --resume reads it
     made_steps = made_with.get("steps")
     if not (isinstance(made_steps, int) and made_steps >= step):
         made_steps = length  # the checkpoint's own record of the length is missing or short
@@ -435,9 +435,11 @@ def _check_checkpoint_step(
 
 def check_run_length(tc: dict[str, Any], config_file: Path, hint: str = "") -> None:
     """``CheckpointError`` naming ``config_file`` and the field when the run's length
-    (``train_config.steps``) is no positive integer: config.json was edited, and no flag is
-    to blame (``hint``: what the checkpoint says)."""
-    length = tc.get("steps")
+    (``train_config.steps``) is there but no positive integer: config.json was edited, and
+    no flag is to blame (``hint``: what the checkpoint says)."""
+    if "steps" not in tc:  # absent: the default, as --resume reads it
+        return
+    length = tc["steps"]
     if not (isinstance(length, int) and not isinstance(length, bool) and length >= 1):
         raise CheckpointError(
             f"{config_file}: train_config.steps is {json.dumps(length)}, expected a positive "

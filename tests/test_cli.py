@@ -209,6 +209,10 @@ COMPARE_BAD_FLAGS = [
     (["--train.grad-clip", "-1"], "--train.grad-clip"),
     (["--train.warmstart.steps", "0"], "--train.warmstart.steps"),
     (["--train.algo", "gtpo"], "--train.algo"),  # set by --algos: not a flag of compare
+    # the issue's message 14: the second run of a duplicate failed after the first trained
+    (["--algos", "grpo,dapo,grpo"], "--algos: grpo is given twice"),
+    (["--algos", "grpo,GRPO"], "--algos: grpo is given twice"),
+    (["--seeds", "0,1,0"], "--seeds: 0 is given twice"),
 ]
 
 
@@ -222,6 +226,45 @@ def test_bad_compare_flag_is_one_line_exit_2_and_nothing_created(
     assert code == 2, (out, err)
     assert err.count("\n") == 1 and err.startswith("refimpl: error: ") and named in err, err
     assert not runs.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--runs-dir", ""],
+        ["train", "--runs-dir="],
+        ["train", "--warmstart.runs-dir", ""],
+        ["compare", "--algos", "grpo", "--runs-dir", ""],
+        ["compare", "--algos", "grpo", "--train.warmstart.runs-dir="],
+        ["warmstart", "--runs-dir", ""],
+    ],
+    ids=" ".join,
+)
+def test_an_empty_path_is_refused_not_read_as_this_directory(
+    argv, tmp_path, capsys, monkeypatch, no_side_effects
+):
+    """The issue's bound 5: ``--runs-dir ""`` created the run in the current directory
+    (``Path("")`` is ``.``)."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(argv, capsys)
+    flag = next(a for a in reversed(argv) if a.startswith("--")).split("=")[0]
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"refimpl: error: {flag}: expected a path, got an empty string"), err
+    assert not any(tmp_path.iterdir())
+
+
+def test_negative_workers_are_refused_by_every_runner(tmp_path, capsys, no_side_effects):
+    """``--workers -1`` (compare refuses it, see COMPARE_BAD_FLAGS) was taken by
+    ``bench-learning`` and by ``refimpl.compare.run_in_workers``, which ran the runs one
+    after another as if it were 1."""
+    from refimpl.compare import run_in_workers
+
+    out = tmp_path / "bench"
+    code, _, err = run_cli(["bench-learning", "--workers", "-1", "--out", str(out)], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--workers: expected an integer ≥ 0" in err
+    assert not out.exists()
+    with pytest.raises(ValueError, match=r"^workers: expected an integer ≥ 0"):
+        run_in_workers([], -1)
 
 
 @pytest.mark.parametrize(
@@ -266,6 +309,23 @@ def test_runs_lists_runs_at_any_depth_with_their_last_heldout_success(tmp_path, 
     assert code == 0 and "no runs" in out
     code, _, err = run_cli(["runs", str(tmp_path / "missing")], capsys)
     assert code == 2 and "runs_dir" in err
+
+
+def test_runs_lists_a_run_whose_config_or_log_is_a_directory_as_damaged(tmp_path, capsys):
+    """The issue's message 13: one run with ``metrics.jsonl`` or ``config.json`` as a
+    directory aborted the whole listing."""
+    fake_run(tmp_path / "a", "gtpo", "chain", 2, [(0, 0.25)])
+    for name, file in (("b", "metrics.jsonl"), ("c", "config.json")):
+        fake_run(tmp_path / name, "grpo", "chain", 2, [(0, 0.25)])
+        (tmp_path / name / file).unlink()
+        (tmp_path / name / file).mkdir()
+    code, out, err = run_cli(["runs", str(tmp_path)], capsys)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert lines[1].split() == ["a", "gtpo", "chain", "0", "2/2", "0.250", "@", "0"]
+    assert lines[2].startswith("b ") and "damaged: metrics.jsonl: not readable" in lines[2]
+    assert lines[3].startswith("c ") and "damaged: config.json: not readable" in lines[3]
+    assert lines[4].startswith("2 damaged run directories: restore the file named"), out
 
 
 def test_plot_without_arguments_or_on_a_non_run_is_an_error(tmp_path, capsys):
