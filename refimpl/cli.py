@@ -18,18 +18,33 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import tyro
+# Importing torch takes seconds: Ctrl-C then is one line and exit code 130, as later on, when
+# this module is the program (`python -m refimpl.cli`, or the `refimpl` script that imports
+# it); imported by another program (a notebook, the tests), the interrupt is that program's.
+try:
+    import tyro
 
-from refimpl import algorithms
-from refimpl.bench.learning import LearningConfig
-from refimpl.bench.speed import SpeedConfig
-from refimpl.checkpoint import CheckpointError
-from refimpl.compare import CompareConfig, compare
-from refimpl.presets import explicit_fields
-from refimpl.rundir import check_name, check_resumable
-from refimpl.runlog import find_runs, is_run_dir, read_metrics, read_run_config, run_dir_damage
-from refimpl.train import NonFiniteLossError, TrainConfig, load_config_file, train
-from refimpl.warmstart import WarmstartConfig, train_warmstart
+    from refimpl import algorithms
+    from refimpl.bench.learning import LearningConfig
+    from refimpl.bench.speed import SpeedConfig
+    from refimpl.checkpoint import CheckpointError
+    from refimpl.compare import CompareConfig, compare
+    from refimpl.presets import explicit_fields
+    from refimpl.rundir import check_name, check_resumable
+    from refimpl.runlog import (
+        find_runs,
+        is_run_dir,
+        read_metrics,
+        read_run_config,
+        run_dir_damage,
+    )
+    from refimpl.train import NonFiniteLossError, TrainConfig, load_config_file, train
+    from refimpl.warmstart import WarmstartConfig, train_warmstart
+except KeyboardInterrupt:
+    if __name__ != "__main__" and Path(sys.argv[0]).stem != "refimpl":
+        raise
+    sys.stderr.write("refimpl: interrupted while starting (nothing was written)\n")
+    raise SystemExit(128 + signal.SIGINT) from None
 
 DESCRIPTION = (
     "refimpl: group-relative policy optimisation with token-level credit assignment, on toy "
@@ -292,6 +307,16 @@ def version_line() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``refimpl ARGV``: the exit code (0, 1 or 2 for an error, 128 + the signal when
+    interrupted: Ctrl-C while the flags are parsed too, before anything is written)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # outside a command (which reports its own interruption)
+        print("refimpl: interrupted while starting (nothing was written)", file=sys.stderr)
+        return 128 + signal.SIGINT
+
+
+def _main(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] in (["--version"], ["-V"]):
         print(version_line())

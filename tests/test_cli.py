@@ -344,3 +344,62 @@ def test_plot_draws_a_run_with_a_torn_last_line(tmp_path, capsys):
         code, out, err = run_cli(["plot", str(tmp_path / "a")], capsys)
     assert code == 0, err
     assert (tmp_path / "a" / "curves.png").stat().st_size > 0
+
+
+#: A Python program that raises KeyboardInterrupt where refimpl.cli imports refimpl.train (as
+#: Ctrl-C while torch loads would), then starts refimpl as ARGV[1] says.
+INTERRUPTED_START = """
+import runpy, sys
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "refimpl.train":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Interrupt())
+how = sys.argv[1]
+if how == "-m":  # python -m refimpl.cli tasks
+    sys.argv = ["refimpl", "tasks"]
+    runpy.run_module("refimpl.cli", run_name="__main__", alter_sys=True)
+else:  # the `refimpl` script pip writes, or a program of its own importing refimpl.cli
+    sys.argv = ["/venv/bin/refimpl" if how == "script" else "notebook", "tasks"]
+    from refimpl.cli import main
+    sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("how", ["-m", "script", "library"])
+def test_ctrl_c_while_starting_is_one_line_and_exit_130(how):
+    """The issue's traceback 11: Ctrl-C during start-up, before the run directory exists,
+    was a raw KeyboardInterrupt through import frames. As the program it is one line and
+    exit code 130; imported by another program, the interrupt stays that program's."""
+    import subprocess
+
+    from tests.safety_helpers import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_START, how],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    if how == "library":
+        assert done.returncode != 0 and "KeyboardInterrupt" in done.stderr, done.stderr
+        return
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "refimpl: interrupted while starting (nothing was written)\n"
+
+
+def test_ctrl_c_while_the_flags_are_parsed_is_one_line_and_exit_130(capsys, monkeypatch):
+    """Ctrl-C after the imports, while tyro parses the flags (outside every command)."""
+    import refimpl.cli as cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_parse", interrupted)
+    try:
+        code, out, err = run_cli(["tasks"], capsys)
+    except KeyboardInterrupt:  # would stop the test session itself
+        pytest.fail("KeyboardInterrupt escaped refimpl.cli.main")
+    assert code == 130 and out == ""
+    assert err == "refimpl: interrupted while starting (nothing was written)\n"
