@@ -20,7 +20,8 @@ disk) removes ``<name>.tmp`` and raises ``CheckpointWriteError`` naming the file
 checkpoint is untouched. Weights that are not finite (a diverged run) are never saved.
 
 Every file is checked when read: a missing or damaged one, a checksum that does not match
-(bits flipped on disk) or non-finite weights raise ``CheckpointError`` naming it.
+(bits flipped on disk) or is not recorded, or non-finite weights raise ``CheckpointError``
+naming it.
 """
 
 from __future__ import annotations
@@ -38,7 +39,14 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from refimpl.runlog import LOCK_FILE, RUN_FILES, foreign_files, is_run_dir, run_dir_damage
+from refimpl.runlog import (
+    LOCK_FILE,
+    RUN_FILES,
+    foreign_files,
+    is_run_dir,
+    parse_json,
+    run_dir_damage,
+)
 
 
 class CheckpointError(ValueError):
@@ -196,12 +204,17 @@ def find_checkpoint(path: Path, *, warn: bool = True) -> Path | None:
 
 
 def _check_checksum(path: Path, name: str, state: dict[str, Any]) -> None:
-    """``CheckpointError`` naming ``path/name`` when ``state.json`` records a checksum for
-    it that its bytes do not have (checkpoints of older versions record none)."""
+    """``CheckpointError`` naming ``path/name`` when its bytes do not have the sha256 that
+    ``state.json`` recorded for it, and naming ``state.json`` when it records none (no
+    ``checksums``, ``{}``, or not this file's): a file that cannot be verified is not
+    trusted, since flipped bits would then train silently."""
     recorded = state.get("checksums")
-    if not isinstance(recorded, dict) or name not in recorded:
-        return
     file = Path(path) / name
+    if not (isinstance(recorded, dict) and isinstance(recorded.get(name), str)):
+        raise CheckpointError(
+            f"{Path(path) / 'state.json'}: records no sha256 of {name} (damaged or edited?), "
+            f"so {file} cannot be verified: restore state.json"
+        )
     if not file.exists():
         raise CheckpointError(f"{file}: missing")
     if sha256(file) != recorded[name]:
@@ -264,7 +277,7 @@ def read_state(path: Path) -> dict[str, Any]:
     """The ``state.json`` of the checkpoint directory ``path``."""
     file = Path(path) / "state.json"
     try:
-        state = json.loads(file.read_text())
+        state = parse_json(file.read_text())
     except FileNotFoundError:
         raise CheckpointError(f"{file}: missing") from None
     except (ValueError, UnicodeDecodeError):
@@ -384,7 +397,13 @@ def _entries(run_dir: Path) -> list[Path]:
 def check_deletable(run_dir: Path, flag: str) -> None:
     """Raise ``ValueError`` (naming ``flag``) unless ``run_dir`` is recognisably a run (or a
     damaged one: its config.json unreadable, everything else a run's files) holding nothing,
-    at any depth, that a run does not write."""
+    at any depth, that a run does not write. A run directory that is a symbolic link is
+    refused: deleting through it would reach whatever it points to."""
+    if Path(run_dir).is_symlink():
+        raise ValueError(
+            f"{flag}: {run_dir} is a symbolic link (to {os.readlink(run_dir)}); refusing to "
+            "delete through it"
+        )
     if not is_run_dir(run_dir) and run_dir_damage(run_dir) is None:
         raise ValueError(
             f"{flag}: {run_dir} is not a run directory (no config.json written by refimpl "

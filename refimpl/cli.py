@@ -13,22 +13,38 @@ import io
 import re
 import signal
 import sys
+import typing
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import tyro
+# Importing torch takes seconds: Ctrl-C then is one line and exit code 130, as later on, when
+# this module is the program (`python -m refimpl.cli`, or the `refimpl` script that imports
+# it); imported by another program (a notebook, the tests), the interrupt is that program's.
+try:
+    import tyro
 
-from refimpl import algorithms
-from refimpl.bench.learning import LearningConfig
-from refimpl.bench.speed import SpeedConfig
-from refimpl.checkpoint import CheckpointError
-from refimpl.compare import CompareConfig, compare
-from refimpl.presets import explicit_fields
-from refimpl.rundir import check_name, check_resumable
-from refimpl.runlog import find_runs, is_run_dir, read_metrics, read_run_config, run_dir_damage
-from refimpl.train import NonFiniteLossError, TrainConfig, load_config_file, train
-from refimpl.warmstart import WarmstartConfig, train_warmstart
+    from refimpl import algorithms
+    from refimpl.bench.learning import LearningConfig
+    from refimpl.bench.speed import SpeedConfig
+    from refimpl.checkpoint import CheckpointError
+    from refimpl.compare import CompareConfig, compare
+    from refimpl.presets import explicit_fields
+    from refimpl.rundir import check_name, check_resumable
+    from refimpl.runlog import (
+        find_runs,
+        is_run_dir,
+        read_metrics,
+        read_run_config,
+        run_dir_damage,
+    )
+    from refimpl.train import NonFiniteLossError, TrainConfig, load_config_file, train
+    from refimpl.warmstart import WarmstartConfig, train_warmstart
+except KeyboardInterrupt:
+    if __name__ != "__main__" and Path(sys.argv[0]).stem != "refimpl":
+        raise
+    sys.stderr.write("refimpl: interrupted while starting (nothing was written)\n")
+    raise SystemExit(128 + signal.SIGINT) from None
 
 DESCRIPTION = (
     "refimpl: group-relative policy optimisation with token-level credit assignment, on toy "
@@ -101,11 +117,18 @@ def _list_algos() -> None:
 
 
 def run_rows(runs_dir: Path) -> list[dict[str, str]]:
-    """One row per run under ``runs_dir`` for ``refimpl runs`` (damaged logs show ``?``; a
-    damaged run directory, whose config.json cannot be read, is listed as ``damaged``)."""
+    """One row per run under ``runs_dir`` for ``refimpl runs``; a damaged run directory,
+    whose config.json or metrics.jsonl cannot be read (a directory in its place, garbage),
+    is listed as ``damaged``, naming the file."""
     rows = []
     for d in find_runs(runs_dir, damaged=True):
         damage = run_dir_damage(d)
+        if damage is None:
+            tc = read_run_config(d)["train_config"]
+            try:
+                records = read_metrics(d, missing_ok=True)
+            except ValueError as err:  # garbage, out of order, a directory: the log is damaged
+                damage = str(err).replace(str(d / "metrics.jsonl"), "metrics.jsonl", 1)
         if damage is not None:
             rows.append(
                 {
@@ -118,18 +141,10 @@ def run_rows(runs_dir: Path) -> list[dict[str, str]]:
                 }
             )
             continue
-        tc = read_run_config(d)["train_config"]
-        try:
-            records = read_metrics(d, missing_ok=True)
-        except ValueError:
-            records = None
-        if records is None:
-            step, heldout = "?", "?"
-        else:
-            last = max((r["step"] for r in records), default=0)
-            step = f"{last}/{tc.get('steps', '?')}"
-            evals = [r for r in records if "heldout_greedy" in r]
-            heldout = f"{evals[-1]['heldout_greedy']:.3f} @ {evals[-1]['step']}" if evals else "-"
+        last = max((r["step"] for r in records), default=0)
+        step = f"{last}/{tc.get('steps', '?')}"
+        evals = [r for r in records if "heldout_greedy" in r]
+        heldout = f"{evals[-1]['heldout_greedy']:.3f} @ {evals[-1]['step']}" if evals else "-"
         rows.append(
             {
                 "run": str(d.relative_to(runs_dir)),
@@ -164,8 +179,8 @@ def _list_runs(cfg: ListRuns) -> None:
     damaged = len(rows) - len(whole)
     if damaged:
         print(
-            f"{damaged} damaged run director{'y' if damaged == 1 else 'ies'}: `refimpl train "
-            "--overwrite --name NAME` starts one again, or restore its config.json"
+            f"{damaged} damaged run director{'y' if damaged == 1 else 'ies'}: restore the file "
+            "named, or `refimpl train --overwrite --name NAME` starts one again"
         )
 
 
@@ -235,7 +250,8 @@ def _train_defaults(first: TrainConfig, args: list[str]) -> TrainConfig:
         run_dir = first.run_dir
         check_name(first.name, Path(first.runs_dir))
         check_resumable(run_dir)  # a damaged run: the message says how to recover it
-        base = load_config_file(run_dir / "config.json", flag="--resume")
+        # The algorithm settings of a resumed run are its checkpoint's (verify_resume).
+        base = load_config_file(run_dir / "config.json", flag="--resume", algo_config=False)
         # The run is where it was found now, whatever its config.json says.
         base = dataclasses.replace(base, runs_dir=first.runs_dir, name=first.name or run_dir.name)
     elif first.config is not None:
@@ -243,6 +259,32 @@ def _train_defaults(first: TrainConfig, args: list[str]) -> TrainConfig:
     else:
         return first
     return _parse(tyro.cli, args, f=TrainConfig, default=base, prog="refimpl train")
+
+
+def path_flags(cls: type, prefix: str = "--") -> set[str]:
+    """The flags of the command ``cls`` (a dataclass; nested ones with their dotted prefix,
+    ``--warmstart.runs-dir``) that take a path."""
+    flags: set[str] = set()
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint, flag = hints[f.name], prefix + f.name.replace("_", "-")
+        if dataclasses.is_dataclass(hint):
+            flags |= path_flags(hint, flag + ".")
+        elif hint is Path or Path in typing.get_args(hint):
+            flags.add(flag)
+    return flags
+
+
+def check_empty_paths(cls: type, args: list[str]) -> None:
+    """``ValueError`` naming the flag when a path flag of ``cls`` is given an empty string:
+    ``Path("")`` is ``.``, so ``--runs-dir ""`` would put the run in the current directory."""
+    flags = path_flags(cls)
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        flag = flag.replace("_", "-")
+        given = value if eq else (args[i + 1] if i + 1 < len(args) else None)
+        if flag in flags and given == "":
+            raise ValueError(f"{flag}: expected a path, got an empty string (. is this directory)")
 
 
 @contextlib.contextmanager
@@ -265,6 +307,16 @@ def version_line() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``refimpl ARGV``: the exit code (0, 1 or 2 for an error, 128 + the signal when
+    interrupted: Ctrl-C while the flags are parsed too, before anything is written)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # outside a command (which reports its own interruption)
+        print("refimpl: interrupted while starting (nothing was written)", file=sys.stderr)
+        return 128 + signal.SIGINT
+
+
+def _main(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] in (["--version"], ["-V"]):
         print(version_line())
@@ -281,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(exit_.code or 0)
     with _plain_warnings():
         try:
+            check_empty_paths(type(cmd), args)
             if isinstance(cmd, ListTasks):
                 _list_tasks()
             elif isinstance(cmd, ListAlgos):

@@ -75,6 +75,7 @@ class CompareConfig:
             raise ValueError(f"--algos: expected a comma-separated list of {algorithms.NAMES}")
         for a in names:
             algorithms.get(a)  # ValueError listing the valid names
+        _refuse_duplicates([algorithms.get(a).NAME for a in names], names, "--algos")
         return names
 
     def seed_list(self) -> list[int]:
@@ -86,6 +87,7 @@ class CompareConfig:
             ) from None
         if not seeds or min(seeds) < 0:
             raise ValueError(f"--seeds: expected comma-separated integers ≥ 0, got {self.seeds!r}")
+        _refuse_duplicates(seeds, seeds, "--seeds")
         return seeds
 
     def check(self) -> None:
@@ -100,6 +102,18 @@ class CompareConfig:
             raise ValueError(f"--target: expected a success rate in [0, 1], got {self.target}")
         if is_run_dir(self.root):
             raise ValueError(f"--name: {self.root} is a single run, not a comparison")
+
+
+def _refuse_duplicates(keys: list, given: list, flag: str) -> None:
+    """``ValueError`` naming ``flag`` when two items of ``given`` are the same (same
+    ``keys``): their runs would share one directory, and the second would fail only after
+    the first had trained."""
+    for i, key in enumerate(keys):
+        if key in keys[:i]:
+            first = given[keys.index(key)]
+            raise ValueError(
+                f"{flag}: {first} is given twice ({first!r} and {given[i]!r}); keep one"
+            )
 
 
 #: In a worker process: the parent's event "stop, do not start another run" (Ctrl-C).
@@ -130,6 +144,10 @@ def run_in_workers(
     progress bars). The first run that fails cancels those not yet started and its exception
     is raised here.
     """
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+        raise ValueError(
+            f"workers: expected an integer ≥ 0 (0 or 1: one at a time), got {workers!r}"
+        )
     if workers <= 1 or len(runs) <= 1:
         for finished, r in enumerate(runs, 1):
             train(r)

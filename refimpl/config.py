@@ -22,6 +22,7 @@ import torch
 
 from refimpl import algorithms
 from refimpl.overrides import parse_overrides
+from refimpl.runlog import parse_json
 from refimpl.settings import RunWarmstartConfig, TaskName, parse_task_args
 from toy_envs import TASK_NAMES, TOKENIZER, get_task
 
@@ -542,22 +543,79 @@ def check_setting_type(value: Any, hint: Any, where: str) -> None:
         raise ValueError(f"{where} is {json.dumps(value)}, expected {expected}")
 
 
-def load_config_file(path: Path | str, flag: str = "--config") -> TrainConfig:
+def load_config_file(
+    path: Path | str, flag: str = "--config", *, algo_config: bool = True
+) -> TrainConfig:
     """The settings in a config.json (a run's, or a bare ``train_config`` object), with
     ``resume``, ``overwrite`` and ``config`` reset: a saved file never deletes anything.
     ``flag``: the flag that names the file in error messages (``--resume`` for a run's
-    own config.json)."""
+    own config.json). ``algo_config``: read the file's ``algo_config`` section too
+    (``apply_algo_config``); a resumed run reads it from its checkpoint instead."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = parse_json(path.read_text())
     except FileNotFoundError:
         raise ValueError(f"{flag}: {path}: no such file") from None
     except (ValueError, UnicodeDecodeError):
         raise ValueError(f"{flag}: {path}: not valid JSON") from None
+    except OSError as err:  # a directory, unreadable, ...
+        raise ValueError(f"{flag}: {path}: not readable ({err.strerror or err})") from None
+    section = data.get("algo_config") if isinstance(data, dict) else None
     if isinstance(data, dict) and isinstance(data.get("train_config"), dict):
         data = data["train_config"]
     cfg = config_from_dict(data, f"{flag}: {path}")
+    if algo_config and section is not None:
+        cfg = apply_algo_config(cfg, section, f"{flag}: {path}")
     return dataclasses.replace(cfg, resume=False, overwrite=False, config=None)
+
+
+def apply_algo_config(cfg: TrainConfig, section: Any, source: str) -> TrainConfig:
+    """``cfg`` with the ``algo_config`` section of a config.json read back: every field is
+    checked as ``--algo-args`` are (one the algorithm's ``Config`` does not have, a value of
+    the wrong type or out of range: one line naming ``source`` and the key), and the values
+    that differ from what ``cfg`` (its ``algo_args``) gives become ``algo_args``, which the
+    new run's config.json records."""
+    if not isinstance(section, dict):
+        raise ValueError(f"{source}: algo_config is {json.dumps(section)}, expected an object")
+    try:
+        algo = algorithms.get(cfg.algo)
+    except ValueError as err:
+        raise ValueError(f"{source}: {err}") from None
+    hints = typing.get_type_hints(algo.Config)
+    fields_ = [f.name for f in dataclasses.fields(algo.Config)]
+    for key, value in section.items():
+        if key not in fields_:
+            raise ValueError(
+                f"{source}: unknown setting algo_config.{key!r} for {cfg.algo} (valid: "
+                f"{', '.join(fields_)})"
+            )
+        check_setting_type(value, hints[key], f"{source}: algo_config.{key}")
+    budget = cfg.max_new_tokens or build_task(cfg).max_new_tokens
+    given = dataclasses.asdict(algorithm_config(cfg, algo, budget))
+    changed = {k: v for k, v in section.items() if v != given[k]}
+    if not changed:
+        return cfg
+    for key, value in changed.items():
+        if value is None:  # --algo-args cannot say None for a field whose default is not
+            raise ValueError(
+                f"{source}: algo_config.{key} is null, which differs from the run's "
+                f"{given[key]!r} and cannot be passed as --algo-args: remove it"
+            )
+    kept = [a for a in cfg.algo_args if a.split("=", 1)[0].strip().replace("-", "_") not in changed]
+    args = (*kept, *(f"{k}={_override_text(v)}" for k, v in changed.items()))
+    cfg = dataclasses.replace(cfg, algo_args=args)
+    try:
+        algorithm_config(cfg, algo, budget)
+    except ValueError as err:
+        raise ValueError(f"{source}: algo_config: {err}") from None
+    return cfg
+
+
+def _override_text(value: Any) -> str:
+    """A JSON value as ``parse_overrides`` reads it back (``repr`` keeps every float bit)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _jsonable(obj: Any) -> Any:

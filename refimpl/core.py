@@ -152,7 +152,7 @@ CONFIG_FIELDS: tuple[str, ...] = tuple(AlgorithmConfig.__annotations__)
 
 
 # Every field of every algorithm's ``Config`` is checked by ``check_config`` (called from each
-# ``__post_init__``), in two parts:
+# ``__post_init__``), in three parts:
 #
 # 1. its type, read from the dataclass annotation: a ``bool`` field takes only ``True`` or
 #    ``False`` (never ``"no"``, which is truthy, or ``1``), an ``int`` field an int that is not a
@@ -160,34 +160,63 @@ CONFIG_FIELDS: tuple[str, ...] = tuple(AlgorithmConfig.__annotations__)
 #    a string; ``X | None`` also takes None;
 # 2. its range, from ``FIELD_RULES`` below, by field name (the algorithms share most names;
 #    a numeric field not listed must only be finite). An algorithm checks its own choices
-#    (``require_choice``) and cross-field constraints next to the call.
+#    (``require_choice``) and cross-field constraints next to the call;
+# 3. an upper bound on every coefficient, so that a finite value cannot make the loss inf or
+#    NaN (``kl_coef=1e300`` did). The loss is a float32 sum over the tokens (at most 2^128 ≈
+#    3.4e38), and ``check_advantages`` keeps Σ|A| ≤ 2^120:
+#    - the clipped surrogate of a token is at most (1 + ε_high)·|A| where A > 0 (the clip's
+#      own bound), so ``clip_eps_high ≤ CLIP_HIGH_LIMIT`` = 10 keeps its sum ≤ 11·2^120 < 2^124
+#      (papers use 0.2-0.28; a clip at 11 × the old probability no longer trusts any region);
+#    - each other term is a coefficient times a per-token factor that is bounded whatever the
+#      batch: k3 ≤ e^20 (its Δ is clamped to ±20), an entropy ≤ log V (< 45 for any vocabulary
+#      that int64 ids can index), KL-Cov's |log w| < 89 wherever w itself fits in float32. With
+#      every coefficient ≤ ``COEF_LIMIT`` = 1e4 a term is ≤ 1e4·e^20 ≈ 4.9e12 per token, so the
+#      sum stays finite up to 3e25 tokens (any batch that fits in memory has fewer);
+#    - the reward weights (GTPO's α, GRPO-S's β, DAPO's overlong penalty scale) are bounded the
+#      same way: their products with float32 rewards stay finite in the float64 advantages.
+#    tests/test_safety_library.py computes every loss at these edges (finite) and refuses a
+#    value just beyond them.
 #
 # A wrong value is one ``ValueError`` naming ``Config.<field>``, so a typo in ``--algo-args``
 # or a hand-edited config.json never trains silently with a value that means something else.
+
+#: The largest loss coefficient and reward weight a Config takes (see above).
+COEF_LIMIT = 1e4
+#: The largest ``clip_eps_high`` (the clip at ``1 + ε_high`` bounds the surrogate by it).
+CLIP_HIGH_LIMIT = 10.0
+
+_COEF = (lambda v: 0.0 <= v <= COEF_LIMIT, f"a value in [0, {COEF_LIMIT:g}]")
+
 FIELD_RULES: dict[str, tuple[object, str]] = {
     # shared by several algorithms
     "clip_eps_low": (lambda v: 0.0 <= v < 1.0, "a value in [0, 1)"),
-    "clip_eps_high": (lambda v: v >= 0.0, "a value ≥ 0"),
-    "kl_coef": (lambda v: v >= 0.0, "a value ≥ 0"),
+    "clip_eps_high": (
+        lambda v: 0.0 <= v <= CLIP_HIGH_LIMIT,
+        f"a value in [0, {CLIP_HIGH_LIMIT:g}]",
+    ),
+    "kl_coef": _COEF,
     "eps": (lambda v: v > 0.0, "a value > 0"),
     "entropy_eps": (lambda v: v > 0.0, "a value > 0"),
     "success_threshold": (lambda v: True, "a finite value"),
     "max_len": (lambda v: v > 0, "a positive length"),
     "overlong_cache_frac": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
-    "overlong_penalty_scale": (lambda v: v > 0.0, "a value > 0"),
+    "overlong_penalty_scale": (
+        lambda v: 0.0 < v <= COEF_LIMIT,
+        f"a value in (0, {COEF_LIMIT:g}]",
+    ),
     # GTPO, GRPO-S: the weights of the outcome and of the entropy-shaped part
-    "alpha_1": (lambda v: v >= 0.0, "a finite value ≥ 0"),
-    "alpha_2": (lambda v: v >= 0.0, "a finite value ≥ 0"),
-    "beta_1": (lambda v: v >= 0.0, "a finite value ≥ 0"),
-    "beta_2": (lambda v: v >= 0.0, "a finite value ≥ 0"),
+    "alpha_1": _COEF,
+    "alpha_2": _COEF,
+    "beta_1": _COEF,
+    "beta_2": _COEF,
     # TEPO
     "entropy_decrease_tol": (lambda v: v >= 0.0, "a finite value ≥ 0"),
     # the entropy interventions
     "clip_cov_ratio": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
     "kl_cov_ratio": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
-    "kl_cov_coef": (lambda v: v >= 0.0, "a finite value ≥ 0"),
+    "kl_cov_coef": _COEF,
     "top_entropy_frac": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
-    "entropy_coef": (lambda v: v >= 0.0, "a finite value ≥ 0"),
+    "entropy_coef": _COEF,
     # a seed of torch.Generator.manual_seed / numpy's default_rng: a non-negative integer
     "seed": (lambda v: v >= 0, "an integer ≥ 0 (or None)"),
 }
@@ -250,13 +279,17 @@ def check_config(cfg: object, agg_modes: tuple[str, ...] = AGG_MODES) -> None:
 
 
 def check_config_type(cfg: object, config_class: type) -> None:
-    """Refuse another algorithm's ``Config`` (``config_class`` is the calling algorithm's):
+    """Refuse another algorithm's ``Config``, or None or anything else that is not one
+    (``config_class`` is the calling algorithm's; its ``advantages`` and ``loss`` call this):
     the fields would be read by name, so GSPO's clip range (3e-4) would silently become
     GRPO's, or a missing field would fail deep inside the loss."""
     if isinstance(cfg, config_class):
         return
     own = config_class.__module__.rsplit(".", 1)[-1]
     other = type(cfg)
+    if not isinstance(cfg, AlgorithmConfig):  # None, a dict, ...
+        got = "None" if cfg is None else f"a {other.__qualname__}"
+        raise ValueError(f"cfg: expected a {own}.Config, got {got} (pass {own}.Config(...))")
     got = f"{other.__module__.rsplit('.', 1)[-1]}.{other.__qualname__}"
     raise ValueError(
         f"cfg: expected a {own}.Config, got {got} (another algorithm's settings; pass "
@@ -397,7 +430,14 @@ class RolloutBatch:
                 "outcome_rewards",
                 f"None or a finite tensor of shape [{B}]",
             )
-        active = m.bool()
+        self._validate_records(m.bool())
+
+    def _validate_records(self, active: Tensor) -> None:
+        """The per-token records of the rollout (and the reference): ``[B, T]`` floats,
+        finite on response tokens, log-probs ≤ 0 and entropies ≥ 0, never carrying
+        gradient (they are constants of the loss: with a gradient, ``w = exp(logp −
+        logp_old)`` would carry none when ``logp_old`` is ``logp``, on-policy)."""
+        B, T = active.shape
         _check_matrix(self.logp_old, "logp_old", (B, T))
         require(
             bool(torch.isfinite(self.logp_old[active]).all()),
@@ -408,6 +448,12 @@ class RolloutBatch:
             bool((self.logp_old[active] <= 1e-4).all()),
             "logp_old",
             "log-probs ≤ 0 on response tokens",
+        )
+        require(
+            not self.logp_old.requires_grad,
+            "logp_old",
+            "a detached tensor (the rollout policy's log-probs never carry gradient: "
+            "pass logp_old.detach())",
         )
         _check_matrix(self.entropy_old, "entropy_old", (B, T))
         h = self.entropy_old[active]
@@ -427,6 +473,12 @@ class RolloutBatch:
                 bool(torch.isfinite(self.logp_ref[active]).all()),
                 "logp_ref",
                 "finite log-probs on response tokens",
+            )
+            require(
+                not self.logp_ref.requires_grad,
+                "logp_ref",
+                "a detached tensor (the frozen reference's log-probs never carry gradient: "
+                "pass logp_ref.detach())",
             )
 
 

@@ -68,7 +68,7 @@ class DivergenceGuard:
             skipped = " (every group skipped)" if metrics.get("skipped") else ""
             raise NonFiniteLossError(
                 f"step {step}{skipped}: the policy diverged, {what} is not finite; most likely "
-                f"the learning rate is too high (--lr {self.trainer.cfg.lr:g}); {self._kept()}"
+                f"the learning rate is too high (--lr {self.trainer.cfg.lr:g}); {self.kept()}"
             )
         self.skipped_in_a_row = self.skipped_in_a_row + 1 if metrics.get("skipped") else 0
         if self.skipped_in_a_row == SKIPPED_STEPS_WARNING:
@@ -80,7 +80,7 @@ class DivergenceGuard:
                 stacklevel=2,
             )
 
-    def _kept(self) -> str:
+    def kept(self) -> str:
         """Which checkpoint the stopped run keeps."""
         run_dir = self.trainer.run_dir
         checkpoint = find_checkpoint(run_dir / "checkpoint", warn=False)

@@ -66,6 +66,7 @@ def run_info(run_dir: Path | str) -> dict[str, Any]:
         "task": tc["task"],
         "seed": tc["seed"],
         "algo_args": tc.get("algo_args", []),
+        "eval_samples": tc.get("eval_samples", 16),  # 16: TrainConfig's default
     }
 
 
@@ -369,7 +370,8 @@ def summary_table(run_dirs: Sequence[Path | str], target: float) -> list[dict[st
     of the last three evaluations) and their difference, the first step at which it reached
     ``target`` (per seed; None when not reached), pass@1 and pass@16 at the start and the end
     (last three evaluations), the mean token entropy over the first and the last 10 steps,
-    and the mean clip fraction (low + high) and TEPO mask fraction over all steps."""
+    and the mean clip fraction (low + high) and TEPO mask fraction over all steps; and the
+    ``eval_samples`` (per problem, for pass@k) its runs drew."""
 
     def mean_of(records: list[dict[str, Any]], key: str, part: slice | None) -> float:
         _, values = series(records, key)
@@ -401,6 +403,7 @@ def summary_table(run_dirs: Sequence[Path | str], target: float) -> list[dict[st
                 }
             )
         row = {"algo": label, "seeds": len(dirs), "steps_to_target": reached}
+        row["eval_samples"] = sorted({run_info(d)["eval_samples"] for d in dirs})
         for key in per_seed[0]:
             row[key] = float(np.mean([p[key] for p in per_seed]))
         row["gain"] = row["final"] - row["start"]
@@ -427,10 +430,14 @@ def format_table(rows: Sequence[dict[str, Any]], target: float) -> str:
             f"{r['entropy_start']:>7.3f}→{r['entropy_end']:<7.3f}"
             f"{r['clip_frac']:>8.4f}{mask:>8}{reached:>16}"
         )
+    # pass@k: from as many samples per problem as the runs drew (--eval-samples).
+    samples = sorted({n for r in rows for n in r.get("eval_samples", [16])}) or [16]
+    fewest = min(samples)
     lines.append(
         "greedy: held-out greedy success (end = mean of the last 3 evaluations); pass@k: "
-        "unbiased, from 16 samples per problem; entropy: mean over the first → last 10 steps; "
-        "clip: mean clip fraction (low + high); mask: TEPO's KL-mask fraction"
+        f"unbiased, from {' or '.join(map(str, samples))} samples per problem"
+        f"{' (pass@16 needs 16: nan)' if fewest < 16 else ''}; entropy: mean over the first → "
+        "last 10 steps; clip: mean clip fraction (low + high); mask: TEPO's KL-mask fraction"
     )
     return "\n".join(lines)
 

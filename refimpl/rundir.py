@@ -167,9 +167,33 @@ def check_runs_dir(runs_dir: Path, flag: str = "--runs-dir") -> None:
             raise ValueError(
                 f"{flag}: {part[:40]}… is longer than {longest} bytes (the file system's limit)"
             )
+    try:
+        path.resolve()
+    except (RuntimeError, OSError):  # RuntimeError: Python < 3.13's "Symlink loop"
+        raise ValueError(
+            f"{flag}: {runs_dir} cannot be resolved (a loop of symbolic links?)"
+        ) from None
     existing = nearest_existing(path)
     if not existing.is_dir():
         raise ValueError(f"{flag}: {existing} is a file, not a directory")
+
+
+def check_not_a_link(run_dir: Path, flag: str = "--name") -> None:
+    """``ValueError`` naming ``flag`` when the run directory itself is a symbolic link: a
+    run would write, and ``--overwrite`` delete, whatever it points to (outside
+    ``--runs-dir``). A link among the parents of ``--runs-dir`` is followed as usual."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_symlink():
+        return
+    try:
+        target = run_dir.resolve(strict=True)
+        how = f"; to use the run it points to, pass --runs-dir {target.parent} --name {target.name}"
+    except (RuntimeError, OSError):
+        how = " (a broken link or a loop)"
+    raise ValueError(
+        f"{flag}: {run_dir} is a symbolic link (to {os.readlink(run_dir)}), which refimpl never "
+        f"writes or deletes through{how}"
+    )
 
 
 def _writable(path: Path, flag: str, what: str) -> None:
@@ -346,15 +370,7 @@ def verify_resume(cfg: TrainConfig, saved: dict[str, Any]) -> None:
     naming the file that is wrong; fills in ``saved["algo_config"]`` from the checkpoint
     when config.json lost it."""
     run_dir = cfg.run_dir
-    config_file = run_dir / "config.json"
-    try:
-        metrics = read_metrics(run_dir, missing_ok=True)
-        read_probes(run_dir)
-    except ValueError as err:  # zero-filled or garbage lines: the history is not readable
-        raise CheckpointError(
-            f"{err}; the run cannot be resumed from it: --overwrite starts it again"
-        ) from None
-    logged = max((r["step"] for r in metrics), default=0)
+    logged = _logged_step(run_dir)
     checkpoint = find_checkpoint(run_dir / "checkpoint", warn=False)
     tc = saved["train_config"]
     if checkpoint is None:
@@ -372,22 +388,94 @@ def verify_resume(cfg: TrainConfig, saved: dict[str, Any]) -> None:
         raise CheckpointError(f"{state_file}: damaged (no step)")
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
         raise CheckpointError(f"{state_file}: damaged (sampled_tokens {tokens!r})")
-    length = tc.get("steps", cfg.steps)
-    if not (isinstance(length, int) and 1 <= step <= length):
+    made_with = state.get("train_config")
+    made_with = made_with if isinstance(made_with, dict) else {}
+    _check_checkpoint_step(step, state_file, tc, made_with, run_dir / "config.json")
+    _check_log_reaches(run_dir / "metrics.jsonl", logged, step, tc)
+    if cfg.steps < step:
+        raise ValueError(f"--steps: the run is already at step {step}; expected ≥ {step}")
+    _check_made_with(state, saved, state_file, run_dir / "config.json")
+
+
+def _logged_step(run_dir: Path) -> int:
+    """The last step ``metrics.jsonl`` logged (0: none), after reading both logs whole."""
+    try:
+        metrics = read_metrics(run_dir, missing_ok=True)
+        read_probes(run_dir)
+    except ValueError as err:  # garbage lines, steps out of order: the history is not readable
+        raise CheckpointError(
+            f"{err}; the run cannot be resumed from it: repair or restore the file, or "
+            "--overwrite starts the run again"
+        ) from None
+    return max((r["step"] for r in metrics), default=0)
+
+
+def _check_checkpoint_step(
+    step: int, state_file: Path, tc: dict[str, Any], made_with: dict[str, Any], config_file: Path
+) -> None:
+    """The checkpoint's step lies within the run (1 … its length). A length in config.json
+    that is no positive integer, or shorter than a step the checkpoint (made by a run at
+    least that long) reached, was edited: config.json is named, not the checkpoint."""
+    check_run_length(tc, config_file, _made_with_steps(made_with))
+    length = tc.get("steps", TrainConfig.steps)  # absent: the default, as --resume reads it
+    made_steps = made_with.get("steps")
+    if not (isinstance(made_steps, int) and made_steps >= step):
+        made_steps = length  # the checkpoint's own record of the length is missing or short
+    if step < 1 or step > made_steps:
         raise CheckpointError(
             f"{state_file}: damaged (step {step}, outside the run's 1…{length}); "
             "--overwrite starts the run again"
         )
-    if step > logged:
+    if step > length:
         raise CheckpointError(
-            f"{run_dir / 'metrics.jsonl'}: ends at step {logged}, before the checkpoint's step "
-            f"{step} (cut short or replaced?); --overwrite starts the run again"
+            f"{config_file}: train_config.steps is {length}, before the checkpoint's step "
+            f"{step} (edited?); restore it{_made_with_steps(made_with)}"
         )
-    if cfg.steps < step:
-        raise ValueError(f"--steps: the run is already at step {step}; expected ≥ {step}")
+
+
+def check_run_length(tc: dict[str, Any], config_file: Path, hint: str = "") -> None:
+    """``CheckpointError`` naming ``config_file`` and the field when the run's length
+    (``train_config.steps``) is there but no positive integer: config.json was edited, and
+    no flag is to blame (``hint``: what the checkpoint says)."""
+    if "steps" not in tc:  # absent: the default, as --resume reads it
+        return
+    length = tc["steps"]
+    if not (isinstance(length, int) and not isinstance(length, bool) and length >= 1):
+        raise CheckpointError(
+            f"{config_file}: train_config.steps is {json.dumps(length)}, expected a positive "
+            f"integer (edited?); restore it{hint}"
+        )
+
+
+def _made_with_steps(made_with: dict[str, Any]) -> str:
+    steps = made_with.get("steps")
+    return f" (the checkpoint was saved by a run of {steps} steps)" if steps else ""
+
+
+def _check_log_reaches(metrics: Path, logged: int, step: int, tc: dict[str, Any]) -> None:
+    """``metrics.jsonl`` may end before the checkpoint's step by the lines a power cut can
+    take (written since the previous checkpoint: at most ``checkpoint_every`` steps; the
+    trainer warns which steps' lines were lost when it resumes). A log that ends earlier
+    was cut short or replaced."""
+    every = tc.get("checkpoint_every")
+    lost_at_most = every if isinstance(every, int) and every >= 1 else 1
+    if step - logged > lost_at_most:
+        raise CheckpointError(
+            f"{metrics}: ends at step {logged}, {step - logged} steps before the checkpoint's "
+            f"step {step} (more than the {lost_at_most} since the previous checkpoint that a "
+            "power cut can lose: cut short or replaced?); restore it, or --overwrite starts "
+            "the run again"
+        )
+
+
+def _check_made_with(
+    state: dict[str, Any], saved: dict[str, Any], state_file: Path, config_file: Path
+) -> None:
+    """The settings and the algorithm Config the checkpoint was made with are config.json's
+    (those a resumed run may change aside); fills in a lost ``saved["algo_config"]``."""
     made_with = state.get("train_config")
     if isinstance(made_with, dict):
-        now = _flatten(tc)
+        now = _flatten(saved["train_config"])
         for key, value in _flatten(made_with).items():
             if not _may_differ(key) and key in now and now[key] != value:
                 raise CheckpointError(
@@ -428,6 +516,7 @@ def check_run_dir(cfg: TrainConfig, *, named: bool = False) -> dict[str, Any] | 
     if not named:
         check_runs_dir(runs_dir)
         check_name(cfg.name, runs_dir)
+    check_not_a_link(run_dir)
     cache_root = (Path(run_warmstart(cfg).runs_dir) / "warmstart").resolve()
     here = run_dir.resolve()
     if here == cache_root or cache_root in here.parents or here in cache_root.parents:
@@ -483,11 +572,15 @@ def preflight(cfg: TrainConfig) -> Preflight:
     directory's lock (a run in use by another process is refused first), the flags
     (``resolve``), the run directory (``check_run_dir``) and the warm-start cache."""
     check_runs_dir(Path(cfg.runs_dir))
+    if cfg.warmstart.runs_dir is not None:
+        check_runs_dir(Path(cfg.warmstart.runs_dir), "--warmstart.runs-dir")
     check_name(cfg.name, Path(cfg.runs_dir))
+    check_not_a_link(cfg.run_dir)
     check_not_locked(cfg)
     resumable = cfg.resume and is_run_dir(cfg.run_dir)
     if resumable:  # a changed setting is the clearest error, so it comes before the flags'
         saved_config = read_run_config(cfg.run_dir)["train_config"]
+        check_run_length(saved_config, cfg.run_dir / "config.json")  # not --steps' fault
         check_resume_settings(cfg, saved_config, cfg.run_dir / "config.json")
     resolved = resolve(cfg)
     with warnings.catch_warnings():  # a torn last line: the trainer warns when it reads it

@@ -5,14 +5,16 @@ A run directory (``runs/<name>/``) is written by ``refimpl train``:
     config.json      the run's settings (``train_config``, ``algo_config``) and the versions
                      of refimpl, torch, numpy and Python (and the git commit) that made it
     metrics.jsonl    one JSON line per step (plus step 0's evaluation), flushed every step
+                     and on the disk (fsync) before each checkpoint
     probes.jsonl     entropy snapshots along completions of fixed probe prompts
     checkpoint/      the last checkpoint (``checkpoint.old``/``.tmp`` only while one is saved)
     curves.png       the run's figure; tensorboard/ with ``--tensorboard``
 
 ``read_metrics`` is the one reader of ``metrics.jsonl``: the trainer's resume, ``plot``,
 ``compare``, ``runs`` and the benchmarks all go through it. A crash in the middle of a write
-can leave a torn last line; it is dropped with a warning (the step it belonged to is simply
-not logged). Garbage anywhere else is an error naming the file and the line.
+can leave a torn last line, a power cut a zero-filled one; it is dropped with a warning (the
+step it belonged to is simply not logged). Garbage anywhere else, or steps out of order, is
+an error naming the file and the line.
 """
 
 from __future__ import annotations
@@ -63,7 +65,23 @@ RUN_SUBDIRS: dict[str, Callable[[str], bool]] = {
 
 
 class TornLineWarning(UserWarning):
-    """The last line of a JSON-lines log was cut by a crash mid-write and is ignored."""
+    """The last line of a JSON-lines log was cut by a crash mid-write (or zero-filled by a
+    power cut) and is ignored."""
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads(text)``, with JSON nested too deeply for the parser (``[[[[…`` ten
+    thousand deep: Python's decoder recurses) a ``ValueError`` like any invalid JSON."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def fsync_file(path: Path | str) -> None:
+    """Flush ``path``'s bytes to the disk (what a power cut cannot take back)."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
 
 
 def read_jsonl(path: Path | str, *, missing_ok: bool = False) -> list[dict[str, Any]]:
@@ -81,11 +99,16 @@ def read_jsonl(path: Path | str, *, missing_ok: bool = False) -> list[dict[str, 
         raise ValueError(f"{path}: no such file") from None
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not a text file (damaged?)") from None
+    except OSError as err:  # a directory where the log should be, unreadable, ...
+        raise ValueError(f"{path}: not readable ({err.strerror or err}; damaged?)") from None
     lines = text.split("\n")
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     records: list[dict[str, Any]] = []
     for i, line in enumerate(lines):
-        if "\0" in line:  # a crash (or a full disk) left blocks of zeros, not a torn write
+        zeros = "\0" in line
+        if zeros and not (i == last and records):
+            # Zeros before the last line, or nothing but zeros: blocks a crash or a full disk
+            # never wrote, and the log from there on is lost (not one torn write).
             raise ValueError(
                 f"{path}: line {i + 1} holds NUL bytes (zero-filled by a crash or a full disk), "
                 f"so the log from there on is lost"
@@ -93,14 +116,16 @@ def read_jsonl(path: Path | str, *, missing_ok: bool = False) -> list[dict[str, 
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
+            record = parse_json(line)
+            if zeros or not isinstance(record, dict):
                 raise ValueError("not an object")
         except ValueError:
             if i == last:
+                how = "zero-filled" if zeros else "torn"
                 warnings.warn(
-                    f"{path}: dropped a torn last line (line {i + 1}, written when the run "
-                    f"was stopped mid-write); the {len(records)} lines before it are kept",
+                    f"{path}: dropped a {how} last line (line {i + 1}, cut when the run was "
+                    f"stopped mid-write or the machine lost power); the {len(records)} lines "
+                    "before it are kept",
                     TornLineWarning,
                     stacklevel=2,
                 )
@@ -119,8 +144,14 @@ def read_metrics(run: Path | str, *, missing_ok: bool = False) -> list[dict[str,
         path = path / "metrics.jsonl"
     records = read_jsonl(path, missing_ok=missing_ok)
     for n, r in enumerate(records):
-        if not isinstance(r.get("step"), int):
+        step = r.get("step")
+        if not isinstance(step, int) or isinstance(step, bool):
             raise ValueError(f"{path}: record {n + 1} has no integer 'step' (damaged?)")
+        if n and step <= records[n - 1]["step"]:  # the trainer logs each step once, in order
+            raise ValueError(
+                f"{path}: record {n} has step {records[n - 1]['step']} and record {n + 1} step "
+                f"{step}: out of order (edited or damaged?)"
+            )
     return records
 
 
@@ -164,11 +195,13 @@ def read_run_config(run_dir: Path | str) -> dict[str, Any]:
     damaged or not written by ``refimpl train``."""
     path = Path(run_dir) / "config.json"
     try:
-        state = json.loads(path.read_text())
+        state = parse_json(path.read_text())
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file (not a run directory?)") from None
     except (ValueError, UnicodeDecodeError):
         raise ValueError(f"{path}: not valid JSON (damaged?)") from None
+    except OSError as err:  # a directory where the file should be, unreadable, ...
+        raise ValueError(f"{path}: not readable ({err.strerror or err}; damaged?)") from None
     tc = state.get("train_config") if isinstance(state, dict) else None
     if not (isinstance(tc, dict) and "algo" in tc and "task" in tc):
         raise ValueError(f"{path}: not a config.json written by refimpl train")

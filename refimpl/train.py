@@ -76,7 +76,7 @@ from refimpl.rundir import (  # noqa: F401
     record_resume,
     write_new_run,
 )
-from refimpl.runlog import read_metrics, read_probes, write_jsonl
+from refimpl.runlog import fsync_file, read_metrics, read_probes, write_jsonl
 from refimpl.sampling import Samples, concat_samples, policy_logprobs, sample_groups
 from refimpl.stop import Interrupted, StopRequest  # noqa: F401  (Interrupted: re-exported)
 from refimpl.warmstart import train_warmstart
@@ -179,6 +179,12 @@ class Trainer:
         }
 
     def save(self) -> None:
+        """The checkpoint of this step, after the log lines up to it are on the disk: a
+        power cut then never leaves a checkpoint ahead of its log (one fsync per checkpoint,
+        not per line: ``scripts/log_fsync_cost.py`` measures it)."""
+        for log in ("metrics.jsonl", "probes.jsonl"):
+            if (self.run_dir / log).exists():
+                fsync_file(self.run_dir / log)
         save_checkpoint(self.run_dir / "checkpoint", self.model, self.optimizer, self._state())
 
     def restore(self) -> None:
@@ -199,6 +205,16 @@ class Trainer:
                 ) from None
         metrics = read_metrics(self.run_dir, missing_ok=True) if checkpoint else []
         probes = read_probes(self.run_dir) if checkpoint else []
+        logged = max((r["step"] for r in metrics), default=0)
+        if step > logged:  # lines a power cut took (verify_resume allowed how many)
+            one = step == logged + 1
+            lost = f"line of step {step} was" if one else f"lines of steps {logged + 1}…{step} were"
+            warnings.warn(
+                f"{self.run_dir / 'metrics.jsonl'}: the metrics {lost} lost (not on the disk "
+                f"when the run stopped: a power cut?); the run continues from the checkpoint "
+                f"of step {step}",
+                stacklevel=2,
+            )
         self.step, self.sampled_tokens = step, sampled_tokens
         # Lines logged after the checkpoint are written again by the resumed run.
         write_jsonl(self.run_dir / "metrics.jsonl", [r for r in metrics if r["step"] <= step])
@@ -388,8 +404,7 @@ class Trainer:
 
     def _non_finite(self, what: str) -> NonFiniteLossError:
         return NonFiniteLossError(
-            f"step {self.step}: {what}; the step was not applied and the last good "
-            f"checkpoint in {self.run_dir} is kept"
+            f"step {self.step + 1}: {what}; the step was not applied: {self.divergence.kept()}"
         )
 
     def step_metrics(self, samples: Samples, batch, rewards, outcome, adv) -> dict[str, float]:

@@ -209,6 +209,10 @@ COMPARE_BAD_FLAGS = [
     (["--train.grad-clip", "-1"], "--train.grad-clip"),
     (["--train.warmstart.steps", "0"], "--train.warmstart.steps"),
     (["--train.algo", "gtpo"], "--train.algo"),  # set by --algos: not a flag of compare
+    # the issue's message 14: the second run of a duplicate failed after the first trained
+    (["--algos", "grpo,dapo,grpo"], "--algos: grpo is given twice"),
+    (["--algos", "grpo,GRPO"], "--algos: grpo is given twice"),
+    (["--seeds", "0,1,0"], "--seeds: 0 is given twice"),
 ]
 
 
@@ -222,6 +226,45 @@ def test_bad_compare_flag_is_one_line_exit_2_and_nothing_created(
     assert code == 2, (out, err)
     assert err.count("\n") == 1 and err.startswith("refimpl: error: ") and named in err, err
     assert not runs.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--runs-dir", ""],
+        ["train", "--runs-dir="],
+        ["train", "--warmstart.runs-dir", ""],
+        ["compare", "--algos", "grpo", "--runs-dir", ""],
+        ["compare", "--algos", "grpo", "--train.warmstart.runs-dir="],
+        ["warmstart", "--runs-dir", ""],
+    ],
+    ids=" ".join,
+)
+def test_an_empty_path_is_refused_not_read_as_this_directory(
+    argv, tmp_path, capsys, monkeypatch, no_side_effects
+):
+    """The issue's bound 5: ``--runs-dir ""`` created the run in the current directory
+    (``Path("")`` is ``.``)."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(argv, capsys)
+    flag = next(a for a in reversed(argv) if a.startswith("--")).split("=")[0]
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"refimpl: error: {flag}: expected a path, got an empty string"), err
+    assert not any(tmp_path.iterdir())
+
+
+def test_negative_workers_are_refused_by_every_runner(tmp_path, capsys, no_side_effects):
+    """``--workers -1`` (compare refuses it, see COMPARE_BAD_FLAGS) was taken by
+    ``bench-learning`` and by ``refimpl.compare.run_in_workers``, which ran the runs one
+    after another as if it were 1."""
+    from refimpl.compare import run_in_workers
+
+    out = tmp_path / "bench"
+    code, _, err = run_cli(["bench-learning", "--workers", "-1", "--out", str(out)], capsys)
+    assert code == 2 and err.count("\n") == 1 and "--workers: expected an integer ≥ 0" in err
+    assert not out.exists()
+    with pytest.raises(ValueError, match=r"^workers: expected an integer ≥ 0"):
+        run_in_workers([], -1)
 
 
 @pytest.mark.parametrize(
@@ -268,6 +311,23 @@ def test_runs_lists_runs_at_any_depth_with_their_last_heldout_success(tmp_path, 
     assert code == 2 and "runs_dir" in err
 
 
+def test_runs_lists_a_run_whose_config_or_log_is_a_directory_as_damaged(tmp_path, capsys):
+    """The issue's message 13: one run with ``metrics.jsonl`` or ``config.json`` as a
+    directory aborted the whole listing."""
+    fake_run(tmp_path / "a", "gtpo", "chain", 2, [(0, 0.25)])
+    for name, file in (("b", "metrics.jsonl"), ("c", "config.json")):
+        fake_run(tmp_path / name, "grpo", "chain", 2, [(0, 0.25)])
+        (tmp_path / name / file).unlink()
+        (tmp_path / name / file).mkdir()
+    code, out, err = run_cli(["runs", str(tmp_path)], capsys)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert lines[1].split() == ["a", "gtpo", "chain", "0", "2/2", "0.250", "@", "0"]
+    assert lines[2].startswith("b ") and "damaged: metrics.jsonl: not readable" in lines[2]
+    assert lines[3].startswith("c ") and "damaged: config.json: not readable" in lines[3]
+    assert lines[4].startswith("2 damaged run directories: restore the file named"), out
+
+
 def test_plot_without_arguments_or_on_a_non_run_is_an_error(tmp_path, capsys):
     code, _, err = run_cli(["plot"], capsys)
     assert code == 2 and err.count("\n") == 1 and "run_dirs" in err
@@ -284,3 +344,62 @@ def test_plot_draws_a_run_with_a_torn_last_line(tmp_path, capsys):
         code, out, err = run_cli(["plot", str(tmp_path / "a")], capsys)
     assert code == 0, err
     assert (tmp_path / "a" / "curves.png").stat().st_size > 0
+
+
+#: A Python program that raises KeyboardInterrupt where refimpl.cli imports refimpl.train (as
+#: Ctrl-C while torch loads would), then starts refimpl as ARGV[1] says.
+INTERRUPTED_START = """
+import runpy, sys
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "refimpl.train":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Interrupt())
+how = sys.argv[1]
+if how == "-m":  # python -m refimpl.cli tasks
+    sys.argv = ["refimpl", "tasks"]
+    runpy.run_module("refimpl.cli", run_name="__main__", alter_sys=True)
+else:  # the `refimpl` script pip writes, or a program of its own importing refimpl.cli
+    sys.argv = ["/venv/bin/refimpl" if how == "script" else "notebook", "tasks"]
+    from refimpl.cli import main
+    sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("how", ["-m", "script", "library"])
+def test_ctrl_c_while_starting_is_one_line_and_exit_130(how):
+    """The issue's traceback 11: Ctrl-C during start-up, before the run directory exists,
+    was a raw KeyboardInterrupt through import frames. As the program it is one line and
+    exit code 130; imported by another program, the interrupt stays that program's."""
+    import subprocess
+
+    from tests.safety_helpers import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_START, how],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    if how == "library":
+        assert done.returncode != 0 and "KeyboardInterrupt" in done.stderr, done.stderr
+        return
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "refimpl: interrupted while starting (nothing was written)\n"
+
+
+def test_ctrl_c_while_the_flags_are_parsed_is_one_line_and_exit_130(capsys, monkeypatch):
+    """Ctrl-C after the imports, while tyro parses the flags (outside every command)."""
+    import refimpl.cli as cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_parse", interrupted)
+    try:
+        code, out, err = run_cli(["tasks"], capsys)
+    except KeyboardInterrupt:  # would stop the test session itself
+        pytest.fail("KeyboardInterrupt escaped refimpl.cli.main")
+    assert code == 130 and out == ""
+    assert err == "refimpl: interrupted while starting (nothing was written)\n"

@@ -524,13 +524,17 @@ def test_compare_takes_runs_dir_and_resumes_what_exists(tmp_path, runs, base, ca
     train_flags.remove("--train.no-progress")  # compare sets each run's progress bar
     argv = ["compare", "--algos", "grpo", "--seeds", "0", "--workers", "1", "--name", "cmp"]
     argv += ["--runs-dir", tmp_path, *train_flags, "--train.steps", "2"]
-    code, out, err = cli(argv, capsys)
+    code, out, err = cli([*argv, "--train.eval-samples", "2"], capsys)
     assert code == 0, err
+    # The message 17: the footnote said "16 samples" whatever --train.eval-samples.
+    assert "pass@k: unbiased, from 2 samples per problem (pass@16 needs 16: nan)" in out, out
     run = tmp_path / "cmp" / "grpo-s0"
     assert [r["step"] for r in read_metrics(run)] == [0, 1, 2]
     assert (tmp_path / "cmp" / "compare.png").exists()
     before = records(run)
-    code, _, err = cli([*argv, "--algos", "grpo,gtpo", "--train.resume"], capsys)
+    code, _, err = cli(
+        [*argv, "--train.eval-samples", "2", "--algos", "grpo,gtpo", "--train.resume"], capsys
+    )
     assert code == 0, err  # grpo-s0 is continued (already finished), gtpo-s0 is started
     assert records(run) == before
     assert [r["step"] for r in read_metrics(tmp_path / "cmp" / "gtpo-s0")] == [0, 1, 2]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from refimpl.config import load_config_file, resolve
 from tests.safety_helpers import cli, error_lines, tiny_flags
 
 
@@ -94,6 +95,52 @@ def test_a_wrongly_typed_value_in_a_config_file_is_one_line_naming_the_key(
         config.write_text(json.dumps({"train_config": {"algo": "gtpo", key: value}}))
         err = refused(["train", "--config", config, "--runs-dir", runs], "--config:", capsys, runs)
         assert f"{config}: {key} is {json.dumps(value)}, {expected}" in err, err
+
+
+def test_the_algo_config_section_of_a_config_file_is_read_and_checked(
+    tmp_path, capsys, no_side_effects
+):
+    """The issue's silent result 3: ``algo_config.clip_eps_low=0.05``, a wrongly typed
+    ``"0.2"`` and a foreign ``alpha_2`` in a ``--config`` file all ran with the default 0.2.
+    Each key is checked as ``--algo-args`` are, and a value that differs from what
+    ``train_config`` gives is used (and recorded in ``algo_args``)."""
+    runs = tmp_path / "runs"
+    for algo_config, expected in (
+        ({"clip_eps_low": "0.2"}, 'algo_config.clip_eps_low is "0.2", expected a number'),
+        ({"alpha_2": 0.1}, "unknown setting algo_config.'alpha_2' for grpo (valid: "),
+        ({"clip_eps_low": 5}, "algo_config: Config.clip_eps_low: expected a value in [0, 1)"),
+        ([0.05], "algo_config is [0.05], expected an object"),
+    ):
+        config = tmp_path / "algo.json"
+        record = {"train_config": {"algo": "grpo", "task": "chain"}, "algo_config": algo_config}
+        config.write_text(json.dumps(record))
+        err = refused(["train", "--config", config, "--runs-dir", runs], "--config:", capsys, runs)
+        assert f"--config: {config}: {expected}" in err, err
+    record["algo_config"] = {"clip_eps_low": 0.05, "clip_eps_high": 0.2}  # 0.2: as given
+    config.write_text(json.dumps(record))
+    cfg = load_config_file(config)
+    assert cfg.algo_args == ("clip_eps_low=0.05",)
+    assert resolve(cfg).algo_cfg.clip_eps_low == 0.05
+    # A resumed run's algorithm settings are its checkpoint's: --resume does not read them.
+    assert load_config_file(config, "--resume", algo_config=False).algo_args == ()
+
+
+def test_a_deeply_nested_json_file_is_one_line(tmp_path, capsys, no_side_effects):
+    """The issue's traceback 10: a deeply nested config file was a RecursionError from the
+    JSON decoder; so was a run's config.json on ``--resume``."""
+    runs = tmp_path / "runs"
+    deep = "[" * 100_000 + "]" * 100_000
+    config = tmp_path / "deep.json"
+    config.write_text('{"train_config": ' + deep + "}")
+    err = refused(["train", "--config", config, "--runs-dir", runs], "--config:", capsys, runs)
+    assert f"{config}: not valid JSON" in err, err
+    run = tmp_path / "resumed" / "deep"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(deep)
+    (run / "metrics.jsonl").write_text('{"step": 0}\n')
+    code, _, err = cli(["train", "--resume", "--runs-dir", run.parent, "--name", "deep"], capsys)
+    assert code == 2 and len(error_lines(err)) == 1 and "Traceback" not in err, err
+    assert "damaged run (config.json: not valid JSON" in err, err
 
 
 @pytest.mark.parametrize(

@@ -95,3 +95,36 @@ def test_every_group_skipped_for_k_steps_warns_naming_k(tmp_path, capsys, monkey
     assert len(skipped) == 1 and skipped[0].startswith("step 10: "), skipped
     assert "in the last 10 steps in a row" in skipped[0], skipped
     assert all(r.get("skipped") == 1 for r in read_metrics(tmp_path / "flat")[1:])
+
+
+def test_a_non_finite_loss_names_the_checkpoint_kept_or_that_there_is_none(
+    tmp_path, capsys, monkeypatch
+):
+    """The issue (item 8): a non-finite loss said "the last good checkpoint in … is kept"
+    when the run had written none. The loss of the second optimizer step of the run (its
+    step 2, after the checkpoint of step 1) and of its first are made non-finite in turn."""
+    import refimpl.algorithms.grpo as grpo
+
+    real_loss, calls = grpo.loss, []
+
+    def inf_loss_at(n: int):
+        def loss(*args, **kwargs):
+            calls.append(1)
+            total, metrics = real_loss(*args, **kwargs)
+            return (total * float("inf") if len(calls) == n else total), metrics
+
+        return loss
+
+    for n, name, kept in (
+        (1, "none", f"nothing was checkpointed ({tmp_path / 'none'} holds no checkpoint yet)"),
+        (2, "one", f"the last good one (step 1) in {tmp_path / 'one' / 'checkpoint'} is kept"),
+    ):
+        calls.clear()
+        monkeypatch.setattr(grpo, "loss", inf_loss_at(n))
+        argv = ["train", *tiny_flags(tmp_path), "--algo", "grpo", "--name", name]
+        code, _, err = cli(argv, capsys)
+        assert code == 1, err
+        (line,) = error_lines(err)
+        assert line.startswith(f"refimpl: error: step {n}: non-finite loss"), line
+        assert line.endswith(kept), line
+        assert_no_diverged_checkpoint(tmp_path / name, n)

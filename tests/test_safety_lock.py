@@ -182,3 +182,40 @@ def test_overwrite_deletes_only_what_a_run_writes_at_every_depth(runs, base, cap
     assert code == 0, err
     assert steps_logged(ok) == [0, 1] and not (ok / "tensorboard").exists()
     assert (ok / "run.lock").exists()  # the lock file stays (it is held)
+
+
+def test_a_run_directory_that_is_a_symbolic_link_is_never_followed(runs, base, capsys, tmp_path):
+    """The issue's data loss 1: ``runs/O12 -> /elsewhere/run`` (a whole run outside the
+    runs directory), and ``train --name O12 --overwrite`` exited 0 after deleting and
+    rewriting the files in /elsewhere/run. Every mode is refused, naming the link; the run
+    it points to is untouched."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = copy_run(base, "O12-target")
+    target = target.rename(elsewhere / "run")
+    (runs / "O12").symlink_to(target)
+    before = snapshot(target)
+    flags = [*tiny_flags(runs), "--algo", "grpo", "--name", "O12"]
+    for argv in (["train", *flags, "--overwrite"], ["train", *flags], resume(runs, "O12")):
+        code, _, err = cli(argv, capsys)
+        assert code == 2 and len(error_lines(err)) == 1 and "Traceback" not in err, err
+        line = error_lines(err)[0]
+        assert f"--name: {runs / 'O12'} is a symbolic link" in line, line
+        assert f"--runs-dir {elsewhere} --name run" in line, line  # the way to use it
+        assert snapshot(target) == before
+
+
+@pytest.mark.parametrize("flag", ["--runs-dir", "--warmstart.runs-dir"])
+def test_a_symbolic_link_loop_in_a_runs_dir_is_one_line(tmp_path, capsys, flag):
+    """The issue's traceback 9: a symbolic link loop in ``--runs-dir`` or
+    ``--warmstart.runs-dir`` was ``RuntimeError: Symlink loop`` from rundir.py."""
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    runs = loop if flag == "--runs-dir" else tmp_path / "runs"
+    argv = ["train", *tiny_flags(runs, warmstart=False), "--name", "x"]
+    if flag == "--warmstart.runs-dir":
+        argv += ["--warmstart.runs-dir", loop]
+    code, _, err = cli(argv, capsys)
+    assert code == 2 and len(error_lines(err)) == 1 and "Traceback" not in err, err
+    assert error_lines(err)[0].startswith(f"refimpl: error: {flag}: {loop}"), err
+    assert "symbolic links" in err and sorted(p.name for p in tmp_path.iterdir()) == ["loop"]

@@ -73,6 +73,96 @@ def test_a_step_outside_the_run_is_refused_before_any_log_is_truncated(runs, bas
     assert str(run / "metrics.jsonl") in line and "ends at step 1" in line, line
 
 
+def cut_last_line(metrics: Path, how: str) -> None:
+    """What a power cut leaves of the last line (step 3's): torn (the issue's last 20 bytes
+    cut), zero-filled (blocks the disk never wrote: the size is right, the bytes are NUL) or
+    gone whole (a clean log one step behind the checkpoint)."""
+    data = metrics.read_bytes()
+    start = data.rstrip(b"\n").rfind(b"\n") + 1  # where the last line begins
+    if how == "torn":
+        metrics.write_bytes(data[:-20])
+    elif how == "zero-filled":
+        metrics.write_bytes(data[:start] + b"\0" * (len(data) - start))
+    else:
+        metrics.write_bytes(data[:start])
+
+
+@pytest.mark.parametrize("how", ["torn", "zero-filled", "gone"])
+def test_a_power_cut_s_log_one_step_behind_the_checkpoint_resumes(runs, base, capsys, how):
+    """The issue's regression: the checkpoint of step 3 was on the disk, the log's line of
+    step 3 was not (torn, zero-filled, or gone), and ``--resume`` was refused with a message
+    offering only ``--overwrite``. It resumes, drops what is left of the line, warns that
+    step 3's metrics line was lost, and continues from step 3."""
+    run = copy_run(base, f"power-cut-{how}")
+    cut_last_line(run / "metrics.jsonl", how)
+    with pytest.warns(UserWarning) as caught:
+        code, _, err = cli(resume(runs, run.name, "--steps", 4), capsys)
+    assert code == 0, err
+    lost = [
+        str(w.message)
+        for w in caught
+        if "were lost" in str(w.message) or "was lost" in str(w.message)
+    ]
+    assert len(lost) == 1 and "the metrics line of step 3 was lost" in lost[0], lost
+    assert steps_logged(run) == [0, 1, 2, 4]  # every line whole; step 3's is gone for good
+    assert b"\0" not in (run / "metrics.jsonl").read_bytes()
+
+
+def test_the_log_reaches_the_disk_before_the_checkpoint_that_follows_it(
+    tmp_path, capsys, monkeypatch
+):
+    """The other half: the trainer fsyncs metrics.jsonl (once per checkpoint) before it
+    writes the checkpoint of a step, so a power cut cannot leave that state again."""
+    import refimpl.train as train_module
+
+    events: list[tuple[str, int]] = []
+    real_fsync, real_save = train_module.fsync_file, train_module.save_checkpoint
+
+    def fsync(path):
+        if Path(path).name == "metrics.jsonl":
+            events.append(("fsync", steps_logged(Path(path).parent)[-1]))
+        real_fsync(path)
+
+    def save(path, model, optimizer, state):
+        events.append(("save", state["step"]))
+        real_save(path, model, optimizer, state)
+
+    monkeypatch.setattr(train_module, "fsync_file", fsync)
+    monkeypatch.setattr(train_module, "save_checkpoint", save)
+    code, _, err = cli(["train", *tiny_flags(tmp_path), "--name", "synced"], capsys)
+    assert code == 0, err
+    assert events == [(kind, s) for s in (1, 2, 3) for kind in ("fsync", "save")], events
+
+
+def test_an_out_of_order_metrics_line_is_refused_not_deleted(runs, base, capsys):
+    """The issue's data loss 2: ``"step": 1`` edited to ``"step": 7`` in line 2, and
+    ``--resume`` silently deleted it (exit 0, the log kept steps 0, 2, 3)."""
+    run = copy_run(base, "out-of-order")
+    metrics = run / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    lines[1] = lines[1].replace('"step": 1,', '"step": 7,', 1)
+    assert json.loads(lines[1])["step"] == 7
+    metrics.write_text("\n".join(lines) + "\n")
+    line = refused(runs, run, capsys)
+    assert str(metrics) in line and "out of order" in line and "step 7" in line, line
+
+
+@pytest.mark.parametrize("steps", [1, -5])
+def test_an_edited_length_in_config_json_is_named_not_the_checkpoint(runs, base, capsys, steps):
+    """The issue's message 15: config.json's ``steps`` edited to 1 or -5 was blamed on
+    checkpoint/state.json, with ``--overwrite`` as the way out."""
+    run = copy_run(base, f"length{steps}")
+    edit_json(run / "config.json", lambda c: c["train_config"].update(steps=steps))
+    for extra in ([], ["--steps", 4]):
+        before = snapshot(run)
+        code, _, err = cli(resume(runs, run.name, *extra), capsys)
+        assert code == 1 and len(error_lines(err)) == 1, err
+        line = error_lines(err)[0]
+        assert str(run / "config.json") in line and f"train_config.steps is {steps}" in line, line
+        assert "state.json" not in line and "--overwrite" not in line, line
+        assert snapshot(run) == before
+
+
 def test_a_checkpoint_of_another_algorithm_is_refused(runs, base, capsys):
     """The issue's silent result 7: config.json edited to another algorithm, with its
     algo_config removed, and ``--resume`` continued a GTPO checkpoint as DAPO."""
@@ -99,6 +189,31 @@ def test_flipped_bits_in_the_weights_are_refused(runs, base, capsys):
     assert all(torch.isfinite(t).all() for t in load_file(str(file)).values())
     line = refused(runs, run, capsys)
     assert str(file) in line and "sha256" in line, line
+
+
+@pytest.mark.parametrize("checksums", ["removed", "{}", "model only"])
+def test_a_checkpoint_without_checksums_is_refused(runs, base, capsys, checksums):
+    """The issue's silent result 4: without ``checksums`` in state.json (or with ``{}``) the
+    sha256 check was skipped, and a flipped byte in model.safetensors trained silently.
+    The byte is flipped here too; a state.json that records only the weights' checksum
+    leaves optimizer.pt unverified, which is refused the same way."""
+    run = copy_run(base, f"no-checksums-{checksums.split()[0].strip('{}') or 'empty'}")
+    state_file = run / "checkpoint" / "state.json"
+    if checksums == "model only":
+        edit_json(state_file, lambda s: s["checksums"].pop("optimizer.pt"))
+        unverified = "optimizer.pt"
+    else:
+        replaced = {} if checksums == "removed" else {"checksums": {}}
+        edit_json(state_file, lambda s: [s.pop("checksums"), s.update(replaced)])
+        file = run / "checkpoint" / "model.safetensors"
+        data = bytearray(file.read_bytes())
+        data[-4] ^= 1
+        file.write_bytes(bytes(data))
+        unverified = "model.safetensors"
+    line = refused(runs, run, capsys)
+    assert f"{state_file}: records no sha256 of {unverified}" in line, line
+    if unverified == "optimizer.pt":
+        assert "--fresh-optimizer" in line, line
 
 
 def test_non_finite_weights_are_refused_on_load_naming_the_file(runs, base, capsys, tmp_path):

@@ -174,7 +174,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(runs, monkeypatch):
 
     monkeypatch.setattr(module, "loss", nan_after_two_steps)
     monkeypatch.setattr(Trainer, "train_step", counting)
-    with pytest.raises(NonFiniteLossError, match="last good checkpoint"):
+    with pytest.raises(NonFiniteLossError, match=r"the last good one \(step 2\) in .* is kept"):
         train(cfg)
     state = json.loads((cfg.run_dir / "checkpoint" / "state.json").read_text())
     assert state["step"] == 2

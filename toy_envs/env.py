@@ -34,13 +34,21 @@ from gymnasium import spaces
 from toy_envs.tasks import Problem, Task, get_task
 from toy_envs.tokenizer import TOKENIZER
 
+#: The largest completion budget an env takes (``max_new_tokens``), as the CLI bounds its size
+#: flags before anything is allocated: the env holds three ``int64`` arrays of the episode's
+#: length (its tokens, the observation space's bounds) and copies the tokens at every step, so
+#: an episode costs O(length²): 4096 tokens copy about 0.1 GB per episode, 10⁹ would allocate
+#: 24 GB at once. The tasks' answers need a few dozen tokens (``task.max_new_tokens``).
+MAX_NEW_TOKENS = 4096
+
 
 class TextArithmeticEnv(gym.Env[dict[str, Any], int]):
     """One episode = one problem; one step = one completion token.
 
     Args:
         task: a :class:`~toy_envs.tasks.Task` instance or a task name (see ``TASK_NAMES``).
-        max_new_tokens: completion budget in tokens, ``<eos>`` included (default: the task's).
+        max_new_tokens: completion budget in tokens, ``<eos>`` included (default: the task's;
+            at most ``MAX_NEW_TOKENS``).
         render_mode: ``None``, ``"ansi"`` (``render()`` returns the text) or ``"human"``
             (``render()`` prints it).
         task_kwargs: knobs passed to ``get_task`` when ``task`` is a name, e.g.
@@ -71,8 +79,11 @@ class TextArithmeticEnv(gym.Env[dict[str, Any], int]):
             max_new_tokens = task.max_new_tokens
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
             raise ValueError(f"max_new_tokens must be an int, got {max_new_tokens!r}")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+            raise ValueError(
+                f"max_new_tokens must be in [1, {MAX_NEW_TOKENS}] (toy_envs.env.MAX_NEW_TOKENS), "
+                f"got {max_new_tokens}"
+            )
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be None or one of {self.metadata['render_modes']}, "

@@ -93,15 +93,11 @@ class Config(core.AlgorithmConfig):
 
     def __post_init__(self) -> None:
         core.check_config(self, LOSS_AGG_MODES)
-        core.require(
-            isinstance(self.entropy_coef, (int, float)) and 0.0 <= self.entropy_coef < float("inf"),
-            "Config.entropy_coef",
-            f"a finite value ≥ 0, got {self.entropy_coef!r}",
-        )
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
+    core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
     # §4.1.2: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
     # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.

@@ -101,15 +101,11 @@ class Config(core.AlgorithmConfig):
             "Config.kl_cov_ratio",
             f"a fraction in (0, 1], got {self.kl_cov_ratio!r}",
         )
-        core.require(
-            isinstance(self.kl_cov_coef, (int, float)) and 0.0 <= self.kl_cov_coef < float("inf"),
-            "Config.kl_cov_coef",
-            f"a finite value ≥ 0, got {self.kl_cov_coef!r}",
-        )
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
+    core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
     # §4.1.2: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
     # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.

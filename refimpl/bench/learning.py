@@ -139,6 +139,10 @@ class LearningConfig:
         for name in ("budget_steps", "eval_every", "eval_problems"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')}: expected a positive integer")
+        if self.workers < 0:
+            raise ValueError(
+                f"--workers: expected an integer ≥ 0 (0: one per core), got {self.workers}"
+            )
         if self.prompts_per_step is not None and self.prompts_per_step <= 0:
             raise ValueError("--prompts-per-step: expected a positive integer")
         if self.group_size is not None and self.group_size < 2:

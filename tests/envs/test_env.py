@@ -180,6 +180,22 @@ def test_make_with_task_kwargs_and_validation() -> None:
         env.step(TOKENIZER.vocab_size)
 
 
+def test_the_completion_budget_is_bounded_before_anything_is_allocated() -> None:
+    """The issue's bound 12: ``gymnasium.make("toy_envs/Chain-v0", max_new_tokens=10**9)``
+    allocated until the kernel killed the process (24 GB). The env's size is bounded as the
+    CLI bounds its flags: the bound itself works, one more is refused naming the argument."""
+    from toy_envs.env import MAX_NEW_TOKENS
+
+    for too_many in (MAX_NEW_TOKENS + 1, 10**9):
+        with pytest.raises(
+            ValueError, match=rf"^max_new_tokens must be in \[1, {MAX_NEW_TOKENS}\]"
+        ):
+            make("toy_envs/Chain-v0", max_new_tokens=too_many)
+    env = make("toy_envs/Chain-v0", max_new_tokens=MAX_NEW_TOKENS)
+    obs, _ = env.reset(seed=0)
+    assert obs["tokens"].shape == (env.task.max_prompt_tokens + MAX_NEW_TOKENS,)
+
+
 def test_render_ansi() -> None:
     env = TextArithmeticEnv("addition", render_mode="ansi")
     env.reset(seed=0)

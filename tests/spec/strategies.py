@@ -11,7 +11,9 @@ What a generated batch looks like
   chance, so every run of 40 examples meets them.
 * Rewards (float32 ``[B]``): binary ``{0, 1}`` or "real" (multiples of 0.01 in ``[-4, 4]``;
   the grid keeps two distinct rewards at least 0.01 apart, so ``std ≫ eps`` and affine maps
-  ``a·r + b`` stay exact enough to compare). Some groups have all-equal rewards on purpose.
+  ``a·r + b`` stay exact enough to compare). Some groups have all-equal rewards on purpose,
+  and a real reward is exactly 0.5, the default ``success_threshold``, with a fair chance
+  (``r ≥ threshold`` is a success: a slip to ``>`` shows only there).
 * ``entropy_old`` (float32 ``[B, T]``, ≥ 0): per batch one regime among zero (what a one-hot
   next-token distribution gives), tiny (≤ 1e-6), subnormal (each element one of exact 0, the
   smallest float32 subnormal 2⁻¹⁴⁹ ≈ 1.4e-45, a random subnormal below 2⁻¹²⁶ ≈ 1.2e-38, or
@@ -173,7 +175,7 @@ def rollout_batches(
     if binary:
         value = st.sampled_from([0.0, 1.0])
     else:
-        value = st.integers(-400, 400).map(lambda k: k / 100.0)
+        value = st.one_of(st.just(0.5), st.integers(-400, 400).map(lambda k: k / 100.0))
     rewards: list[float] = []
     for _ in range(N):
         equal = draw(st.booleans()) if equal_groups is None else equal_groups

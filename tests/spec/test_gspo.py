@@ -174,6 +174,37 @@ def test_hand_computed_group():
     assert total.item() == pytest.approx(expected, abs=2e-6)
 
 
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "token-mean"])
+def test_gspo_token_gradient_follows_each_token_s_advantage(mode):
+    """GSPO-token (Eq. 13-14) is what a per-token advantage needs: ``∂s[i,t]/∂logp[i,u] =
+    s_i·[t = u]`` (the stop-gradients keep ``s_i``'s own ``1/|o_i|`` coupling out), so the
+    gradient at token ``u`` carries ``A[i,u]``. The plain sequence ratio ``s_i`` broadcast to
+    the tokens (no stop-gradient) has ``∂s_i/∂logp[i,u] = s_i/|o_i|`` for every ``u``: the
+    gradient of each token then carries the row's mean advantage. The two agree when ``A`` is
+    constant along a completion, as every other test here has it; not here.
+
+    Row 0: two tokens, log-ratios [2e-4, 0] → s_0 = e^(1e-4) (inside the clip), A = [1, 3];
+    row 1: one token, log-ratio 0 → s_1 = 1, A = −1. B' = 2 completions, 3 tokens.
+    seq-mean-token-mean: ∂L/∂logp[i,u] = −s_i·A[i,u]/(B'·|o_i|) → row 0: −s_0·[1, 3]/4,
+    row 1: +1/2. token-mean: −s_i·A[i,u]/3."""
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    batch = RolloutBatch(
+        response_ids=torch.zeros(2, 2, dtype=torch.long),
+        response_mask=mask,
+        rewards=torch.tensor([1.0, 0.0]),
+        logp_old=torch.full((2, 2), -1.0),
+        entropy_old=torch.ones(2, 2),
+        group_size=2,
+    )
+    adv = torch.tensor([[1.0, 3.0], [-1.0, 0.0]])
+    logp = batch.logp_old + torch.tensor([[2e-4, 0.0], [0.0, 0.0]])
+    s0 = math.exp(1e-4)
+    _, grad = _loss_and_grad(batch, logp, adv, gspo.Config(loss_agg_mode=mode))
+    weight = [[1 / 4, 1 / 4], [1 / 2, 0.0]] if mode == "seq-mean-token-mean" else [[1 / 3] * 2] * 2
+    expected = [[-s0 * 1.0 * weight[0][0], -s0 * 3.0 * weight[0][1]], [weight[1][0], 0.0]]
+    torch.testing.assert_close(grad, torch.tensor(expected), rtol=1e-5, atol=1e-7)
+
+
 def test_worked_example():
     """The numbers of the worked example in ``docs/algorithms/gspo.md``: the ratios there
     move by at most 10⁻³; the loss and gradient of both forms, derived by hand on the page."""

@@ -411,6 +411,28 @@ def test_hand_example_advantages_subgroup():
     torch.testing.assert_close(A, expected, rtol=0, atol=1e-4)
 
 
+def test_hand_example_advantages_batch_pools_every_group():
+    """stats="batch" (§2.2): one R⁺ set and one R⁻ set for the whole batch, every group's
+    tokens pooled. Two copies of the hand group: each value of the subgroup example is there
+    twice, so the means stay (1.5, −1.5) while the unbiased variance of R⁺ becomes
+    4·(1/4)²/5 = 1/20 (of R⁻: 4·(1/6)²/5 = 1/45): A⁺ = −1, 0, +1 and A⁻ = +1, 0, −1 of the
+    subgroup example grow by 0.25·√20 = (1/6)·√45 = √5/2 in both groups. A normalisation over
+    each group's own tokens (not the batch's) would give the subgroup example's ±1."""
+    one = _hand_batch()
+    two = RolloutBatch(
+        response_ids=one.response_ids.repeat(2, 1),
+        response_mask=one.response_mask.repeat(2, 1),
+        rewards=one.rewards.repeat(2),
+        logp_old=one.logp_old.repeat(2, 1),
+        entropy_old=one.entropy_old.repeat(2, 1),
+        group_size=4,
+    )
+    A = gtpo.advantages(two, gtpo.Config(alpha_2=0.5, stats="batch", entropy_eps=1e-12))
+    per_group = torch.tensor([[-1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [-1.0, 0.0]])
+    expected = (per_group * math.sqrt(5) / 2).repeat(2, 1)
+    torch.testing.assert_close(A, expected, rtol=0, atol=1e-4)
+
+
 def test_hand_example_advantages_group():
     """stats="group": 6 active tokens. R⁺ = {1.25, 1.5, 1.75, 0, 0, 0}: mean 0.75, squared
     deviations 0.25 + 0.5625 + 1 + 3·0.5625 = 3.5, variance 3.5/5 = 0.7 →

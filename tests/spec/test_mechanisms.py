@@ -41,6 +41,28 @@ def test_keep_groups_is_dynamic_sampling_only_when_asked():
     assert mechanisms.keep_groups(outcome, G, off).tolist() == [True] * 4
 
 
+@pytest.mark.parametrize("name", ["gtpo", "grpo_s"])
+def test_a_reward_exactly_at_the_threshold_is_a_success(name):
+    """``r ≥ success_threshold`` is a success (every Config's comment, GTPO's O⁺ = {i : r_i ≥
+    threshold}): a reward of exactly 0.5 at the default threshold 0.5 succeeds, one float32
+    step below it fails. Dynamic sampling then keeps (0.5, 0.5⁻) and drops (0.5, 0.5), whose
+    both succeed; GTPO's and GRPO-S's O⁺/O⁻ split agrees with their reference loops, which
+    write ``≥`` literally. A slip to ``>`` changes every one of these."""
+    below = torch.nextafter(torch.tensor(0.5), torch.tensor(0.0)).item()
+    rewards = torch.tensor([0.5, below, 0.5, 0.5])
+    assert core.success(rewards, 0.5).tolist() == [True, False, True, True]
+    assert mechanisms.keep_groups(rewards, G, dapo.Config()).tolist() == [True, False]
+    module = algorithms.get(name)
+    cfg = module.Config()
+    assert cfg.success_threshold == 0.5
+    b = make_batch(rewards.tolist())
+    torch.testing.assert_close(
+        module.advantages(b, cfg), module.reference_advantages(b, cfg), rtol=1e-5, atol=1e-6
+    )
+    flipped = module.Config(success_threshold=below)  # the same batch, every reward a success
+    assert not torch.equal(module.advantages(b, cfg), module.advantages(b, flipped))
+
+
 def test_overlong_filter_removes_truncated_rows_only_when_asked():
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
     truncated = torch.tensor([False, True, False])
