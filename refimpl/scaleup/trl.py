@@ -99,6 +99,8 @@ class RefimplGRPOTrainer(GRPOTrainer):
         else:
             super().__init__(*args, **kwargs)
         self._last_rewards_per_func: Tensor | None = None
+        # Per mode, the Config of the last generation batch's loss calls (Config.for_update).
+        self._update_config: dict[str, Any] = {}
 
     # -- generation: keep rewards and entropies, compute our advantages ----------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001
@@ -188,6 +190,9 @@ class RefimplGRPOTrainer(GRPOTrainer):
         keep = mechanisms.keep_groups(outcome, G, cfg)
         adv = mechanisms.kept_group_advantages(self.algorithm, batch, keep, cfg)
         loss_mask = g_mask * keep.repeat_interleave(G)[:, None].to(g_mask.dtype)
+        # Constants of the whole generation batch that a micro-batch's loss cannot compute
+        # (STEER's |Ω| range with normalise="batch"): fixed here for every micro-batch of it.
+        self._update_config[mode] = cfg.for_update(batch.replace(response_mask=loss_mask), adv)
 
         local = slice(
             self.accelerator.process_index * B_local, (self.accelerator.process_index + 1) * B_local
@@ -207,8 +212,8 @@ class RefimplGRPOTrainer(GRPOTrainer):
 
     # -- the loss ---------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):  # noqa: ANN001
-        cfg = self.algorithm_config
         mode = "train" if self.model.training else "eval"
+        cfg = self._update_config.get(mode, self.algorithm_config)
         prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
         T = completion_ids.size(1)
         logp, entropy, _ = self._get_per_token_logps_and_entropies(
