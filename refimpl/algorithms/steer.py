@@ -69,7 +69,7 @@ Assumptions
 -----------
 * ``omega_power`` p = 2 by default. The authors' current source has p = 1; the compiled module
   they committed beside it (``verl/trainer/ppo/__pycache__/core_algos.cpython-310.pyc`` and
-  ``-312.pyc``, both stamped 9 Oct 2025, the month of the arXiv version) computes
+  ``-312.pyc``, both stamped 9 Oct 2025, two days before arXiv v1) computes
   ``x·(1 − x)**2``, and the source still names that product ``x_one_minus_x_squared``: the
   paper's runs used p = 2 [C]. The default reproduces what the published results computed;
   ``omega_power=1`` is the current source.

@@ -24,7 +24,8 @@ reference model, accelerate/DeepSpeed, logging, checkpoints. What changes, in tw
     ``token-mean``, non-empty completions for the sequence modes): every aggregation mode is
     a sum over the batch divided by such a count, so the accumulated gradient equals the
     gradient of the loss on the whole generation batch (as TRL's own ``dapo`` normaliser
-    does). GPG's ``α = B/(B−M)`` is the one whole-batch constant in any loss; it is folded
+    does). The loss gets the Config that ``Config.for_update`` made from the whole generation
+    batch (itself, except STEER's whole-rollout |Ω| range). GPG's ``α = B/(B−M)`` is the one whole-batch constant in any loss; it is folded
     into the advantages (``−α·A·logp`` is linear in ``A``) because a micro-batch does not hold
     whole groups.
 

@@ -105,8 +105,8 @@ def test_own_logit_step_changes_entropy_by_minus_eta_pi_omega(seed):
         entropy_old=torch.tensor([[entropy(z)], [0.0]]),  # H of the state being stepped
         group_size=2,
     )
-    omega = float(steer.omega(batch, torch.tensor([[math.log(float(pi[a]))], [0.0]]),
-                              torch.tensor([[A], [0.0]]), 1)[0, 0])  # fmt: skip
+    logp = torch.tensor([[math.log(float(pi[a]))], [0.0]])
+    omega = float(steer.omega(batch, logp, torch.tensor([[A], [0.0]]), 1)[0, 0])
     step = torch.zeros(6, dtype=torch.float64)
     step[a] = eta * A / float(pi_old[a]) * float(pi[a]) * (1 - float(pi[a]))
     change = entropy(z + step) - entropy(z)
