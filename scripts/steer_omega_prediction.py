@@ -16,7 +16,8 @@ the step's loss calls: Σ Ω over the batch ÷ the number of loss calls) and
 ``omega_weighted_sum`` (Σ λΩ, the same with STEER's weights). Ω > 0 lowers a state's entropy,
 so the Ω predictor is ``−Σ Ω``; its scale (the step size, Adam) is unknown, so only
 correlations are compared: Pearson's r over steps, raw and after each run's 11-step running
-mean (``refimpl.entropy_attribution.correlations``).
+mean (``refimpl.entropy_attribution.correlations``). The last column correlates −Σ Ω (p = 2)
+with ``entropy_change_pred``: the single-state estimate against the whole network's.
 
 **Band** (every run). The per-step measured ``entropy_change`` (nats): its mean, standard
 deviation, 5th and 95th percentiles, and the mean of its absolute value, pooled over the
@@ -77,6 +78,9 @@ def prediction_rows(groups: dict[str, list[list[dict]]]) -> list[str]:
         for key in ("entropy_change_pred", *(f"pred:{k}" for k in OMEGA_KEYS)):
             c = correlations(runs, key)
             cells.append(f"{c['r']:+.2f} / {c['r_detrended']:+.2f}")
+        # The single-state estimate against the whole network's prediction.
+        c = correlations(runs, "pred:omega_sum_p2", "entropy_change_pred")
+        cells.append(f"{c['r']:+.2f} / {c['r_detrended']:+.2f}")
         steps = correlations(runs, "entropy_change_pred")["steps"]
         rows.append(f"| {name} | {len(runs)} | {steps} | " + " | ".join(cells) + " |")
     return rows
@@ -112,9 +116,11 @@ def main(argv: list[str]) -> int:
         return 2
     print("Prediction of the measured entropy change, r raw / detrended (seeds pooled):\n")
     print(
-        "| label | runs | steps | entropy_change_pred | " + " | ".join(OMEGA_KEYS.values()) + " |"
+        "| label | runs | steps | entropy_change_pred | "
+        + " | ".join(OMEGA_KEYS.values())
+        + " | -ΣΩ (p=2) vs entropy_change_pred |"
     )
-    print("|---|---|---|---|" + "---|" * len(OMEGA_KEYS))
+    print("|---|---|---|---|" + "---|" * (len(OMEGA_KEYS) + 1))
     print("\n".join(prediction_rows(groups)))
     print(
         "\nBand of the measured entropy change per step (10⁻³ nats; per 1k sampled tokens: 10⁻³):\n"
