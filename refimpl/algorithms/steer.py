@@ -13,7 +13,9 @@ Every token's update changes the entropy of its own next-token distribution. STE
 that change per token to first order, ``Ω``, and multiplies each token's clipped surrogate by
 a weight ``λ`` that falls as ``|Ω|`` grows: the tokens that would move the entropy most (up or
 down) are damped, those that would move it least are amplified, so that no token dominates
-the step's entropy change and the change per step stays within a band.
+the step's entropy change and the change per step stays within a band (the paper's claim;
+measured on the toy collapse benchmark, ``docs/benchmarks.md`` § 3: the min–max weights sit
+at λ_max for almost every token there, and the band is that of the same loss without them).
 
 Equations
 ---------
@@ -84,7 +86,8 @@ Assumptions
   batch at θ_old, fixed for every loss call of that rollout (:meth:`Config.for_update`, which
   the toy trainer, the HF loop and TRL call on the whole batch; verl's loss sees micro-batches
   only and refuses it). Either way a loss called directly on a whole batch normalises over it.
-* ``mapping = "linear"``, λ ∈ [0.8, 1.2] [C: ``run/run_linear.sh``, the README's first script];
+* ``mapping = "linear"``, λ ∈ [0.8, 1.2] [C: the code's default ``linear=True`` and
+  ``run/run_linear.sh``, the README's first script];
   ``run/run_exp.sh`` is ``mapping="exponential"``, λ_min = 0.8 (its upper bound is 1, fixed by
   the code; ``lambda_max`` is not read then).
 * Clip 0.2 / 0.28, dual clip c = 10, no KL, token-mean, GRPO's advantage, no dynamic sampling
