@@ -179,6 +179,18 @@ LOOP: dict[str, tuple[Callable, Callable]] = {
             "  w = π_θ/π_old"
         ),
     ),
+    "steer": (
+        lambda c: PER_COMPLETION.format(Z_SCORE),
+        lambda c: (
+            f"L ← {c.loss_agg_mode}( λ·({_surrogate('w', c)}, ≤ −{c.clip_ratio_c:g}·A if A < 0) ),"
+            f"\n    Ω = (A/π_old)·π(1−π)^{c.omega_power}·(ln π + H_old),  λ = "
+            + (
+                f"{c.lambda_max:g} → {c.lambda_min:g} linear in |Ω| over the {c.normalise}"
+                if c.mapping == "linear"
+                else f"exp(−k|Ω|) ∈ [{c.lambda_min:g}, 1] over the {c.normalise}"
+            )
+        ),
+    ),
 }
 
 

@@ -146,6 +146,14 @@ class AlgorithmConfig:
         unless a field defaults to that budget (Dr. GRPO's ``max_len``)."""
         return self
 
+    def for_update(self, batch: RolloutBatch, adv: Tensor) -> AlgorithmConfig:
+        """This configuration for one update on the whole rollout ``batch`` (advantages
+        ``adv``), whose loss calls see it in minibatches: itself, unless the loss reads a
+        constant of the whole batch that a minibatch cannot give (STEER's |Ω| range with
+        ``normalise="batch"``). A loop that splits a rollout calls it once per rollout and
+        passes the result to every loss call of that rollout."""
+        return self
+
 
 #: The fields every algorithm's ``Config`` has (``AlgorithmConfig``'s annotations).
 CONFIG_FIELDS: tuple[str, ...] = tuple(AlgorithmConfig.__annotations__)
@@ -211,6 +219,14 @@ FIELD_RULES: dict[str, tuple[object, str]] = {
     "beta_2": _COEF,
     # TEPO
     "entropy_decrease_tol": (lambda v: v >= 0.0, "a finite value ≥ 0"),
+    # STEER: the token weights' range, the dual clip, the |Ω| floor and range
+    "lambda_min": (lambda v: v > 0.0, "a value > 0"),
+    "lambda_max": (lambda v: v > 0.0, "a value > 0"),
+    "clip_ratio_c": (lambda v: v > 1.0, "a value > 1 (the dual clip's c)"),
+    "omega_power": (lambda v: v in (1, 2), "1 or 2 (the exponent p of (1 − π)^p)"),
+    "omega_floor": (lambda v: v > 0.0, "a value > 0"),
+    "omega_abs_min": (lambda v: v >= 0.0, "a finite value ≥ 0 (or None)"),
+    "omega_abs_max": (lambda v: v >= 0.0, "a finite value ≥ 0 (or None)"),
     # the entropy interventions
     "clip_cov_ratio": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
     "kl_cov_ratio": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
@@ -675,6 +691,26 @@ def clipped_surrogate(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps_low, 1.0 + clip_eps_high) * adv
     return torch.minimum(unclipped, clipped)
+
+
+def dual_clipped_surrogate(
+    ratio: Float[Tensor, "*dims"],
+    adv: Float[Tensor, "*dims"],
+    clip_eps_low: float,
+    clip_eps_high: float,
+    clip_ratio_c: float,
+) -> Float[Tensor, "*dims"]:
+    """Dual-clip PPO (Ye et al. 2020, verl's ``compute_policy_loss_vanilla``), elementwise:
+    ``clipped(x, A)`` for ``A ≥ 0``, ``max(clipped(x, A), c·A)`` for ``A < 0``; the loss is its
+    negative.
+
+    For ``A < 0`` the plain clipped surrogate ``x·A`` falls without bound as the ratio grows;
+    the dual clip stops it at ``c·A`` (``c > 1``), so a token the policy has already made far
+    more likely than ``π_old`` cannot dominate the loss. Above ``x = c`` its gradient is 0.
+    """
+    surrogate = clipped_surrogate(ratio, adv, clip_eps_low, clip_eps_high)
+    capped = torch.maximum(surrogate, clip_ratio_c * adv)
+    return torch.where(adv < 0, capped, surrogate)
 
 
 def kl_k3(

@@ -332,6 +332,9 @@ class Trainer:
         steps = []
         n_groups = batch.num_groups
         predictor = self._entropy_predictor(batch, samples, adv)
+        # The Config every loss call of this rollout gets: itself, unless the loss reads a
+        # constant of the whole batch that its minibatches cannot give (Config.for_update).
+        algo_cfg = self.algo_cfg.for_update(batch, adv)
         for _epoch in range(self.cfg.ppo_epochs):
             # Minibatch sizes differ by at most one group (fewer groups than minibatches:
             # one group each), however many groups dynamic sampling kept.
@@ -340,7 +343,9 @@ class Trainer:
                 keep[groups.start : groups.stop] = True
                 minibatch = batch.select_groups(keep) if len(groups) < n_groups else batch
                 rows = keep.repeat_interleave(self.cfg.group_size)
-                steps.append(self._optimizer_step(minibatch, samples, rows, adv[rows], predictor))
+                steps.append(
+                    self._optimizer_step(minibatch, samples, rows, adv[rows], predictor, algo_cfg)
+                )
         self.model.eval()
         grad_norm = float(np.mean([norm for norm, _ in steps]))
         loss_metrics = {key: float(np.mean([m[key] for _, m in steps])) for key in steps[0][1]}
@@ -370,9 +375,12 @@ class Trainer:
             max_norm=self.cfg.grad_clip,
         )
 
-    def _optimizer_step(self, minibatch, samples: Samples, rows, adv: torch.Tensor, predictor):
+    def _optimizer_step(
+        self, minibatch, samples: Samples, rows, adv: torch.Tensor, predictor, algo_cfg
+    ):
         """One loss, backward, gradient clip and Adam step; its gradient norm and metrics.
-        ``predictor`` (an ``EntropyPredictor``) sees the step; none of its calls changes it."""
+        ``predictor`` (an ``EntropyPredictor``) sees the step; none of its calls changes it.
+        ``algo_cfg``: the algorithm's Config for this rollout (``Config.for_update``)."""
         with self.autocast():
             logp, entropy = self._logprobs(self.model, samples, rows, with_entropy=True)
         logp.retain_grad()  # ∂L/∂logp: the per-token weight this update applies
@@ -384,7 +392,7 @@ class Trainer:
             entropy = entropy.detach()
         elif predictor.attribute:
             entropy.retain_grad()  # ∂L/∂H: the entropy bonus's share of the attribution
-        loss, loss_metrics = self.algo.loss(minibatch, logp, adv, self.algo_cfg, entropy=entropy)
+        loss, loss_metrics = self.algo.loss(minibatch, logp, adv, algo_cfg, entropy=entropy)
         if not torch.isfinite(loss):
             raise self._non_finite(f"non-finite loss {loss.item()}")
         self.optimizer.zero_grad(set_to_none=True)

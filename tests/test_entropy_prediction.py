@@ -370,3 +370,46 @@ def test_compare_figure_last_panel_shows_the_prediction(tmp_path, monkeypatch):
     assert legend == [f"grpo: r = {r_pred:+.2f} (Cov: {r_cov:+.2f})"]
     assert r_pred > 0.99
     assert "⟨∇H̄(θ_old), Δθ⟩" in last.get_xlabel()
+
+
+def test_steer_omega_script_reports_both_predictors_and_the_band(tmp_path, capsys):
+    """scripts/steer_omega_prediction.py on two synthetic STEER runs and one DAPO run: with
+    ``entropy_change_pred`` equal to the measured change, its r is +1.00; with Σ Ω equal to
+    minus the change (Ω > 0 lowers entropy), −Σ Ω's r is +1.00 too; the band row holds the
+    standard deviation of the measured change (10⁻³ nats); DAPO, which logs no Ω, gets a band
+    row and no prediction row."""
+    import importlib.util
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location(
+        "steer_omega_prediction", root / "scripts" / "steer_omega_prediction.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    rng = np.random.default_rng(0)
+    runs = []
+    for algo, seed in (("steer", 0), ("steer", 1), ("dapo", 0)):
+        run = tmp_path / f"{algo}-s{seed}"
+        run.mkdir()
+        config = {"train_config": {"algo": algo, "task": "countdown", "algo_args": []}}
+        (run / "config.json").write_text(json.dumps(config))
+        change = rng.normal(-0.004, 0.003, 40)
+        lines = [{"step": 0, "heldout_greedy": 0.5}]
+        for step, c in enumerate(change, 1):
+            record = {"step": step, "entropy_change": c, "entropy_change_pred": c}
+            record["sampled_tokens"] = 1000 * step
+            if algo == "steer":
+                record.update(omega_sum_p2=-c, omega_sum_p1=-2 * c, omega_weighted_sum=-c)
+            lines.append(record)
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        runs.append(run)
+    assert script.main([str(r) for r in runs]) == 0
+    out = capsys.readouterr().out
+    prediction, band = [line for line in out.splitlines() if line.startswith("| steer | 2 | 80 |")]
+    assert prediction.count("+1.00 / +1.00") == 5
+    assert len([line for line in out.splitlines() if line.startswith("| dapo | 1 | 40 |")]) == 1
+    steer_change = [
+        r["entropy_change"] for run in runs[:2] for r in read_metrics(run) if "entropy_change" in r
+    ]
+    assert f"| {np.std(steer_change) * 1e3:.2f} |" in band

@@ -76,7 +76,7 @@ class Spy:
         return self._algo.advantages(batch, cfg)
 
     def loss(self, batch, logp, adv, cfg, entropy=None):
-        call = {"batch": batch, "logp": logp, "adv": adv, "entropy": entropy}
+        call = {"batch": batch, "logp": logp, "adv": adv, "entropy": entropy, "cfg": cfg}
         if self._on_loss is not None:
             self._on_loss(call)
         total, metrics = self._algo.loss(batch, logp, adv, cfg, entropy=entropy)
@@ -227,6 +227,38 @@ def test_minibatches_split_kept_groups_evenly(runs, monkeypatch):
     trainer.train_step()
     assert spy.adv_batches[0].num_groups == 7
     assert sorted(call["batch"].num_groups for call in spy.loss_calls) == [3, 4]
+
+
+@pytest.mark.parametrize("normalise", ["micro-batch", "batch"])
+def test_whole_rollout_constants_reach_every_minibatch(runs, monkeypatch, normalise):
+    """STEER with 2 minibatches: with ``normalise="batch"`` both loss calls get the Config
+    ``for_update`` makes from the whole rollout (the |Ω| range at θ_old over every trained
+    token, recomputed here from the batch the advantages saw); with the default
+    ``"micro-batch"`` they get the run's Config itself, and each maps its own range."""
+    monkeypatch.setattr(train_module, "score_samples", scorer([[1.0, 0.0, 0.0, 1.0]]))
+    cfg = tiny(
+        runs,
+        algo="steer",
+        name=f"steer-{normalise}",
+        minibatches=2,
+        algo_args=(f"normalise={normalise}",),
+    )
+    trainer = Trainer(cfg)
+    spy = spy_on(trainer)
+    trainer.train_step()
+    (batch,) = spy.adv_batches
+    assert len(spy.loss_calls) == 2
+    configs = [call["cfg"] for call in spy.loss_calls]
+    if normalise == "micro-batch":
+        assert all(c is trainer.algo_cfg for c in configs)
+        return
+    adv = algorithms.get("steer").advantages(batch, trainer.algo_cfg)
+    omega = algorithms.get("steer").omega(batch, batch.logp_old, adv, 2).abs()
+    values = omega[batch.response_mask.bool()]
+    for c in configs:
+        assert c.omega_abs_min == pytest.approx(float(values.min()), rel=1e-6, abs=1e-12)
+        assert c.omega_abs_max == pytest.approx(float(values.max()), rel=1e-6)
+    assert trainer.algo_cfg.omega_abs_min is None  # the run's own Config is unchanged
 
 
 @pytest.mark.filterwarnings("ignore:TEPO's KL mask")

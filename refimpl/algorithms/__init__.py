@@ -21,8 +21,9 @@ from types import ModuleType
 
 #: Every algorithm, in the order the docs present them: the baselines, the token-level
 #: methods, RLOO (the worked example of docs/adding_an_algorithm.md), then the entropy
-#: interventions the seed papers argue against. A new name goes at
-#: the end, so the colours derived from this order stay those of existing figures.
+#: interventions the seed papers argue against, and STEER (the reweighting TEPO's paper
+#: builds on). A new name goes at the end, so the colours derived from this order stay those
+#: of existing figures.
 NAMES: tuple[str, ...] = (
     "grpo",
     "dapo",
@@ -37,6 +38,7 @@ NAMES: tuple[str, ...] = (
     "kl_cov",
     "forking_tokens",
     "entropy_bonus",
+    "steer",
 )
 
 

@@ -49,6 +49,7 @@ def train_hf_loop(model, tok, task, problems, algorithm="gtpo", prompts_per_step
         batch, rows = batch.select_groups(keep), keep.repeat_interleave(G)
         seqs, prompt_mask = seqs[rows], prompt_mask[rows]
         adv = algo.advantages(batch, cfg)  # [B, T] token advantages, from the whole rollout
+        update_cfg = cfg.for_update(batch, adv)  # whole-rollout constants a minibatch lacks
         model.train()
         # Several optimizer steps per rollout, each on some whole groups: after the first,
         # π_θ ≠ π_old, so the ratios move off 1 and the clip (and TEPO's mask) can act.
@@ -60,7 +61,7 @@ def train_hf_loop(model, tok, task, problems, algorithm="gtpo", prompts_per_step
             logp, entropy = token_logprobs_and_entropy(model, seqs[r_], attn, P)
             if not cfg.differentiates_entropy():  # gradient only for an entropy bonus
                 entropy = entropy.detach()
-            loss, metrics = algo.loss(mb, logp, adv[r_], cfg, entropy=entropy)
+            loss, metrics = algo.loss(mb, logp, adv[r_], update_cfg, entropy=entropy)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -24,7 +24,8 @@ reference model, accelerate/DeepSpeed, logging, checkpoints. What changes, in tw
     ``token-mean``, non-empty completions for the sequence modes): every aggregation mode is
     a sum over the batch divided by such a count, so the accumulated gradient equals the
     gradient of the loss on the whole generation batch (as TRL's own ``dapo`` normaliser
-    does). GPG's ``α = B/(B−M)`` is the one whole-batch constant in any loss; it is folded
+    does). The loss gets the Config that ``Config.for_update`` made from the whole generation
+    batch (itself, except STEER's whole-rollout |Ω| range). GPG's ``α = B/(B−M)`` is the one whole-batch constant in any loss; it is folded
     into the advantages (``−α·A·logp`` is linear in ``A``) because a micro-batch does not hold
     whole groups.
 
@@ -99,6 +100,8 @@ class RefimplGRPOTrainer(GRPOTrainer):
         else:
             super().__init__(*args, **kwargs)
         self._last_rewards_per_func: Tensor | None = None
+        # Per mode, the Config of the last generation batch's loss calls (Config.for_update).
+        self._update_config: dict[str, Any] = {}
 
     # -- generation: keep rewards and entropies, compute our advantages ----------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001
@@ -188,6 +191,9 @@ class RefimplGRPOTrainer(GRPOTrainer):
         keep = mechanisms.keep_groups(outcome, G, cfg)
         adv = mechanisms.kept_group_advantages(self.algorithm, batch, keep, cfg)
         loss_mask = g_mask * keep.repeat_interleave(G)[:, None].to(g_mask.dtype)
+        # Constants of the whole generation batch that a micro-batch's loss cannot compute
+        # (STEER's |Ω| range with normalise="batch"): fixed here for every micro-batch of it.
+        self._update_config[mode] = cfg.for_update(batch.replace(response_mask=loss_mask), adv)
 
         local = slice(
             self.accelerator.process_index * B_local, (self.accelerator.process_index + 1) * B_local
@@ -207,8 +213,8 @@ class RefimplGRPOTrainer(GRPOTrainer):
 
     # -- the loss ---------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):  # noqa: ANN001
-        cfg = self.algorithm_config
         mode = "train" if self.model.training else "eval"
+        cfg = self._update_config.get(mode, self.algorithm_config)
         prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
         T = completion_ids.size(1)
         logp, entropy, _ = self._get_per_token_logps_and_entropies(

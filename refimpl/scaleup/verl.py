@@ -7,9 +7,10 @@ Load it in every verl process (driver and Ray workers) with::
 and select an algorithm with ``algorithm.adv_estimator=refimpl_<name>`` and
 ``actor_rollout_ref.actor.policy_loss.loss_mode=refimpl_<name>`` (``docs/scaleup.md`` has a
 full command). Every algorithm in ``refimpl.algorithms.NAMES`` is registered as
-``refimpl_<name>``; the five verl lacks are also registered under their plain names
-(``gtpo``, ``grpo_s``, ``tepo``, ``forking_tokens``, ``entropy_bonus``; ``clip_cov`` and
-``kl_cov`` are verl's own names and stay verl's). Hyper-parameters come from each module's ``Config``;
+``refimpl_<name>``; the six verl lacks are also registered under their plain names
+(``gtpo``, ``grpo_s``, ``tepo``, ``forking_tokens``, ``entropy_bonus``, ``steer``;
+``clip_cov`` and ``kl_cov`` are verl's own names and stay verl's). Hyper-parameters come
+from each module's ``Config``;
 override them with the environment variable ``REFIMPL_CONFIG`` (JSON, e.g.
 ``{"gtpo": {"alpha_2": 0.2}}``), which Ray forwards to the workers through
 ``runtime_env``. Our ``Config`` decides clip ranges and aggregation, not verl's
@@ -26,7 +27,7 @@ What verl's contract does not carry, and how it gets here
   :func:`install_hooks` wraps the v1 ``PPOTrainer._compute_advantage`` so that it reads the
   ``entropy`` field for the batch's keys and opens that context around verl's own code.
 * **Current entropy, rollout entropy and reference log-probs → policy loss** (TEPO's KL mask
-  and KL term). verl's policy losses receive log-probs and advantages only. :func:`ppo_loss`
+  and KL term; the rollout entropy in STEER's Ω and the forking-token mask). verl's policy losses receive log-probs and advantages only. :func:`ppo_loss`
   wraps verl's ``verl.workers.utils.losses.ppo_loss`` (the engine workers' loss): it pads the
   model output's ``entropy`` and the batch's ``entropy``/``ref_log_prob`` the way verl pads
   log-probs, opens :func:`loss_inputs` and calls verl's loss unchanged, which calls our
@@ -37,6 +38,8 @@ What verl's contract does not carry, and how it gets here
   micro-batch loss by global counts (``config.global_batch_info``). Our loss normalises
   locally; the wrapper multiplies it by ``count_local / count_global · dp_size`` (tokens for
   ``token-mean``, non-empty completions otherwise), which is exactly verl's ``agg_loss``.
+  A loss that reads a constant of the whole rollout (``Config.for_update`` differs from the
+  Config: STEER with ``normalise="batch"``) is refused: no micro-batch can compute it.
 
 Groups: verl reorders rows (sequence-length balancing), so estimators regroup by ``index``
 (the prompt uid) and put the advantages back in verl's row order. DAPO's dynamic sampling is
@@ -72,6 +75,7 @@ ALIASES: dict[str, str] = {
     "tepo": "tepo",
     "forking_tokens": "forking_tokens",
     "entropy_bonus": "entropy_bonus",
+    "steer": "steer",
 }
 #: Algorithms whose advantages read the rollout entropies.
 NEEDS_ROLLOUT_ENTROPY = frozenset({"gtpo", "grpo_s"})
@@ -230,6 +234,12 @@ def _make_policy_loss(name: str):
         # horizon.
         horizon = info.get("loss_scale_factor") or response_mask.shape[-1]
         cfg = cfg.for_generation_budget(int(horizon))
+        core.require(
+            cfg.for_update(batch, padded["adv"].float()) == cfg,
+            "REFIMPL_CONFIG",
+            f"a {name} Config whose loss reads no constant of the whole rollout batch (verl's "
+            "policy losses see micro-batches only; for STEER: normalise='micro-batch')",
+        )
         entropy = padded.get("entropy")
         if entropy is not None and not cfg.differentiates_entropy():
             entropy = entropy.detach()  # H_θ carries gradient only for an entropy bonus

@@ -129,6 +129,42 @@ def test_dynamic_sampling_masks_groups_with_equal_rewards(tokenizer, dataset, tm
     assert log["loss"] == 0.0
 
 
+def test_steer_whole_rollout_range_reaches_every_micro_batch(
+    tokenizer, dataset, tmp_path, monkeypatch
+):
+    """STEER with ``normalise="batch"``, one generation of 2 groups trained in 2 micro-batches
+    of one group each: both loss calls get the Config ``for_update`` made from the whole
+    generation batch (its |Ω| range set), the same for both, not the run's own Config."""
+    from refimpl.algorithms import steer
+
+    cfg = steer.Config(normalise="batch")
+    seen = []
+    original = steer.loss
+
+    def spy(batch, logp, adv, config, entropy=None):
+        seen.append(config)
+        return original(batch, logp, adv, config, entropy=entropy)
+
+    monkeypatch.setattr(steer, "loss", spy)
+
+    trainer = RefimplGRPOTrainer(
+        model=tiny_qwen2(tokenizer),
+        reward_funcs=parity_reward,
+        args=grpo_args(
+            tmp_path, max_steps=1, per_device_train_batch_size=G, gradient_accumulation_steps=2
+        ),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        algorithm="steer",
+        algorithm_config=cfg,
+    )
+    trainer.train()
+    assert len(seen) == 2
+    assert seen[0] is seen[1] is trainer._update_config["train"]
+    assert seen[0].omega_abs_min is not None and seen[0].omega_abs_max >= seen[0].omega_abs_min
+    assert trainer.algorithm_config.omega_abs_min is None
+
+
 # --- peer parity with TRL's own loss settings ------------------------------------------------
 
 

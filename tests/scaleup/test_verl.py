@@ -299,6 +299,25 @@ def test_micro_batches_with_global_counts_sum_to_the_full_batch_loss(name: str) 
     torch.testing.assert_close(total, full)
 
 
+def test_steer_plain_name_and_whole_rollout_range_refused(monkeypatch) -> None:
+    """STEER, which verl lacks, is also registered as ``steer``. Its default normalises over
+    the loss call's tokens, which a micro-batch has; ``normalise="batch"`` needs the whole
+    rollout's |Ω| range, which no verl policy loss sees: refused, naming the setting."""
+    assert core_algos.get_policy_loss_fn("steer") is rv.POLICY_LOSSES["steer"]
+    assert core_algos.get_adv_estimator_fn("steer") is rv.ESTIMATORS["steer"]
+    x = _inputs()
+    adv, _ = core_algos.get_adv_estimator_fn("refimpl_steer")(
+        token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"]
+    )
+    fn = core_algos.get_policy_loss_fn("refimpl_steer")
+    with rv.loss_inputs(entropy_old=x["entropy"]):
+        loss, metrics = fn(**_loss_args(x, adv), config=_actor_config())
+    assert torch.isfinite(loss) and "actor/refimpl/steer_weight_mean" in metrics
+    monkeypatch.setenv("REFIMPL_CONFIG", '{"steer": {"normalise": "batch"}}')
+    with rv.loss_inputs(entropy_old=x["entropy"]), pytest.raises(ValueError, match="normalise"):
+        fn(**_loss_args(x, adv), config=_actor_config())
+
+
 def test_rollout_correction_weights_are_refused() -> None:
     x = _inputs()
     with pytest.raises(ValueError, match="rollout_is_weights"):

@@ -397,6 +397,8 @@ CHOICES = {
     "advantage": "ADVANTAGES",
     "kl_denominator": "KL_DENOMINATORS",
     "entropy_source": "ENTROPY_SOURCES",
+    "mapping": "MAPPINGS",
+    "normalise": "NORMALISE_SETS",
 }
 
 #: Numeric fields drawn from a few values (the others keep their defaults).
@@ -408,6 +410,7 @@ NUMERIC = {
     "beta_2": (0.0, 0.1, 1.0),
     "entropy_decrease_tol": (0.0, 1e-4),
     "max_len": (None, 16),
+    "omega_power": (1, 2),
 }
 
 

@@ -346,9 +346,13 @@ def test_kl_gradient_closed_form(name, batch):
 
 def _kept(name: str, cfg, batch: RolloutBatch, logp, adv) -> torch.Tensor:
     """``[B, T]`` float64, 0 on the tokens whose policy term an entropy intervention switches
-    off (Clip-Cov's selected tokens, the non-forking tokens), 1 elsewhere. The selections come
-    from the modules' own mask functions, which their spec files check independently."""
+    off (Clip-Cov's selected tokens, the non-forking tokens), 1 elsewhere; STEER's weight λ
+    on each token. The selections and weights come from the modules' own functions, which
+    their spec files check independently."""
     mod = algorithms.get(name)
+    if name == "steer":
+        omega = mod.omega(batch, logp, adv, cfg.omega_power)
+        return mod.token_weights(omega.abs(), batch.response_mask, cfg).double()
     if name == "clip_cov":
         return (~mod.clip_cov_mask(batch, logp, adv, cfg)).double()
     if name == "forking_tokens":

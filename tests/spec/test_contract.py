@@ -66,3 +66,22 @@ def test_generation_budget_fills_only_dr_grpos_max_len(name):
         assert cfg.__class__(max_len=5).for_generation_budget(37).max_len == 5
     else:
         assert filled == cfg
+
+
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_for_update_changes_only_steers_batch_range(name):
+    """``for_update(batch, adv)`` returns the Config itself for every algorithm and setting,
+    except STEER with ``normalise="batch"``, where it fills the rollout's |Ω| range and
+    nothing else (the trainers pass its result to every loss call of the rollout)."""
+    from tests.spec import worked
+
+    batch, _ = worked.batch()
+    module = algorithms.get(name)
+    cfg = module.Config()
+    adv = module.advantages(batch, cfg)
+    assert cfg.for_update(batch, adv) is cfg
+    if name == "steer":
+        whole = dataclasses.replace(cfg, normalise="batch")
+        filled = whole.for_update(batch, adv)
+        assert filled.omega_abs_min is not None and filled.omega_abs_max is not None
+        assert dataclasses.replace(filled, omega_abs_min=None, omega_abs_max=None) == whole

@@ -33,6 +33,7 @@ SECTIONS = {
     "KL-Cov": ("kl_cov",),
     "Forking tokens": ("forking_tokens",),
     "Entropy bonus": ("entropy_bonus",),
+    "STEER": ("steer",),
 }
 
 

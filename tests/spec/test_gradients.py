@@ -235,6 +235,18 @@ def grad_entropy_bonus(batch, cfg, A, entropy) -> torch.Tensor:
     return (-A + cfg.kl_coef * kl_slope(batch)) * weight
 
 
+def grad_steer(batch, cfg, A, entropy) -> torch.Tensor:
+    """STEER: DAPO's surrogate times λ, computed without gradient from |Ω| at π = π_old (the
+    module's own ``omega`` and ``token_weights``, which test_steer.py checks against the
+    formula); at ratio 1 neither the clip nor the dual clip (c > 1) acts."""
+    from refimpl.algorithms import steer
+
+    omega = steer.omega(batch, batch.logp_old.float(), A.float(), cfg.omega_power)
+    lam = steer.token_weights(omega.abs(), batch.response_mask, cfg).to(F64)
+    weight = token_weight(batch, cfg.loss_agg_mode)
+    return (-A * lam + cfg.kl_coef * kl_slope(batch)) * weight
+
+
 ANALYTIC: dict[str, Callable[..., torch.Tensor]] = {
     "grpo": grad_grpo,
     "dapo": grad_dapo,
@@ -249,6 +261,7 @@ ANALYTIC: dict[str, Callable[..., torch.Tensor]] = {
     "kl_cov": grad_kl_cov,
     "forking_tokens": grad_forking_tokens,
     "entropy_bonus": grad_entropy_bonus,
+    "steer": grad_steer,
 }
 
 

@@ -117,7 +117,7 @@ def test_checks_are_applied():
     for fn in (core.require, core.masked, core.masked_sum, core.masked_mean, core.group_view):
         assert not hasattr(fn, "__wrapped__")
     assert n_checked >= 20 + len(NAMES) * len(SHARED)
-    assert n_generic == 7
+    assert n_generic == 8
     assert "beartype" in sys.modules
 
 
