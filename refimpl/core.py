@@ -555,17 +555,12 @@ def group_normalize(
     return adv.to(torch.float32)
 
 
-def success(rewards: Float[Tensor, " B"], threshold: float) -> Bool[Tensor, " B"]:
-    """``[B]`` bool: completion ``i`` is successful when ``r_i ≥ threshold`` (every Config's
-    ``success_threshold``, 0.5 for the toy tasks' {0, 1} rewards)."""
-    return rewards >= threshold
-
-
 def successful(batch: RolloutBatch, threshold: float) -> Bool[Tensor, " B"]:
-    """``[B]`` bool: which completions succeeded, decided on the *outcome* rewards (before any
-    reward shaping; see ``RolloutBatch.outcome_rewards``)."""
+    """``[B]`` bool: completion ``i`` succeeded, ``r_i ≥ threshold`` (every Config's
+    ``success_threshold``, 0.5 for the toy tasks' {0, 1} rewards), decided on the *outcome*
+    rewards (before any reward shaping; see ``RolloutBatch.outcome_rewards``)."""
     outcome = batch.rewards if batch.outcome_rewards is None else batch.outcome_rewards
-    return success(outcome, threshold)
+    return outcome >= threshold
 
 
 # ---------------------------------------------------------------------------------------------
