@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tyro
-from tqdm.auto import tqdm
 
 from refimpl import algorithms, presets
 from refimpl.plots import format_table, plot_compare, summary_table
+from refimpl.progress import progress
 from refimpl.rundir import check_name, check_runs_dir
 from refimpl.runlog import is_run_dir, read_metrics
 from refimpl.train import AlgoName, TrainConfig, preflight, run_warmstart, train
@@ -214,9 +214,7 @@ def compare(
         runs = [dataclasses.replace(r, progress=True) for r in runs]
     total = sum(r.steps for r in runs)
     start = time.perf_counter()
-    with tqdm(
-        total=total, desc=f"compare {','.join(algos)}", unit="step", dynamic_ncols=True
-    ) as bar:
+    with progress(total, f"compare {','.join(algos)}") as bar:
 
         def show_logged_steps(_finished: int) -> None:
             bar.update(max(0, sum(_logged_steps(r.run_dir) for r in runs) - bar.n))

@@ -25,12 +25,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from filelock import FileLock
-from tqdm.auto import tqdm
 
 from refimpl import numerics
 from refimpl.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.evaluate import success_rate
 from refimpl.model import GPT
+from refimpl.progress import progress
 from refimpl.settings import (  # noqa: F401  (re-exported: callers import them from here)
     WARMSTART_MIX,
     ModelConfig,
@@ -110,8 +110,8 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
     )
     model.train()
     start = time.perf_counter()
-    bar = tqdm(range(cfg.steps), desc=f"warm start {cfg.task}", disable=not cfg.progress)
-    for step in bar:
+    bar = progress(cfg.steps, f"warm start {cfg.task}", disable=not cfg.progress)
+    for step in range(cfg.steps):
         # Problems of step s come from a generator seeded by (seed, s): deterministic.
         problems = mix_task.sample(cfg.batch_size, np.random.default_rng([cfg.seed, step]))
         ids, mask, target_mask = _training_batch(mix_task, problems)
@@ -128,6 +128,8 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
         schedule.step()
         if step % 20 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
+        bar.update(1)
+    bar.close()
     seconds = time.perf_counter() - start
     model.eval()
     report = base_success(model, get_task(cfg.task, **cfg.task_knobs()), cfg.eval_problems)

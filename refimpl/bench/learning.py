@@ -308,9 +308,8 @@ def finished(run: Run) -> bool:
 
 def run_all(cfg: LearningConfig, runs: list[Run]) -> float:
     """Train the runs that have not finished (in parallel); return the wall time."""
-    from tqdm.auto import tqdm
-
     from refimpl.compare import run_in_workers
+    from refimpl.progress import progress
     from refimpl.warmstart import train_warmstart
 
     for task in cfg.task_list():
@@ -319,7 +318,7 @@ def run_all(cfg: LearningConfig, runs: list[Run]) -> float:
     todo = sorted((r for r in runs if cfg.overwrite or not finished(r)), key=lambda r: r.seed)
     workers = cfg.workers or min(4, os.cpu_count() or 1)
     start = time.perf_counter()
-    with tqdm(total=len(todo), desc="bench learning", unit="run", dynamic_ncols=True) as bar:
+    with progress(len(todo), "bench learning", unit="run") as bar:
         run_in_workers([r.train for r in todo], workers, lambda n: bar.update(n - bar.n))
     return time.perf_counter() - start
 
