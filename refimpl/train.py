@@ -1,23 +1,26 @@
-"""The RL loop: one loop for every algorithm, driven only through the algorithm contract.
+"""The Trainer: ``refimpl/loop.py``'s loop, with run management and diagnostics around it.
 
-Each step is a pipeline of named stages, the methods of ``Trainer`` that ``train_step`` calls
-in this order::
+Read ``refimpl/loop.py`` first: ``Trainer.train_step`` runs the same stages on the same
+algorithm contract (``tests/test_loop.py`` checks that both train the same weights)::
 
     rollout     sample N prompts ─► G completions each (KV cache; logp_old, entropy_old
                 recorded) ─► reward (the task's verifier) ─► dynamic sampling, when the
                 Config asks: resample until N informative groups
-    shape       DAPO's overlong length penalty added to the reward, when the Config asks
+    shape       the overlong length penalty added to the reward, when the Config asks
     reference   logp_ref from the frozen warm start, when a KL term needs it
-    advantages  advantages(batch, cfg); then DAPO's overlong filter masks truncated rows
-    update      ppo_epochs × minibatches of  loss(batch, logp, adv, cfg, entropy) + backward
-                + clip grad norm + optimizer step; the first-order prediction of the entropy
-                change (and every ``diag_every`` steps its split over token classes)
-    metrics     rewards, entropies, advantages, the entropy change the update caused
+    advantages  advantages(batch, cfg); then the overlong filter masks truncated rows
+    update      ppo_epochs × minibatches of loss(batch, logp, adv, cfg, entropy) → backward
+                → clip grad norm → optimizer step
+    metrics     rewards, entropies, lengths, advantages
 
-Around the steps, ``run`` evaluates greedy and sampled success on a fixed held-out set every
-``eval_every`` steps, logs one JSON line per step and writes an atomic checkpoint every
-``checkpoint_every`` steps. The settings and their checks live in ``refimpl.config``, the run
-directory's in ``refimpl.rundir``.
+What an algorithm needs of the loop (a reference model, the current entropy, in float32,
+with gradient) its ``Config`` declares (``core.AlgorithmConfig``); no algorithm is named
+here. The diagnostics (the entropy change and its prediction, the covariances, held-out
+evaluation, probes) are observers of the step (``refimpl.observers``). Around the steps,
+``run`` holds the run directory's lock, logs one JSON line per step, stops on NaN
+(``refimpl.divergence``) or Ctrl-C (``refimpl.stop``) and writes an atomic checkpoint every
+``checkpoint_every`` steps. The settings and their checks live in ``refimpl.config``, the
+run directory's in ``refimpl.rundir``.
 
 Determinism and resuming
 ------------------------
@@ -35,12 +38,12 @@ import shlex
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from refimpl import core, mechanisms
 from refimpl.checkpoint import (
@@ -61,14 +64,12 @@ from refimpl.config import (  # noqa: F401  (re-exported: the names callers impo
     resolve,
     run_warmstart,
 )
-from refimpl.diagnostics import (
-    entropy_stats,
-    logp_advantage_covariance,
-)
+from refimpl.diagnostics import entropy_stats
 from refimpl.divergence import DivergenceGuard, NonFiniteLossError  # noqa: F401  (re-exported)
-from refimpl.entropy_attribution import EntropyPredictor
-from refimpl.evaluate import encode_prompts, heldout_metrics, probe_snapshot, score_samples
+from refimpl.evaluate import encode_prompts, score_samples
 from refimpl.model import GPT
+from refimpl.observers import Observer, default_observers
+from refimpl.progress import progress
 from refimpl.rundir import (  # noqa: F401
     Preflight,
     holds_run_lock,
@@ -82,16 +83,6 @@ from refimpl.stop import Interrupted, StopRequest  # noqa: F401  (Interrupted: r
 from refimpl.warmstart import train_warmstart
 from toy_envs import TOKENIZER
 
-PROBE_SEED = 20_000  # the fixed probe prompts of the entropy snapshots
-EVAL_SEED = 30_000  # the sampled completions of every held-out evaluation
-# The entropy change of a step is measured (and predicted) on the first
-# ENTROPY_CHANGE_COMPLETIONS completion(s) of each of its first ENTROPY_CHANGE_GROUPS groups:
-# many prompts with one completion each follow the whole batch's change more closely than few
-# prompts with many (docs/entropy_mechanism.md: 32 × 1 rows, r = 0.92 with the change on all
-# 64 × 8; 16 × 8 rows, r = 0.87), at less than half the cost of the backward pass.
-ENTROPY_CHANGE_GROUPS = 32
-ENTROPY_CHANGE_COMPLETIONS = 1
-
 
 class Rollout(NamedTuple):
     """The ``rollout`` stage's output: the groups to train on and what sampling them cost."""
@@ -104,9 +95,13 @@ class Rollout(NamedTuple):
 
 
 class Trainer:
-    """Holds the model, the optimizer and the run state; ``run()`` trains to ``cfg.steps``."""
+    """``refimpl/loop.py``'s loop with run management and diagnostics around it: holds the
+    model, the optimizer and the run state; ``run()`` trains to ``cfg.steps``.
 
-    def __init__(self, cfg: TrainConfig):
+    ``observers``: the diagnostics that watch each step (``refimpl.observers``; None: the
+    run's defaults, ``default_observers``; ``[]``: none)."""
+
+    def __init__(self, cfg: TrainConfig, observers: Sequence[Observer] | None = None):
         self.cfg = cfg
         # Every check before anything is written or trained (the warm start included).
         self.algo, self.task, self.max_new_tokens, self.algo_cfg, self._saved = preflight(cfg)
@@ -114,15 +109,15 @@ class Trainer:
             self.algo_cfg = self._saved_algo_config()
         if self.algo_cfg.reads_current_entropy() and cfg.ppo_epochs * cfg.minibatches == 1:
             warnings.warn(
-                "TEPO's KL mask compares the current entropy with the rollout's; with one "
-                "update per rollout (--ppo-epochs 1 --minibatches 1) the policy never moves "
-                "before the comparison, so the mask stays empty and the KL term is inactive. "
+                f"{cfg.algo}: the loss compares the current policy's entropy with the "
+                "rollout's; with one update per rollout (--ppo-epochs 1 --minibatches 1) the "
+                "policy never moves before the comparison, so the comparison never fires. "
                 "Use --minibatches or --ppo-epochs > 1 to exercise it.",
                 stacklevel=2,
             )
-        # TEPO's mask compares H_θ with H_old to τ = 1e-4 nats; bf16 logits move each by up
-        # to ~7e-3, so under bf16 both are computed in float32 (H_old in rollout, H_θ in update).
-        self.entropy_in_fp32 = self.algo_cfg.reads_current_entropy() and cfg.dtype == "bfloat16"
+        # A Config that compares entropies more finely than bf16 logits resolve declares it:
+        # under bf16 both sides are then computed in float32 (H_old in rollout, H_θ in update).
+        self.entropy_in_fp32 = self.algo_cfg.needs_float32_entropy() and cfg.dtype == "bfloat16"
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.device = check_device(cfg.device)
@@ -140,13 +135,10 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
         self.step = 0
         self.sampled_tokens = 0
-        self.held_out = self.task.sample(
-            cfg.eval_problems, np.random.default_rng([HELD_OUT_SEED, 0])
-        )
-        self.probes = self.task.sample(cfg.probe_prompts, np.random.default_rng([PROBE_SEED, 0]))
         self.run_dir = cfg.run_dir
         self._tb = None
         self.divergence = DivergenceGuard(self)  # NaN/inf in any step stops the run
+        self.observers = default_observers(self) if observers is None else list(observers)
 
     def _saved_algo_config(self) -> Any:
         """A resumed run continues with the algorithm settings it was made with, even if this
@@ -168,6 +160,13 @@ class Trainer:
         return torch.autocast(
             self.device.type, dtype=torch.bfloat16, enabled=self.cfg.dtype == "bfloat16"
         )
+
+    def _observe(self, hook: str, *args: Any) -> dict[str, Any]:
+        """Call ``hook`` of every observer (``refimpl.observers``); their metrics, merged."""
+        out: dict[str, Any] = {}
+        for observer in self.observers:
+            out.update(getattr(observer, hook)(self, *args) or {})
+        return out
 
     # -- state --------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
@@ -204,7 +203,7 @@ class Trainer:
         write_jsonl(self.run_dir / "metrics.jsonl", [r for r in metrics if r["step"] <= step])
         write_jsonl(self.run_dir / "probes.jsonl", [r for r in probes if r.get("step", 0) < step])
 
-    # -- one step: the stages, in the order train_step runs them --------------------------
+    # -- one step: loop.py's stages, in the order train_step runs them ----------------------
     def train_step(self) -> dict[str, Any]:
         """One RL step, the pipeline of the module docstring; returns its metrics (``run``
         appends them to metrics.jsonl)."""
@@ -215,7 +214,7 @@ class Trainer:
             metrics.update(skipped=1, sampled_tokens=self.sampled_tokens)
             metrics["time_step"] = time.perf_counter() - t_start
             return metrics
-        rewards = self.shape(samples, outcome)
+        rewards = self.shape_rewards(samples, outcome)
         t0 = time.perf_counter()
         batch = samples.to_rollout_batch(
             rewards, self.cfg.group_size, logp_ref=self.reference_logprobs(samples)
@@ -223,17 +222,18 @@ class Trainer:
         batch = batch.replace(outcome_rewards=outcome)  # success stays the outcome's
         batch, adv = self.advantages(batch, samples)
         t_adv = time.perf_counter() - t0
-        grad_norm, loss_metrics = self.update(batch, samples, adv)
+        grad_norm, update_metrics = self.update(batch, samples, adv)
         t_loss = time.perf_counter() - t0 - t_adv
         metrics.update(self.step_metrics(samples, batch, rewards, outcome, adv))
+        metrics.update(self._observe("measure", samples, batch, adv))
         metrics.update(grad_norm=grad_norm, time_adv=t_adv, time_loss=t_loss)
-        metrics.update(sampled_tokens=self.sampled_tokens, **loss_metrics)
+        metrics.update(sampled_tokens=self.sampled_tokens, **update_metrics)
         metrics["time_step"] = time.perf_counter() - t_start
         return metrics
 
     def rollout(self) -> Rollout:
-        """Sample ``N`` groups, score them and, when the Config asks for DAPO's dynamic
-        sampling, resample (up to ``--resample-rounds`` times) until ``N`` are informative."""
+        """Sample ``N`` groups and score them; with the Config's dynamic sampling, resample (up
+        to ``--resample-rounds`` times) until ``N`` are informative."""
         cfg, G, N = self.cfg, self.cfg.group_size, self.cfg.prompts_per_step
         kept_samples: list[Samples] = []
         kept_rewards: list[torch.Tensor] = []
@@ -244,7 +244,7 @@ class Trainer:
             samples, rewards = self._sample_round(rounds, timing)
             entropies.append(samples.entropy_old[samples.response_mask.bool()].float())
             first_rewards = rewards if first_rewards is None else first_rewards
-            # DAPO dynamic sampling: keep groups with 0 < #successful < G (outcome rewards).
+            # Dynamic sampling: keep groups with 0 < #successful < G (outcome rewards).
             keep = mechanisms.keep_groups(rewards, G, self.algo_cfg)
             keep[torch.cumsum(keep.long(), 0) > N - kept] = False  # never more than N groups
             if keep.any():
@@ -276,7 +276,7 @@ class Trainer:
         rng = np.random.default_rng([self.cfg.seed, self.step, rounds])
         problems = self.task.sample(self.cfg.prompts_per_step, rng)
         t0 = time.perf_counter()
-        samples = self._sample(problems, self._generator(self.step, rounds, 1))
+        samples = self._sample(problems, self.generator(self.step, rounds, 1))
         t1 = time.perf_counter()
         rewards = torch.as_tensor(score_samples(self.task, problems, samples, self.cfg.group_size))
         timing["time_sample"] += t1 - t0
@@ -284,9 +284,9 @@ class Trainer:
         self.sampled_tokens += int(samples.response_mask.sum())
         return samples, rewards
 
-    def shape(self, samples: Samples, outcome: torch.Tensor) -> torch.Tensor:
-        """The reward the advantages see: DAPO's overlong penalty (Eq. 13) added to the
-        outcome when the Config asks for it, on the outcome's scale; else the outcome."""
+    def shape_rewards(self, samples: Samples, outcome: torch.Tensor) -> torch.Tensor:
+        """The reward the advantages see: the overlong penalty added to the outcome when the
+        Config asks for it (``mechanisms.shape_rewards``), on the outcome's scale."""
         lengths = samples.response_mask.sum(1)
         return mechanisms.shape_rewards(outcome, lengths, self.max_new_tokens, self.algo_cfg)
 
@@ -296,11 +296,11 @@ class Trainer:
         if self.reference is None:
             return None
         with self.autocast():
-            return self._logprobs(self.reference, samples, slice(None), with_entropy=False)[0]
+            return self.logprobs(self.reference, samples, slice(None), with_entropy=False)[0]
 
     def advantages(self, batch: core.RolloutBatch, samples: Samples):
-        """The algorithm's ``[B, T]`` advantages; then, when the Config asks for DAPO's
-        overlong filter, truncated rows (no <eos>) leave the loss (not the advantages)."""
+        """The algorithm's ``[B, T]`` advantages; then, when the Config asks for the overlong
+        filter, truncated rows (no <eos>) leave the loss (not the advantages)."""
         adv = self.algo.advantages(batch, self.algo_cfg)
         loss_mask = mechanisms.overlong_filter(
             batch.response_mask, samples.truncated, self.algo_cfg
@@ -315,7 +315,7 @@ class Trainer:
         self.model.train()
         steps = []
         n_groups = batch.num_groups
-        predictor = self._entropy_predictor(batch, samples, adv)
+        self._observe("before_update", batch, samples, adv)
         for _epoch in range(self.cfg.ppo_epochs):
             # Minibatch sizes differ by at most one group (fewer groups than minibatches:
             # one group each), however many groups dynamic sampling kept.
@@ -324,51 +324,22 @@ class Trainer:
                 keep[groups.start : groups.stop] = True
                 minibatch = batch.select_groups(keep) if len(groups) < n_groups else batch
                 rows = keep.repeat_interleave(self.cfg.group_size)
-                steps.append(self._optimizer_step(minibatch, samples, rows, adv[rows], predictor))
+                steps.append(self._optimizer_step(minibatch, samples, rows, adv[rows]))
         self.model.eval()
         grad_norm = float(np.mean([norm for norm, _ in steps]))
         loss_metrics = {key: float(np.mean([m[key] for _, m in steps])) for key in steps[0][1]}
-        return grad_norm, {**loss_metrics, **predictor.finish()}
+        return grad_norm, {**loss_metrics, **self._observe("after_update")}
 
-    def _entropy_predictor(
-        self, batch: core.RolloutBatch, samples: Samples, adv
-    ) -> EntropyPredictor:
-        """The bookkeeping that predicts this step's ``entropy_change`` to first order, on the
-        states and tokens it is measured on, and every ``diag_every`` steps splits the
-        prediction over token classes (``refimpl.entropy_attribution``)."""
-        every, measured = self.cfg.diag_every, self._measured_rows(batch)
-        step = self.step + 1  # as it is logged; the last step is attributed, as it is evaluated
-        budget = self.cfg.max_sampled_tokens
-        last = step == self.cfg.steps or (budget is not None and self.sampled_tokens >= budget)
-        return EntropyPredictor(
-            self.model,
-            self.optimizer,
-            lambda model, rows: self._logprobs(model, samples, rows, with_entropy=True),
-            lambda model: self._measured_logprobs(model, samples, measured),
-            measured,
-            batch.response_mask[measured],
-            attribute=every > 0 and (step % every == 0 or last),
-            adv=adv,
-            logp_old=batch.logp_old,
-            loss_mask=batch.response_mask,
-            max_norm=self.cfg.grad_clip,
-        )
-
-    def _optimizer_step(self, minibatch, samples: Samples, rows, adv: torch.Tensor, predictor):
-        """One loss, backward, gradient clip and Adam step; its gradient norm and metrics.
-        ``predictor`` (an ``EntropyPredictor``) sees the step; none of its calls changes it."""
+    def _optimizer_step(self, minibatch, samples: Samples, rows, adv: torch.Tensor):
+        """loss → backward → clip → Adam step (``loop.update``'s); the gradient norm and the
+        loss metrics. The observers see each stage; none of them changes it."""
         with self.autocast():
-            logp, entropy = self._logprobs(self.model, samples, rows, with_entropy=True)
-        logp.retain_grad()  # ∂L/∂logp: the per-token weight this update applies
-        predictor.forward_done(rows, entropy)  # ∇H̄ on this pass when rows are the measured ones
-        if self.entropy_in_fp32:
-            entropy = self._entropy_fp32(samples, rows)
-        # H_θ carries gradient only for a loss that trains it (an entropy bonus).
-        if not self.algo_cfg.differentiates_entropy():
-            entropy = entropy.detach()
-        elif predictor.attribute:
-            entropy.retain_grad()  # ∂L/∂H: the entropy bonus's share of the attribution
-        loss, loss_metrics = self.algo.loss(minibatch, logp, adv, self.algo_cfg, entropy=entropy)
+            logp, entropy = self.logprobs(self.model, samples, rows, with_entropy=True)
+        loss_entropy = self._loss_entropy(samples, rows, entropy)
+        self._observe("after_forward", rows, logp, entropy, loss_entropy)
+        loss, loss_metrics = self.algo.loss(
+            minibatch, logp, adv, self.algo_cfg, entropy=loss_entropy
+        )
         if not torch.isfinite(loss):
             raise self._non_finite(f"non-finite loss {loss.item()}")
         self.optimizer.zero_grad(set_to_none=True)
@@ -376,15 +347,17 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         if not torch.isfinite(norm):
             raise self._non_finite("non-finite gradient norm")
-        predictor.before_step(rows, logp, entropy, norm)
+        self._observe("before_optimizer_step", rows, logp, loss_entropy, norm)
         self.optimizer.step()
-        predictor.after_step()
-        # The update's effective advantage: −∂L/∂logp rescaled by the minibatch's token count
-        # (= A·w under token-mean at ratio 1). Clipping, masks, KL terms and the aggregation
-        # weights all show in it, the plain advantage shows none of them.
-        update_weight = -logp.grad * minibatch.response_mask.sum()
-        cov = logp_advantage_covariance(minibatch.logp_old, update_weight, minibatch.response_mask)
-        return float(norm), {"loss": float(loss.detach()), **loss_metrics, "cov_logp_update": cov}
+        observed = self._observe("after_optimizer_step", minibatch, logp)
+        return float(norm), {"loss": float(loss.detach()), **loss_metrics, **observed}
+
+    def _loss_entropy(self, samples: Samples, rows, entropy: torch.Tensor) -> torch.Tensor:
+        """The current entropy H_θ as the loss gets it: in float32 when the Config needs it so
+        (``entropy_in_fp32``), with gradient only for a loss that trains it."""
+        if self.entropy_in_fp32:
+            entropy = self._entropy_fp32(samples, rows)
+        return entropy if self.algo_cfg.differentiates_entropy() else entropy.detach()
 
     def _non_finite(self, what: str) -> NonFiniteLossError:
         return NonFiniteLossError(
@@ -393,7 +366,7 @@ class Trainer:
         )
 
     def step_metrics(self, samples: Samples, batch, rewards, outcome, adv) -> dict[str, float]:
-        """What the step did: rewards, lengths, advantages and the entropy change."""
+        """What the step trained on: rewards, lengths, advantages."""
         mask = batch.response_mask.bool()
         return {
             "reward_mean": float(rewards.mean()),
@@ -407,43 +380,11 @@ class Trainer:
             "adv_token_mean": float(adv[mask].mean()) if mask.any() else 0.0,
             "adv_token_std": float(adv[mask].std()) if mask.sum() > 1 else 0.0,
             "adv_token_abs_max": float(adv[mask].abs().max()) if mask.any() else 0.0,
-            "cov_logp_adv": logp_advantage_covariance(batch.logp_old, adv, batch.response_mask),
-            "entropy_change": self._entropy_change(samples, batch),
         }
 
-    def _measured_rows(self, batch: core.RolloutBatch) -> torch.Tensor:
-        """The rows the entropy change is measured (and predicted) on: the first
-        ``ENTROPY_CHANGE_COMPLETIONS`` of each of the first ``ENTROPY_CHANGE_GROUPS`` groups."""
-        G = self.cfg.group_size
-        groups = torch.arange(min(batch.num_groups, ENTROPY_CHANGE_GROUPS), device=self.device)
-        within = torch.arange(min(G, ENTROPY_CHANGE_COMPLETIONS), device=self.device)
-        return (groups[:, None] * G + within[None, :]).reshape(-1)
-
-    def _measured_logprobs(self, model: GPT, samples: Samples, measured: torch.Tensor):
-        """``(logp, entropy)`` of the measured rows under ``model``."""
-        return self._logprobs(
-            model,
-            samples,
-            measured,
-            with_entropy=True,
-            group_size=min(self.cfg.group_size, ENTROPY_CHANGE_COMPLETIONS),
-        )
-
-    @torch.no_grad()
-    def _entropy_change(self, samples: Samples, batch: core.RolloutBatch) -> float:
-        """Why entropy moves (Cui et al.): Cov(logp_old, A) over the trained tokens predicts
-        the sign of the entropy change; measure that change on the very same states (the
-        update stage predicts it to first order on them: ``entropy_change_pred``)."""
-        measured = self._measured_rows(batch)
-        with self.autocast():
-            _, entropy_after = self._measured_logprobs(self.model, samples, measured)
-        change = core.masked_mean(
-            entropy_after.float() - batch.entropy_old[measured], batch.response_mask[measured]
-        )
-        return float(change)
-
     # -- model passes ---------------------------------------------------------------------
-    def _generator(self, *salt: int) -> torch.Generator:
+    def generator(self, *salt: int) -> torch.Generator:
+        """A generator seeded by ``(seed, *salt)``: step s draws from its own stream."""
         seed = int(np.random.default_rng([self.cfg.seed, *salt]).integers(2**62))
         return torch.Generator(device=self.device).manual_seed(seed)
 
@@ -462,7 +403,7 @@ class Trainer:
                 generator=generator,
             )
 
-    def _logprobs(
+    def logprobs(
         self, model: GPT, samples: Samples, rows: Any, *, with_entropy: bool, group_size=None
     ):
         """``policy_logprobs`` of ``model`` on the rows ``rows`` of ``samples`` (consecutive
@@ -481,36 +422,10 @@ class Trainer:
     @torch.no_grad()
     def _entropy_fp32(self, samples: Samples, rows: Any) -> torch.Tensor:
         """The current model's entropy at every response position of ``samples[rows]``, from a
-        float32 forward pass (no autocast), for TEPO's entropy comparison under bf16."""
-        return self._logprobs(self.model, samples, rows, with_entropy=True)[1]
+        float32 forward pass (no autocast), for a Config that needs float32 entropies."""
+        return self.logprobs(self.model, samples, rows, with_entropy=True)[1]
 
-    # -- evaluation and probes ------------------------------------------------------------
-    def evaluate(self) -> dict[str, float]:
-        """Held-out success (``refimpl.evaluate.heldout_metrics``), and what it took."""
-        t0 = time.perf_counter()
-        out = heldout_metrics(
-            self.model,
-            self.task,
-            self.held_out,
-            self.cfg.eval_samples,
-            max_new_tokens=self.max_new_tokens,
-            generator=self._generator(EVAL_SEED),
-        )
-        out["time_eval"] = time.perf_counter() - t0
-        return out
-
-    def probe(self) -> dict[str, Any]:
-        """Entropy snapshot of the probe prompts (``refimpl.evaluate.probe_snapshot``)."""
-        rows = probe_snapshot(
-            self.model,
-            self.probes,
-            max_new_tokens=self.max_new_tokens,
-            temperature=self.cfg.temperature,
-            generator=self._generator(PROBE_SEED),
-        )
-        return {"step": self.step, "probes": rows}
-
-    # -- the loop -------------------------------------------------------------------------
+    # -- the run ---------------------------------------------------------------------------
     def finished(self) -> bool:
         """The step budget, or the sampled-token budget when one is set, is spent."""
         token_budget = self.cfg.max_sampled_tokens
@@ -518,7 +433,8 @@ class Trainer:
             token_budget is not None and self.sampled_tokens >= token_budget
         )
 
-    def _log(self, name: str, record: dict[str, Any]) -> None:
+    def log(self, name: str, record: dict[str, Any]) -> None:
+        """Append ``record`` to the run directory's ``name`` (metrics.jsonl, probes.jsonl)."""
         with open(self.run_dir / name, "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
@@ -552,51 +468,48 @@ class Trainer:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
-        bar = tqdm(
-            total=cfg.steps,
-            initial=self.step,
-            disable=not cfg.progress,
-            desc=f"{cfg.algo} s{cfg.seed}",
-            dynamic_ncols=True,
-        )
+        desc = f"{cfg.algo} s{cfg.seed}"
+        bar = progress(cfg.steps, desc, initial=self.step, disable=not cfg.progress)
         stop = StopRequest()
         try:
             with stop:
-                if self.step == 0:
-                    record = {"step": 0, "sampled_tokens": 0, **self.evaluate()}
-                    self._log("metrics.jsonl", record)
-                while not self.finished() and not stop.requested:
-                    if cfg.probe_every and self.step % cfg.probe_every == 0:
-                        self._log("probes.jsonl", self.probe())
-                    metrics = self.train_step()
-                    self.step += 1
-                    metrics["step"] = self.step
-                    self.divergence.check(metrics)  # before it is logged or checkpointed
-                    if self.step % cfg.eval_every == 0 or self.finished():
-                        metrics.update(self.evaluate())
-                    self._log("metrics.jsonl", metrics)
-                    bar.update(1)
-                    bar.set_postfix(
-                        reward=f"{metrics.get('reward_mean', float('nan')):.2f}",
-                        H=f"{metrics.get('entropy_mean', float('nan')):.3f}",
-                        s_step=f"{metrics['time_step']:.2f}",
-                        refresh=False,
-                    )
-                    if self.step % cfg.checkpoint_every == 0 or self.finished() or stop.requested:
-                        self.save()
+                self._steps(bar, stop)
         finally:
             bar.close()
             if self._tb is not None:
                 self._tb.close()
         if stop.requested and not self.finished():
             self._report_interrupt(stop.requested)
-        if cfg.probe_every:
-            self._log("probes.jsonl", self.probe())
+        self._observe("end")
         if cfg.plot:
             from refimpl.plots import plot_run
 
             plot_run(self.run_dir)
         return self.run_dir
+
+    def _steps(self, bar, stop: StopRequest) -> None:
+        """The steps until the run is finished or a stop is requested: each is checked for
+        NaN, logged, and checkpointed every ``checkpoint_every`` steps and at the end."""
+        cfg = self.cfg
+        if self.step == 0:
+            self.log("metrics.jsonl", {"step": 0, "sampled_tokens": 0, **self._observe("start")})
+        while not self.finished() and not stop.requested:
+            self._observe("before_step")
+            metrics = self.train_step()
+            self.step += 1
+            metrics["step"] = self.step
+            self.divergence.check(metrics)  # before it is logged or checkpointed
+            metrics.update(self._observe("after_step", metrics))
+            self.log("metrics.jsonl", metrics)
+            bar.set_postfix(
+                reward=f"{metrics.get('reward_mean', float('nan')):.2f}",
+                H=f"{metrics.get('entropy_mean', float('nan')):.3f}",
+                s_step=f"{metrics['time_step']:.2f}",
+                refresh=False,
+            )
+            bar.update(1)
+            if self.step % cfg.checkpoint_every == 0 or self.finished() or stop.requested:
+                self.save()
 
     def _report_interrupt(self, signum: int) -> None:
         cfg = self.cfg

@@ -10,7 +10,8 @@ at every step, also measures the entropy change on all 512 rows and on each cand
 ("P × C": the first C completions of each of the first P groups). It prints, per subset, the
 correlation over steps of its change with the whole batch's change, and the CPU time of one
 forward pass and of one forward + backward pass of its mean entropy (medians over the steps).
-The trainer's choice is 32 × 1 (``ENTROPY_CHANGE_GROUPS``, ``ENTROPY_CHANGE_COMPLETIONS``).
+The trainer's choice is 32 × 1 (``refimpl.observers.ENTROPY_CHANGE_GROUPS``,
+``ENTROPY_CHANGE_COMPLETIONS``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import tyro
 from refimpl import core
 from refimpl.bench import format_machine, machine_info
 from refimpl.entropy_attribution import hbar_gradient
+from refimpl.observers import EntropyChange
 from refimpl.train import TrainConfig, Trainer
 
 #: (groups P, completions C) of each candidate subset.
@@ -62,12 +64,10 @@ def main(cfg: MeasuredRowsConfig) -> None:
             diag_every=0,
         )
     )
-    trainer._open_run_dir()
     G = trainer.cfg.group_size
     changes: dict[str, list[float]] = {f"{p} × {c}": [] for p, c in SUBSETS}
     changes["64 × 8 (all)"] = []
     cost = {name: {"forward": [], "forward + backward": []} for name in changes}
-    measure = trainer._entropy_change
     params = [p for p in trainer.model.parameters() if p.requires_grad]
 
     def rows_of(p: int, c: int) -> torch.Tensor:
@@ -78,7 +78,7 @@ def main(cfg: MeasuredRowsConfig) -> None:
             rows = rows_of(min(p, batch.num_groups), c)
             c0 = time.process_time()
             with torch.no_grad():
-                _, after = trainer._logprobs(
+                _, after = trainer.logprobs(
                     trainer.model, samples, rows, with_entropy=True, group_size=c
                 )
             cost[name]["forward"].append(time.process_time() - c0)
@@ -87,14 +87,22 @@ def main(cfg: MeasuredRowsConfig) -> None:
             if name.endswith("(all)"):
                 continue  # the whole batch's backward pass: not a candidate, and slow
             c0 = time.process_time()
-            _, entropy = trainer._logprobs(
+            _, entropy = trainer.logprobs(
                 trainer.model, samples, rows, with_entropy=True, group_size=c
             )
             hbar_gradient(core.masked_mean(entropy, mask), params, retain_graph=False)
             cost[name]["forward + backward"].append(time.process_time() - c0)
-        return measure(samples, batch)
 
-    trainer._entropy_change = every_subset
+    class EverySubset(EntropyChange):
+        """The trainer's entropy change, and the same on every candidate subset."""
+
+        def measure(self, trainer, samples, batch, adv):
+            every_subset(samples, batch)
+            return super().measure(trainer, samples, batch, adv)
+
+    trainer.observers = [
+        o if type(o) is not EntropyChange else EverySubset() for o in trainer.observers
+    ]
     start = time.perf_counter()
     for _ in range(cfg.steps):
         trainer.train_step()
