@@ -25,7 +25,9 @@ occurrence, so that the counts do not grow with the number of steps, and is clas
     descent  a module seen for the first time
 
 "modules" is the number of distinct modules the setting visits. Fewer climbs and returns is
-a walk a reader can follow top to bottom.
+a walk a reader can follow top to bottom. Each walk is also split at the first call of
+``Trainer.train_step``: "setup" (from the command to the first step: checking and resolving
+the settings, the warm start, the run directory) and "steps" (the edges first seen after it).
 """
 
 from __future__ import annotations
@@ -82,11 +84,14 @@ class Walk:
         self.edges: dict[tuple[str, str], str] = {}
         self.visited: set[str] = set()
         self.root: str | None = None
+        self.setup_edges: int | None = None  # edges seen before the first train_step
 
     def profile(self, frame, event, arg) -> None:
         if event != "call" or not _in_package(frame.f_code):
             return
         code = frame.f_code
+        if self.setup_edges is None and code.co_name == "train_step":
+            self.setup_edges = len(self.edges)
         names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
         if not any(_carries(frame.f_locals.get(n)) for n in names):
             return
@@ -119,11 +124,11 @@ class Walk:
         self.visited.add(callee_mod)
         self.edges[key] = kind
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, part: slice = slice(None)) -> dict[str, int]:
         out = {k: 0 for k in ("stay", "climb", "return", "descent")}
-        for kind in self.edges.values():
+        for kind in list(self.edges.values())[part]:
             out[kind] += 1
-        return {**out, "modules": len(self.visited)}
+        return out
 
 
 def walk(argv: list[str]) -> Walk:
@@ -152,9 +157,15 @@ def main() -> None:
     for label, w in (("new run", new), ("resume", resumed)):
         c = w.counts()
         print(
-            f"{label:8s} {c['stay']} stays in {c['modules']} modules, {c['climb']} climbs, "
+            f"{label:8s} {c['stay']} stays in {len(w.visited)} modules, {c['climb']} climbs, "
             f"{c['return']} returns, {c['descent']} descents ({len(w.edges)} edges)"
         )
+        for part, where in (("setup", slice(w.setup_edges)), ("steps", slice(w.setup_edges, None))):
+            c = w.counts(where)
+            print(
+                f"  {part:6s} {c['stay']} stays, {c['climb']} climbs, {c['return']} returns, "
+                f"{c['descent']} descents"
+            )
         if args.edges:
             for (caller, callee), kind in w.edges.items():
                 print(f"    {kind:8s} {caller} -> {callee}")
