@@ -30,7 +30,7 @@ import torch
 
 from refimpl import algorithms, mechanisms
 from refimpl.model import GPT
-from refimpl.sampling import Samples, concat_samples, policy_logprobs, sample_groups
+from refimpl.sampling import Samples, concat_samples, sample_groups, seeded_generator
 from toy_envs import TOKENIZER, get_task
 
 
@@ -57,13 +57,6 @@ class LoopConfig:
     resample_rounds: int = 4  # extra sampling rounds dynamic sampling may take
 
 
-def generator(seed: int, *salt: int) -> torch.Generator:
-    """A torch generator seeded by ``(seed, *salt)``: step s draws from its own stream, so a
-    run resumed at step s continues exactly (the Trainer relies on it)."""
-    derived = int(np.random.default_rng([seed, *salt]).integers(2**62))
-    return torch.Generator().manual_seed(derived)
-
-
 def sample_round(model, task, cfg: LoopConfig, step: int, round_: int, L_max: int):
     """N prompts, G completions each (recording logp_old and H_old), and their rewards."""
     problems = task.sample(cfg.prompts_per_step, np.random.default_rng([cfg.seed, step, round_]))
@@ -77,7 +70,7 @@ def sample_round(model, task, cfg: LoopConfig, step: int, round_: int, L_max: in
         temperature=cfg.temperature,
         top_k=cfg.top_k,
         top_p=cfg.top_p,
-        generator=generator(cfg.seed, step, round_, 1),
+        generator=seeded_generator(cfg.seed, step, round_, 1),  # step s: its own stream
     )
     # The outcome reward r_i: the task's verifier reads the completion's text.
     texts = [TOKENIZER.decode(row.tolist()) for row in samples.response_ids]
@@ -107,21 +100,6 @@ def rollout(model, task, algo_cfg, cfg: LoopConfig, step: int, L_max: int):
     return concat_samples(kept_samples, TOKENIZER.pad_id), torch.cat(kept_outcomes)
 
 
-def logprobs(model, samples: Samples, rows, cfg: LoopConfig, with_entropy: bool = True):
-    """log π_θ(o_t | q, o_<t) and the full-vocabulary entropy H_θ at every response token of
-    the rows ``rows``, with gradient (one forward pass over prompt ‖ response)."""
-    return policy_logprobs(
-        model,
-        samples.prompt_ids[rows],
-        samples.prompt_mask[rows],
-        samples.response_ids[rows],
-        samples.response_mask[rows],
-        temperature=cfg.temperature,
-        with_entropy=with_entropy,
-        group_size=cfg.group_size,
-    )
-
-
 def update(model, optimizer, algo, algo_cfg, batch, samples: Samples, A, cfg: LoopConfig):
     """``ppo_epochs`` passes over the batch, each in ``minibatches`` optimizer steps on whole
     groups: after the first step π_θ ≠ π_old, so the ratios leave 1 and the clip can act.
@@ -133,7 +111,8 @@ def update(model, optimizer, algo, algo_cfg, batch, samples: Samples, A, cfg: Lo
             keep = torch.zeros(batch.num_groups, dtype=torch.bool, device=A.device)
             keep[groups.start : groups.stop] = True
             rows = keep.repeat_interleave(cfg.group_size)
-            logp, H = logprobs(model, samples, rows, cfg)
+            # log π_θ(o_t | q, o_<t) and H_θ of every response token, one forward pass.
+            logp, H = samples.policy_logprobs(model, rows, temperature=cfg.temperature)
             # H_θ carries gradient only into a loss that trains it (entropy_bonus.py's
             # bonus); TEPO's KL mask only reads it (tepo.py: H_θ < H_old − τ); others ignore it.
             if not algo_cfg.differentiates_entropy():
@@ -171,7 +150,9 @@ def train(model: GPT, cfg: LoopConfig, log=print) -> list[dict[str, float]]:
         logp_ref = None
         if reference is not None:
             with torch.no_grad():
-                logp_ref = logprobs(reference, samples, slice(None), cfg, with_entropy=False)[0]
+                logp_ref = samples.policy_logprobs(
+                    reference, temperature=cfg.temperature, with_entropy=False
+                )[0]
         batch = samples.to_rollout_batch(rewards, cfg.group_size, logp_ref=logp_ref)
         batch = batch.replace(outcome_rewards=outcome)  # success is decided on the outcome
         A = algo.advantages(batch, algo_cfg)  # [B, T]: the algorithm's own equations

@@ -21,12 +21,12 @@ metrics to the step's record::
 the one the loss gets (detached unless the Config trains it); an observer that needs
 ``∂L/∂logp`` calls ``logp.retain_grad()`` there. The trainer's side of the contract is its
 public attributes (``cfg``, ``model``, ``optimizer``, ``task``, ``max_new_tokens``,
-``step``, ``sampled_tokens``, ``device``) and methods (``logprobs``, ``autocast``,
-``generator``, ``log``, ``finished``).
+``step``, ``sampled_tokens``, ``device``, ``run_dir``) and ``finished()``.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -38,6 +38,7 @@ from refimpl.config import HELD_OUT_SEED
 from refimpl.diagnostics import logp_advantage_covariance
 from refimpl.entropy_attribution import EntropyPredictor
 from refimpl.evaluate import heldout_metrics, probe_snapshot
+from refimpl.sampling import seeded_generator
 
 PROBE_SEED = 20_000  # the fixed probe prompts of the entropy snapshots
 EVAL_SEED = 30_000  # the sampled completions of every held-out evaluation
@@ -126,8 +127,8 @@ class EntropyChange(Observer):
         self.predictor = EntropyPredictor(
             trainer.model,
             trainer.optimizer,
-            lambda model, rows: trainer.logprobs(model, samples, rows, with_entropy=True),
-            lambda model: measured_logprobs(trainer, model, samples, measured),
+            lambda model, rows: samples.policy_logprobs(model, rows, temperature=cfg.temperature),
+            lambda model: measured_logprobs(model, samples, measured, cfg.temperature),
             measured,
             batch.response_mask[measured],
             attribute=cfg.diag_every > 0 and (step % cfg.diag_every == 0 or last),
@@ -158,8 +159,11 @@ class EntropyChange(Observer):
         """Cov(logp_old, A) predicts the sign of the entropy change; measure that change on
         the very same states the update predicted it on."""
         measured = measured_rows(trainer, batch)
-        with trainer.autocast():
-            _, entropy_after = measured_logprobs(trainer, trainer.model, samples, measured)
+        bf16 = trainer.cfg.dtype == "bfloat16"  # the trainer's autocast
+        with torch.autocast(trainer.device.type, dtype=torch.bfloat16, enabled=bf16):
+            _, entropy_after = measured_logprobs(
+                trainer.model, samples, measured, trainer.cfg.temperature
+            )
         change = core.masked_mean(
             entropy_after.float() - batch.entropy_old[measured], batch.response_mask[measured]
         )
@@ -175,10 +179,10 @@ def measured_rows(trainer, batch: core.RolloutBatch) -> torch.Tensor:
     return (groups[:, None] * G + within[None, :]).reshape(-1)
 
 
-def measured_logprobs(trainer, model, samples, measured: torch.Tensor):
+def measured_logprobs(model, samples, measured: torch.Tensor, temperature: float):
     """``(logp, entropy)`` of the measured rows under ``model``."""
-    group_size = min(trainer.cfg.group_size, ENTROPY_CHANGE_COMPLETIONS)
-    return trainer.logprobs(model, samples, measured, with_entropy=True, group_size=group_size)
+    group_size = min(samples.group_size, ENTROPY_CHANGE_COMPLETIONS)
+    return samples.policy_logprobs(model, measured, temperature=temperature, group_size=group_size)
 
 
 class HeldOutEvaluation(Observer):
@@ -205,7 +209,7 @@ class HeldOutEvaluation(Observer):
             self.problems,
             trainer.cfg.eval_samples,
             max_new_tokens=trainer.max_new_tokens,
-            generator=trainer.generator(EVAL_SEED),
+            generator=seeded_generator(trainer.cfg.seed, EVAL_SEED, device=trainer.device),
         )
         out["time_eval"] = time.perf_counter() - t0
         return out
@@ -232,9 +236,10 @@ class Probes(Observer):
             self.prompts,
             max_new_tokens=trainer.max_new_tokens,
             temperature=trainer.cfg.temperature,
-            generator=trainer.generator(PROBE_SEED),
+            generator=seeded_generator(trainer.cfg.seed, PROBE_SEED, device=trainer.device),
         )
-        trainer.log("probes.jsonl", {"step": trainer.step, "probes": rows})
+        with open(trainer.run_dir / "probes.jsonl", "a") as f:
+            f.write(json.dumps({"step": trainer.step, "probes": rows}) + "\n")
 
 
 def default_observers(trainer) -> list[Observer]:

@@ -58,9 +58,10 @@ def load_probes(run_dir: Path | str) -> list[dict[str, Any]]:
     return read_probes(run_dir)
 
 
-def run_info(run_dir: Path | str) -> dict[str, Any]:
-    """Algorithm, task and seed of a run (from its ``config.json``)."""
-    tc = read_run_config(run_dir)["train_config"]
+def run_info(run_dir: Path | str, train_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Algorithm, task and seed of a run (from its ``config.json``, or from ``train_config``
+    when the caller holds the run's settings)."""
+    tc = train_config if train_config is not None else read_run_config(run_dir)["train_config"]
     return {
         "algo": tc["algo"],
         "task": tc["task"],
@@ -243,10 +244,13 @@ def _draw_panel(ax, groups: dict[str, Sequence[Path]], key: str, title: str, win
     ax.set_title(title, fontsize=10)
 
 
-def plot_run(run_dir: Path | str, out: Path | str | None = None) -> Path:
-    """The panels of ``PANELS`` for one run → ``curves.png``."""
+def plot_run(
+    run_dir: Path | str, out: Path | str | None = None, train_config: dict[str, Any] | None = None
+) -> Path:
+    """The panels of ``PANELS`` for one run → ``curves.png`` (``train_config``: the run's
+    settings, when the caller holds them; else read from its config.json)."""
     run_dir = Path(run_dir)
-    info = run_info(run_dir)
+    info = run_info(run_dir, train_config)
     groups = {info["algo"]: [run_dir]}
     fig, axes = plt.subplots(2, len(PANELS) // 2, figsize=(4 * len(PANELS) // 2, 6.6))
     for ax, (key, title, window) in zip(axes.flat, PANELS):

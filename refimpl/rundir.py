@@ -13,7 +13,6 @@ once its lock is held, so there is no window between a check and the write it al
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import socket
@@ -29,7 +28,7 @@ from refimpl.checkpoint import (
     find_checkpoint,
     verify_checkpoint,
 )
-from refimpl.config import TrainConfig, config_dict, resolve, run_warmstart
+from refimpl.config import Plan, TrainConfig, algorithm_config, config_dict, resolve
 from refimpl.runlog import (
     LOCK_FILE,
     TornLineWarning,
@@ -249,6 +248,12 @@ class RunLock:
     def __del__(self) -> None:
         self.release()
 
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
 
 def _locked_error(run_dir: Path, flag: str) -> RunDirLocked:
     return RunDirLocked(
@@ -276,10 +281,12 @@ def check_not_locked(cfg: TrainConfig) -> None:
         os.close(fd)  # also releases the probe's own lock
 
 
-def claim_run_dir(cfg: TrainConfig) -> tuple[RunLock, dict[str, Any] | None]:
+def claim_run_dir(plan: Plan) -> RunLock:
     """Create the run directory (one atomic ``mkdir``) when it does not exist, lock it, and
-    check it again under the lock (``check_run_dir``): what it returns is what this process
-    may write, and no other refimpl process changes it until ``release``."""
+    check it again under the lock (``check_run_dir``): what the plan says may be written is
+    what this process may write, and no other refimpl process changes it until ``release``
+    (``with claim_run_dir(plan): ...`` releases it at the end of the block)."""
+    cfg = plan.cfg
     run_dir = cfg.run_dir
     if not cfg.resume:
         try:
@@ -290,26 +297,11 @@ def claim_run_dir(cfg: TrainConfig) -> tuple[RunLock, dict[str, Any] | None]:
     try:
         with warnings.catch_warnings():  # the trainer warns when it reads the files
             warnings.simplefilter("ignore")
-            saved = check_run_dir(cfg)
+            check_run_dir(cfg, plan.warmstart, plan.saved)
     except BaseException:
         lock.release()
         raise
-    return lock, saved
-
-
-def holds_run_lock(run):
-    """Decorator of ``Trainer.run``: the run holds its directory's lock from before its first
-    write to after its last (``claim_run_dir``), and reads its saved settings under it."""
-
-    @functools.wraps(run)
-    def locked_run(trainer, *args, **kwargs):
-        lock, trainer._saved = claim_run_dir(trainer.cfg)
-        try:
-            return run(trainer, *args, **kwargs)
-        finally:
-            lock.release()
-
-    return locked_run
+    return lock
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,6 +329,48 @@ def check_resumable(run_dir: Path) -> None:
         f"--resume: nothing to resume in {run_dir} (no config.json written by refimpl "
         "train); check --name and --runs-dir, or drop --resume to start a new run"
     )
+
+
+class SavedRun(NamedTuple):
+    """The run to resume, as ``read_saved_run`` read it: the one read of its config.json."""
+
+    config: dict[str, Any]
+    """its config.json"""
+    stamp: tuple[int, int, int]
+    """config.json's inode, size and modification time before it was read: a later check
+    compares them (``config_unchanged``) instead of reading the file again"""
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def read_saved_run(run_dir: Path) -> SavedRun:
+    """The config.json of the run to resume in ``run_dir``, read once: ``ValueError`` unless
+    it is a run (``check_resumable``'s message says how to recover a damaged one)."""
+    path = Path(run_dir) / "config.json"
+    try:
+        stamp = _stamp(path)  # before the read: a file replaced after it no longer matches
+        return SavedRun(read_run_config(run_dir), stamp)
+    except (ValueError, OSError):
+        check_resumable(run_dir)  # raises, saying what is wrong
+        raise
+
+
+def config_unchanged(run_dir: Path, saved: SavedRun) -> None:
+    """``ValueError`` when the run's config.json is not the file ``saved`` was read from
+    (another process resumed or replaced the run since)."""
+    path = Path(run_dir) / "config.json"
+    try:
+        now = _stamp(path)
+    except OSError:
+        now = None
+    if now != saved.stamp:
+        raise ValueError(
+            f"--resume: {path} changed since it was read (another process resumed or "
+            "replaced the run?); run the command again"
+        )
 
 
 def verify_resume(cfg: TrainConfig, saved: dict[str, Any]) -> None:
@@ -413,22 +447,26 @@ def verify_resume(cfg: TrainConfig, saved: dict[str, Any]) -> None:
             )
 
 
-def check_run_dir(cfg: TrainConfig, *, named: bool = False) -> dict[str, Any] | None:
+def check_run_dir(
+    cfg: TrainConfig, warmstart, saved: SavedRun | None = None, *, named: bool = False
+) -> None:
     """Check the run directory before anything is written: a valid ``--name``, ``--resume``
     only of a run (with the same settings, see ``RESUME_MAY_CHANGE``, and a whole
     checkpoint, ``verify_resume``), ``--overwrite`` only of a run, never an existing
-    directory otherwise, writable directories. Returns the saved config.json of the run to
-    resume, else None.
+    directory otherwise, writable directories, away from the warm-start cache
+    (``warmstart``: the run's warm-start settings).
 
-    ``named=True``: the caller (``preflight``) has just checked ``--runs-dir``, ``--name``
-    and a resumed run's settings, so they are not checked twice. Under the run's lock
-    (``claim_run_dir``) everything is checked again on purpose: the directory may have
-    changed while it was not locked."""
+    ``saved``: the run to resume, as ``read_saved_run`` read it (None: a new run, or one that
+    is not a run, which ``--resume`` refuses); its config.json is not read again, only checked
+    to be the same file (``config_unchanged``). ``named=True``: the caller (``preflight``) has
+    just checked ``--runs-dir``, ``--name`` and a resumed run's settings, so they are not
+    checked twice. Under the run's lock (``claim_run_dir``) everything is checked again on
+    purpose: the directory may have changed while it was not locked."""
     runs_dir, run_dir = Path(cfg.runs_dir), cfg.run_dir
     if not named:
         check_runs_dir(runs_dir)
         check_name(cfg.name, runs_dir)
-    cache_root = (Path(run_warmstart(cfg).runs_dir) / "warmstart").resolve()
+    cache_root = (Path(warmstart.runs_dir) / "warmstart").resolve()
     here = run_dir.resolve()
     if here == cache_root or cache_root in here.parents or here in cache_root.parents:
         raise ValueError(
@@ -440,13 +478,15 @@ def check_run_dir(cfg: TrainConfig, *, named: bool = False) -> dict[str, Any] | 
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"--name: {run_dir} exists and is not a directory")
     if cfg.resume:
-        check_resumable(run_dir)
-        saved = read_run_config(run_dir)
+        if saved is None:
+            check_resumable(run_dir)  # raises: nothing, or a damaged run, to resume
+            raise ValueError(f"--resume: {run_dir}: the run's config.json was not read")
+        config_unchanged(run_dir, saved)
         if not named:
-            check_resume_settings(cfg, saved["train_config"], run_dir / "config.json")
+            check_resume_settings(cfg, saved.config["train_config"], run_dir / "config.json")
         _writable(run_dir, "--resume", "the resumed run writes its logs and checkpoints there")
-        verify_resume(cfg, saved)
-        return saved
+        verify_resume(cfg, saved.config)
+        return
     if not _holds_nothing(run_dir):
         damage = run_dir_damage(run_dir)
         if not cfg.overwrite:
@@ -464,37 +504,39 @@ def check_run_dir(cfg: TrainConfig, *, named: bool = False) -> dict[str, Any] | 
         _writable(run_dir, "--overwrite", f"{run_dir} is deleted and written again")
     else:
         _writable(run_dir, "--runs-dir", f"the run directory {run_dir} is created there")
-    return None
 
 
-class Preflight(NamedTuple):
-    """What ``preflight`` checked: ``resolve``'s pieces and the run to resume."""
-
-    algo: Any
-    task: Any
-    max_new_tokens: int
-    algo_cfg: Any
-    saved: dict[str, Any] | None
-    """the saved config.json of the run to resume, None for a new run"""
-
-
-def preflight(cfg: TrainConfig) -> Preflight:
-    """Every check a run makes before it writes anything or trains its warm start: the run
-    directory's lock (a run in use by another process is refused first), the flags
-    (``resolve``), the run directory (``check_run_dir``) and the warm-start cache."""
+def preflight(cfg: TrainConfig, saved: SavedRun | None = None) -> Plan:
+    """Every check a run makes before it writes anything or trains its warm start, and the
+    run resolved once (``config.Plan``): the run directory's lock (a run in use by another
+    process is refused first), the flags (``resolve``), the run directory
+    (``check_run_dir``) and the warm-start cache. ``saved``: a resumed run's config.json when
+    the caller has read it already (``read_saved_run``; the command line does, to take the
+    run's settings as its flags' defaults): it is not read again."""
     check_runs_dir(Path(cfg.runs_dir))
     check_name(cfg.name, Path(cfg.runs_dir))
     check_not_locked(cfg)
-    resumable = cfg.resume and is_run_dir(cfg.run_dir)
-    if resumable:  # a changed setting is the clearest error, so it comes before the flags'
-        saved_config = read_run_config(cfg.run_dir)["train_config"]
-        check_resume_settings(cfg, saved_config, cfg.run_dir / "config.json")
-    resolved = resolve(cfg)
+    if cfg.resume and saved is None:
+        try:
+            saved = read_saved_run(cfg.run_dir)
+        except ValueError:
+            saved = None  # not a run: refused by check_run_dir, after the flags
+    lost = saved is not None and not isinstance(saved.config.get("algo_config"), dict)
+    if saved is not None:  # a changed setting is the clearest error: before the flags'
+        check_resume_settings(cfg, saved.config["train_config"], cfg.run_dir / "config.json")
+    plan = resolve(cfg, saved)
     with warnings.catch_warnings():  # a torn last line: the trainer warns when it reads it
         warnings.simplefilter("ignore", TornLineWarning)
-        saved = check_run_dir(cfg, named=resumable or not cfg.resume)
-    run_warmstart(cfg).check_writable("--warmstart.")
-    return Preflight(*resolved, saved)
+        check_run_dir(cfg, plan.warmstart, saved, named=True)
+    if lost and isinstance(saved.config.get("algo_config"), dict):
+        # config.json had lost its algo_config: verify_resume took the checkpoint's, once the
+        # checkpoint was found to belong to this run, and the run continues with it.
+        algo_cfg = algorithm_config(
+            cfg, plan.algo, plan.max_new_tokens, saved.config["algo_config"]
+        )
+        plan = plan._replace(algo_cfg=algo_cfg)
+    plan.warmstart.check_writable("--warmstart.")
+    return plan
 
 
 def write_new_run(run_dir: Path, cfg: TrainConfig, algo_cfg: Any) -> None:

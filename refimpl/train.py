@@ -32,6 +32,7 @@ never stopped (``tests/test_train.py`` checks it).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import shlex
@@ -56,7 +57,7 @@ from refimpl.checkpoint import (
 from refimpl.config import (  # noqa: F401  (re-exported: the names callers import from here)
     HELD_OUT_SEED,
     AlgoName,
-    Resolved,
+    Plan,
     TrainConfig,
     check_device,
     config_dict,
@@ -71,16 +72,16 @@ from refimpl.model import GPT
 from refimpl.observers import Observer, default_observers
 from refimpl.progress import progress
 from refimpl.rundir import (  # noqa: F401
-    Preflight,
-    holds_run_lock,
+    SavedRun,
+    claim_run_dir,
     preflight,
     record_resume,
     write_new_run,
 )
 from refimpl.runlog import read_metrics, read_probes, write_jsonl
-from refimpl.sampling import Samples, concat_samples, policy_logprobs, sample_groups
+from refimpl.sampling import Samples, concat_samples, sample_groups, seeded_generator
 from refimpl.stop import Interrupted, StopRequest  # noqa: F401  (Interrupted: re-exported)
-from refimpl.warmstart import train_warmstart
+from refimpl.warmstart import base_model
 from toy_envs import TOKENIZER
 
 
@@ -101,12 +102,14 @@ class Trainer:
     ``observers``: the diagnostics that watch each step (``refimpl.observers``; None: the
     run's defaults, ``default_observers``; ``[]``: none)."""
 
-    def __init__(self, cfg: TrainConfig, observers: Sequence[Observer] | None = None):
-        self.cfg = cfg
-        # Every check before anything is written or trained (the warm start included).
-        self.algo, self.task, self.max_new_tokens, self.algo_cfg, self._saved = preflight(cfg)
-        if self._saved is not None:
-            self.algo_cfg = self._saved_algo_config()
+    def __init__(self, plan: Plan | TrainConfig, observers: Sequence[Observer] | None = None):
+        # Every check before anything is written or trained (the warm start included), and the
+        # run resolved once: what follows reads the plan and derives nothing again.
+        self.plan = plan if isinstance(plan, Plan) else preflight(plan)
+        cfg = self.cfg = self.plan.cfg
+        self.algo, self.algo_cfg = self.plan.algo, self.plan.algo_cfg
+        self.task, self.max_new_tokens = self.plan.task, self.plan.max_new_tokens
+        self.device = self.plan.device
         if self.algo_cfg.reads_current_entropy() and cfg.ppo_epochs * cfg.minibatches == 1:
             warnings.warn(
                 f"{cfg.algo}: the loss compares the current policy's entropy with the "
@@ -120,18 +123,10 @@ class Trainer:
         self.entropy_in_fp32 = self.algo_cfg.needs_float32_entropy() and cfg.dtype == "bfloat16"
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        self.device = check_device(cfg.device)
-
-        base = train_warmstart(
-            dataclasses.replace(run_warmstart(cfg), progress=cfg.progress),
-            prefix="--warmstart.",
-        )
-        self.model: GPT = base.to(self.device)
+        self.model: GPT = base_model(self.plan.warmstart, "--warmstart.").to(self.device)
         self.reference: GPT | None = None
-        if self.algo_cfg.needs_reference():
-            self.reference = cfg.warmstart.model.build().to(self.device)
-            self.reference.load_state_dict(self.model.state_dict())
-            self.reference.eval().requires_grad_(False)
+        if self.algo_cfg.needs_reference():  # π_ref of a KL term: the frozen warm start
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
         self.step = 0
         self.sampled_tokens = 0
@@ -139,20 +134,6 @@ class Trainer:
         self._tb = None
         self.divergence = DivergenceGuard(self)  # NaN/inf in any step stops the run
         self.observers = default_observers(self) if observers is None else list(observers)
-
-    def _saved_algo_config(self) -> Any:
-        """A resumed run continues with the algorithm settings it was made with, even if this
-        version of refimpl has other defaults."""
-        saved = self._saved.get("algo_config") if self._saved else None
-        if not isinstance(saved, dict):
-            return self.algo_cfg
-        try:
-            return self.algo.Config(**saved)
-        except (TypeError, ValueError) as err:
-            raise ValueError(
-                f"{self.cfg.run_dir / 'config.json'}: algo_config does not fit "
-                f"{self.cfg.algo}.Config ({err})"
-            ) from None
 
     def autocast(self):
         """bf16 autocast around model forward passes when ``--dtype bfloat16`` (the algorithm
@@ -162,10 +143,12 @@ class Trainer:
         )
 
     def _observe(self, hook: str, *args: Any) -> dict[str, Any]:
-        """Call ``hook`` of every observer (``refimpl.observers``); their metrics, merged."""
+        """Call ``hook`` of every observer that implements it (``refimpl.observers``); their
+        metrics, merged in the observers' order."""
         out: dict[str, Any] = {}
         for observer in self.observers:
-            out.update(getattr(observer, hook)(self, *args) or {})
+            if getattr(type(observer), hook) is not getattr(Observer, hook):
+                out.update(getattr(observer, hook)(self, *args) or {})
         return out
 
     # -- state --------------------------------------------------------------------------
@@ -276,7 +259,8 @@ class Trainer:
         rng = np.random.default_rng([self.cfg.seed, self.step, rounds])
         problems = self.task.sample(self.cfg.prompts_per_step, rng)
         t0 = time.perf_counter()
-        samples = self._sample(problems, self.generator(self.step, rounds, 1))
+        generator = seeded_generator(self.cfg.seed, self.step, rounds, 1, device=self.device)
+        samples = self._sample(problems, generator)
         t1 = time.perf_counter()
         rewards = torch.as_tensor(score_samples(self.task, problems, samples, self.cfg.group_size))
         timing["time_sample"] += t1 - t0
@@ -383,11 +367,6 @@ class Trainer:
         }
 
     # -- model passes ---------------------------------------------------------------------
-    def generator(self, *salt: int) -> torch.Generator:
-        """A generator seeded by ``(seed, *salt)``: step s draws from its own stream."""
-        seed = int(np.random.default_rng([self.cfg.seed, *salt]).integers(2**62))
-        return torch.Generator(device=self.device).manual_seed(seed)
-
     def _sample(self, problems, generator) -> Samples:
         with self.autocast():
             return sample_groups(
@@ -403,20 +382,10 @@ class Trainer:
                 generator=generator,
             )
 
-    def logprobs(
-        self, model: GPT, samples: Samples, rows: Any, *, with_entropy: bool, group_size=None
-    ):
-        """``policy_logprobs`` of ``model`` on the rows ``rows`` of ``samples`` (consecutive
-        runs of ``group_size`` rows share a prompt; default: the run's G)."""
-        return policy_logprobs(
-            model,
-            samples.prompt_ids[rows],
-            samples.prompt_mask[rows],
-            samples.response_ids[rows],
-            samples.response_mask[rows],
-            temperature=self.cfg.temperature,
-            with_entropy=with_entropy,
-            group_size=group_size or self.cfg.group_size,
+    def logprobs(self, model: GPT, samples: Samples, rows: Any, *, with_entropy: bool):
+        """``log π`` (and the entropy) of ``model`` on the rows ``rows`` of ``samples``."""
+        return samples.policy_logprobs(
+            model, rows, temperature=self.cfg.temperature, with_entropy=with_entropy
         )
 
     @torch.no_grad()
@@ -433,12 +402,12 @@ class Trainer:
             token_budget is not None and self.sampled_tokens >= token_budget
         )
 
-    def log(self, name: str, record: dict[str, Any]) -> None:
-        """Append ``record`` to the run directory's ``name`` (metrics.jsonl, probes.jsonl)."""
-        with open(self.run_dir / name, "a") as f:
+    def _log(self, record: dict[str, Any]) -> None:
+        """Append ``record`` to the run's metrics.jsonl (and its TensorBoard scalars)."""
+        with open(self.run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
-        if self._tb is not None and name == "metrics.jsonl":
+        if self._tb is not None:
             for k, v in record.items():
                 if isinstance(v, (int, float)) and k != "step":
                     self._tb.add_scalar(k, v, record["step"])
@@ -447,21 +416,25 @@ class Trainer:
         """A new run: create the directory (``--overwrite``: delete the old run first) and
         write config.json. A resumed run: restore the checkpoint, then record in config.json
         the new length of the run (``RESUME_RECORDED``) and when it was resumed."""
-        if self._saved is None:
+        if self.plan.saved is None:
             # Checked again here: the warm start may have taken minutes since preflight.
             prepare_run_dir(self.run_dir, resume=False, overwrite=self.cfg.overwrite)
             write_new_run(self.run_dir, self.cfg, self.algo_cfg)
         else:
             self.restore()
-            record_resume(self.run_dir, self._saved, self.cfg, self.step)
+            record_resume(self.run_dir, self.plan.saved.config, self.cfg, self.step)
 
-    @holds_run_lock  # the run directory's lock, from before the first write to after the last
     def run(self) -> Path:
-        """Train until ``cfg.steps``; return the run directory.
+        """Train until ``cfg.steps``; return the run directory. The run holds the directory's
+        lock from before its first write to after its last (``rundir.claim_run_dir``).
 
         Ctrl-C (or SIGTERM) lets the step in progress finish, writes a checkpoint, prints how
         to resume and raises ``KeyboardInterrupt``; a second Ctrl-C stops at once (the last
         checkpoint is kept)."""
+        with claim_run_dir(self.plan):
+            return self._run()
+
+    def _run(self) -> Path:
         cfg = self.cfg
         self._open_run_dir()
         if cfg.tensorboard:
@@ -484,7 +457,7 @@ class Trainer:
         if cfg.plot:
             from refimpl.plots import plot_run
 
-            plot_run(self.run_dir)
+            plot_run(self.run_dir, train_config=config_dict(cfg))
         return self.run_dir
 
     def _steps(self, bar, stop: StopRequest) -> None:
@@ -492,7 +465,7 @@ class Trainer:
         NaN, logged, and checkpointed every ``checkpoint_every`` steps and at the end."""
         cfg = self.cfg
         if self.step == 0:
-            self.log("metrics.jsonl", {"step": 0, "sampled_tokens": 0, **self._observe("start")})
+            self._log({"step": 0, "sampled_tokens": 0, **self._observe("start")})
         while not self.finished() and not stop.requested:
             self._observe("before_step")
             metrics = self.train_step()
@@ -500,7 +473,7 @@ class Trainer:
             metrics["step"] = self.step
             self.divergence.check(metrics)  # before it is logged or checkpointed
             metrics.update(self._observe("after_step", metrics))
-            self.log("metrics.jsonl", metrics)
+            self._log(metrics)
             bar.set_postfix(
                 reward=f"{metrics.get('reward_mean', float('nan')):.2f}",
                 H=f"{metrics.get('entropy_mean', float('nan')):.3f}",
@@ -529,6 +502,7 @@ class Trainer:
         raise Interrupted(f"interrupted at step {self.step}; continue with: {resume}", signum)
 
 
-def train(cfg: TrainConfig) -> Path:
-    """Run one training run; return its directory."""
-    return Trainer(cfg).run()
+def train(cfg: TrainConfig, saved: SavedRun | None = None) -> Path:
+    """Run one training run; return its directory. ``saved``: a resumed run's config.json,
+    when the caller has read it (``rundir.read_saved_run``)."""
+    return Trainer(preflight(cfg, saved)).run()

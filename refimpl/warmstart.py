@@ -70,6 +70,12 @@ def train_warmstart(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
     ``prefix``: how the flags are spelled in error messages (``--warmstart.`` for a run)."""
     cfg.check(prefix)
     cfg.check_writable(prefix)
+    return base_model(cfg, prefix)
+
+
+def base_model(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
+    """``train_warmstart`` of settings that are already checked (an RL run's, by its
+    preflight): the cached model, or the model trained and cached."""
     cache = cfg.cache_dir
     if cfg.cache_complete() and not cfg.force:
         return _load(cfg, cache, prefix)

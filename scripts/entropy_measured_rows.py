@@ -64,7 +64,7 @@ def main(cfg: MeasuredRowsConfig) -> None:
             diag_every=0,
         )
     )
-    G = trainer.cfg.group_size
+    G, T = trainer.cfg.group_size, trainer.cfg.temperature
     changes: dict[str, list[float]] = {f"{p} × {c}": [] for p, c in SUBSETS}
     changes["64 × 8 (all)"] = []
     cost = {name: {"forward": [], "forward + backward": []} for name in changes}
@@ -78,18 +78,14 @@ def main(cfg: MeasuredRowsConfig) -> None:
             rows = rows_of(min(p, batch.num_groups), c)
             c0 = time.process_time()
             with torch.no_grad():
-                _, after = trainer.logprobs(
-                    trainer.model, samples, rows, with_entropy=True, group_size=c
-                )
+                _, after = samples.policy_logprobs(trainer.model, rows, temperature=T, group_size=c)
             cost[name]["forward"].append(time.process_time() - c0)
             mask = batch.response_mask[rows]
             changes[name].append(float(core.masked_mean(after - batch.entropy_old[rows], mask)))
             if name.endswith("(all)"):
                 continue  # the whole batch's backward pass: not a candidate, and slow
             c0 = time.process_time()
-            _, entropy = trainer.logprobs(
-                trainer.model, samples, rows, with_entropy=True, group_size=c
-            )
+            _, entropy = samples.policy_logprobs(trainer.model, rows, temperature=T, group_size=c)
             hbar_gradient(core.masked_mean(entropy, mask), params, retain_graph=False)
             cost[name]["forward + backward"].append(time.process_time() - c0)
 

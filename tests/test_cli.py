@@ -38,7 +38,7 @@ def no_side_effects(monkeypatch):
         raise AssertionError("a side effect happened before the flags were checked")
 
     monkeypatch.setattr("refimpl.warmstart._train", forbidden)
-    monkeypatch.setattr("refimpl.train.train_warmstart", forbidden)
+    monkeypatch.setattr("refimpl.train.base_model", forbidden)
     monkeypatch.setattr("refimpl.compare.train_warmstart", forbidden)
     monkeypatch.setattr("refimpl.train.prepare_run_dir", forbidden)
 

@@ -29,7 +29,7 @@ def no_side_effects(monkeypatch):
         raise AssertionError("a side effect happened before the flags were checked")
 
     monkeypatch.setattr("refimpl.warmstart._train", forbidden)
-    monkeypatch.setattr("refimpl.train.train_warmstart", forbidden)
+    monkeypatch.setattr("refimpl.train.base_model", forbidden)
     monkeypatch.setattr("refimpl.compare.train_warmstart", forbidden)
     monkeypatch.setattr("refimpl.train.prepare_run_dir", forbidden)
     monkeypatch.setattr("torch.set_num_threads", forbidden)
@@ -140,7 +140,7 @@ def planned(monkeypatch, no_side_effects):
 
     monkeypatch.setattr("refimpl.compare.preflight", record_run)
     monkeypatch.setattr("refimpl.compare.train_warmstart", record_warmstart)
-    monkeypatch.setattr("refimpl.train.train_warmstart", record_warmstart)
+    monkeypatch.setattr("refimpl.train.base_model", record_warmstart)
 
     def run(argv: list, capsys) -> tuple[list, list]:
         runs.clear()
