@@ -2,9 +2,9 @@
 assignment. See README.md; the algorithms live one per file in ``refimpl/algorithms``."""
 
 # Before any refimpl module imports torch: put CPU kernels on the one numeric path that every
-# x86-64 machine with AVX2 computes bit for bit alike (refimpl/numerics.py says why and how to
+# x86-64 machine with AVX2 computes bit for bit alike (refimpl/runs/numerics.py says why and how to
 # opt out). torch reads the choice once, when it loads, so this must run first.
-from refimpl import numerics as _numerics
+from refimpl.runs import numerics as _numerics
 
 _numerics.pin()
 

@@ -22,14 +22,16 @@ import tyro
 from refimpl import algorithms
 from refimpl.bench.learning import LearningConfig
 from refimpl.bench.speed import SpeedConfig
-from refimpl.checkpoint import CheckpointError
-from refimpl.compare import CompareConfig, compare
-from refimpl.config import config_from_record
-from refimpl.presets import explicit_fields
-from refimpl.rundir import SavedRun, check_name, read_saved_run
-from refimpl.runlog import find_runs, is_run_dir, read_metrics, read_run_config, run_dir_damage
-from refimpl.train import NonFiniteLossError, TrainConfig, load_config_file, train
-from refimpl.warmstart import WarmstartConfig, train_warmstart
+from refimpl.runs.checkpoint import CheckpointError
+from refimpl.runs.compare import CompareConfig, compare
+from refimpl.runs.config import TrainConfig, config_from_record, load_config_file
+from refimpl.runs.divergence import NonFiniteLossError
+from refimpl.runs.presets import explicit_fields
+from refimpl.runs.rundir import SavedRun, check_name, read_saved_run
+from refimpl.runs.runlog import find_runs, is_run_dir, read_metrics, read_run_config, run_dir_damage
+from refimpl.runs.settings import WarmstartConfig
+from refimpl.train import train
+from refimpl.warmstart import train_warmstart
 
 DESCRIPTION = (
     "refimpl: group-relative policy optimisation with token-level credit assignment, on toy "
@@ -262,7 +264,7 @@ def _plain_warnings():
 
 
 def version_line() -> str:
-    from refimpl.runlog import versions
+    from refimpl.runs.runlog import versions
 
     v = versions()
     extra = f", git {v['git_commit']}" if "git_commit" in v else ""

@@ -19,7 +19,7 @@ act), writes ``runs/demo/compare.png`` and prints two tables.
    the RL seed: ``--seeds 0,1,2`` averages over seeds.
 
 Every number is the same on any x86-64 machine with AVX2 (refimpl's pinned kernel path,
-``refimpl/numerics.py``; each run trains on one torch thread).
+``refimpl/runs/numerics.py``; each run trains on one torch thread).
 """
 
 from __future__ import annotations
@@ -36,12 +36,11 @@ import numpy as np
 import torch
 import tyro
 
-from refimpl.checkpoint import load_model_weights
-from refimpl.compare import CompareConfig, compare
-from refimpl.config import HELD_OUT_SEED, build_task, run_warmstart
 from refimpl.evaluate import solved
 from refimpl.plots import group_runs
-from refimpl.train import TrainConfig
+from refimpl.runs.checkpoint import load_model_weights
+from refimpl.runs.compare import CompareConfig, compare
+from refimpl.runs.config import HELD_OUT_SEED, TrainConfig, build_task, run_warmstart
 from refimpl.warmstart import train_warmstart
 
 

@@ -9,8 +9,9 @@ sampling, overlong shaping and overlong filter): nothing below depends on which 
 runs. ``refimpl.train.Trainer`` is this same loop plus what a long run needs around it;
 ``tests/test_loop.py`` checks that the two compute the same losses and the same weights.
 
-    from refimpl.warmstart import WarmstartConfig, train_warmstart
     from refimpl.loop import LoopConfig, train
+    from refimpl.runs.settings import WarmstartConfig
+    from refimpl.warmstart import train_warmstart
     train(train_warmstart(WarmstartConfig()), LoopConfig(algo="dapo", steps=20))
 
 Left out, because they watch or protect a run rather than train it (the Trainer has them):

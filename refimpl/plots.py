@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from refimpl.algorithms import NAMES  # noqa: E402
-from refimpl.runlog import read_metrics, read_probes, read_run_config  # noqa: E402
+from refimpl.runs.runlog import read_metrics, read_probes, read_run_config  # noqa: E402
 
 #: Line colours, one per position in ``refimpl.algorithms.NAMES`` (matplotlib's tab10 in the
 #: order the algorithms got them, then tab20's light shades): a new algorithm gets the next one.
@@ -49,7 +49,7 @@ ALGO_COLORS = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(NAMES)}
 
 
 #: The records of ``run_dir/metrics.jsonl`` (one per step, plus step 0's evaluation): the one
-#: reader, ``refimpl.runlog.read_metrics``, under the name the notebooks use.
+#: reader, ``refimpl.runs.runlog.read_metrics``, under the name the notebooks use.
 load_metrics = read_metrics
 
 
@@ -307,7 +307,7 @@ def plot_compare(
             # The prediction that works beside the one that does not: the measured change
             # against the first-order prediction ⟨∇H̄, Δθ⟩ (docs/entropy_mechanism.md), with
             # the covariance's correlation in the legend next to the prediction's.
-            from refimpl.entropy_attribution import paired, pearson
+            from refimpl.diagnostics.entropy_attribution import paired, pearson
 
             runs = {label: [load_metrics(d) for d in dirs] for label, dirs in groups.items()}
             if any(

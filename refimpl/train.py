@@ -15,12 +15,11 @@ algorithm contract (``tests/test_loop.py`` checks that both train the same weigh
 
 What an algorithm needs of the loop (a reference model, the current entropy, in float32,
 with gradient) its ``Config`` declares (``core.AlgorithmConfig``); no algorithm is named
-here. The diagnostics (the entropy change and its prediction, the covariances, held-out
-evaluation, probes) are observers of the step (``refimpl.observers``). Around the steps,
+here. The run is resolved once (``refimpl.runs.config.Plan``, from ``preflight``). The
+diagnostics are observers of the step (``refimpl.diagnostics.observers``). Around the steps,
 ``run`` holds the run directory's lock, logs one JSON line per step, stops on NaN
-(``refimpl.divergence``) or Ctrl-C (``refimpl.stop``) and writes an atomic checkpoint every
-``checkpoint_every`` steps. The settings and their checks live in ``refimpl.config``, the
-run directory's in ``refimpl.rundir``.
+(``refimpl.runs.divergence``) or Ctrl-C (``refimpl.runs.stop``) and checkpoints every
+``checkpoint_every`` steps (``refimpl.runs.rundir``).
 
 Determinism and resuming
 ------------------------
@@ -33,10 +32,6 @@ never stopped (``tests/test_train.py`` checks it).
 from __future__ import annotations
 
 import copy
-import dataclasses
-import json
-import shlex
-import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -47,40 +42,17 @@ import numpy as np
 import torch
 
 from refimpl import core, mechanisms
-from refimpl.checkpoint import (
-    CheckpointError,
-    find_checkpoint,
-    load_checkpoint,
-    prepare_run_dir,
-    save_checkpoint,
-)
-from refimpl.config import (  # noqa: F401  (re-exported: the names callers import from here)
-    HELD_OUT_SEED,
-    AlgoName,
-    Plan,
-    TrainConfig,
-    check_device,
-    config_dict,
-    load_config_file,
-    resolve,
-    run_warmstart,
-)
-from refimpl.diagnostics import entropy_stats
-from refimpl.divergence import DivergenceGuard, NonFiniteLossError  # noqa: F401  (re-exported)
+from refimpl.diagnostics.metrics import entropy_stats
+from refimpl.diagnostics.observers import Observer, default_observers
 from refimpl.evaluate import encode_prompts, score_samples
 from refimpl.model import GPT
-from refimpl.observers import Observer, default_observers
-from refimpl.progress import progress
-from refimpl.rundir import (  # noqa: F401
-    SavedRun,
-    claim_run_dir,
-    preflight,
-    record_resume,
-    write_new_run,
-)
-from refimpl.runlog import read_metrics, read_probes, write_jsonl
+from refimpl.runs.config import Plan, TrainConfig, config_dict
+from refimpl.runs.divergence import DivergenceGuard, NonFiniteLossError
+from refimpl.runs.progress import progress
+from refimpl.runs.rundir import SavedRun, claim_run_dir, open_run_dir, preflight, save_run
+from refimpl.runs.runlog import MetricsLog
+from refimpl.runs.stop import StopRequest, report_interrupt
 from refimpl.sampling import Samples, concat_samples, sample_groups, seeded_generator
-from refimpl.stop import Interrupted, StopRequest  # noqa: F401  (Interrupted: re-exported)
 from refimpl.warmstart import base_model
 from toy_envs import TOKENIZER
 
@@ -88,10 +60,8 @@ from toy_envs import TOKENIZER
 class Rollout(NamedTuple):
     """The ``rollout`` stage's output: the groups to train on and what sampling them cost."""
 
-    samples: Samples | None
-    """the kept groups, on the trainer's device (None: every group was uninformative)"""
-    outcome: torch.Tensor | None
-    """``[B]`` outcome rewards of the kept rows (the verifier's, before any shaping)"""
+    samples: Samples | None  # the kept groups (None: every group was uninformative)
+    outcome: torch.Tensor | None  # [B] their outcome rewards (the verifier's, before shaping)
     metrics: dict[str, Any]
 
 
@@ -99,8 +69,9 @@ class Trainer:
     """``refimpl/loop.py``'s loop with run management and diagnostics around it: holds the
     model, the optimizer and the run state; ``run()`` trains to ``cfg.steps``.
 
-    ``observers``: the diagnostics that watch each step (``refimpl.observers``; None: the
-    run's defaults, ``default_observers``; ``[]``: none)."""
+    ``plan``: the run, resolved by ``preflight`` (a ``TrainConfig`` is resolved here).
+    ``observers``: the diagnostics that watch each step (``refimpl.diagnostics.observers``;
+    None: the run's defaults, ``default_observers``; ``[]``: none)."""
 
     def __init__(self, plan: Plan | TrainConfig, observers: Sequence[Observer] | None = None):
         # Every check before anything is written or trained (the warm start included), and the
@@ -131,7 +102,6 @@ class Trainer:
         self.step = 0
         self.sampled_tokens = 0
         self.run_dir = cfg.run_dir
-        self._tb = None
         self.divergence = DivergenceGuard(self)  # NaN/inf in any step stops the run
         self.observers = default_observers(self) if observers is None else list(observers)
 
@@ -143,48 +113,13 @@ class Trainer:
         )
 
     def _observe(self, hook: str, *args: Any) -> dict[str, Any]:
-        """Call ``hook`` of every observer that implements it (``refimpl.observers``); their
-        metrics, merged in the observers' order."""
+        """Call ``hook`` of every observer that implements it; their metrics, merged in the
+        observers' order."""
         out: dict[str, Any] = {}
         for observer in self.observers:
             if getattr(type(observer), hook) is not getattr(Observer, hook):
                 out.update(getattr(observer, hook)(self, *args) or {})
         return out
-
-    # -- state --------------------------------------------------------------------------
-    def _state(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "sampled_tokens": self.sampled_tokens,
-            "train_config": config_dict(self.cfg),
-            "algo_config": dataclasses.asdict(self.algo_cfg),
-        }
-
-    def save(self) -> None:
-        save_checkpoint(self.run_dir / "checkpoint", self.model, self.optimizer, self._state())
-
-    def restore(self) -> None:
-        """Continue from the run directory's last checkpoint (``checkpoint.old`` when a save
-        was cut short), or from step 0 when the run stopped before its first checkpoint.
-        Everything is read before anything is rewritten."""
-        checkpoint = find_checkpoint(self.run_dir / "checkpoint")
-        step, sampled_tokens = 0, 0
-        if checkpoint is not None:
-            state = load_checkpoint(
-                checkpoint, self.model, self.optimizer, fresh_optimizer=self.cfg.fresh_optimizer
-            )
-            try:
-                step, sampled_tokens = int(state["step"]), int(state["sampled_tokens"])
-            except (KeyError, TypeError, ValueError):
-                raise CheckpointError(
-                    f"{checkpoint / 'state.json'}: damaged (no step or sampled_tokens)"
-                ) from None
-        metrics = read_metrics(self.run_dir, missing_ok=True) if checkpoint else []
-        probes = read_probes(self.run_dir) if checkpoint else []
-        self.step, self.sampled_tokens = step, sampled_tokens
-        # Lines logged after the checkpoint are written again by the resumed run.
-        write_jsonl(self.run_dir / "metrics.jsonl", [r for r in metrics if r["step"] <= step])
-        write_jsonl(self.run_dir / "probes.jsonl", [r for r in probes if r.get("step", 0) < step])
 
     # -- one step: loop.py's stages, in the order train_step runs them ----------------------
     def train_step(self) -> dict[str, Any]:
@@ -402,28 +337,6 @@ class Trainer:
             token_budget is not None and self.sampled_tokens >= token_budget
         )
 
-    def _log(self, record: dict[str, Any]) -> None:
-        """Append ``record`` to the run's metrics.jsonl (and its TensorBoard scalars)."""
-        with open(self.run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-        if self._tb is not None:
-            for k, v in record.items():
-                if isinstance(v, (int, float)) and k != "step":
-                    self._tb.add_scalar(k, v, record["step"])
-
-    def _open_run_dir(self) -> None:
-        """A new run: create the directory (``--overwrite``: delete the old run first) and
-        write config.json. A resumed run: restore the checkpoint, then record in config.json
-        the new length of the run (``RESUME_RECORDED``) and when it was resumed."""
-        if self.plan.saved is None:
-            # Checked again here: the warm start may have taken minutes since preflight.
-            prepare_run_dir(self.run_dir, resume=False, overwrite=self.cfg.overwrite)
-            write_new_run(self.run_dir, self.cfg, self.algo_cfg)
-        else:
-            self.restore()
-            record_resume(self.run_dir, self.plan.saved.config, self.cfg, self.step)
-
     def run(self) -> Path:
         """Train until ``cfg.steps``; return the run directory. The run holds the directory's
         lock from before its first write to after its last (``rundir.claim_run_dir``).
@@ -431,41 +344,34 @@ class Trainer:
         Ctrl-C (or SIGTERM) lets the step in progress finish, writes a checkpoint, prints how
         to resume and raises ``KeyboardInterrupt``; a second Ctrl-C stops at once (the last
         checkpoint is kept)."""
-        with claim_run_dir(self.plan):
-            return self._run()
-
-    def _run(self) -> Path:
         cfg = self.cfg
-        self._open_run_dir()
-        if cfg.tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+        with claim_run_dir(self.plan):
+            self.step, self.sampled_tokens = open_run_dir(self.plan, self.model, self.optimizer)
+            log = MetricsLog(self.run_dir, tensorboard=cfg.tensorboard)
+            bar = progress(cfg.steps, f"{cfg.algo} s{cfg.seed}", initial=self.step,
+                           disable=not cfg.progress)  # fmt: skip
+            stop = StopRequest()
+            try:
+                with stop:
+                    self._steps(log, bar, stop)
+            finally:
+                bar.close()
+                log.close()
+            if stop.requested and not self.finished():
+                report_interrupt(self.run_dir, cfg.runs_dir, cfg.name, self.step, stop.requested)
+            self._observe("end")
+            if cfg.plot:
+                from refimpl.plots import plot_run
 
-            self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
-        desc = f"{cfg.algo} s{cfg.seed}"
-        bar = progress(cfg.steps, desc, initial=self.step, disable=not cfg.progress)
-        stop = StopRequest()
-        try:
-            with stop:
-                self._steps(bar, stop)
-        finally:
-            bar.close()
-            if self._tb is not None:
-                self._tb.close()
-        if stop.requested and not self.finished():
-            self._report_interrupt(stop.requested)
-        self._observe("end")
-        if cfg.plot:
-            from refimpl.plots import plot_run
-
-            plot_run(self.run_dir, train_config=config_dict(cfg))
+                plot_run(self.run_dir, train_config=config_dict(cfg))
         return self.run_dir
 
-    def _steps(self, bar, stop: StopRequest) -> None:
+    def _steps(self, log: MetricsLog, bar, stop: StopRequest) -> None:
         """The steps until the run is finished or a stop is requested: each is checked for
         NaN, logged, and checkpointed every ``checkpoint_every`` steps and at the end."""
         cfg = self.cfg
         if self.step == 0:
-            self._log({"step": 0, "sampled_tokens": 0, **self._observe("start")})
+            log.append({"step": 0, "sampled_tokens": 0, **self._observe("start")})
         while not self.finished() and not stop.requested:
             self._observe("before_step")
             metrics = self.train_step()
@@ -473,7 +379,7 @@ class Trainer:
             metrics["step"] = self.step
             self.divergence.check(metrics)  # before it is logged or checkpointed
             metrics.update(self._observe("after_step", metrics))
-            self._log(metrics)
+            log.append(metrics)
             bar.set_postfix(
                 reward=f"{metrics.get('reward_mean', float('nan')):.2f}",
                 H=f"{metrics.get('entropy_mean', float('nan')):.3f}",
@@ -482,24 +388,7 @@ class Trainer:
             )
             bar.update(1)
             if self.step % cfg.checkpoint_every == 0 or self.finished() or stop.requested:
-                self.save()
-
-    def _report_interrupt(self, signum: int) -> None:
-        cfg = self.cfg
-        resume = (
-            f"refimpl train --resume --runs-dir {shlex.quote(str(cfg.runs_dir))} "
-            f"--name {shlex.quote(cfg.name or self.run_dir.name)}"
-        )
-        if self.step > 0:
-            where = f"checkpoint of step {self.step} written to {self.run_dir / 'checkpoint'}"
-        else:
-            where = "stopped before the first step (nothing to checkpoint)"
-        print(
-            f"refimpl: interrupted: {where}\nrefimpl: continue with: {resume}",
-            file=sys.stderr,
-            flush=True,
-        )
-        raise Interrupted(f"interrupted at step {self.step}; continue with: {resume}", signum)
+                save_run(self.plan, self.model, self.optimizer, self.step, self.sampled_tokens)
 
 
 def train(cfg: TrainConfig, saved: SavedRun | None = None) -> Path:

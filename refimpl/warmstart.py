@@ -10,7 +10,7 @@ both right and wrong answers (a group whose rewards are all equal carries no sig
 
 The result is deterministic per seed, the same bit for bit on any x86-64 CPU with AVX2 (on
 one torch thread, the default: see ``WarmstartConfig.threads``, and on refimpl's pinned
-kernel path, ``refimpl/numerics.py``) and cached under ``runs/warmstart/<task>-<hash>/``: the
+kernel path, ``refimpl/runs/numerics.py``) and cached under ``runs/warmstart/<task>-<hash>/``: the
 hash covers every setting, so changing one trains a new model, and ``make demo``, the
 notebooks and the benchmarks all reuse the same file.
 """
@@ -26,20 +26,12 @@ import torch
 import torch.nn.functional as F
 from filelock import FileLock
 
-from refimpl import numerics
-from refimpl.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.evaluate import success_rate
 from refimpl.model import GPT
-from refimpl.progress import progress
-from refimpl.settings import (  # noqa: F401  (re-exported: callers import them from here)
-    WARMSTART_MIX,
-    ModelConfig,
-    RunWarmstartConfig,
-    TaskName,
-    WarmstartConfig,
-    _flag,
-    parse_task_args,
-)
+from refimpl.runs import numerics
+from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
+from refimpl.runs.progress import progress
+from refimpl.runs.settings import WARMSTART_MIX, WarmstartConfig, _flag
 from toy_envs import TOKENIZER, get_task
 
 

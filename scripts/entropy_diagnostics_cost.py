@@ -40,10 +40,12 @@ from unittest import mock
 import torch
 import tyro
 
-from refimpl import core, entropy_attribution, observers
+from refimpl import core
 from refimpl.bench import format_machine, machine_info
-from refimpl.observers import Covariance, EntropyChange
-from refimpl.train import TrainConfig, Trainer
+from refimpl.diagnostics import entropy_attribution, observers
+from refimpl.diagnostics.observers import Covariance, EntropyChange
+from refimpl.runs.config import TrainConfig
+from refimpl.train import Trainer
 
 
 @dataclass

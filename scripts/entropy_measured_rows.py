@@ -10,7 +10,7 @@ at every step, also measures the entropy change on all 512 rows and on each cand
 ("P × C": the first C completions of each of the first P groups). It prints, per subset, the
 correlation over steps of its change with the whole batch's change, and the CPU time of one
 forward pass and of one forward + backward pass of its mean entropy (medians over the steps).
-The trainer's choice is 32 × 1 (``refimpl.observers.ENTROPY_CHANGE_GROUPS``,
+The trainer's choice is 32 × 1 (``refimpl.diagnostics.observers.ENTROPY_CHANGE_GROUPS``,
 ``ENTROPY_CHANGE_COMPLETIONS``).
 """
 
@@ -27,9 +27,10 @@ import tyro
 
 from refimpl import core
 from refimpl.bench import format_machine, machine_info
-from refimpl.entropy_attribution import hbar_gradient
-from refimpl.observers import EntropyChange
-from refimpl.train import TrainConfig, Trainer
+from refimpl.diagnostics.entropy_attribution import hbar_gradient
+from refimpl.diagnostics.observers import EntropyChange
+from refimpl.runs.config import TrainConfig
+from refimpl.train import Trainer
 
 #: (groups P, completions C) of each candidate subset.
 SUBSETS = ((16, 8), (8, 8), (16, 4), (16, 2), (16, 1), (32, 1), (32, 2), (64, 1))

@@ -114,8 +114,9 @@ def worker() -> None:
 
     import refimpl  # noqa: F401  (pins the path unless REFIMPL_NUMERICS=native: before torch runs)
     from refimpl.evaluate import encode_prompts
+    from refimpl.runs.settings import WARMSTART_MIX, WarmstartConfig
     from refimpl.sampling import sample_groups
-    from refimpl.warmstart import WARMSTART_MIX, WarmstartConfig, _training_batch
+    from refimpl.warmstart import _training_batch
     from toy_envs import TOKENIZER, get_task
 
     torch.set_num_threads(1)

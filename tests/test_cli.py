@@ -19,7 +19,7 @@ import refimpl
 from refimpl import algorithms
 from refimpl.cli import COMMANDS
 from refimpl.cli import main as cli_main
-from refimpl.runlog import TornLineWarning
+from refimpl.runs.runlog import TornLineWarning
 from toy_envs import TASK_NAMES
 
 
@@ -39,8 +39,8 @@ def no_side_effects(monkeypatch):
 
     monkeypatch.setattr("refimpl.warmstart._train", forbidden)
     monkeypatch.setattr("refimpl.train.base_model", forbidden)
-    monkeypatch.setattr("refimpl.compare.train_warmstart", forbidden)
-    monkeypatch.setattr("refimpl.train.prepare_run_dir", forbidden)
+    monkeypatch.setattr("refimpl.runs.compare.train_warmstart", forbidden)
+    monkeypatch.setattr("refimpl.runs.rundir.prepare_run_dir", forbidden)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -80,3 +80,40 @@ def test_the_trainer_names_no_algorithm():
     text = (ROOT / "refimpl" / "train.py").read_text(encoding="utf-8").lower()
     found = [n for n in algorithms.NAMES if re.search(rf"\b{n.replace('_', '[-_ ]?')}\b", text)]
     assert found == []
+
+
+#: The top level of ``refimpl/`` shows the architecture: the algorithms' support, the loop, the
+#: Trainer and the entry points; run management and diagnostics are packages of their own.
+MAX_TOP_LEVEL_MODULES = 14
+TRAIN_MAX_LINES = 400
+
+
+def test_the_top_level_is_small_and_the_trainer_fits_in_a_sitting():
+    modules = sorted(p.name for p in (ROOT / "refimpl").glob("*.py"))
+    assert len(modules) <= MAX_TOP_LEVEL_MODULES, modules
+    assert len((ROOT / "refimpl" / "train.py").read_text().splitlines()) <= TRAIN_MAX_LINES
+    for package in ("runs", "diagnostics"):
+        assert (ROOT / "refimpl" / package / "__init__.py").is_file()
+
+
+def re_exports(root: Path = ROOT) -> list[str]:
+    """``path:line`` of every module-level import in ``refimpl/`` whose unused names are kept
+    with ``noqa: F401``: a re-export, so that callers import a name from a module where it
+    does not live."""
+    out = []
+    for path in sorted((root / "refimpl").rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for node in ast.parse("\n".join(lines)).body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                text = "\n".join(lines[node.lineno - 1 : node.end_lineno])
+                if "noqa: F401" in text:
+                    out.append(f"{path.relative_to(root)}:{node.lineno}")
+    return out
+
+
+def test_no_module_re_exports_another_modules_names(tmp_path):
+    assert re_exports() == []
+    (tmp_path / "refimpl").mkdir()
+    hub = "from refimpl.runs.config import (  # noqa: F401\n    TrainConfig,\n)\n"
+    (tmp_path / "refimpl" / "hub.py").write_text(hub)
+    assert re_exports(tmp_path) == ["refimpl/hub.py:1"]

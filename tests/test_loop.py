@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from refimpl import algorithms, loop
-from refimpl.config import run_warmstart
-from refimpl.runlog import read_metrics
-from refimpl.train import TrainConfig, Trainer
+from refimpl.runs.config import TrainConfig, run_warmstart
+from refimpl.runs.runlog import read_metrics
+from refimpl.train import Trainer
 from refimpl.warmstart import train_warmstart
 from tests.tiny import tiny_warmstart
 

@@ -1,4 +1,4 @@
-"""The diagnostics plug into the Trainer through one interface (``refimpl.observers``): an
+"""The diagnostics plug into the Trainer through one interface (``refimpl.diagnostics.observers``): an
 observer sees every stage of a step in the documented order, its metrics land in the step's
 record, and a Trainer without observers trains the same weights and logs no diagnostic."""
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from refimpl.observers import Observer
-from refimpl.runlog import read_metrics
-from refimpl.train import TrainConfig, Trainer
+from refimpl.diagnostics.observers import Observer
+from refimpl.runs.config import TrainConfig
+from refimpl.runs.runlog import read_metrics
+from refimpl.train import Trainer
 from tests.tiny import tiny_warmstart
 
 DIAGNOSTICS = ("cov_logp_adv", "cov_logp_update", "entropy_change", "entropy_change_pred")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import sys
 
-from refimpl.progress import LineProgress, progress
+from refimpl.runs.progress import LineProgress, progress
 
 
 class Terminal(io.StringIO):

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-import refimpl.config as config
-import refimpl.rundir as rundir
-import refimpl.settings as settings
+import refimpl.runs.config as config
+import refimpl.runs.rundir as rundir
+import refimpl.runs.settings as settings
 from refimpl.algorithms import grpo
 from refimpl.cli import main
-from refimpl.config import TrainConfig, load_config_file
-from refimpl.runlog import read_metrics
+from refimpl.runs.config import TrainConfig, load_config_file
+from refimpl.runs.runlog import read_metrics
 
 #: A one-step GRPO run with a 5-step 1-layer warm start (trained in the test's directory).
 TINY = [

@@ -20,12 +20,14 @@ from pathlib import Path
 
 import tyro
 
-from refimpl import algorithms, presets
+from refimpl import algorithms
 from refimpl.plots import format_table, plot_compare, summary_table
-from refimpl.progress import progress
-from refimpl.rundir import check_name, check_runs_dir
-from refimpl.runlog import is_run_dir, read_metrics
-from refimpl.train import AlgoName, TrainConfig, preflight, run_warmstart, train
+from refimpl.runs import presets
+from refimpl.runs.config import AlgoName, TrainConfig, run_warmstart
+from refimpl.runs.progress import progress
+from refimpl.runs.rundir import check_name, check_runs_dir, preflight
+from refimpl.runs.runlog import is_run_dir, read_metrics
+from refimpl.train import train
 from refimpl.warmstart import train_warmstart
 
 
@@ -59,7 +61,7 @@ class CompareConfig:
     target: float = 0.5
     """held-out greedy success whose first-reach step the table reports"""
     preset: presets.PresetName = "default"
-    """a named regime from refimpl.presets (default, onpolicy, collapse); it sets the fields
+    """a named regime from refimpl.runs.presets (default, onpolicy, collapse); it sets the fields
     you leave at their defaults, so explicit flags win"""
     train: CompareTrainConfig = field(default_factory=CompareTrainConfig)
     """settings shared by every run (--train.steps, --train.lr, ...); --train.resume continues

@@ -34,10 +34,10 @@ import numpy as np
 import torch
 
 from refimpl import core
-from refimpl.config import HELD_OUT_SEED
-from refimpl.diagnostics import logp_advantage_covariance
-from refimpl.entropy_attribution import EntropyPredictor
+from refimpl.diagnostics.entropy_attribution import EntropyPredictor
+from refimpl.diagnostics.metrics import logp_advantage_covariance
 from refimpl.evaluate import heldout_metrics, probe_snapshot
+from refimpl.runs.config import HELD_OUT_SEED
 from refimpl.sampling import seeded_generator
 
 PROBE_SEED = 20_000  # the fixed probe prompts of the entropy snapshots
@@ -89,7 +89,7 @@ class Observer:
 
 
 class Covariance(Observer):
-    """Why entropy moves (Cui et al., ``refimpl.diagnostics``): ``cov_logp_adv``, the
+    """Why entropy moves (Cui et al., ``refimpl.diagnostics.metrics``): ``cov_logp_adv``, the
     covariance of ``logp_old`` with the advantage over the step's trained tokens, and
     ``cov_logp_update``, with the weight each optimizer step actually applied."""
 
@@ -114,7 +114,7 @@ class EntropyChange(Observer):
     """The entropy change a step causes (``entropy_change``), measured on its measured rows
     after the update, and its first-order prediction from the update itself
     (``entropy_change_pred``), split over token classes every ``diag_every`` steps
-    (``refimpl.entropy_attribution``)."""
+    (``refimpl.diagnostics.entropy_attribution``)."""
 
     predictor: EntropyPredictor
 

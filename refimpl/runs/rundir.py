@@ -21,15 +21,18 @@ import warnings
 from pathlib import Path, PurePath
 from typing import Any, NamedTuple
 
-from refimpl import numerics
-from refimpl.checkpoint import (
+from refimpl.runs import numerics
+from refimpl.runs.checkpoint import (
     CheckpointError,
     check_deletable,
     find_checkpoint,
+    load_checkpoint,
+    prepare_run_dir,
+    save_checkpoint,
     verify_checkpoint,
 )
-from refimpl.config import Plan, TrainConfig, algorithm_config, config_dict, resolve
-from refimpl.runlog import (
+from refimpl.runs.config import Plan, TrainConfig, algorithm_config, config_dict, resolve
+from refimpl.runs.runlog import (
     LOCK_FILE,
     TornLineWarning,
     is_run_dir,
@@ -38,9 +41,10 @@ from refimpl.runlog import (
     read_run_config,
     run_dir_damage,
     versions,
+    write_jsonl,
     write_text_atomic,
 )
-from refimpl.settings import nearest_existing
+from refimpl.runs.settings import nearest_existing
 
 try:  # POSIX
     import fcntl
@@ -570,3 +574,58 @@ def record_resume(run_dir: Path, saved: dict[str, Any], cfg: TrainConfig, step: 
         }
     )
     write_text_atomic(run_dir / "config.json", json.dumps(saved, indent=2))
+
+
+# ---------------------------------------------------------------------------------------------
+# The Trainer's side: open the run directory, save and restore its checkpoint.
+# ---------------------------------------------------------------------------------------------
+
+
+def open_run_dir(plan: Plan, model, optimizer) -> tuple[int, int]:
+    """A new run: create the directory (``--overwrite``: delete the old run first) and write
+    config.json. A resumed run: restore its checkpoint into ``model`` and ``optimizer``
+    (``restore_run``), then record in config.json the new length of the run
+    (``RESUME_RECORDED``) and when it was resumed. Returns ``(step, sampled_tokens)``, where
+    the run continues from."""
+    cfg = plan.cfg
+    if plan.saved is None:
+        # Checked again here: the warm start may have taken minutes since preflight.
+        prepare_run_dir(cfg.run_dir, resume=False, overwrite=cfg.overwrite)
+        write_new_run(cfg.run_dir, cfg, plan.algo_cfg)
+        return 0, 0
+    step, sampled_tokens = restore_run(cfg.run_dir, model, optimizer, cfg.fresh_optimizer)
+    record_resume(cfg.run_dir, plan.saved.config, cfg, step)
+    return step, sampled_tokens
+
+
+def restore_run(run_dir: Path, model, optimizer, fresh_optimizer: bool) -> tuple[int, int]:
+    """Load the run directory's last checkpoint (``checkpoint.old`` when a save was cut
+    short) into ``model`` and ``optimizer``; ``(0, 0)`` when the run stopped before its first
+    checkpoint. The logs lose the lines written after the checkpoint (the resumed run writes
+    them again). Everything is read before anything is rewritten."""
+    checkpoint = find_checkpoint(run_dir / "checkpoint")
+    step, sampled_tokens = 0, 0
+    if checkpoint is not None:
+        state = load_checkpoint(checkpoint, model, optimizer, fresh_optimizer=fresh_optimizer)
+        try:
+            step, sampled_tokens = int(state["step"]), int(state["sampled_tokens"])
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(
+                f"{checkpoint / 'state.json'}: damaged (no step or sampled_tokens)"
+            ) from None
+    metrics = read_metrics(run_dir, missing_ok=True) if checkpoint else []
+    probes = read_probes(run_dir) if checkpoint else []
+    write_jsonl(run_dir / "metrics.jsonl", [r for r in metrics if r["step"] <= step])
+    write_jsonl(run_dir / "probes.jsonl", [r for r in probes if r.get("step", 0) < step])
+    return step, sampled_tokens
+
+
+def save_run(plan: Plan, model, optimizer, step: int, sampled_tokens: int) -> None:
+    """The run's atomic checkpoint after ``step``, with what a resume checks it against."""
+    state = {
+        "step": step,
+        "sampled_tokens": sampled_tokens,
+        "train_config": config_dict(plan.cfg),
+        "algo_config": dataclasses.asdict(plan.algo_cfg),
+    }
+    save_checkpoint(plan.cfg.run_dir / "checkpoint", model, optimizer, state)

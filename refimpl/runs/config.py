@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from refimpl import algorithms
-from refimpl.overrides import parse_overrides
-from refimpl.settings import RunWarmstartConfig, TaskName, parse_task_args
+from refimpl.runs.overrides import parse_overrides
+from refimpl.runs.settings import RunWarmstartConfig, TaskName, parse_task_args
 from toy_envs import TASK_NAMES, TOKENIZER, get_task
 
 #: ``--algo`` choices, listed by ``--help`` (built from the registry: new algorithms appear).

@@ -1,7 +1,7 @@
 """The settings of a warm start: the model's size, the supervised run, and the task's knobs.
 
 Types only, and their checks: this module trains nothing. ``refimpl.warmstart`` (the
-supervised loop) and ``refimpl.config`` (an RL run's settings, which embed a warm start's)
+supervised loop) and ``refimpl.runs.config`` (an RL run's settings, which embed a warm start's)
 both read it, so the settings sit below every piece of code that trains.
 
 ``--task-args`` strings are parsed here once per process (``parse_task_args``, cached): the
@@ -23,9 +23,9 @@ from typing import Literal
 import torch
 import tyro
 
-from refimpl import numerics
 from refimpl.model import GPT, GPTConfig
-from refimpl.overrides import parse_overrides
+from refimpl.runs import numerics
+from refimpl.runs.overrides import parse_overrides
 from toy_envs import TASK_NAMES, TOKENIZER, get_task
 
 
@@ -112,7 +112,7 @@ class WarmstartConfig:
     """held-out problems for the final success report"""
     threads: int | None = 1
     """torch CPU threads while training. 1 (the default), with refimpl's pinned AVX2 kernel
-    path (refimpl/numerics.py), trains the same base model bit for bit on every x86-64 CPU
+    path (refimpl/runs/numerics.py), trains the same base model bit for bit on every x86-64 CPU
     with AVX2: a sum split across threads rounds differently, so another thread count ends,
     after 600 steps at this learning rate, at another model. None: torch's default (one per
     core, so the model depends on the machine)."""
@@ -231,7 +231,7 @@ class RunWarmstartConfig(WarmstartConfig):
     """The warm start of an RL run: its task and task knobs are the run's (``--task``,
     ``--task-args``) and its progress bar follows ``--progress``, so those three fields are
     not flags of ``refimpl train``; its cache follows the run's ``--runs-dir`` unless
-    ``--warmstart.runs-dir`` is given (``refimpl.config.run_warmstart`` resolves it)."""
+    ``--warmstart.runs-dir`` is given (``refimpl.runs.config.run_warmstart`` resolves it)."""
 
     task: tyro.conf.Suppress[TaskName] = "chain"
     task_args: tyro.conf.Suppress[tuple[str, ...]] = ()
