@@ -27,19 +27,22 @@ try:
     from refimpl import algorithms
     from refimpl.bench.learning import LearningConfig
     from refimpl.bench.speed import SpeedConfig
-    from refimpl.checkpoint import CheckpointError
-    from refimpl.compare import CompareConfig, compare
-    from refimpl.presets import explicit_fields
-    from refimpl.rundir import check_name, check_resumable
-    from refimpl.runlog import (
+    from refimpl.runs.checkpoint import CheckpointError
+    from refimpl.runs.compare import CompareConfig, compare
+    from refimpl.runs.config import TrainConfig, config_from_record, load_config_file
+    from refimpl.runs.divergence import NonFiniteLossError
+    from refimpl.runs.presets import explicit_fields
+    from refimpl.runs.rundir import SavedRun, check_name, read_saved_run
+    from refimpl.runs.runlog import (
         find_runs,
         is_run_dir,
         read_metrics,
         read_run_config,
         run_dir_damage,
     )
-    from refimpl.train import NonFiniteLossError, TrainConfig, load_config_file, train
-    from refimpl.warmstart import WarmstartConfig, train_warmstart
+    from refimpl.runs.settings import WarmstartConfig
+    from refimpl.train import train
+    from refimpl.warmstart import train_warmstart
 except KeyboardInterrupt:
     if __name__ != "__main__" and Path(sys.argv[0]).stem != "refimpl":
         raise
@@ -238,27 +241,30 @@ def _one_line_error(text: str) -> str:
     return f"refimpl: error: {message or text.strip()}"
 
 
-def _train_defaults(first: TrainConfig, args: list[str]) -> TrainConfig:
+def _train_defaults(first: TrainConfig, args: list[str]) -> tuple[TrainConfig, SavedRun | None]:
     """With ``--resume`` or ``--config``, parse the flags again over the saved settings, so
-    that a flag not typed keeps the run's value (the run directory is the source of truth)."""
+    that a flag not typed keeps the run's value (the run directory is the source of truth).
+    With ``--resume``, also the run's config.json as read here, once (``preflight`` takes
+    it rather than reading it again)."""
     if first.resume and first.config is not None:
         raise ValueError(
             "--config: cannot be combined with --resume (a resumed run keeps the settings of its "
             "own config.json)"
         )
+    saved = None
     if first.resume:
         run_dir = first.run_dir
         check_name(first.name, Path(first.runs_dir))
-        check_resumable(run_dir)  # a damaged run: the message says how to recover it
-        # The algorithm settings of a resumed run are its checkpoint's (verify_resume).
-        base = load_config_file(run_dir / "config.json", flag="--resume", algo_config=False)
+        saved = read_saved_run(run_dir)  # a damaged run: the message says how to recover it
+        base = config_from_record(saved.config, f"--resume: {run_dir / 'config.json'}")
         # The run is where it was found now, whatever its config.json says.
         base = dataclasses.replace(base, runs_dir=first.runs_dir, name=first.name or run_dir.name)
     elif first.config is not None:
         base = load_config_file(first.config)
     else:
-        return first
-    return _parse(tyro.cli, args, f=TrainConfig, default=base, prog="refimpl train")
+        return first, None
+    cfg = _parse(tyro.cli, args, f=TrainConfig, default=base, prog="refimpl train")
+    return cfg, saved
 
 
 def path_flags(cls: type, prefix: str = "--") -> set[str]:
@@ -299,7 +305,7 @@ def _plain_warnings():
 
 
 def version_line() -> str:
-    from refimpl.runlog import versions
+    from refimpl.runs.runlog import versions
 
     v = versions()
     extra = f", git {v['git_commit']}" if "git_commit" in v else ""
@@ -344,10 +350,10 @@ def _main(argv: list[str] | None) -> int:
                 train_warmstart(cmd)
             elif isinstance(cmd, TrainConfig):
                 try:
-                    cmd = _train_defaults(cmd, args[args.index("train") + 1 :])
+                    cmd, saved = _train_defaults(cmd, args[args.index("train") + 1 :])
                 except SystemExit as exit_:
                     return int(exit_.code or 0)
-                print(f"run directory: {train(cmd)}")
+                print(f"run directory: {train(cmd, saved)}")
             elif isinstance(cmd, CompareConfig):
                 typed = explicit_fields(args[args.index("compare") + 1 :], CompareConfig)
                 dirs, figure, table = compare(cmd, typed)  # the preset leaves typed flags alone

@@ -107,10 +107,11 @@ class AlgorithmConfig:
     this class and has (at least) the fields annotated here, which every training loop reads
     directly. Each algorithm declares them with its own defaults and adds its own fields.
 
-    The five methods answer, for one configuration, what a training loop must provide; an
+    The six methods answer, for one configuration, what a training loop must provide; an
     algorithm whose answer differs from the default here overrides them (TEPO: the reference
-    and the current entropy, Dr. GRPO: the generation budget, the entropy bonus: the gradient
-    through the entropy, GPG: the batch-wide advantage scale α).
+    and the current entropy, in float32; Dr. GRPO: the generation budget; the entropy bonus:
+    the gradient through the entropy; GPG: the batch-wide advantage scale α). A training loop
+    reads them and never an algorithm's name.
     """
 
     kl_coef: float  # β of a k3 KL term (0: none)
@@ -132,6 +133,12 @@ class AlgorithmConfig:
 
     def differentiates_entropy(self) -> bool:
         """Whether the loss needs the gradient *through* the current entropy (a bonus on it)."""
+        return False
+
+    def needs_float32_entropy(self) -> bool:
+        """Whether the loss compares entropies more finely than bfloat16 logits resolve, so
+        that a loop running its model in bf16 must compute ``entropy_old`` and the current
+        entropy in float32."""
         return False
 
     def advantage_scale(self, batch: RolloutBatch) -> float:
@@ -623,17 +630,12 @@ def group_normalize(
     return adv.to(torch.float32)
 
 
-def success(rewards: Float[Tensor, " B"], threshold: float) -> Bool[Tensor, " B"]:
-    """``[B]`` bool: completion ``i`` is successful when ``r_i ≥ threshold`` (every Config's
-    ``success_threshold``, 0.5 for the toy tasks' {0, 1} rewards)."""
-    return rewards >= threshold
-
-
 def successful(batch: RolloutBatch, threshold: float) -> Bool[Tensor, " B"]:
-    """``[B]`` bool: which completions succeeded, decided on the *outcome* rewards (before any
-    reward shaping; see ``RolloutBatch.outcome_rewards``)."""
+    """``[B]`` bool: completion ``i`` succeeded, ``r_i ≥ threshold`` (every Config's
+    ``success_threshold``, 0.5 for the toy tasks' {0, 1} rewards), decided on the *outcome*
+    rewards (before any reward shaping; see ``RolloutBatch.outcome_rewards``)."""
     outcome = batch.rewards if batch.outcome_rewards is None else batch.outcome_rewards
-    return success(outcome, threshold)
+    return outcome >= threshold
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ act), writes ``runs/demo/compare.png`` and prints two tables.
    the RL seed: ``--seeds 0,1,2`` averages over seeds.
 
 Every number is the same run after run on one machine (each run trains on one torch thread);
-another CPU rounds differently and prints other digits (``refimpl/numerics.py``):
+another CPU rounds differently and prints other digits (``refimpl/runs/numerics.py``):
 docs/benchmarks.md § 0 gives the spread over seeds, which is what carries to any machine.
 """
 
@@ -37,12 +37,11 @@ import numpy as np
 import torch
 import tyro
 
-from refimpl.checkpoint import load_model_weights
-from refimpl.compare import CompareConfig, compare
-from refimpl.config import HELD_OUT_SEED, build_task, run_warmstart
 from refimpl.evaluate import solved
 from refimpl.plots import group_runs
-from refimpl.train import TrainConfig
+from refimpl.runs.checkpoint import load_model_weights
+from refimpl.runs.compare import CompareConfig, compare
+from refimpl.runs.config import HELD_OUT_SEED, TrainConfig, build_task, run_warmstart
 from refimpl.warmstart import train_warmstart
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from refimpl.diagnostics import PASS_AT_K, mean_pass_at_k
+from refimpl.diagnostics.metrics import PASS_AT_K, mean_pass_at_k
 from refimpl.sampling import Samples, sample_groups
 from toy_envs import TOKENIZER
 
@@ -83,7 +83,7 @@ def correct_counts(
     batch_rows: int = 1024,
 ) -> list[int]:
     """For each problem, how many of ``n`` completions sampled at T = 1 earn reward ≥ 0.5
-    (the ``c`` of the unbiased pass@k, ``refimpl.diagnostics.pass_at_k``)."""
+    (the ``c`` of the unbiased pass@k, ``refimpl.diagnostics.metrics.pass_at_k``)."""
     budget = max_new_tokens or task.max_new_tokens
     per_call = max(1, batch_rows // n)  # problems per sampling call
     counts: list[int] = []

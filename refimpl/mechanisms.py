@@ -1,9 +1,10 @@
 """The trainer-side batch mechanisms: what the training loops do to a batch around the algorithm.
 
 An algorithm file (``refimpl/algorithms/<name>.py``) reads only ``refimpl.core``; the loops
-that drive it (the toy trainer ``refimpl.train``, the TRL subclass and the verl hooks in
-``refimpl/scaleup``, the hand-written HF loop) also apply the mechanisms below, each switched
-on or off by a field of the algorithm's ``Config``, so that one loop serves every algorithm:
+that drive it (``refimpl/loop.py`` and the toy trainer ``refimpl.train``, the TRL subclass
+and the verl hooks in ``refimpl/scaleup``, the hand-written HF loop) also apply the mechanisms
+below, each switched on or off by a field of the algorithm's ``Config``, so that one loop
+serves every algorithm:
 
     dynamic sampling   which groups train (DAPO Eq. 11: 0 < #successful < G)
                        ``informative_groups``, ``keep_groups``
@@ -28,7 +29,7 @@ import torch
 from jaxtyping import Bool, Float, Float32, Real, Shaped
 from torch import Tensor
 
-from refimpl.core import AlgorithmConfig, RolloutBatch, group_view, require, success
+from refimpl.core import AlgorithmConfig, RolloutBatch, group_view, require
 
 
 def informative_groups(
@@ -36,9 +37,10 @@ def informative_groups(
 ) -> Bool[Tensor, " N"]:
     """DAPO dynamic sampling (Eq. 11): ``[N]`` bool, keep groups with ``0 < #successful < G``.
 
-    Pass the *outcome* rewards (before shaping) and the Config's ``success_threshold``.
+    Pass the *outcome* rewards (before shaping) and the Config's ``success_threshold``: a
+    completion succeeded when ``r_i ≥ threshold``, as ``core.successful`` decides it.
     """
-    n_success = group_view(success(rewards, threshold), group_size).sum(dim=1)
+    n_success = group_view(rewards >= threshold, group_size).sum(dim=1)
     return (n_success > 0) & (n_success < group_size)
 
 

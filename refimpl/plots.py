@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from refimpl.algorithms import NAMES  # noqa: E402
-from refimpl.runlog import read_metrics, read_probes, read_run_config  # noqa: E402
+from refimpl.runs.runlog import read_metrics, read_probes, read_run_config  # noqa: E402
 
 #: Line colours, one per position in ``refimpl.algorithms.NAMES`` (matplotlib's tab10 in the
 #: order the algorithms got them, then tab20's light shades): a new algorithm gets the next one.
@@ -49,7 +49,7 @@ ALGO_COLORS = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(NAMES)}
 
 
 #: The records of ``run_dir/metrics.jsonl`` (one per step, plus step 0's evaluation): the one
-#: reader, ``refimpl.runlog.read_metrics``, under the name the notebooks use.
+#: reader, ``refimpl.runs.runlog.read_metrics``, under the name the notebooks use.
 load_metrics = read_metrics
 
 
@@ -58,9 +58,10 @@ def load_probes(run_dir: Path | str) -> list[dict[str, Any]]:
     return read_probes(run_dir)
 
 
-def run_info(run_dir: Path | str) -> dict[str, Any]:
-    """Algorithm, task and seed of a run (from its ``config.json``)."""
-    tc = read_run_config(run_dir)["train_config"]
+def run_info(run_dir: Path | str, train_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Algorithm, task and seed of a run (from its ``config.json``, or from ``train_config``
+    when the caller holds the run's settings)."""
+    tc = train_config if train_config is not None else read_run_config(run_dir)["train_config"]
     return {
         "algo": tc["algo"],
         "task": tc["task"],
@@ -244,10 +245,13 @@ def _draw_panel(ax, groups: dict[str, Sequence[Path]], key: str, title: str, win
     ax.set_title(title, fontsize=10)
 
 
-def plot_run(run_dir: Path | str, out: Path | str | None = None) -> Path:
-    """The panels of ``PANELS`` for one run → ``curves.png``."""
+def plot_run(
+    run_dir: Path | str, out: Path | str | None = None, train_config: dict[str, Any] | None = None
+) -> Path:
+    """The panels of ``PANELS`` for one run → ``curves.png`` (``train_config``: the run's
+    settings, when the caller holds them; else read from its config.json)."""
     run_dir = Path(run_dir)
-    info = run_info(run_dir)
+    info = run_info(run_dir, train_config)
     groups = {info["algo"]: [run_dir]}
     fig, axes = plt.subplots(2, len(PANELS) // 2, figsize=(4 * len(PANELS) // 2, 6.6))
     for ax, (key, title, window) in zip(axes.flat, PANELS):
@@ -304,7 +308,7 @@ def plot_compare(
             # The prediction that works beside the one that does not: the measured change
             # against the first-order prediction ⟨∇H̄, Δθ⟩ (docs/entropy_mechanism.md), with
             # the covariance's correlation in the legend next to the prediction's.
-            from refimpl.entropy_attribution import paired, pearson
+            from refimpl.diagnostics.entropy_attribution import paired, pearson
 
             runs = {label: [load_metrics(d) for d in dirs] for label, dirs in groups.items()}
             if any(

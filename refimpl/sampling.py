@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -126,6 +127,30 @@ class Samples:
         rows = keep.repeat_interleave(self.group_size)
         return replace(self, **{name: t[rows] for name, t in self._tensors().items()})
 
+    def policy_logprobs(
+        self,
+        model: nn.Module,
+        rows: Tensor | slice = slice(None),
+        *,
+        temperature: float = 1.0,
+        with_entropy: bool = True,
+        group_size: int | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """:func:`policy_logprobs` of ``model`` on the rows ``rows`` of these samples, with
+        gradient: ``log π_θ`` of each sampled token and (``with_entropy``) the entropy ``H_θ``
+        at each position. Consecutive runs of ``group_size`` rows share a prompt (default: the
+        samples' ``G``)."""
+        return policy_logprobs(
+            model,
+            self.prompt_ids[rows],
+            self.prompt_mask[rows],
+            self.response_ids[rows],
+            self.response_mask[rows],
+            temperature=temperature,
+            with_entropy=with_entropy,
+            group_size=group_size or self.group_size,
+        )
+
     def _tensors(self) -> dict[str, Tensor]:
         return {
             f.name: getattr(self, f.name)
@@ -154,6 +179,14 @@ class Samples:
             group_size=group_size,
             logp_ref=logp_ref,
         )
+
+
+def seeded_generator(seed: int, *salt: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A torch generator seeded by ``(seed, *salt)`` (numpy's ``SeedSequence`` mixes them):
+    step ``s`` of a run draws from its own stream, not from one that runs through the whole
+    run, so a run resumed at step ``s`` samples exactly what it would have."""
+    derived = int(np.random.default_rng([seed, *salt]).integers(2**62))
+    return torch.Generator(device=device).manual_seed(derived)
 
 
 def concat_samples(parts: list[Samples], pad_id: int) -> Samples:

@@ -1,23 +1,25 @@
-"""The RL loop: one loop for every algorithm, driven only through the algorithm contract.
+"""The Trainer: ``refimpl/loop.py``'s loop, with run management and diagnostics around it.
 
-Each step is a pipeline of named stages, the methods of ``Trainer`` that ``train_step`` calls
-in this order::
+Read ``refimpl/loop.py`` first: ``Trainer.train_step`` runs the same stages on the same
+algorithm contract (``tests/test_loop.py`` checks that both train the same weights)::
 
     rollout     sample N prompts ─► G completions each (KV cache; logp_old, entropy_old
                 recorded) ─► reward (the task's verifier) ─► dynamic sampling, when the
                 Config asks: resample until N informative groups
-    shape       DAPO's overlong length penalty added to the reward, when the Config asks
+    shape       the overlong length penalty added to the reward, when the Config asks
     reference   logp_ref from the frozen warm start, when a KL term needs it
-    advantages  advantages(batch, cfg); then DAPO's overlong filter masks truncated rows
-    update      ppo_epochs × minibatches of  loss(batch, logp, adv, cfg, entropy) + backward
-                + clip grad norm + optimizer step; the first-order prediction of the entropy
-                change (and every ``diag_every`` steps its split over token classes)
-    metrics     rewards, entropies, advantages, the entropy change the update caused
+    advantages  advantages(batch, cfg); then the overlong filter masks truncated rows
+    update      ppo_epochs × minibatches of loss(batch, logp, adv, cfg, entropy) → backward
+                → clip grad norm → optimizer step
+    metrics     rewards, entropies, lengths, advantages
 
-Around the steps, ``run`` evaluates greedy and sampled success on a fixed held-out set every
-``eval_every`` steps, logs one JSON line per step and writes an atomic checkpoint every
-``checkpoint_every`` steps. The settings and their checks live in ``refimpl.config``, the run
-directory's in ``refimpl.rundir``.
+What an algorithm needs of the loop (a reference model, the current entropy, in float32,
+with gradient) its ``Config`` declares (``core.AlgorithmConfig``); no algorithm is named
+here. The run is resolved once (``refimpl.runs.config.Plan``, from ``preflight``). The
+diagnostics are observers of the step (``refimpl.diagnostics.observers``). Around the steps,
+``run`` holds the run directory's lock, logs one JSON line per step, stops on NaN
+(``refimpl.runs.divergence``) or Ctrl-C (``refimpl.runs.stop``) and checkpoints every
+``checkpoint_every`` steps (``refimpl.runs.rundir``).
 
 Determinism and resuming
 ------------------------
@@ -29,138 +31,79 @@ never stopped (``tests/test_train.py`` checks it).
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import shlex
-import sys
+import copy
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from refimpl import core, mechanisms
-from refimpl.checkpoint import (
-    CheckpointError,
-    find_checkpoint,
-    load_checkpoint,
-    prepare_run_dir,
-    save_checkpoint,
-)
-from refimpl.config import (  # noqa: F401  (re-exported: the names callers import from here)
-    HELD_OUT_SEED,
-    AlgoName,
-    Resolved,
-    TrainConfig,
-    check_device,
-    config_dict,
-    load_config_file,
-    resolve,
-    run_warmstart,
-)
-from refimpl.diagnostics import (
-    entropy_stats,
-    logp_advantage_covariance,
-)
-from refimpl.divergence import DivergenceGuard, NonFiniteLossError  # noqa: F401  (re-exported)
-from refimpl.entropy_attribution import EntropyPredictor
-from refimpl.evaluate import encode_prompts, heldout_metrics, probe_snapshot, score_samples
+from refimpl.diagnostics.metrics import entropy_stats
+from refimpl.diagnostics.observers import Observer, default_observers
+from refimpl.evaluate import encode_prompts, score_samples
 from refimpl.model import GPT
-from refimpl.rundir import (  # noqa: F401
-    Preflight,
-    holds_run_lock,
-    preflight,
-    record_resume,
-    write_new_run,
-)
-from refimpl.runlog import fsync_file, read_metrics, read_probes, write_jsonl
-from refimpl.sampling import Samples, concat_samples, policy_logprobs, sample_groups
-from refimpl.stop import Interrupted, StopRequest  # noqa: F401  (Interrupted: re-exported)
-from refimpl.warmstart import train_warmstart
+from refimpl.runs.config import Plan, TrainConfig, config_dict
+from refimpl.runs.divergence import DivergenceGuard, NonFiniteLossError
+from refimpl.runs.progress import progress
+from refimpl.runs.rundir import SavedRun, claim_run_dir, open_run_dir, preflight, save_run
+from refimpl.runs.runlog import MetricsLog
+from refimpl.runs.stop import StopRequest, report_interrupt
+from refimpl.sampling import Samples, concat_samples, sample_groups, seeded_generator
+from refimpl.warmstart import base_model
 from toy_envs import TOKENIZER
-
-PROBE_SEED = 20_000  # the fixed probe prompts of the entropy snapshots
-EVAL_SEED = 30_000  # the sampled completions of every held-out evaluation
-# The entropy change of a step is measured (and predicted) on the first
-# ENTROPY_CHANGE_COMPLETIONS completion(s) of each of its first ENTROPY_CHANGE_GROUPS groups:
-# many prompts with one completion each follow the whole batch's change more closely than few
-# prompts with many (docs/entropy_mechanism.md: 32 × 1 rows, r = 0.92 with the change on all
-# 64 × 8; 16 × 8 rows, r = 0.87), at less than half the cost of the backward pass.
-ENTROPY_CHANGE_GROUPS = 32
-ENTROPY_CHANGE_COMPLETIONS = 1
 
 
 class Rollout(NamedTuple):
     """The ``rollout`` stage's output: the groups to train on and what sampling them cost."""
 
-    samples: Samples | None
-    """the kept groups, on the trainer's device (None: every group was uninformative)"""
-    outcome: torch.Tensor | None
-    """``[B]`` outcome rewards of the kept rows (the verifier's, before any shaping)"""
+    samples: Samples | None  # the kept groups (None: every group was uninformative)
+    outcome: torch.Tensor | None  # [B] their outcome rewards (the verifier's, before shaping)
     metrics: dict[str, Any]
 
 
 class Trainer:
-    """Holds the model, the optimizer and the run state; ``run()`` trains to ``cfg.steps``."""
+    """``refimpl/loop.py``'s loop with run management and diagnostics around it: holds the
+    model, the optimizer and the run state; ``run()`` trains to ``cfg.steps``.
 
-    def __init__(self, cfg: TrainConfig):
-        self.cfg = cfg
-        # Every check before anything is written or trained (the warm start included).
-        self.algo, self.task, self.max_new_tokens, self.algo_cfg, self._saved = preflight(cfg)
-        if self._saved is not None:
-            self.algo_cfg = self._saved_algo_config()
+    ``plan``: the run, resolved by ``preflight`` (a ``TrainConfig`` is resolved here).
+    ``observers``: the diagnostics that watch each step (``refimpl.diagnostics.observers``;
+    None: the run's defaults, ``default_observers``; ``[]``: none)."""
+
+    def __init__(self, plan: Plan | TrainConfig, observers: Sequence[Observer] | None = None):
+        # Every check before anything is written or trained (the warm start included), and the
+        # run resolved once: what follows reads the plan and derives nothing again.
+        self.plan = plan if isinstance(plan, Plan) else preflight(plan)
+        cfg = self.cfg = self.plan.cfg
+        self.algo, self.algo_cfg = self.plan.algo, self.plan.algo_cfg
+        self.task, self.max_new_tokens = self.plan.task, self.plan.max_new_tokens
+        self.device = self.plan.device
         if self.algo_cfg.reads_current_entropy() and cfg.ppo_epochs * cfg.minibatches == 1:
             warnings.warn(
-                "TEPO's KL mask compares the current entropy with the rollout's; with one "
-                "update per rollout (--ppo-epochs 1 --minibatches 1) the policy never moves "
-                "before the comparison, so the mask stays empty and the KL term is inactive. "
+                f"{cfg.algo}: the loss compares the current policy's entropy with the "
+                "rollout's; with one update per rollout (--ppo-epochs 1 --minibatches 1) the "
+                "policy never moves before the comparison, so the comparison never fires. "
                 "Use --minibatches or --ppo-epochs > 1 to exercise it.",
                 stacklevel=2,
             )
-        # TEPO's mask compares H_θ with H_old to τ = 1e-4 nats; bf16 logits move each by up
-        # to ~7e-3, so under bf16 both are computed in float32 (H_old in rollout, H_θ in update).
-        self.entropy_in_fp32 = self.algo_cfg.reads_current_entropy() and cfg.dtype == "bfloat16"
+        # A Config that compares entropies more finely than bf16 logits resolve declares it:
+        # under bf16 both sides are then computed in float32 (H_old in rollout, H_θ in update).
+        self.entropy_in_fp32 = self.algo_cfg.needs_float32_entropy() and cfg.dtype == "bfloat16"
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        self.device = check_device(cfg.device)
-
-        base = train_warmstart(
-            dataclasses.replace(run_warmstart(cfg), progress=cfg.progress),
-            prefix="--warmstart.",
-        )
-        self.model: GPT = base.to(self.device)
+        self.model: GPT = base_model(self.plan.warmstart, "--warmstart.").to(self.device)
         self.reference: GPT | None = None
-        if self.algo_cfg.needs_reference():
-            self.reference = cfg.warmstart.model.build().to(self.device)
-            self.reference.load_state_dict(self.model.state_dict())
-            self.reference.eval().requires_grad_(False)
+        if self.algo_cfg.needs_reference():  # π_ref of a KL term: the frozen warm start
+            self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
         self.step = 0
         self.sampled_tokens = 0
-        self.held_out = self.task.sample(
-            cfg.eval_problems, np.random.default_rng([HELD_OUT_SEED, 0])
-        )
-        self.probes = self.task.sample(cfg.probe_prompts, np.random.default_rng([PROBE_SEED, 0]))
         self.run_dir = cfg.run_dir
-        self._tb = None
         self.divergence = DivergenceGuard(self)  # NaN/inf in any step stops the run
-
-    def _saved_algo_config(self) -> Any:
-        """A resumed run continues with the algorithm settings it was made with, even if this
-        version of refimpl has other defaults."""
-        saved = self._saved.get("algo_config") if self._saved else None
-        if not isinstance(saved, dict):
-            return self.algo_cfg
-        try:
-            return self.algo.Config(**saved)
-        except (TypeError, ValueError) as err:
-            raise ValueError(
-                f"{self.cfg.run_dir / 'config.json'}: algo_config does not fit "
-                f"{self.cfg.algo}.Config ({err})"
-            ) from None
+        self.observers = default_observers(self) if observers is None else list(observers)
 
     def autocast(self):
         """bf16 autocast around model forward passes when ``--dtype bfloat16`` (the algorithm
@@ -169,58 +112,16 @@ class Trainer:
             self.device.type, dtype=torch.bfloat16, enabled=self.cfg.dtype == "bfloat16"
         )
 
-    # -- state --------------------------------------------------------------------------
-    def _state(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "sampled_tokens": self.sampled_tokens,
-            "train_config": config_dict(self.cfg),
-            "algo_config": dataclasses.asdict(self.algo_cfg),
-        }
+    def _observe(self, hook: str, *args: Any) -> dict[str, Any]:
+        """Call ``hook`` of every observer that implements it; their metrics, merged in the
+        observers' order."""
+        out: dict[str, Any] = {}
+        for observer in self.observers:
+            if getattr(type(observer), hook) is not getattr(Observer, hook):
+                out.update(getattr(observer, hook)(self, *args) or {})
+        return out
 
-    def save(self) -> None:
-        """The checkpoint of this step, after the log lines up to it are on the disk: a
-        power cut then never leaves a checkpoint ahead of its log (one fsync per checkpoint,
-        not per line: ``scripts/log_fsync_cost.py`` measures it)."""
-        for log in ("metrics.jsonl", "probes.jsonl"):
-            if (self.run_dir / log).exists():
-                fsync_file(self.run_dir / log)
-        save_checkpoint(self.run_dir / "checkpoint", self.model, self.optimizer, self._state())
-
-    def restore(self) -> None:
-        """Continue from the run directory's last checkpoint (``checkpoint.old`` when a save
-        was cut short), or from step 0 when the run stopped before its first checkpoint.
-        Everything is read before anything is rewritten."""
-        checkpoint = find_checkpoint(self.run_dir / "checkpoint")
-        step, sampled_tokens = 0, 0
-        if checkpoint is not None:
-            state = load_checkpoint(
-                checkpoint, self.model, self.optimizer, fresh_optimizer=self.cfg.fresh_optimizer
-            )
-            try:
-                step, sampled_tokens = int(state["step"]), int(state["sampled_tokens"])
-            except (KeyError, TypeError, ValueError):
-                raise CheckpointError(
-                    f"{checkpoint / 'state.json'}: damaged (no step or sampled_tokens)"
-                ) from None
-        metrics = read_metrics(self.run_dir, missing_ok=True) if checkpoint else []
-        probes = read_probes(self.run_dir) if checkpoint else []
-        logged = max((r["step"] for r in metrics), default=0)
-        if step > logged:  # lines a power cut took (verify_resume allowed how many)
-            one = step == logged + 1
-            lost = f"line of step {step} was" if one else f"lines of steps {logged + 1}…{step} were"
-            warnings.warn(
-                f"{self.run_dir / 'metrics.jsonl'}: the metrics {lost} lost (not on the disk "
-                f"when the run stopped: a power cut?); the run continues from the checkpoint "
-                f"of step {step}",
-                stacklevel=2,
-            )
-        self.step, self.sampled_tokens = step, sampled_tokens
-        # Lines logged after the checkpoint are written again by the resumed run.
-        write_jsonl(self.run_dir / "metrics.jsonl", [r for r in metrics if r["step"] <= step])
-        write_jsonl(self.run_dir / "probes.jsonl", [r for r in probes if r.get("step", 0) < step])
-
-    # -- one step: the stages, in the order train_step runs them --------------------------
+    # -- one step: loop.py's stages, in the order train_step runs them ----------------------
     def train_step(self) -> dict[str, Any]:
         """One RL step, the pipeline of the module docstring; returns its metrics (``run``
         appends them to metrics.jsonl)."""
@@ -231,7 +132,7 @@ class Trainer:
             metrics.update(skipped=1, sampled_tokens=self.sampled_tokens)
             metrics["time_step"] = time.perf_counter() - t_start
             return metrics
-        rewards = self.shape(samples, outcome)
+        rewards = self.shape_rewards(samples, outcome)
         t0 = time.perf_counter()
         batch = samples.to_rollout_batch(
             rewards, self.cfg.group_size, logp_ref=self.reference_logprobs(samples)
@@ -239,17 +140,18 @@ class Trainer:
         batch = batch.replace(outcome_rewards=outcome)  # success stays the outcome's
         batch, adv = self.advantages(batch, samples)
         t_adv = time.perf_counter() - t0
-        grad_norm, loss_metrics = self.update(batch, samples, adv)
+        grad_norm, update_metrics = self.update(batch, samples, adv)
         t_loss = time.perf_counter() - t0 - t_adv
         metrics.update(self.step_metrics(samples, batch, rewards, outcome, adv))
+        metrics.update(self._observe("measure", samples, batch, adv))
         metrics.update(grad_norm=grad_norm, time_adv=t_adv, time_loss=t_loss)
-        metrics.update(sampled_tokens=self.sampled_tokens, **loss_metrics)
+        metrics.update(sampled_tokens=self.sampled_tokens, **update_metrics)
         metrics["time_step"] = time.perf_counter() - t_start
         return metrics
 
     def rollout(self) -> Rollout:
-        """Sample ``N`` groups, score them and, when the Config asks for DAPO's dynamic
-        sampling, resample (up to ``--resample-rounds`` times) until ``N`` are informative."""
+        """Sample ``N`` groups and score them; with the Config's dynamic sampling, resample (up
+        to ``--resample-rounds`` times) until ``N`` are informative."""
         cfg, G, N = self.cfg, self.cfg.group_size, self.cfg.prompts_per_step
         kept_samples: list[Samples] = []
         kept_rewards: list[torch.Tensor] = []
@@ -260,7 +162,7 @@ class Trainer:
             samples, rewards = self._sample_round(rounds, timing)
             entropies.append(samples.entropy_old[samples.response_mask.bool()].float())
             first_rewards = rewards if first_rewards is None else first_rewards
-            # DAPO dynamic sampling: keep groups with 0 < #successful < G (outcome rewards).
+            # Dynamic sampling: keep groups with 0 < #successful < G (outcome rewards).
             keep = mechanisms.keep_groups(rewards, G, self.algo_cfg)
             keep[torch.cumsum(keep.long(), 0) > N - kept] = False  # never more than N groups
             if keep.any():
@@ -292,7 +194,8 @@ class Trainer:
         rng = np.random.default_rng([self.cfg.seed, self.step, rounds])
         problems = self.task.sample(self.cfg.prompts_per_step, rng)
         t0 = time.perf_counter()
-        samples = self._sample(problems, self._generator(self.step, rounds, 1))
+        generator = seeded_generator(self.cfg.seed, self.step, rounds, 1, device=self.device)
+        samples = self._sample(problems, generator)
         t1 = time.perf_counter()
         rewards = torch.as_tensor(score_samples(self.task, problems, samples, self.cfg.group_size))
         timing["time_sample"] += t1 - t0
@@ -300,9 +203,9 @@ class Trainer:
         self.sampled_tokens += int(samples.response_mask.sum())
         return samples, rewards
 
-    def shape(self, samples: Samples, outcome: torch.Tensor) -> torch.Tensor:
-        """The reward the advantages see: DAPO's overlong penalty (Eq. 13) added to the
-        outcome when the Config asks for it, on the outcome's scale; else the outcome."""
+    def shape_rewards(self, samples: Samples, outcome: torch.Tensor) -> torch.Tensor:
+        """The reward the advantages see: the overlong penalty added to the outcome when the
+        Config asks for it (``mechanisms.shape_rewards``), on the outcome's scale."""
         lengths = samples.response_mask.sum(1)
         return mechanisms.shape_rewards(outcome, lengths, self.max_new_tokens, self.algo_cfg)
 
@@ -312,11 +215,11 @@ class Trainer:
         if self.reference is None:
             return None
         with self.autocast():
-            return self._logprobs(self.reference, samples, slice(None), with_entropy=False)[0]
+            return self.logprobs(self.reference, samples, slice(None), with_entropy=False)[0]
 
     def advantages(self, batch: core.RolloutBatch, samples: Samples):
-        """The algorithm's ``[B, T]`` advantages; then, when the Config asks for DAPO's
-        overlong filter, truncated rows (no <eos>) leave the loss (not the advantages)."""
+        """The algorithm's ``[B, T]`` advantages; then, when the Config asks for the overlong
+        filter, truncated rows (no <eos>) leave the loss (not the advantages)."""
         adv = self.algo.advantages(batch, self.algo_cfg)
         loss_mask = mechanisms.overlong_filter(
             batch.response_mask, samples.truncated, self.algo_cfg
@@ -331,7 +234,7 @@ class Trainer:
         self.model.train()
         steps = []
         n_groups = batch.num_groups
-        predictor = self._entropy_predictor(batch, samples, adv)
+        self._observe("before_update", batch, samples, adv)
         # The Config every loss call of this rollout gets: itself, unless the loss reads a
         # constant of the whole batch that its minibatches cannot give (Config.for_update).
         algo_cfg = self.algo_cfg.for_update(batch, adv)
@@ -343,56 +246,21 @@ class Trainer:
                 keep[groups.start : groups.stop] = True
                 minibatch = batch.select_groups(keep) if len(groups) < n_groups else batch
                 rows = keep.repeat_interleave(self.cfg.group_size)
-                steps.append(
-                    self._optimizer_step(minibatch, samples, rows, adv[rows], predictor, algo_cfg)
-                )
+                steps.append(self._optimizer_step(minibatch, samples, rows, adv[rows], algo_cfg))
         self.model.eval()
         grad_norm = float(np.mean([norm for norm, _ in steps]))
         loss_metrics = {key: float(np.mean([m[key] for _, m in steps])) for key in steps[0][1]}
-        return grad_norm, {**loss_metrics, **predictor.finish()}
+        return grad_norm, {**loss_metrics, **self._observe("after_update")}
 
-    def _entropy_predictor(
-        self, batch: core.RolloutBatch, samples: Samples, adv
-    ) -> EntropyPredictor:
-        """The bookkeeping that predicts this step's ``entropy_change`` to first order, on the
-        states and tokens it is measured on, and every ``diag_every`` steps splits the
-        prediction over token classes (``refimpl.entropy_attribution``)."""
-        every, measured = self.cfg.diag_every, self._measured_rows(batch)
-        step = self.step + 1  # as it is logged; the last step is attributed, as it is evaluated
-        budget = self.cfg.max_sampled_tokens
-        last = step == self.cfg.steps or (budget is not None and self.sampled_tokens >= budget)
-        return EntropyPredictor(
-            self.model,
-            self.optimizer,
-            lambda model, rows: self._logprobs(model, samples, rows, with_entropy=True),
-            lambda model: self._measured_logprobs(model, samples, measured),
-            measured,
-            batch.response_mask[measured],
-            attribute=every > 0 and (step % every == 0 or last),
-            adv=adv,
-            logp_old=batch.logp_old,
-            loss_mask=batch.response_mask,
-            max_norm=self.cfg.grad_clip,
-        )
-
-    def _optimizer_step(
-        self, minibatch, samples: Samples, rows, adv: torch.Tensor, predictor, algo_cfg
-    ):
-        """One loss, backward, gradient clip and Adam step; its gradient norm and metrics.
-        ``predictor`` (an ``EntropyPredictor``) sees the step; none of its calls changes it.
-        ``algo_cfg``: the algorithm's Config for this rollout (``Config.for_update``)."""
+    def _optimizer_step(self, minibatch, samples: Samples, rows, adv: torch.Tensor, algo_cfg):
+        """loss → backward → clip → Adam step (``loop.update``'s); the gradient norm and the
+        loss metrics. The observers see each stage; none of them changes it. ``algo_cfg``: the
+        algorithm's Config for this rollout (``Config.for_update``)."""
         with self.autocast():
-            logp, entropy = self._logprobs(self.model, samples, rows, with_entropy=True)
-        logp.retain_grad()  # ∂L/∂logp: the per-token weight this update applies
-        predictor.forward_done(rows, entropy)  # ∇H̄ on this pass when rows are the measured ones
-        if self.entropy_in_fp32:
-            entropy = self._entropy_fp32(samples, rows)
-        # H_θ carries gradient only for a loss that trains it (an entropy bonus).
-        if not self.algo_cfg.differentiates_entropy():
-            entropy = entropy.detach()
-        elif predictor.attribute:
-            entropy.retain_grad()  # ∂L/∂H: the entropy bonus's share of the attribution
-        loss, loss_metrics = self.algo.loss(minibatch, logp, adv, algo_cfg, entropy=entropy)
+            logp, entropy = self.logprobs(self.model, samples, rows, with_entropy=True)
+        loss_entropy = self._loss_entropy(samples, rows, entropy)
+        self._observe("after_forward", rows, logp, entropy, loss_entropy)
+        loss, loss_metrics = self.algo.loss(minibatch, logp, adv, algo_cfg, entropy=loss_entropy)
         if not torch.isfinite(loss):
             raise self._non_finite(f"non-finite loss {loss.item()}")
         self.optimizer.zero_grad(set_to_none=True)
@@ -400,15 +268,17 @@ class Trainer:
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         if not torch.isfinite(norm):
             raise self._non_finite("non-finite gradient norm")
-        predictor.before_step(rows, logp, entropy, norm)
+        self._observe("before_optimizer_step", rows, logp, loss_entropy, norm)
         self.optimizer.step()
-        predictor.after_step()
-        # The update's effective advantage: −∂L/∂logp rescaled by the minibatch's token count
-        # (= A·w under token-mean at ratio 1). Clipping, masks, KL terms and the aggregation
-        # weights all show in it, the plain advantage shows none of them.
-        update_weight = -logp.grad * minibatch.response_mask.sum()
-        cov = logp_advantage_covariance(minibatch.logp_old, update_weight, minibatch.response_mask)
-        return float(norm), {"loss": float(loss.detach()), **loss_metrics, "cov_logp_update": cov}
+        observed = self._observe("after_optimizer_step", minibatch, logp)
+        return float(norm), {"loss": float(loss.detach()), **loss_metrics, **observed}
+
+    def _loss_entropy(self, samples: Samples, rows, entropy: torch.Tensor) -> torch.Tensor:
+        """The current entropy H_θ as the loss gets it: in float32 when the Config needs it so
+        (``entropy_in_fp32``), with gradient only for a loss that trains it."""
+        if self.entropy_in_fp32:
+            entropy = self._entropy_fp32(samples, rows)
+        return entropy if self.algo_cfg.differentiates_entropy() else entropy.detach()
 
     def _non_finite(self, what: str) -> NonFiniteLossError:
         return NonFiniteLossError(
@@ -416,7 +286,7 @@ class Trainer:
         )
 
     def step_metrics(self, samples: Samples, batch, rewards, outcome, adv) -> dict[str, float]:
-        """What the step did: rewards, lengths, advantages and the entropy change."""
+        """What the step trained on: rewards, lengths, advantages."""
         mask = batch.response_mask.bool()
         return {
             "reward_mean": float(rewards.mean()),
@@ -430,46 +300,9 @@ class Trainer:
             "adv_token_mean": float(adv[mask].mean()) if mask.any() else 0.0,
             "adv_token_std": float(adv[mask].std()) if mask.sum() > 1 else 0.0,
             "adv_token_abs_max": float(adv[mask].abs().max()) if mask.any() else 0.0,
-            "cov_logp_adv": logp_advantage_covariance(batch.logp_old, adv, batch.response_mask),
-            "entropy_change": self._entropy_change(samples, batch),
         }
 
-    def _measured_rows(self, batch: core.RolloutBatch) -> torch.Tensor:
-        """The rows the entropy change is measured (and predicted) on: the first
-        ``ENTROPY_CHANGE_COMPLETIONS`` of each of the first ``ENTROPY_CHANGE_GROUPS`` groups."""
-        G = self.cfg.group_size
-        groups = torch.arange(min(batch.num_groups, ENTROPY_CHANGE_GROUPS), device=self.device)
-        within = torch.arange(min(G, ENTROPY_CHANGE_COMPLETIONS), device=self.device)
-        return (groups[:, None] * G + within[None, :]).reshape(-1)
-
-    def _measured_logprobs(self, model: GPT, samples: Samples, measured: torch.Tensor):
-        """``(logp, entropy)`` of the measured rows under ``model``."""
-        return self._logprobs(
-            model,
-            samples,
-            measured,
-            with_entropy=True,
-            group_size=min(self.cfg.group_size, ENTROPY_CHANGE_COMPLETIONS),
-        )
-
-    @torch.no_grad()
-    def _entropy_change(self, samples: Samples, batch: core.RolloutBatch) -> float:
-        """Why entropy moves (Cui et al.): Cov(logp_old, A) over the trained tokens predicts
-        the sign of the entropy change; measure that change on the very same states (the
-        update stage predicts it to first order on them: ``entropy_change_pred``)."""
-        measured = self._measured_rows(batch)
-        with self.autocast():
-            _, entropy_after = self._measured_logprobs(self.model, samples, measured)
-        change = core.masked_mean(
-            entropy_after.float() - batch.entropy_old[measured], batch.response_mask[measured]
-        )
-        return float(change)
-
     # -- model passes ---------------------------------------------------------------------
-    def _generator(self, *salt: int) -> torch.Generator:
-        seed = int(np.random.default_rng([self.cfg.seed, *salt]).integers(2**62))
-        return torch.Generator(device=self.device).manual_seed(seed)
-
     def _sample(self, problems, generator) -> Samples:
         with self.autocast():
             return sample_groups(
@@ -485,55 +318,19 @@ class Trainer:
                 generator=generator,
             )
 
-    def _logprobs(
-        self, model: GPT, samples: Samples, rows: Any, *, with_entropy: bool, group_size=None
-    ):
-        """``policy_logprobs`` of ``model`` on the rows ``rows`` of ``samples`` (consecutive
-        runs of ``group_size`` rows share a prompt; default: the run's G)."""
-        return policy_logprobs(
-            model,
-            samples.prompt_ids[rows],
-            samples.prompt_mask[rows],
-            samples.response_ids[rows],
-            samples.response_mask[rows],
-            temperature=self.cfg.temperature,
-            with_entropy=with_entropy,
-            group_size=group_size or self.cfg.group_size,
+    def logprobs(self, model: GPT, samples: Samples, rows: Any, *, with_entropy: bool):
+        """``log π`` (and the entropy) of ``model`` on the rows ``rows`` of ``samples``."""
+        return samples.policy_logprobs(
+            model, rows, temperature=self.cfg.temperature, with_entropy=with_entropy
         )
 
     @torch.no_grad()
     def _entropy_fp32(self, samples: Samples, rows: Any) -> torch.Tensor:
         """The current model's entropy at every response position of ``samples[rows]``, from a
-        float32 forward pass (no autocast), for TEPO's entropy comparison under bf16."""
-        return self._logprobs(self.model, samples, rows, with_entropy=True)[1]
+        float32 forward pass (no autocast), for a Config that needs float32 entropies."""
+        return self.logprobs(self.model, samples, rows, with_entropy=True)[1]
 
-    # -- evaluation and probes ------------------------------------------------------------
-    def evaluate(self) -> dict[str, float]:
-        """Held-out success (``refimpl.evaluate.heldout_metrics``), and what it took."""
-        t0 = time.perf_counter()
-        out = heldout_metrics(
-            self.model,
-            self.task,
-            self.held_out,
-            self.cfg.eval_samples,
-            max_new_tokens=self.max_new_tokens,
-            generator=self._generator(EVAL_SEED),
-        )
-        out["time_eval"] = time.perf_counter() - t0
-        return out
-
-    def probe(self) -> dict[str, Any]:
-        """Entropy snapshot of the probe prompts (``refimpl.evaluate.probe_snapshot``)."""
-        rows = probe_snapshot(
-            self.model,
-            self.probes,
-            max_new_tokens=self.max_new_tokens,
-            temperature=self.cfg.temperature,
-            generator=self._generator(PROBE_SEED),
-        )
-        return {"step": self.step, "probes": rows}
-
-    # -- the loop -------------------------------------------------------------------------
+    # -- the run ---------------------------------------------------------------------------
     def finished(self) -> bool:
         """The step budget, or the sampled-token budget when one is set, is spent."""
         token_budget = self.cfg.max_sampled_tokens
@@ -541,104 +338,61 @@ class Trainer:
             token_budget is not None and self.sampled_tokens >= token_budget
         )
 
-    def _log(self, name: str, record: dict[str, Any]) -> None:
-        with open(self.run_dir / name, "a") as f:
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-        if self._tb is not None and name == "metrics.jsonl":
-            for k, v in record.items():
-                if isinstance(v, (int, float)) and k != "step":
-                    self._tb.add_scalar(k, v, record["step"])
-
-    def _open_run_dir(self) -> None:
-        """A new run: create the directory (``--overwrite``: delete the old run first) and
-        write config.json. A resumed run: restore the checkpoint, then record in config.json
-        the new length of the run (``RESUME_RECORDED``) and when it was resumed."""
-        if self._saved is None:
-            # Checked again here: the warm start may have taken minutes since preflight.
-            prepare_run_dir(self.run_dir, resume=False, overwrite=self.cfg.overwrite)
-            write_new_run(self.run_dir, self.cfg, self.algo_cfg)
-        else:
-            self.restore()
-            record_resume(self.run_dir, self._saved, self.cfg, self.step)
-
-    @holds_run_lock  # the run directory's lock, from before the first write to after the last
     def run(self) -> Path:
-        """Train until ``cfg.steps``; return the run directory.
+        """Train until ``cfg.steps``; return the run directory. The run holds the directory's
+        lock from before its first write to after its last (``rundir.claim_run_dir``).
 
         Ctrl-C (or SIGTERM) lets the step in progress finish, writes a checkpoint, prints how
         to resume and raises ``KeyboardInterrupt``; a second Ctrl-C stops at once (the last
         checkpoint is kept)."""
         cfg = self.cfg
-        self._open_run_dir()
-        if cfg.tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+        with claim_run_dir(self.plan):
+            self.step, self.sampled_tokens = open_run_dir(self.plan, self.model, self.optimizer)
+            log = MetricsLog(self.run_dir, tensorboard=cfg.tensorboard)
+            bar = progress(cfg.steps, f"{cfg.algo} s{cfg.seed}", initial=self.step,
+                           disable=not cfg.progress)  # fmt: skip
+            stop = StopRequest()
+            try:
+                with stop:
+                    self._steps(log, bar, stop)
+            finally:
+                bar.close()
+                log.close()
+            if stop.requested and not self.finished():
+                report_interrupt(self.run_dir, cfg.runs_dir, cfg.name, self.step, stop.requested)
+            self._observe("end")
+            if cfg.plot:
+                from refimpl.plots import plot_run
 
-            self._tb = SummaryWriter(str(self.run_dir / "tensorboard"))
-        bar = tqdm(
-            total=cfg.steps,
-            initial=self.step,
-            disable=not cfg.progress,
-            desc=f"{cfg.algo} s{cfg.seed}",
-            dynamic_ncols=True,
-        )
-        stop = StopRequest()
-        try:
-            with stop:
-                if self.step == 0:
-                    record = {"step": 0, "sampled_tokens": 0, **self.evaluate()}
-                    self._log("metrics.jsonl", record)
-                while not self.finished() and not stop.requested:
-                    if cfg.probe_every and self.step % cfg.probe_every == 0:
-                        self._log("probes.jsonl", self.probe())
-                    metrics = self.train_step()
-                    self.step += 1
-                    metrics["step"] = self.step
-                    self.divergence.check(metrics)  # before it is logged or checkpointed
-                    if self.step % cfg.eval_every == 0 or self.finished():
-                        metrics.update(self.evaluate())
-                    self._log("metrics.jsonl", metrics)
-                    bar.update(1)
-                    bar.set_postfix(
-                        reward=f"{metrics.get('reward_mean', float('nan')):.2f}",
-                        H=f"{metrics.get('entropy_mean', float('nan')):.3f}",
-                        s_step=f"{metrics['time_step']:.2f}",
-                        refresh=False,
-                    )
-                    if self.step % cfg.checkpoint_every == 0 or self.finished() or stop.requested:
-                        self.save()
-        finally:
-            bar.close()
-            if self._tb is not None:
-                self._tb.close()
-        if stop.requested and not self.finished():
-            self._report_interrupt(stop.requested)
-        if cfg.probe_every:
-            self._log("probes.jsonl", self.probe())
-        if cfg.plot:
-            from refimpl.plots import plot_run
-
-            plot_run(self.run_dir)
+                plot_run(self.run_dir, train_config=config_dict(cfg))
         return self.run_dir
 
-    def _report_interrupt(self, signum: int) -> None:
+    def _steps(self, log: MetricsLog, bar, stop: StopRequest) -> None:
+        """The steps until the run is finished or a stop is requested: each is checked for
+        NaN, logged, and checkpointed every ``checkpoint_every`` steps and at the end."""
         cfg = self.cfg
-        resume = (
-            f"refimpl train --resume --runs-dir {shlex.quote(str(cfg.runs_dir))} "
-            f"--name {shlex.quote(cfg.name or self.run_dir.name)}"
-        )
-        if self.step > 0:
-            where = f"checkpoint of step {self.step} written to {self.run_dir / 'checkpoint'}"
-        else:
-            where = "stopped before the first step (nothing to checkpoint)"
-        print(
-            f"refimpl: interrupted: {where}\nrefimpl: continue with: {resume}",
-            file=sys.stderr,
-            flush=True,
-        )
-        raise Interrupted(f"interrupted at step {self.step}; continue with: {resume}", signum)
+        if self.step == 0:
+            log.append({"step": 0, "sampled_tokens": 0, **self._observe("start")})
+        while not self.finished() and not stop.requested:
+            self._observe("before_step")
+            metrics = self.train_step()
+            self.step += 1
+            metrics["step"] = self.step
+            self.divergence.check(metrics)  # before it is logged or checkpointed
+            metrics.update(self._observe("after_step", metrics))
+            log.append(metrics)
+            bar.set_postfix(
+                reward=f"{metrics.get('reward_mean', float('nan')):.2f}",
+                H=f"{metrics.get('entropy_mean', float('nan')):.3f}",
+                s_step=f"{metrics['time_step']:.2f}",
+                refresh=False,
+            )
+            bar.update(1)
+            if self.step % cfg.checkpoint_every == 0 or self.finished() or stop.requested:
+                save_run(self.plan, self.model, self.optimizer, self.step, self.sampled_tokens)
 
 
-def train(cfg: TrainConfig) -> Path:
-    """Run one training run; return its directory."""
-    return Trainer(cfg).run()
+def train(cfg: TrainConfig, saved: SavedRun | None = None) -> Path:
+    """Run one training run; return its directory. ``saved``: a resumed run's config.json,
+    when the caller has read it (``rundir.read_saved_run``)."""
+    return Trainer(preflight(cfg, saved)).run()

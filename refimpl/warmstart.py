@@ -9,7 +9,7 @@ short supervised run on reference solutions of a *mix of easier instances* (for 
 both right and wrong answers (a group whose rewards are all equal carries no signal).
 
 The result is deterministic per seed on a machine (on one torch thread, the default: see
-``WarmstartConfig.threads``; refimpl's pinned kernel path, ``refimpl/numerics.py``, makes it
+``WarmstartConfig.threads``; refimpl's pinned kernel path, ``refimpl/runs/numerics.py``, makes it
 independent of the CPU's instruction-set level, but an AMD CPU trains other bits than an Intel
 one: docs/numerics.md) and cached under ``runs/warmstart/<task>-<hash>/``: the
 hash covers every setting, so changing one trains a new model, and ``make demo``, the
@@ -26,21 +26,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from filelock import FileLock
-from tqdm.auto import tqdm
 
-from refimpl import numerics
-from refimpl.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.evaluate import success_rate
 from refimpl.model import GPT
-from refimpl.settings import (  # noqa: F401  (re-exported: callers import them from here)
-    WARMSTART_MIX,
-    ModelConfig,
-    RunWarmstartConfig,
-    TaskName,
-    WarmstartConfig,
-    _flag,
-    parse_task_args,
-)
+from refimpl.runs import numerics
+from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
+from refimpl.runs.progress import progress
+from refimpl.runs.settings import WARMSTART_MIX, WarmstartConfig, _flag
 from toy_envs import TOKENIZER, get_task
 
 
@@ -71,6 +63,12 @@ def train_warmstart(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
     ``prefix``: how the flags are spelled in error messages (``--warmstart.`` for a run)."""
     cfg.check(prefix)
     cfg.check_writable(prefix)
+    return base_model(cfg, prefix)
+
+
+def base_model(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
+    """``train_warmstart`` of settings that are already checked (an RL run's, by its
+    preflight): the cached model, or the model trained and cached."""
     cache = cfg.cache_dir
     if cfg.cache_complete() and not cfg.force:
         return _load(cfg, cache, prefix)
@@ -111,8 +109,8 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
     )
     model.train()
     start = time.perf_counter()
-    bar = tqdm(range(cfg.steps), desc=f"warm start {cfg.task}", disable=not cfg.progress)
-    for step in bar:
+    bar = progress(cfg.steps, f"warm start {cfg.task}", disable=not cfg.progress)
+    for step in range(cfg.steps):
         # Problems of step s come from a generator seeded by (seed, s): deterministic.
         problems = mix_task.sample(cfg.batch_size, np.random.default_rng([cfg.seed, step]))
         ids, mask, target_mask = _training_batch(mix_task, problems)
@@ -129,6 +127,8 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
         schedule.step()
         if step % 20 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")
+        bar.update(1)
+    bar.close()
     seconds = time.perf_counter() - start
     model.eval()
     report = base_success(model, get_task(cfg.task, **cfg.task_knobs()), cfg.eval_problems)

@@ -375,6 +375,23 @@ SLIPS: list[Slip] = [
         (SPEC + "test_steer.py",),
         "STEER's exponential map without the 0.02 floor on max |Ω|",
     ),
+    # --- the loop a reader reads first: refimpl/loop.py against the Trainer ---
+    Slip(
+        "loop-no-clip",
+        "refimpl/loop.py",
+        "clip_grad_norm_(model.parameters(), cfg.grad_clip)",
+        'clip_grad_norm_(model.parameters(), float("inf"))',
+        ("tests/test_loop.py",),
+        "loop.py skips the gradient clip",
+    ),
+    Slip(
+        "loop-no-overlong-filter",
+        "refimpl/loop.py",
+        "        batch = batch.replace(response_mask=loss_mask)\n",
+        "",
+        ("tests/test_loop.py",),
+        "loop.py trains truncated rows that DAPO's overlong filter masks out",
+    ),
 ]
 
 

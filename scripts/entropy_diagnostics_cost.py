@@ -21,8 +21,8 @@ the step index, so every mode does the same work. The modes are interleaved (A, 
                 entropy_change_pred_path
 
 The share of a step is (mode − none) / none, a median over the (round, step) pairs. Alongside,
-the CPU time spent inside the diagnostics themselves (``Trainer._entropy_change``, the
-covariances and every ``EntropyPredictor`` call) is summed within each step and divided by the
+the CPU time spent inside the diagnostics themselves (the observers' ``measure`` of the entropy
+change, the covariances and every ``EntropyPredictor`` call) is summed within each step and divided by the
 rest of that step: a second, less noisy estimate of the same share. With attribution every k
 steps, the mean cost per step is pred + (attribute − pred) / k, printed for a few k.
 """
@@ -40,10 +40,12 @@ from unittest import mock
 import torch
 import tyro
 
-from refimpl import core, entropy_attribution
-from refimpl import train as train_module
+from refimpl import core
 from refimpl.bench import format_machine, machine_info
-from refimpl.train import TrainConfig, Trainer
+from refimpl.diagnostics import entropy_attribution, observers
+from refimpl.diagnostics.observers import Covariance, EntropyChange
+from refimpl.runs.config import TrainConfig
+from refimpl.train import Trainer
 
 
 @dataclass
@@ -80,36 +82,44 @@ class _NoPredictor:
         return {}
 
 
-def _entropy_change_16x8(trainer: Trainer):
-    """``Trainer._entropy_change`` as it was before the measured rows changed: the first 16
-    groups with all their completions."""
+class _ChangeWithoutPrediction(EntropyChange):
+    """``entropy_change`` on today's measured rows, without the prediction (``before``)."""
+
+    def before_update(self, trainer, batch, samples, adv) -> None:
+        self.predictor = _NoPredictor()
+
+
+class _Change16x8(_ChangeWithoutPrediction):
+    """``entropy_change`` as it was before the measured rows changed: the first 16 groups
+    with all their completions (``main``)."""
 
     @torch.no_grad()
-    def change(samples, batch) -> float:
+    def measure(self, trainer, samples, batch, adv) -> dict:
         measured = slice(0, min(batch.num_groups, 16) * trainer.cfg.group_size)
         with trainer.autocast():
-            _, after = trainer._logprobs(trainer.model, samples, measured, with_entropy=True)
+            _, after = trainer.logprobs(trainer.model, samples, measured, with_entropy=True)
         mask = batch.response_mask[measured]
-        return float(core.masked_mean(after.float() - batch.entropy_old[measured], mask))
+        change = core.masked_mean(after.float() - batch.entropy_old[measured], mask)
+        return {"entropy_change": float(change)}
 
-    return change
+
+#: The observers of each mode (the held-out evaluation and the probes do not run in a step).
+MODES = {
+    "none": lambda: [],
+    "main": lambda: [Covariance(), _Change16x8()],
+    "before": lambda: [Covariance(), _ChangeWithoutPrediction()],
+    "pred": lambda: [Covariance(), EntropyChange()],
+    "attribute": lambda: [Covariance(), EntropyChange()],
+}
 
 
 def _mode(trainer: Trainer, name: str):
     """A context that makes ``trainer.train_step`` compute the diagnostics of mode ``name``."""
-    stack = []
-    if name in ("none", "main", "before"):
-        stack.append(mock.patch.object(trainer, "_entropy_predictor", lambda *_a: _NoPredictor()))
-    if name == "main":
-        stack.append(mock.patch.object(trainer, "_entropy_change", _entropy_change_16x8(trainer)))
-    if name == "none":
-        stack.append(mock.patch.object(trainer, "_entropy_change", lambda *_a: 0.0))
-        stack.append(mock.patch.object(train_module, "logp_advantage_covariance", lambda *_a: 0.0))
     every = 1 if name == "attribute" else 0  # 0: never an attribution step
-    stack.append(
-        mock.patch.object(trainer, "cfg", dataclasses.replace(trainer.cfg, diag_every=every))
-    )
-    return stack
+    return [
+        mock.patch.object(trainer, "observers", MODES[name]()),
+        mock.patch.object(trainer, "cfg", dataclasses.replace(trainer.cfg, diag_every=every)),
+    ]
 
 
 class _Clock:
@@ -137,13 +147,15 @@ def _clocked(trainer: Trainer, clock: _Clock):
     """Patches that time every diagnostic call of a step (they must be the outermost ones)."""
     predictor_cls = entropy_attribution.EntropyPredictor
     patches = [
-        mock.patch.object(trainer, "_entropy_change", clock.wrap(trainer._entropy_change)),
         mock.patch.object(
-            train_module,
+            observers,
             "logp_advantage_covariance",
-            clock.wrap(train_module.logp_advantage_covariance),
+            clock.wrap(observers.logp_advantage_covariance),
         ),
     ]
+    for observer in trainer.observers:
+        if isinstance(observer, EntropyChange):
+            patches.append(mock.patch.object(observer, "measure", clock.wrap(observer.measure)))
     for name in ("__init__", "forward_done", "before_step", "after_step", "finish"):
         patches.append(
             mock.patch.object(predictor_cls, name, clock.wrap(getattr(predictor_cls, name)))
@@ -165,7 +177,6 @@ def measure(cfg: CostConfig) -> dict[str, dict[str, list[float]]]:
         probe_every=0,
     )
     trainer = Trainer(base)
-    trainer._open_run_dir()
     for _ in range(cfg.warmup_steps):
         trainer.train_step()
         trainer.step += 1

@@ -10,7 +10,8 @@ at every step, also measures the entropy change on all 512 rows and on each cand
 ("P × C": the first C completions of each of the first P groups). It prints, per subset, the
 correlation over steps of its change with the whole batch's change, and the CPU time of one
 forward pass and of one forward + backward pass of its mean entropy (medians over the steps).
-The trainer's choice is 32 × 1 (``ENTROPY_CHANGE_GROUPS``, ``ENTROPY_CHANGE_COMPLETIONS``).
+The trainer's choice is 32 × 1 (``refimpl.diagnostics.observers.ENTROPY_CHANGE_GROUPS``,
+``ENTROPY_CHANGE_COMPLETIONS``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ import tyro
 
 from refimpl import core
 from refimpl.bench import format_machine, machine_info
-from refimpl.entropy_attribution import hbar_gradient
-from refimpl.train import TrainConfig, Trainer
+from refimpl.diagnostics.entropy_attribution import hbar_gradient
+from refimpl.diagnostics.observers import EntropyChange
+from refimpl.runs.config import TrainConfig
+from refimpl.train import Trainer
 
 #: (groups P, completions C) of each candidate subset.
 SUBSETS = ((16, 8), (8, 8), (16, 4), (16, 2), (16, 1), (32, 1), (32, 2), (64, 1))
@@ -62,12 +65,10 @@ def main(cfg: MeasuredRowsConfig) -> None:
             diag_every=0,
         )
     )
-    trainer._open_run_dir()
-    G = trainer.cfg.group_size
+    G, T = trainer.cfg.group_size, trainer.cfg.temperature
     changes: dict[str, list[float]] = {f"{p} × {c}": [] for p, c in SUBSETS}
     changes["64 × 8 (all)"] = []
     cost = {name: {"forward": [], "forward + backward": []} for name in changes}
-    measure = trainer._entropy_change
     params = [p for p in trainer.model.parameters() if p.requires_grad]
 
     def rows_of(p: int, c: int) -> torch.Tensor:
@@ -78,23 +79,27 @@ def main(cfg: MeasuredRowsConfig) -> None:
             rows = rows_of(min(p, batch.num_groups), c)
             c0 = time.process_time()
             with torch.no_grad():
-                _, after = trainer._logprobs(
-                    trainer.model, samples, rows, with_entropy=True, group_size=c
-                )
+                _, after = samples.policy_logprobs(trainer.model, rows, temperature=T, group_size=c)
             cost[name]["forward"].append(time.process_time() - c0)
             mask = batch.response_mask[rows]
             changes[name].append(float(core.masked_mean(after - batch.entropy_old[rows], mask)))
             if name.endswith("(all)"):
                 continue  # the whole batch's backward pass: not a candidate, and slow
             c0 = time.process_time()
-            _, entropy = trainer._logprobs(
-                trainer.model, samples, rows, with_entropy=True, group_size=c
-            )
+            _, entropy = samples.policy_logprobs(trainer.model, rows, temperature=T, group_size=c)
             hbar_gradient(core.masked_mean(entropy, mask), params, retain_graph=False)
             cost[name]["forward + backward"].append(time.process_time() - c0)
-        return measure(samples, batch)
 
-    trainer._entropy_change = every_subset
+    class EverySubset(EntropyChange):
+        """The trainer's entropy change, and the same on every candidate subset."""
+
+        def measure(self, trainer, samples, batch, adv):
+            every_subset(samples, batch)
+            return super().measure(trainer, samples, batch, adv)
+
+    trainer.observers = [
+        o if type(o) is not EntropyChange else EverySubset() for o in trainer.observers
+    ]
     start = time.perf_counter()
     for _ in range(cfg.steps):
         trainer.train_step()

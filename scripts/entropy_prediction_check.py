@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import sys
 
-from refimpl.entropy_attribution import attribution_gap, attribution_keys, correlations
-from refimpl.runlog import read_metrics
+from refimpl.diagnostics.entropy_attribution import attribution_gap, attribution_keys, correlations
+from refimpl.runs.runlog import read_metrics
 
 
 def main(argv: list[str]) -> int:

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import torch
 
-from refimpl.checkpoint import save_checkpoint
-from refimpl.runlog import fsync_file
-from refimpl.settings import ModelConfig
+from refimpl.runs.checkpoint import save_checkpoint
+from refimpl.runs.runlog import fsync_file
+from refimpl.runs.settings import ModelConfig
 
 
 def main() -> None:

@@ -119,8 +119,9 @@ def worker() -> None:
 
     from refimpl import algorithms, core
     from refimpl.evaluate import encode_prompts
+    from refimpl.runs.settings import WARMSTART_MIX, WarmstartConfig
     from refimpl.sampling import policy_logprobs, sample_groups
-    from refimpl.warmstart import WARMSTART_MIX, WarmstartConfig, _training_batch
+    from refimpl.warmstart import _training_batch
     from toy_envs import TOKENIZER, get_task
 
     torch.set_num_threads(1)
@@ -249,7 +250,7 @@ def main() -> None:
         print(f"| {label} | {cells} | {ratio:.2f} |")
     import torch  # noqa: PLC0415  (after refimpl would pin it: this process stays native)
 
-    from refimpl.numerics import cpu_name
+    from refimpl.runs.numerics import cpu_name
 
     print(
         f"\n{cpu_name()}, {os.cpu_count()} CPUs, torch "

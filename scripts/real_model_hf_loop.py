@@ -1,7 +1,7 @@
 """The HF path by hand: generate → rollout_batch → advantages → loss → optimizer step, no TRL.
 
-The loop a reader copies into their own code is ``refimpl/scaleup/hf_loop.py`` (about 60
-lines); this script runs it on SmolLM2-135M-Instruct, two-digit additions in a chat, free-form
+The loop a reader copies into their own code is ``refimpl/scaleup/hf_loop.py`` (``loop.py``'s
+twin on a Hugging Face model); this script runs it on SmolLM2-135M-Instruct, two-digit additions in a chat, free-form
 rewards, any ``refimpl.algorithms`` name. Held-out success before and after, as
 ``scripts/real_model.py`` reports it (the same defaults, the same table).
 

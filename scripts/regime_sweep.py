@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-from refimpl.compare import run_in_workers
-from refimpl.train import TrainConfig, run_warmstart
-from refimpl.warmstart import ModelConfig, WarmstartConfig
+from refimpl.runs.compare import run_in_workers
+from refimpl.runs.config import TrainConfig, run_warmstart
+from refimpl.runs.settings import ModelConfig, WarmstartConfig
 
 
 def _ws(**changes) -> WarmstartConfig:

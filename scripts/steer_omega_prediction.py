@@ -16,7 +16,7 @@ the step's loss calls: Σ Ω over the batch ÷ the number of loss calls) and
 ``omega_weighted_sum`` (Σ λΩ, the same with STEER's weights). Ω > 0 lowers a state's entropy,
 so the Ω predictor is ``−Σ Ω``; its scale (the step size, Adam) is unknown, so only
 correlations are compared: Pearson's r over steps, raw and after each run's 11-step running
-mean (``refimpl.entropy_attribution.correlations``). The last column correlates −Σ Ω (p = 2)
+mean (``refimpl.diagnostics.entropy_attribution.correlations``). The last column correlates −Σ Ω (p = 2)
 with ``entropy_change_pred``: the single-state estimate against the whole network's.
 
 **Band** (every run). The per-step measured ``entropy_change`` (nats): its mean, standard
@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from refimpl.entropy_attribution import correlations
-from refimpl.runlog import read_metrics, read_run_config
+from refimpl.diagnostics.entropy_attribution import correlations
+from refimpl.runs.runlog import read_metrics, read_run_config
 
 #: The Ω predictors (logged key → the column's name); each enters as −Σ.
 OMEGA_KEYS = {

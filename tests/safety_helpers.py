@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from refimpl.cli import main as cli_main
-from refimpl.runlog import read_metrics
+from refimpl.runs.runlog import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMING_KEYS = {"time_sample", "time_score", "time_adv", "time_loss", "time_step", "time_eval"}

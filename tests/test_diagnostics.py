@@ -1,4 +1,4 @@
-"""pass@k and the log-prob/advantage covariance (``refimpl/diagnostics.py``)."""
+"""pass@k and the log-prob/advantage covariance (``refimpl/diagnostics/metrics.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refimpl.diagnostics import (
+from refimpl.diagnostics.metrics import (
     PASS_AT_K,
     logp_advantage_covariance,
     mean_pass_at_k,

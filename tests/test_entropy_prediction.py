@@ -1,5 +1,5 @@
 """The first-order prediction of the entropy change and its attribution to token classes
-(``refimpl.entropy_attribution``, docs/entropy_mechanism.md).
+(``refimpl.diagnostics.entropy_attribution``, docs/entropy_mechanism.md).
 
 * In float64 on a tiny GPT, ``entropy_change_pred`` equals a central finite difference of
   ``H̄`` along the step the optimizer took.
@@ -21,11 +21,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from refimpl import entropy_attribution as ea
-from refimpl.diagnostics import logp_advantage_covariance
+from refimpl.diagnostics import entropy_attribution as ea
+from refimpl.diagnostics.metrics import logp_advantage_covariance
 from refimpl.model import GPT, GPTConfig
-from refimpl.runlog import read_metrics
-from refimpl.train import TrainConfig, resolve, train
+from refimpl.runs.config import TrainConfig, resolve
+from refimpl.runs.runlog import read_metrics
+from refimpl.train import train
 from tests.tiny import tiny_warmstart
 
 V, P, T, B = 11, 3, 4, 8

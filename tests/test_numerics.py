@@ -1,4 +1,4 @@
-"""One numeric path (refimpl/numerics.py): the kernel path torch would pick on this machine,
+"""One numeric path (refimpl/runs/numerics.py): the kernel path torch would pick on this machine,
 or the one the environment asks for, must not change a single weight.
 
 The cross-path test is what would have caught issue 24: a warm start plus a few RL steps in
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from refimpl import numerics
-from refimpl.warmstart import WarmstartConfig
+from refimpl.runs import numerics
+from refimpl.runs.settings import WarmstartConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")
@@ -104,7 +104,7 @@ def _python(code: str, extra: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
-DESCRIBE = "import json; from refimpl import numerics; print(json.dumps(numerics.describe()))"
+DESCRIBE = "import json; from refimpl.runs import numerics; print(json.dumps(numerics.describe()))"
 
 
 @pytest.mark.skipif(not X86_64, reason="the pinned path is x86-64's (elsewhere: native)")

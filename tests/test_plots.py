@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from refimpl import algorithms, nbplots, plots, runlog
+from refimpl import algorithms, nbplots, plots
+from refimpl.runs import runlog
 
 ROOT = Path(__file__).resolve().parents[1]
 

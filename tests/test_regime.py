@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from refimpl.diagnostics import PASS_AT_K
-from refimpl.runlog import read_metrics
-from refimpl.train import TrainConfig, train
+from refimpl.diagnostics.metrics import PASS_AT_K
+from refimpl.runs.config import TrainConfig
+from refimpl.runs.runlog import read_metrics
+from refimpl.train import train
 from tests.tiny import tiny_warmstart
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from refimpl.config import load_config_file, resolve
+from refimpl.runs.config import load_config_file, resolve
 from tests.safety_helpers import cli, error_lines, tiny_flags
 
 
@@ -30,9 +30,9 @@ def no_side_effects(monkeypatch):
         raise AssertionError("a side effect happened before the flags were checked")
 
     monkeypatch.setattr("refimpl.warmstart._train", forbidden)
-    monkeypatch.setattr("refimpl.train.train_warmstart", forbidden)
-    monkeypatch.setattr("refimpl.compare.train_warmstart", forbidden)
-    monkeypatch.setattr("refimpl.train.prepare_run_dir", forbidden)
+    monkeypatch.setattr("refimpl.train.base_model", forbidden)
+    monkeypatch.setattr("refimpl.runs.compare.train_warmstart", forbidden)
+    monkeypatch.setattr("refimpl.runs.rundir.prepare_run_dir", forbidden)
     monkeypatch.setattr("torch.set_num_threads", forbidden)
 
 
@@ -185,9 +185,9 @@ def planned(monkeypatch, no_side_effects):
     def record_run(cfg):
         runs.append(cfg)
 
-    monkeypatch.setattr("refimpl.compare.preflight", record_run)
-    monkeypatch.setattr("refimpl.compare.train_warmstart", record_warmstart)
-    monkeypatch.setattr("refimpl.train.train_warmstart", record_warmstart)
+    monkeypatch.setattr("refimpl.runs.compare.preflight", record_run)
+    monkeypatch.setattr("refimpl.runs.compare.train_warmstart", record_warmstart)
+    monkeypatch.setattr("refimpl.train.base_model", record_warmstart)
 
     def run(argv: list, capsys) -> tuple[list, list]:
         runs.clear()
@@ -245,7 +245,7 @@ def test_bench_learning_preset_never_overrides_a_typed_flag():
     and the typed ablation, and takes the rest (eval every 50, the six algorithms) from the
     preset."""
     from refimpl.bench.learning import LearningConfig
-    from refimpl.presets import explicit_fields
+    from refimpl.runs.presets import explicit_fields
 
     argv = ["--preset", "collapse", "--budget-steps", "150", "--ablations", "gtpo alpha_2=0.0"]
     cfg = LearningConfig(preset="collapse", budget_steps=150, ablations="gtpo alpha_2=0.0")

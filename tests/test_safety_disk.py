@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from refimpl import checkpoint as ckpt
+from refimpl.runs import checkpoint as ckpt
 from tests.safety_helpers import (
     ROOT,
     cli,

@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 import refimpl.train as train_module
-from refimpl.runlog import read_metrics
+from refimpl.runs.runlog import read_metrics
 from tests.safety_helpers import cli, error_lines, tiny_flags
 
 

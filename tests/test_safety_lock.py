@@ -112,7 +112,7 @@ def test_a_running_run_is_refused_to_a_second_process_and_freed_when_it_dies(tmp
 SLOW_CREATION = """
 import sys, time
 from pathlib import Path
-import refimpl.rundir as rundir
+import refimpl.runs.rundir as rundir
 write = rundir.write_text_atomic
 def slow(path, text):
     if Path(path).name == "config.json" and not Path(path).exists():

@@ -18,7 +18,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from refimpl.checkpoint import CheckpointError, load_model_weights
+from refimpl.runs.checkpoint import CheckpointError, load_model_weights
 from tests.safety_helpers import (
     cli,
     copy_run,

@@ -1,16 +1,24 @@
 """Settings are resolved once: ``--task-args`` is parsed one time per command, whatever reads it
-(the task, the warm start's checks, its cache key, its training, the run's records)."""
+(the task, the warm start's checks, its cache key, its training, the run's records); a run
+builds its task, its warm start's settings, its device and its algorithm Config once
+(``config.Plan``), and a resumed run reads its config.json once."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
-import refimpl.rundir as rundir
-import refimpl.settings as settings
+import refimpl.runs.config as config
+import refimpl.runs.rundir as rundir
+import refimpl.runs.settings as settings
+from refimpl.algorithms import grpo
 from refimpl.cli import main
-from refimpl.config import load_config_file
+from refimpl.runs.config import TrainConfig, load_config_file
+from refimpl.runs.runlog import read_metrics
 
 #: A one-step GRPO run with a 5-step 1-layer warm start (trained in the test's directory).
 TINY = [
@@ -66,3 +74,105 @@ def test_preflight_of_a_resume_checks_the_saved_settings_once(tmp_path, monkeypa
     cfg = load_config_file(tmp_path / "r" / "config.json")
     rundir.preflight(dataclasses.replace(cfg, resume=True, steps=2))
     assert calls == [tmp_path / "r" / "config.json"]
+
+
+@pytest.fixture
+def count_resolutions(monkeypatch):
+    """How often a command reads a run's config.json and resolves each piece of a run: the
+    task, the warm start's settings, the device, the algorithm's Config (each construction),
+    the warm start's checks."""
+    counts: collections.Counter = collections.Counter()
+
+    def counted(module, name: str):
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+
+    for name in ("build_task", "run_warmstart", "check_device", "algorithm_config"):
+        counted(config, name)
+    counted(settings.WarmstartConfig, "check")
+    real_post_init = grpo.Config.__post_init__
+    monkeypatch.setattr(
+        grpo.Config,
+        "__post_init__",
+        lambda self: (counts.update(["grpo.Config"]), real_post_init(self))[1],
+    )
+    real_read_text = Path.read_text
+
+    def read_text(self, *args, **kwargs):
+        if self.name == "config.json":
+            counts["config.json read"] += 1
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    return counts
+
+
+ONCE = {
+    "build_task": 1,
+    "run_warmstart": 1,
+    "check_device": 1,
+    "algorithm_config": 1,
+    "grpo.Config": 1,
+    "check": 1,
+}
+
+
+def test_a_run_resolves_each_setting_once(tmp_path, count_resolutions):
+    argv = ["train", *TINY, "--runs-dir", str(tmp_path), "--name", "r"]
+    assert main(argv) == 0
+    assert count_resolutions == ONCE  # a new run reads no config.json
+
+
+def test_a_resumed_run_reads_its_config_json_once(tmp_path, capsys, count_resolutions):
+    assert main(["train", *TINY, "--runs-dir", str(tmp_path), "--name", "r"]) == 0
+    count_resolutions.clear()
+    resume = ["train", "--resume", "--runs-dir", str(tmp_path), "--name", "r", "--steps", "2"]
+    assert main([*resume, "--no-progress"]) == 0, capsys.readouterr().err
+    # The run's own Config (from its config.json), built once; its flags' defaults, read once.
+    assert count_resolutions == {**ONCE, "config.json read": 1}
+    assert [r["step"] for r in read_metrics(tmp_path / "r")] == [0, 1, 2]
+
+
+def test_the_memory_estimate_sees_the_algo_args(monkeypatch):
+    """The memory estimate counts the frozen reference only when the run's own algorithm
+    Config needs one (it once built a default Config that ignored --algo-args)."""
+    seen = []
+    real = config.memory_estimates
+
+    def spy(cfg, task, max_new_tokens, algo_cfg):
+        seen.append(algo_cfg)
+        return real(cfg, task, max_new_tokens, algo_cfg)
+
+    monkeypatch.setattr(config, "memory_estimates", spy)
+    plan = config.resolve(TrainConfig(algo="grpo", algo_args=("kl_coef=0",)))
+    assert seen == [plan.algo_cfg] and not seen[0].needs_reference()
+    model = [spy(TrainConfig(), plan.task, plan.max_new_tokens, c)[0][1] for c in (
+        grpo.Config(kl_coef=0.0), grpo.Config())]  # fmt: skip
+    assert model[0] * 5 == model[1] * 4  # weights, gradient, Adam's two moments (+ reference)
+
+
+def test_a_run_whose_config_json_lost_its_algo_config_resumes_with_the_checkpoints(
+    tmp_path, monkeypatch
+):
+    """The checkpoint's algorithm settings, once the checkpoint is found to belong to the run,
+    are the ones the run continues with (not this version's defaults with the flags)."""
+    argv = ["train", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--no-plot"]
+    assert main([*argv, "--algo-args", "clip_eps_high=0.3"]) == 0
+    path = tmp_path / "r" / "config.json"
+    record = json.loads(path.read_text())
+    del record["algo_config"]
+    path.write_text(json.dumps(record))
+    state = json.loads((tmp_path / "r" / "checkpoint" / "state.json").read_text())
+    built = []
+    real = rundir.algorithm_config
+    monkeypatch.setattr(rundir, "algorithm_config", lambda *a: (built.append(a[3]), real(*a))[1])
+    cfg = load_config_file(path)
+    plan = rundir.preflight(dataclasses.replace(cfg, resume=True, steps=2))
+    assert built == [state["algo_config"]]
+    assert plan.algo_cfg == grpo.Config(**state["algo_config"])
+    assert plan.algo_cfg.clip_eps_high == 0.3

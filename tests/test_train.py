@@ -15,11 +15,13 @@ import pytest
 import torch
 
 from refimpl import algorithms
-from refimpl.checkpoint import load_model_weights
 from refimpl.cli import main as cli_main
-from refimpl.runlog import read_metrics
-from refimpl.train import NonFiniteLossError, TrainConfig, Trainer, train
-from refimpl.warmstart import WarmstartConfig
+from refimpl.runs.checkpoint import load_model_weights
+from refimpl.runs.config import TrainConfig
+from refimpl.runs.divergence import NonFiniteLossError
+from refimpl.runs.runlog import read_metrics
+from refimpl.runs.settings import WarmstartConfig
+from refimpl.train import Trainer, train
 from tests.tiny import tiny_warmstart
 
 TIMING_KEYS = {"time_sample", "time_score", "time_adv", "time_loss", "time_step", "time_eval"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from refimpl.warmstart import ModelConfig, WarmstartConfig
+from refimpl.runs.settings import ModelConfig, WarmstartConfig
 
 
 def tiny_warmstart(runs: Path) -> WarmstartConfig:

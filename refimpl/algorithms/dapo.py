@@ -25,8 +25,8 @@ Equations
     Aggregation "token-mean" (Eq. 8/12's 1/Σ_i|o_i| Σ_i Σ_t):
         L = Σ_{i,t} m[i,t] ℓ[i,t] / Σ_{i,t} m[i,t]
 
-    Dynamic sampling (Eq. 11), applied by the trainer with ``mechanisms.informative_groups`` on
-    the outcome rewards:
+    Dynamic sampling (Eq. 11), applied by every training loop with ``mechanisms.keep_groups``
+    (the ``informative_groups`` when ``dynamic_sampling`` is on) on the outcome rewards:
         keep a group only if 0 < |{o_i : r_i ≥ success_threshold}| < G
 
     Soft overlong punishment (Eq. 13), added to r_i by the trainer with
@@ -41,8 +41,8 @@ Relative to GRPO
 Only the configuration changes: ``clip_eps_high`` 0.2 → 0.28 (clip-higher), ``kl_coef``
 0.04 → 0, ``loss_agg_mode`` seq-mean-token-mean → token-mean, ``dynamic_sampling`` and
 ``overlong_shaping`` on. The advantage and the loss code are GRPO's line for line; the two
-batch-level mechanisms live once in ``refimpl.mechanisms`` (``informative_groups``, ``shape_rewards``),
-called by the trainers (they need the sampler and the length budget ``L_max``, which an
+batch-level mechanisms live once in ``refimpl.mechanisms`` (``keep_groups``, ``shape_rewards``),
+called by the training loops (they need the sampler and the length budget ``L_max``, which an
 advantage function does not see).
 
 Assumptions

@@ -125,23 +125,12 @@ class Config(core.AlgorithmConfig):
     overlong_filter: bool = False  # DAPO's truncated-sample masking; off [A]
 
     def __post_init__(self) -> None:
+        # Every field's type and range (beta_1, beta_2 ≥ 0; entropy_eps > 0): core.FIELD_RULES.
         core.check_config(self, LOSS_AGG_MODES)
-        for name in ("beta_1", "beta_2"):
-            value = getattr(self, name)
-            core.require(
-                isinstance(value, (int, float)) and 0.0 <= value < float("inf"),
-                f"Config.{name}",
-                f"a finite value ≥ 0, got {value!r}",
-            )
         core.require_choice(self.stats, "Config.stats", STATS)
         core.require_choice(self.entropy_mean, "Config.entropy_mean", ENTROPY_MEANS)
         core.require_choice(self.negative_shaping, "Config.negative_shaping", NEGATIVE_SHAPING)
         core.require_choice(self.ratio, "Config.ratio", RATIOS)
-        core.require(
-            isinstance(self.entropy_eps, (int, float)) and 0.0 < self.entropy_eps < float("inf"),
-            "Config.entropy_eps",
-            f"a finite value > 0, got {self.entropy_eps!r}",
-        )
 
 
 def sequence_rewards(

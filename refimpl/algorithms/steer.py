@@ -62,7 +62,7 @@ divided by π, sign reversed (Ω > 0: the token's update lowers its state's entr
 ``tests/spec/test_steer.py::test_own_logit_step_changes_entropy_by_minus_eta_pi_omega``).
 ``p = 2`` multiplies it by a further ``1 − π``. Ω leaves out the other logits' share (the Σ
 above), every other state that the shared network moves, and the optimizer; the trainer's
-``entropy_change_pred`` (``refimpl.entropy_attribution``) is the whole network's first-order
+``entropy_change_pred`` (``refimpl.diagnostics.entropy_attribution``) is the whole network's first-order
 change, through the actual parameter step. The loss logs ``omega_sum_p1``, ``omega_sum_p2``
 (Σ Ω over its tokens) and ``omega_weighted_sum`` (Σ λΩ); ``scripts/steer_omega_prediction.py``
 compares them with ``entropy_change_pred`` as predictors of the measured change.

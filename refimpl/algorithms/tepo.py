@@ -150,6 +150,11 @@ class Config(core.AlgorithmConfig):
         # The mask compares H_θ with H_old only with entropy_source="current".
         return self.kl_coef > 0 and self.kl_mask and self.entropy_source == "current"
 
+    def needs_float32_entropy(self) -> bool:
+        # The mask compares H_θ with H_old to τ = 1e-4 nats; bf16 logits move each by up to
+        # ~7e-3, so a bf16 loop computes both in float32.
+        return self.reads_current_entropy()
+
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""

@@ -45,15 +45,15 @@ import numpy as np
 
 from refimpl import algorithms
 from refimpl.bench import format_machine, machine_info, markdown_table
-from refimpl.entropy_attribution import (
+from refimpl.diagnostics.entropy_attribution import (
     ENTROPY_TERM,
     MOMENTUM,
     TOKEN_CLASSES,
     attribution_table,
     prediction_table,
 )
-from refimpl.presets import PresetName
-from refimpl.runlog import read_metrics
+from refimpl.runs.presets import PresetName
+from refimpl.runs.runlog import read_metrics
 
 #: The entropy claim "holds" only when the end entropy is at least this much above DAPO's
 #: (mean of the paired ratios) and higher in every paired seed.
@@ -66,8 +66,8 @@ def parse_variant(label: str) -> tuple[str, tuple[str, ...], dict[str, Any]]:
     """``"tepo kl_mask=False minibatches=1"`` → ``("tepo", ("kl_mask=False",),
     {"minibatches": 1})``: the algorithm, its Config overrides (``--algo-args``) and the
     ``TrainConfig`` overrides (any FIELD=VALUE whose field belongs to TrainConfig)."""
-    from refimpl.overrides import parse_overrides
-    from refimpl.train import TrainConfig
+    from refimpl.runs.config import TrainConfig
+    from refimpl.runs.overrides import parse_overrides
 
     algo, *pairs = label.split()
     algorithms.get(algo)  # ValueError listing the names
@@ -83,7 +83,7 @@ class LearningConfig:
     """Learning benchmark: every algorithm × seeds × tasks at the same sampled-token budget."""
 
     preset: PresetName = "default"
-    """a named regime from refimpl.presets (default, onpolicy, collapse): it sets the training
+    """a named regime from refimpl.runs.presets (default, onpolicy, collapse): it sets the training
     settings and the benchmark's tasks, algorithms, seeds, ablations and budget that you leave
     at their defaults"""
     tasks: str = "countdown"
@@ -152,14 +152,14 @@ class LearningConfig:
         """This config with its preset's benchmark settings on the fields the command line did
         not set (``explicit``: ``presets.explicit_fields`` of the argv; None: the fields still
         at their default)."""
-        from refimpl import presets
+        from refimpl.runs import presets
 
         return presets.fill_defaults(self, presets.get(self.preset).bench, explicit)
 
     def train_defaults(self):
         """The TrainConfig every run starts from: the preset's regime plus --lr/-N/-G."""
-        from refimpl import presets
-        from refimpl.train import TrainConfig
+        from refimpl.runs import presets
+        from refimpl.runs.config import TrainConfig
 
         train = presets.fill_defaults(TrainConfig(), presets.get(self.preset).train)
         changes = {
@@ -226,7 +226,7 @@ class Run:
 
 
 def _warmstart(cfg: LearningConfig, task: str):
-    from refimpl.warmstart import ModelConfig, WarmstartConfig
+    from refimpl.runs.settings import ModelConfig, WarmstartConfig
 
     ws = WarmstartConfig(task=task, runs_dir=cfg.runs_dir, progress=False)
     if cfg.quick:
@@ -242,7 +242,7 @@ def _warmstart(cfg: LearningConfig, task: str):
 
 def token_budget(cfg: LearningConfig, task_name: str) -> tuple[int, float]:
     """``(budget, ℓ)``: tokens per run, and the mean reference completion length ℓ."""
-    from refimpl.train import HELD_OUT_SEED
+    from refimpl.runs.config import HELD_OUT_SEED
     from toy_envs import TOKENIZER, get_task
 
     task = get_task(task_name)
@@ -257,7 +257,7 @@ def token_budget(cfg: LearningConfig, task_name: str) -> tuple[int, float]:
 
 def plan(cfg: LearningConfig) -> tuple[list[Run], dict[str, int]]:
     """Every run of the benchmark (not yet trained), and each task's token budget."""
-    from refimpl.train import resolve
+    from refimpl.runs.config import resolve
 
     tasks, algos, seeds = cfg.task_list(), cfg.algo_list(), cfg.seed_list()
     ablation_tasks = (
@@ -312,9 +312,8 @@ def finished(run: Run) -> bool:
 
 def run_all(cfg: LearningConfig, runs: list[Run]) -> float:
     """Train the runs that have not finished (in parallel); return the wall time."""
-    from tqdm.auto import tqdm
-
-    from refimpl.compare import run_in_workers
+    from refimpl.runs.compare import run_in_workers
+    from refimpl.runs.progress import progress
     from refimpl.warmstart import train_warmstart
 
     for task in cfg.task_list():
@@ -323,7 +322,7 @@ def run_all(cfg: LearningConfig, runs: list[Run]) -> float:
     todo = sorted((r for r in runs if cfg.overwrite or not finished(r)), key=lambda r: r.seed)
     workers = cfg.workers or min(4, os.cpu_count() or 1)
     start = time.perf_counter()
-    with tqdm(total=len(todo), desc="bench learning", unit="run", dynamic_ncols=True) as bar:
+    with progress(len(todo), "bench learning", unit="run") as bar:
         run_in_workers([r.train for r in todo], workers, lambda n: bar.update(n - bar.n))
     return time.perf_counter() - start
 
@@ -495,7 +494,7 @@ def collect(cfg: LearningConfig, runs: list[Run], budgets: dict[str, int]) -> di
 
 
 def _entropy_tables(res: dict[str, Any]) -> list[str]:
-    """The report's tables of ``refimpl.entropy_attribution``: how the first-order prediction
+    """The report's tables of ``refimpl.diagnostics.entropy_attribution``: how the first-order prediction
     and the covariances track the measured entropy change, and the attribution by class."""
     pred, attr = res["entropy"]["prediction"], res["entropy"]["attribution"]
 

@@ -203,8 +203,8 @@ def bench_sampling(cfg: SpeedConfig, model_size: dict[str, int]) -> list[dict[st
 
 
 def _train_config(cfg: SpeedConfig, **changes):
-    from refimpl.train import TrainConfig
-    from refimpl.warmstart import ModelConfig, WarmstartConfig
+    from refimpl.runs.config import TrainConfig
+    from refimpl.runs.settings import ModelConfig, WarmstartConfig
 
     ws = WarmstartConfig(runs_dir=cfg.runs_dir, progress=False, threads=cfg.threads)
     if cfg.quick:
@@ -407,7 +407,7 @@ def _trl_problems(ours, steps: int):
     reward function, which scores a completion with the task, as our trainer does."""
     from datasets import Dataset
 
-    from refimpl.train import HELD_OUT_SEED
+    from refimpl.runs.config import HELD_OUT_SEED
 
     task, N = ours.task, ours.cfg.prompts_per_step
     problems = task.sample(N * steps, np.random.default_rng([HELD_OUT_SEED + 1, 0]))

@@ -1,9 +1,34 @@
-"""The HF path by hand: generate → ``rollout_batch`` → advantages → loss → optimizer step.
+"""``refimpl/loop.py``'s loop on a Hugging Face model, by hand (no TRL): the loop a reader
+copies into their own code. Its stages are loop.py's, in the same order and with the same
+names, so the two files read side by side:
 
-No TRL: the training loop a reader copies into their own code. ``task`` is anything with
-``prompt_text(tokenizer, problem) -> str`` and ``reward(problem, text) -> float`` (for example
-:class:`refimpl.scaleup.real_task.ChatTask`); ``scripts/real_model_hf_loop.py`` runs it on SmolLM2 and
-prints the same before/after table as ``scripts/real_model.py`` (TRL).
+    rollout     N prompts × G replies (``model.generate``) ─► rewards (``task.reward``) ─►
+                ``hf.rollout_batch`` (logp_old and the full-vocabulary entropy_old in one
+                forward pass) ─► dynamic sampling (``mechanisms.keep_groups``)
+    shaping     the overlong penalty added to the reward (``mechanisms.shape_rewards``)
+    advantages  ``algo.advantages``, then the overlong filter (``mechanisms.overlong_filter``)
+    update      ``ppo_epochs`` × ``minibatches`` optimizer steps on whole groups
+                (``mechanisms.split_groups``): ``algo.loss`` → backward → clip → Adam
+
+Every switch of the algorithm's ``Config`` acts here as in ``loop.py``: dynamic sampling,
+overlong shaping and filter, the generation budget (``Config.for_generation_budget``), the
+frozen reference of a KL term, the entropy with gradient for a loss that trains it.
+
+What ``loop.py`` does that this loop does not, and why:
+
+* dynamic sampling drops the uninformative groups but does not resample: the problems are a
+  list handed in, ``prompts_per_step`` per rollout, so a rollout trains on fewer groups (none:
+  it is skipped) rather than drawing more;
+* sampling draws from torch's global generator (``model.generate``), seeded once by the
+  caller, not from one stream per step: a run is reproducible from its start, not resumable
+  at a step (there are no checkpoints here anyway);
+* nothing to set for float32 entropies: ``hf.token_logprobs_and_entropy`` computes the
+  log-probs and entropies in float32 whatever dtype the model runs in.
+
+``task`` is anything with ``prompt_text(tokenizer, problem) -> str`` and
+``reward(problem, text) -> float`` (for example :class:`refimpl.scaleup.real_task.ChatTask`);
+``scripts/real_model_hf_loop.py`` runs it on SmolLM2 and prints the same before/after table
+as ``scripts/real_model.py`` (TRL).
 """
 
 from __future__ import annotations
@@ -16,59 +41,96 @@ from refimpl import algorithms, core, mechanisms
 from refimpl.scaleup.hf import rollout_batch, token_logprobs_and_entropy
 
 
+def rollout(model, tok, task, chunk, algo_cfg, G: int, L_max: int, temperature: float, ref):
+    """G replies to each problem of ``chunk`` and their rewards, as a ``RolloutBatch`` of the
+    kept groups (with ``Config.dynamic_sampling``: 0 < #successful < G, DAPO Eq. 11), with
+    what the update needs of them and the mean reward of every reply; None when no group is
+    kept."""
+    enc = tok([task.prompt_text(tok, p) for p in chunk], return_tensors="pt", padding=True)
+    prompt_ids = enc.input_ids.repeat_interleave(G, dim=0)  # each prompt G times, in a row
+    prompt_mask = enc.attention_mask.repeat_interleave(G, dim=0)
+    eos = tok.eos_token_id
+    model.eval()
+    with torch.no_grad():  # no top-k/top-p: H_old is the sampling distribution's
+        seqs = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=True,
+                              temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=L_max,
+                              eos_token_id=eos, pad_token_id=tok.pad_token_id)  # fmt: skip
+    P = prompt_ids.shape[1]
+    texts = tok.batch_decode(seqs[:, P:], skip_special_tokens=True)
+    outcome = torch.tensor([task.reward(chunk[i // G], t) for i, t in enumerate(texts)])
+    # logp_old and the full-vocabulary entropy_old of every reply token, in one pass.
+    batch = rollout_batch(model, prompt_ids, prompt_mask, seqs, outcome, G, eos,
+                          temperature=temperature, ref_model=ref)  # fmt: skip
+    keep = mechanisms.keep_groups(batch.rewards, G, algo_cfg)  # [N] bool: all, unless asked
+    if not keep.any():
+        return None
+    rows = keep.repeat_interleave(G)
+    truncated = ~(seqs[:, P:] == eos).any(dim=1)  # no EOS within the budget L_max
+    reward = float(outcome.mean())  # of every reply, kept or not
+    return batch.select_groups(keep), seqs[rows], prompt_mask[rows], truncated[rows], P, reward
+
+
+def update(model, optimizer, algo, algo_cfg, batch, seqs, prompt_mask, forward_mask, A, P,
+           ppo_epochs: int, minibatches: int, grad_clip: float, temperature: float):  # fmt: skip
+    """``ppo_epochs`` passes over the batch, each in ``minibatches`` optimizer steps on whole
+    groups; yields each optimizer step's metrics. ``forward_mask``: the replies' tokens (the
+    loss mask ``batch.response_mask`` may have dropped truncated rows, the forward pass not)."""
+    G = batch.group_size
+    model.train()
+    algo_cfg = algo_cfg.for_update(batch, A)  # whole-rollout constants (STEER's |Ω| range)
+    for _epoch in range(ppo_epochs):
+        for groups in mechanisms.split_groups(batch.num_groups, minibatches):
+            keep = torch.zeros(batch.num_groups, dtype=torch.bool)
+            keep[groups.start : groups.stop] = True
+            rows = keep.repeat_interleave(G)
+            attention = torch.cat([prompt_mask[rows], forward_mask[rows].long()], dim=1)
+            logp, H = token_logprobs_and_entropy(model, seqs[rows], attention, P,
+                                                 temperature=temperature)  # fmt: skip
+            if not algo_cfg.differentiates_entropy():  # gradient only for an entropy bonus
+                H = H.detach()
+            minibatch = batch.select_groups(keep)
+            loss, metrics = algo.loss(minibatch, logp, A[rows], algo_cfg, entropy=H)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            optimizer.step()
+            entropy = float(core.masked_mean(H.detach(), minibatch.response_mask))
+            yield {"loss": float(loss.detach()), "grad_norm": float(grad_norm),
+                   "entropy": entropy, **metrics}  # fmt: skip
+    model.eval()
+
+
 def train_hf_loop(model, tok, task, problems, algorithm="gtpo", prompts_per_step=8, group_size=8,
                   rollouts=4, minibatches=4, max_new_tokens=12, lr=2e-5, cfg=None,
-                  progress=False):  # fmt: skip
-    """Train ``model`` in place; return one dict of metrics per optimizer step (``progress``:
-    also print each one)."""
-    G = group_size  # G completions per prompt, prompts_per_step prompts per rollout
+                  progress=False, *, ppo_epochs=1, grad_clip=1.0, temperature=1.0):  # fmt: skip
+    """Train ``model`` in place on ``rollouts`` rollouts of ``prompts_per_step`` problems each;
+    return one dict of metrics per optimizer step (``progress``: also print each one)."""
+    G, L_max = group_size, max_new_tokens
     algo = algorithms.get(algorithm)
-    cfg = cfg or algo.Config()
-    ref = copy.deepcopy(model).eval().requires_grad_(False) if cfg.needs_reference() else None
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    eos, log = tok.eos_token_id, []
+    algo_cfg = (cfg or algo.Config()).for_generation_budget(L_max)  # Dr. GRPO's L_max
+    # π_ref of a KL term: the frozen starting policy.
+    ref = copy.deepcopy(model).eval().requires_grad_(False) if algo_cfg.needs_reference() else None
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    log = []
     for r in range(rollouts):
         chunk = problems[r * prompts_per_step : (r + 1) * prompts_per_step]
-        enc = tok([task.prompt_text(tok, p) for p in chunk], return_tensors="pt", padding=True)
-        prompt_ids = enc.input_ids.repeat_interleave(G, dim=0)  # each prompt G times, in a row
-        prompt_mask = enc.attention_mask.repeat_interleave(G, dim=0)
-        model.eval()
-        with torch.no_grad():  # T = 1, no top-k/top-p: H_old is the sampling distribution's
-            seqs = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask,
-                                  do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                  max_new_tokens=max_new_tokens, eos_token_id=eos,
-                                  pad_token_id=tok.pad_token_id)  # fmt: skip
-        P = prompt_ids.shape[1]
-        texts = tok.batch_decode(seqs[:, P:], skip_special_tokens=True)
-        rewards = [task.reward(chunk[i // G], t) for i, t in enumerate(texts)]
-        # logp_old and the full-vocabulary entropy_old of every reply token, in one pass.
-        batch = rollout_batch(model, prompt_ids, prompt_mask, seqs, rewards, G, eos, ref_model=ref)
-        keep = mechanisms.keep_groups(batch.rewards, G, cfg)  # DAPO's filter when the Config asks
-        if not keep.any():
+        kept = rollout(model, tok, task, chunk, algo_cfg, G, L_max, temperature, ref)
+        if kept is None:  # every group uninformative: nothing to train on
             continue
-        batch, rows = batch.select_groups(keep), keep.repeat_interleave(G)
-        seqs, prompt_mask = seqs[rows], prompt_mask[rows]
-        adv = algo.advantages(batch, cfg)  # [B, T] token advantages, from the whole rollout
-        update_cfg = cfg.for_update(batch, adv)  # whole-rollout constants a minibatch lacks
-        model.train()
-        # Several optimizer steps per rollout, each on some whole groups: after the first,
-        # π_θ ≠ π_old, so the ratios move off 1 and the clip (and TEPO's mask) can act.
-        for groups in torch.randperm(batch.num_groups).chunk(minibatches):
-            sel = torch.zeros(batch.num_groups, dtype=torch.bool)
-            sel[groups] = True
-            mb, r_ = batch.select_groups(sel), sel.repeat_interleave(G)
-            attn = torch.cat([prompt_mask[r_], mb.response_mask.long()], dim=1)
-            logp, entropy = token_logprobs_and_entropy(model, seqs[r_], attn, P)
-            if not cfg.differentiates_entropy():  # gradient only for an entropy bonus
-                entropy = entropy.detach()
-            loss, metrics = algo.loss(mb, logp, adv[r_], update_cfg, entropy=entropy)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            log.append({"rollout": r, "reward": sum(rewards) / len(rewards),
-                        "entropy": float(core.masked_mean(entropy.detach(), mb.response_mask)),
-                        **metrics})  # fmt: skip
+        batch, seqs, prompt_mask, truncated, P, reward = kept
+        outcome = batch.rewards
+        # Reward shaping (DAPO Eq. 13) when the Config asks; success stays the outcome's.
+        rewards = mechanisms.shape_rewards(outcome, batch.lengths, L_max, algo_cfg)
+        batch = batch.replace(rewards=rewards, outcome_rewards=outcome)
+        A = algo.advantages(batch, algo_cfg)  # [B, T] token advantages, from the whole rollout
+        forward_mask = batch.response_mask
+        # DAPO's overlong filter: truncated rows leave the loss, after they counted in A.
+        loss_mask = mechanisms.overlong_filter(forward_mask, truncated, algo_cfg)
+        batch = batch.replace(response_mask=loss_mask)
+        for metrics in update(model, optimizer, algo, algo_cfg, batch, seqs, prompt_mask,
+                              forward_mask, A, P, ppo_epochs, minibatches, grad_clip,
+                              temperature):  # fmt: skip
+            log.append({"rollout": r, "reward": reward, **metrics})
             if progress:
                 print(f"rollout {r + 1}/{rollouts} step {len(log)}:",
                       {k: round(float(v), 4) for k, v in log[-1].items() if k != "rollout"},

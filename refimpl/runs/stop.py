@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 
@@ -57,3 +60,22 @@ class StopRequest:
 
     def __exit__(self, *exc) -> None:
         self._restore()
+
+
+def report_interrupt(run_dir: Path, runs_dir: Path, name: str | None, step: int, signum: int):
+    """After Ctrl-C stopped a run at ``step`` (its checkpoint written): print where it stopped
+    and the command that continues it, and raise ``Interrupted`` saying the same."""
+    resume = (
+        f"refimpl train --resume --runs-dir {shlex.quote(str(runs_dir))} "
+        f"--name {shlex.quote(name or Path(run_dir).name)}"
+    )
+    if step > 0:
+        where = f"checkpoint of step {step} written to {Path(run_dir) / 'checkpoint'}"
+    else:
+        where = "stopped before the first step (nothing to checkpoint)"
+    print(
+        f"refimpl: interrupted: {where}\nrefimpl: continue with: {resume}",
+        file=sys.stderr,
+        flush=True,
+    )
+    raise Interrupted(f"interrupted at step {step}; continue with: {resume}", signum)

@@ -19,13 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tyro
-from tqdm.auto import tqdm
 
-from refimpl import algorithms, presets
+from refimpl import algorithms
 from refimpl.plots import format_table, plot_compare, summary_table
-from refimpl.rundir import check_name, check_runs_dir
-from refimpl.runlog import is_run_dir, read_metrics
-from refimpl.train import AlgoName, TrainConfig, preflight, run_warmstart, train
+from refimpl.runs import presets
+from refimpl.runs.config import AlgoName, TrainConfig, run_warmstart
+from refimpl.runs.progress import progress
+from refimpl.runs.rundir import check_name, check_runs_dir, preflight
+from refimpl.runs.runlog import is_run_dir, read_metrics
+from refimpl.train import train
 from refimpl.warmstart import train_warmstart
 
 
@@ -59,7 +61,7 @@ class CompareConfig:
     target: float = 0.5
     """held-out greedy success whose first-reach step the table reports"""
     preset: presets.PresetName = "default"
-    """a named regime from refimpl.presets (default, onpolicy, collapse); it sets the fields
+    """a named regime from refimpl.runs.presets (default, onpolicy, collapse); it sets the fields
     you leave at their defaults, so explicit flags win"""
     train: CompareTrainConfig = field(default_factory=CompareTrainConfig)
     """settings shared by every run (--train.steps, --train.lr, ...); --train.resume continues
@@ -232,9 +234,7 @@ def compare(
         runs = [dataclasses.replace(r, progress=True) for r in runs]
     total = sum(r.steps for r in runs)
     start = time.perf_counter()
-    with tqdm(
-        total=total, desc=f"compare {','.join(algos)}", unit="step", dynamic_ncols=True
-    ) as bar:
+    with progress(total, f"compare {','.join(algos)}") as bar:
 
         def show_logged_steps(_finished: int) -> None:
             bar.update(max(0, sum(_logged_steps(r.run_dir) for r in runs) - bar.n))

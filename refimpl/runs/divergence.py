@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from refimpl.checkpoint import CheckpointError, find_checkpoint, read_state
+from refimpl.runs.checkpoint import CheckpointError, find_checkpoint, read_state
 
 #: After this many steps in a row with every group skipped, the run warns (once per streak).
 SKIPPED_STEPS_WARNING = 10

@@ -1,8 +1,9 @@
 """The settings of a training run: ``TrainConfig``, its start-up checks and its JSON form.
 
-``resolve(cfg)`` checks every flag before anything is written or trained and returns the
-pieces a run is made of (``Resolved``); ``config_dict``/``load_config_file`` are the
-config.json form of the settings (``--config`` reads it back).
+``resolve(cfg)`` checks every flag before anything is written or trained and resolves, once,
+what a run is made of (``Plan``: the algorithm and its Config, the task, L_max, the warm
+start's settings, the device); ``config_dict``/``load_config_file`` are the config.json form
+of the settings (``--config`` reads it back).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import numpy as np
 import torch
 
 from refimpl import algorithms
-from refimpl.overrides import parse_overrides
-from refimpl.runlog import parse_json
-from refimpl.settings import RunWarmstartConfig, TaskName, parse_task_args
+from refimpl.runs.overrides import parse_overrides
+from refimpl.runs.runlog import parse_json
+from refimpl.runs.settings import RunWarmstartConfig, TaskName, parse_task_args
 from toy_envs import TASK_NAMES, TOKENIZER, get_task
 
 #: ``--algo`` choices, listed by ``--help`` (built from the registry: new algorithms appear).
@@ -134,10 +135,22 @@ class TrainConfig:
 # ---------------------------------------------------------------------------------------------
 
 
-def algorithm_config(cfg: TrainConfig, algo: ModuleType, max_new_tokens: int):
-    """The algorithm's ``Config`` with the command-line overrides applied (validated by it),
-    for completions of at most ``max_new_tokens`` tokens (Dr. GRPO's L_max)."""
-    defaults = {f.name: getattr(algo.Config(), f.name) for f in dataclasses.fields(algo.Config)}
+def algorithm_config(
+    cfg: TrainConfig, algo: ModuleType, max_new_tokens: int, saved: dict | None = None
+):
+    """The algorithm's ``Config`` of the run: a resumed run's own (``saved``, the
+    ``algo_config`` of its config.json: it continues with the settings it was made with, even
+    if this version of refimpl has other defaults); else the defaults with the command-line
+    overrides applied (validated by the Config), for completions of at most
+    ``max_new_tokens`` tokens (Dr. GRPO's L_max)."""
+    if saved is not None:
+        try:
+            return algo.Config(**saved)
+        except (TypeError, ValueError) as err:
+            raise ValueError(
+                f"{cfg.run_dir / 'config.json'}: algo_config does not fit {cfg.algo}.Config ({err})"
+            ) from None
+    defaults = {f.name: f.default for f in dataclasses.fields(algo.Config)}
     overrides = parse_overrides(cfg.algo_args, defaults, "--algo-args")
     return algo.Config(**overrides).for_generation_budget(max_new_tokens)
 
@@ -149,15 +162,15 @@ def build_task(cfg: TrainConfig):
     return get_task(cfg.task, **dict(parse_task_args(cfg.task, tuple(cfg.task_args))))
 
 
-def check_train_config(cfg: TrainConfig, task) -> int:
+def check_train_config(cfg: TrainConfig, task, warmstart) -> tuple[int, torch.device]:
     """Fail at start-up, naming the flag, on a bad or inconsistent setting (nothing is
-    written before this passes). Returns the completion budget L_max in tokens."""
+    written before this passes; the memory check, which needs the algorithm's Config, is
+    ``check_memory``). Returns the completion budget L_max in tokens and the device."""
     _check_batch_and_optimiser(cfg)
-    _check_sampling_and_machine(cfg)
-    max_new_tokens = _check_completion_budget(cfg, task)
+    device = _check_sampling_and_machine(cfg)
+    max_new_tokens = _check_completion_budget(cfg, task, warmstart)
     _check_run_length_and_intervals(cfg)
-    check_memory(cfg, task, max_new_tokens)
-    return max_new_tokens
+    return max_new_tokens, device
 
 
 def run_warmstart(cfg: TrainConfig):
@@ -206,7 +219,7 @@ def _check_batch_and_optimiser(cfg: TrainConfig) -> None:
         raise ValueError(f"--seed: expected an integer ≥ 0, got {cfg.seed}")
 
 
-def _check_sampling_and_machine(cfg: TrainConfig) -> None:
+def _check_sampling_and_machine(cfg: TrainConfig) -> torch.device:
     if cfg.dtype not in ("float32", "bfloat16"):
         raise ValueError(f"--dtype: expected float32 or bfloat16, got {cfg.dtype!r}")
     if not (cfg.temperature > 0 and math.isfinite(cfg.temperature)):
@@ -229,7 +242,7 @@ def _check_sampling_and_machine(cfg: TrainConfig) -> None:
     if cfg.threads is not None and cfg.threads < 1:
         raise ValueError(f"--threads: expected a positive integer (or None), got {cfg.threads}")
     check_threads(cfg.threads, "--threads")
-    check_device(cfg.device)
+    device = check_device(cfg.device)
     if cfg.tensorboard:
         try:
             from torch.utils.tensorboard import SummaryWriter  # noqa: F401
@@ -237,9 +250,10 @@ def _check_sampling_and_machine(cfg: TrainConfig) -> None:
             raise ValueError(
                 "--tensorboard: needs the tensorboard package (pip install tensorboard)"
             ) from None
+    return device
 
 
-def _check_completion_budget(cfg: TrainConfig, task) -> int:
+def _check_completion_budget(cfg: TrainConfig, task, warmstart) -> int:
     """L_max: ``--max-new-tokens`` or the task's default, long enough for the task's answers
     and short enough for the model's block size (the warm start's flags are checked here
     too: its model sets the block size)."""
@@ -249,7 +263,7 @@ def _check_completion_budget(cfg: TrainConfig, task) -> int:
             f"{task.max_new_tokens}), got {cfg.max_new_tokens}"
         )
     # The warm start trains on the run's task: its flags are checked under their full names.
-    run_warmstart(cfg).check("--warmstart.")
+    warmstart.check("--warmstart.")
     max_new_tokens = task.max_new_tokens if cfg.max_new_tokens is None else cfg.max_new_tokens
     probe = task.sample(8, np.random.default_rng([HELD_OUT_SEED, 0]))
     needed = max(len(TOKENIZER.encode(task.reference_solution(p), add_eos=True)) for p in probe)
@@ -318,10 +332,13 @@ def memory_budget(device: str) -> tuple[int, str] | None:
         return None
 
 
-def memory_estimates(cfg: TrainConfig, task, max_new_tokens: int) -> list[tuple[str, int, list]]:
-    """The largest allocations of a run, estimated from its settings (on the low side: a
-    setting is refused only when it certainly cannot fit): ``(what, bytes, factors)`` where
-    ``factors`` are the ``(flag, value, default)`` the size grows with."""
+def memory_estimates(
+    cfg: TrainConfig, task, max_new_tokens: int, algo_cfg
+) -> list[tuple[str, int, list]]:
+    """The largest allocations of a run, estimated from its settings and its algorithm's
+    ``Config`` (on the low side: a setting is refused only when it certainly cannot fit):
+    ``(what, bytes, factors)`` where ``factors`` are the ``(flag, value, default)`` the size
+    grows with."""
     m, ws, d0 = cfg.warmstart.model, cfg.warmstart, TrainConfig()
     f32 = 4
     d, layers, heads, vocab = m.n_embd, m.n_layer, m.n_head, TOKENIZER.vocab_size
@@ -329,7 +346,7 @@ def memory_estimates(cfg: TrainConfig, task, max_new_tokens: int) -> list[tuple[
     decode = f32 * (2 * layers * d + 6)  # per position: KV cache, ids, masks, logp, entropy
     train = f32 * (layers * (16 * d + heads * T) + 3 * vocab)  # kept for the backward pass
     params = layers * 12 * d * d + (vocab + m.block_size) * d
-    copies = 4 + (1 if _default_algo_config(cfg).needs_reference() else 0)
+    copies = 4 + (1 if algo_cfg.needs_reference() else 0)  # + the frozen reference
     rows = cfg.prompts_per_step * cfg.group_size
     n_eval = cfg.eval_samples
     N = ("--prompts-per-step", cfg.prompts_per_step, d0.prompts_per_step)
@@ -379,13 +396,6 @@ def memory_estimates(cfg: TrainConfig, task, max_new_tokens: int) -> list[tuple[
     ]
 
 
-def _default_algo_config(cfg: TrainConfig):
-    try:
-        return algorithms.get(cfg.algo).Config()
-    except ValueError:
-        return algorithms.get("grpo").Config()
-
-
 def _human(n: float) -> str:
     for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
         if n < 1000 or unit == "PB":
@@ -394,7 +404,7 @@ def _human(n: float) -> str:
     return f"{n:.1f} PB"
 
 
-def check_memory(cfg: TrainConfig, task, max_new_tokens: int) -> None:
+def check_memory(cfg: TrainConfig, task, max_new_tokens: int, algo_cfg) -> None:
     """Refuse a size flag whose estimated memory (``memory_estimates``) exceeds the
     machine's (``memory_budget``), naming the flag that grew most, the estimate, and about
     the largest value that fits."""
@@ -402,7 +412,7 @@ def check_memory(cfg: TrainConfig, task, max_new_tokens: int) -> None:
     if budget is None:
         return
     limit, where = budget
-    for what, need, factors in memory_estimates(cfg, task, max_new_tokens):
+    for what, need, factors in memory_estimates(cfg, task, max_new_tokens, algo_cfg):
         if need <= limit:
             continue
         flag, value, _ = max(factors, key=lambda f: f[1] / max(f[2], 1))
@@ -435,26 +445,42 @@ def check_device(device: str) -> torch.device:
     return dev
 
 
-class Resolved(NamedTuple):
-    """What ``resolve`` makes of a ``TrainConfig``."""
+class Plan(NamedTuple):
+    """A run resolved once from its ``TrainConfig`` (``resolve``; ``rundir.preflight`` adds
+    the checks of its run directory): everything after consumes it and derives nothing
+    again."""
 
+    cfg: TrainConfig
+    """the settings as given (flags, or a resumed run's config.json with the flags typed)"""
     algo: ModuleType
     """the algorithm module (``refimpl.algorithms.<name>``)"""
+    algo_cfg: Any
+    """the algorithm's ``Config``: a resumed run's own, else the defaults with --algo-args"""
     task: Any
     """the task, with its ``--task-args``"""
     max_new_tokens: int
     """the completion budget L_max in tokens (``--max-new-tokens`` or the task's default)"""
-    algo_cfg: Any
-    """the algorithm's ``Config`` with its ``--algo-args``"""
+    warmstart: RunWarmstartConfig
+    """the warm start's settings on the run's task, cache and progress (``run_warmstart``)"""
+    device: torch.device
+    """the torch device, checked to exist"""
+    saved: Any = None
+    """the run to resume (``rundir.SavedRun``: its config.json, read once), None for a new run"""
 
 
-def resolve(cfg: TrainConfig) -> Resolved:
-    """Check every flag of ``cfg`` without training. Raises ``ValueError`` naming the flag
-    (unknown names list the valid ones)."""
+def resolve(cfg: TrainConfig, saved=None) -> Plan:
+    """Check every flag of ``cfg`` without training and resolve the run once. Raises
+    ``ValueError`` naming the flag (unknown names list the valid ones). ``saved``: the run
+    to resume (``rundir.SavedRun``), whose algorithm settings the run keeps."""
     algo = algorithms.get(cfg.algo)
     task = build_task(cfg)
-    max_new_tokens = check_train_config(cfg, task)
-    return Resolved(algo, task, max_new_tokens, algorithm_config(cfg, algo, max_new_tokens))
+    warmstart = dataclasses.replace(run_warmstart(cfg), progress=cfg.progress)
+    max_new_tokens, device = check_train_config(cfg, task, warmstart)
+    saved_algo = saved.config.get("algo_config") if saved is not None else None
+    saved_algo = saved_algo if isinstance(saved_algo, dict) else None
+    algo_cfg = algorithm_config(cfg, algo, max_new_tokens, saved_algo)
+    check_memory(cfg, task, max_new_tokens, algo_cfg)
+    return Plan(cfg, algo, algo_cfg, task, max_new_tokens, warmstart, device, saved)
 
 
 def config_dict(cfg: TrainConfig) -> dict[str, Any]:
@@ -560,12 +586,19 @@ def load_config_file(
         raise ValueError(f"{flag}: {path}: not valid JSON") from None
     except OSError as err:  # a directory, unreadable, ...
         raise ValueError(f"{flag}: {path}: not readable ({err.strerror or err})") from None
+    return config_from_record(data, f"{flag}: {path}", algo_config=algo_config)
+
+
+def config_from_record(data: Any, source: str, *, algo_config: bool = False) -> TrainConfig:
+    """``load_config_file`` of a config.json already read (``data``; ``source`` names it in
+    errors). ``algo_config``: apply its ``algo_config`` section too (``apply_algo_config``);
+    a resumed run takes it from its checkpoint instead."""
     section = data.get("algo_config") if isinstance(data, dict) else None
     if isinstance(data, dict) and isinstance(data.get("train_config"), dict):
         data = data["train_config"]
-    cfg = config_from_dict(data, f"{flag}: {path}")
+    cfg = config_from_dict(data, source)
     if algo_config and section is not None:
-        cfg = apply_algo_config(cfg, section, f"{flag}: {path}")
+        cfg = apply_algo_config(cfg, section, source)
     return dataclasses.replace(cfg, resume=False, overwrite=False, config=None)
 
 

@@ -1,7 +1,7 @@
 """The settings of a warm start: the model's size, the supervised run, and the task's knobs.
 
 Types only, and their checks: this module trains nothing. ``refimpl.warmstart`` (the
-supervised loop) and ``refimpl.config`` (an RL run's settings, which embed a warm start's)
+supervised loop) and ``refimpl.runs.config`` (an RL run's settings, which embed a warm start's)
 both read it, so the settings sit below every piece of code that trains.
 
 ``--task-args`` strings are parsed here once per process (``parse_task_args``, cached): the
@@ -23,9 +23,9 @@ from typing import Literal
 import torch
 import tyro
 
-from refimpl import numerics
 from refimpl.model import GPT, GPTConfig
-from refimpl.overrides import parse_overrides
+from refimpl.runs import numerics
+from refimpl.runs.overrides import parse_overrides
 from toy_envs import TASK_NAMES, TOKENIZER, get_task
 
 
@@ -231,7 +231,7 @@ class RunWarmstartConfig(WarmstartConfig):
     """The warm start of an RL run: its task and task knobs are the run's (``--task``,
     ``--task-args``) and its progress bar follows ``--progress``, so those three fields are
     not flags of ``refimpl train``; its cache follows the run's ``--runs-dir`` unless
-    ``--warmstart.runs-dir`` is given (``refimpl.config.run_warmstart`` resolves it)."""
+    ``--warmstart.runs-dir`` is given (``refimpl.runs.config.run_warmstart`` resolves it)."""
 
     task: tyro.conf.Suppress[TaskName] = "chain"
     task_args: tyro.conf.Suppress[tuple[str, ...]] = ()

@@ -13,7 +13,6 @@ once its lock is held, so there is no window between a check and the write it al
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import socket
@@ -22,26 +21,31 @@ import warnings
 from pathlib import Path, PurePath
 from typing import Any, NamedTuple
 
-from refimpl import numerics
-from refimpl.checkpoint import (
+from refimpl.runs import numerics
+from refimpl.runs.checkpoint import (
     CheckpointError,
     check_deletable,
     find_checkpoint,
+    load_checkpoint,
+    prepare_run_dir,
+    save_checkpoint,
     verify_checkpoint,
 )
-from refimpl.config import TrainConfig, config_dict, resolve, run_warmstart
-from refimpl.runlog import (
+from refimpl.runs.config import Plan, TrainConfig, algorithm_config, config_dict, resolve
+from refimpl.runs.runlog import (
     LOCK_FILE,
     TornLineWarning,
+    fsync_file,
     is_run_dir,
     read_metrics,
     read_probes,
     read_run_config,
     run_dir_damage,
     versions,
+    write_jsonl,
     write_text_atomic,
 )
-from refimpl.settings import nearest_existing
+from refimpl.runs.settings import nearest_existing
 
 try:  # POSIX
     import fcntl
@@ -273,6 +277,12 @@ class RunLock:
     def __del__(self) -> None:
         self.release()
 
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
 
 def _locked_error(run_dir: Path, flag: str) -> RunDirLocked:
     return RunDirLocked(
@@ -300,10 +310,12 @@ def check_not_locked(cfg: TrainConfig) -> None:
         os.close(fd)  # also releases the probe's own lock
 
 
-def claim_run_dir(cfg: TrainConfig) -> tuple[RunLock, dict[str, Any] | None]:
+def claim_run_dir(plan: Plan) -> RunLock:
     """Create the run directory (one atomic ``mkdir``) when it does not exist, lock it, and
-    check it again under the lock (``check_run_dir``): what it returns is what this process
-    may write, and no other refimpl process changes it until ``release``."""
+    check it again under the lock (``check_run_dir``): what the plan says may be written is
+    what this process may write, and no other refimpl process changes it until ``release``
+    (``with claim_run_dir(plan): ...`` releases it at the end of the block)."""
+    cfg = plan.cfg
     run_dir = cfg.run_dir
     if not cfg.resume:
         try:
@@ -314,26 +326,11 @@ def claim_run_dir(cfg: TrainConfig) -> tuple[RunLock, dict[str, Any] | None]:
     try:
         with warnings.catch_warnings():  # the trainer warns when it reads the files
             warnings.simplefilter("ignore")
-            saved = check_run_dir(cfg)
+            check_run_dir(cfg, plan.warmstart, plan.saved)
     except BaseException:
         lock.release()
         raise
-    return lock, saved
-
-
-def holds_run_lock(run):
-    """Decorator of ``Trainer.run``: the run holds its directory's lock from before its first
-    write to after its last (``claim_run_dir``), and reads its saved settings under it."""
-
-    @functools.wraps(run)
-    def locked_run(trainer, *args, **kwargs):
-        lock, trainer._saved = claim_run_dir(trainer.cfg)
-        try:
-            return run(trainer, *args, **kwargs)
-        finally:
-            lock.release()
-
-    return locked_run
+    return lock
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,6 +358,48 @@ def check_resumable(run_dir: Path) -> None:
         f"--resume: nothing to resume in {run_dir} (no config.json written by refimpl "
         "train); check --name and --runs-dir, or drop --resume to start a new run"
     )
+
+
+class SavedRun(NamedTuple):
+    """The run to resume, as ``read_saved_run`` read it: the one read of its config.json."""
+
+    config: dict[str, Any]
+    """its config.json"""
+    stamp: tuple[int, int, int]
+    """config.json's inode, size and modification time before it was read: a later check
+    compares them (``config_unchanged``) instead of reading the file again"""
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def read_saved_run(run_dir: Path) -> SavedRun:
+    """The config.json of the run to resume in ``run_dir``, read once: ``ValueError`` unless
+    it is a run (``check_resumable``'s message says how to recover a damaged one)."""
+    path = Path(run_dir) / "config.json"
+    try:
+        stamp = _stamp(path)  # before the read: a file replaced after it no longer matches
+        return SavedRun(read_run_config(run_dir), stamp)
+    except (ValueError, OSError):
+        check_resumable(run_dir)  # raises, saying what is wrong
+        raise
+
+
+def config_unchanged(run_dir: Path, saved: SavedRun) -> None:
+    """``ValueError`` when the run's config.json is not the file ``saved`` was read from
+    (another process resumed or replaced the run since)."""
+    path = Path(run_dir) / "config.json"
+    try:
+        now = _stamp(path)
+    except OSError:
+        now = None
+    if now != saved.stamp:
+        raise ValueError(
+            f"--resume: {path} changed since it was read (another process resumed or "
+            "replaced the run?); run the command again"
+        )
 
 
 def verify_resume(cfg: TrainConfig, saved: dict[str, Any]) -> None:
@@ -501,23 +540,27 @@ def _check_made_with(
             )
 
 
-def check_run_dir(cfg: TrainConfig, *, named: bool = False) -> dict[str, Any] | None:
+def check_run_dir(
+    cfg: TrainConfig, warmstart, saved: SavedRun | None = None, *, named: bool = False
+) -> None:
     """Check the run directory before anything is written: a valid ``--name``, ``--resume``
     only of a run (with the same settings, see ``RESUME_MAY_CHANGE``, and a whole
     checkpoint, ``verify_resume``), ``--overwrite`` only of a run, never an existing
-    directory otherwise, writable directories. Returns the saved config.json of the run to
-    resume, else None.
+    directory otherwise, writable directories, away from the warm-start cache
+    (``warmstart``: the run's warm-start settings).
 
-    ``named=True``: the caller (``preflight``) has just checked ``--runs-dir``, ``--name``
-    and a resumed run's settings, so they are not checked twice. Under the run's lock
-    (``claim_run_dir``) everything is checked again on purpose: the directory may have
-    changed while it was not locked."""
+    ``saved``: the run to resume, as ``read_saved_run`` read it (None: a new run, or one that
+    is not a run, which ``--resume`` refuses); its config.json is not read again, only checked
+    to be the same file (``config_unchanged``). ``named=True``: the caller (``preflight``) has
+    just checked ``--runs-dir``, ``--name`` and a resumed run's settings, so they are not
+    checked twice. Under the run's lock (``claim_run_dir``) everything is checked again on
+    purpose: the directory may have changed while it was not locked."""
     runs_dir, run_dir = Path(cfg.runs_dir), cfg.run_dir
     if not named:
         check_runs_dir(runs_dir)
         check_name(cfg.name, runs_dir)
     check_not_a_link(run_dir)
-    cache_root = (Path(run_warmstart(cfg).runs_dir) / "warmstart").resolve()
+    cache_root = (Path(warmstart.runs_dir) / "warmstart").resolve()
     here = run_dir.resolve()
     if here == cache_root or cache_root in here.parents or here in cache_root.parents:
         raise ValueError(
@@ -529,13 +572,15 @@ def check_run_dir(cfg: TrainConfig, *, named: bool = False) -> dict[str, Any] | 
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"--name: {run_dir} exists and is not a directory")
     if cfg.resume:
-        check_resumable(run_dir)
-        saved = read_run_config(run_dir)
+        if saved is None:
+            check_resumable(run_dir)  # raises: nothing, or a damaged run, to resume
+            raise ValueError(f"--resume: {run_dir}: the run's config.json was not read")
+        config_unchanged(run_dir, saved)
         if not named:
-            check_resume_settings(cfg, saved["train_config"], run_dir / "config.json")
+            check_resume_settings(cfg, saved.config["train_config"], run_dir / "config.json")
         _writable(run_dir, "--resume", "the resumed run writes its logs and checkpoints there")
-        verify_resume(cfg, saved)
-        return saved
+        verify_resume(cfg, saved.config)
+        return
     if not _holds_nothing(run_dir):
         damage = run_dir_damage(run_dir)
         if not cfg.overwrite:
@@ -553,41 +598,43 @@ def check_run_dir(cfg: TrainConfig, *, named: bool = False) -> dict[str, Any] | 
         _writable(run_dir, "--overwrite", f"{run_dir} is deleted and written again")
     else:
         _writable(run_dir, "--runs-dir", f"the run directory {run_dir} is created there")
-    return None
 
 
-class Preflight(NamedTuple):
-    """What ``preflight`` checked: ``resolve``'s pieces and the run to resume."""
-
-    algo: Any
-    task: Any
-    max_new_tokens: int
-    algo_cfg: Any
-    saved: dict[str, Any] | None
-    """the saved config.json of the run to resume, None for a new run"""
-
-
-def preflight(cfg: TrainConfig) -> Preflight:
-    """Every check a run makes before it writes anything or trains its warm start: the run
-    directory's lock (a run in use by another process is refused first), the flags
-    (``resolve``), the run directory (``check_run_dir``) and the warm-start cache."""
+def preflight(cfg: TrainConfig, saved: SavedRun | None = None) -> Plan:
+    """Every check a run makes before it writes anything or trains its warm start, and the
+    run resolved once (``config.Plan``): the run directory's lock (a run in use by another
+    process is refused first), the flags (``resolve``), the run directory
+    (``check_run_dir``) and the warm-start cache. ``saved``: a resumed run's config.json when
+    the caller has read it already (``read_saved_run``; the command line does, to take the
+    run's settings as its flags' defaults): it is not read again."""
     check_runs_dir(Path(cfg.runs_dir))
     if cfg.warmstart.runs_dir is not None:
         check_runs_dir(Path(cfg.warmstart.runs_dir), "--warmstart.runs-dir")
     check_name(cfg.name, Path(cfg.runs_dir))
     check_not_a_link(cfg.run_dir)
     check_not_locked(cfg)
-    resumable = cfg.resume and is_run_dir(cfg.run_dir)
-    if resumable:  # a changed setting is the clearest error, so it comes before the flags'
-        saved_config = read_run_config(cfg.run_dir)["train_config"]
-        check_run_length(saved_config, cfg.run_dir / "config.json")  # not --steps' fault
-        check_resume_settings(cfg, saved_config, cfg.run_dir / "config.json")
-    resolved = resolve(cfg)
+    if cfg.resume and saved is None:
+        try:
+            saved = read_saved_run(cfg.run_dir)
+        except ValueError:
+            saved = None  # not a run: refused by check_run_dir, after the flags
+    lost = saved is not None and not isinstance(saved.config.get("algo_config"), dict)
+    if saved is not None:  # a changed setting is the clearest error: before the flags'
+        check_run_length(saved.config["train_config"], cfg.run_dir / "config.json")
+        check_resume_settings(cfg, saved.config["train_config"], cfg.run_dir / "config.json")
+    plan = resolve(cfg, saved)
     with warnings.catch_warnings():  # a torn last line: the trainer warns when it reads it
         warnings.simplefilter("ignore", TornLineWarning)
-        saved = check_run_dir(cfg, named=resumable or not cfg.resume)
-    run_warmstart(cfg).check_writable("--warmstart.")
-    return Preflight(*resolved, saved)
+        check_run_dir(cfg, plan.warmstart, saved, named=True)
+    if lost and isinstance(saved.config.get("algo_config"), dict):
+        # config.json had lost its algo_config: verify_resume took the checkpoint's, once the
+        # checkpoint was found to belong to this run, and the run continues with it.
+        algo_cfg = algorithm_config(
+            cfg, plan.algo, plan.max_new_tokens, saved.config["algo_config"]
+        )
+        plan = plan._replace(algo_cfg=algo_cfg)
+    plan.warmstart.check_writable("--warmstart.")
+    return plan
 
 
 def write_new_run(run_dir: Path, cfg: TrainConfig, algo_cfg: Any) -> None:
@@ -621,3 +668,74 @@ def record_resume(run_dir: Path, saved: dict[str, Any], cfg: TrainConfig, step: 
         }
     )
     write_text_atomic(run_dir / "config.json", json.dumps(saved, indent=2))
+
+
+# ---------------------------------------------------------------------------------------------
+# The Trainer's side: open the run directory, save and restore its checkpoint.
+# ---------------------------------------------------------------------------------------------
+
+
+def open_run_dir(plan: Plan, model, optimizer) -> tuple[int, int]:
+    """A new run: create the directory (``--overwrite``: delete the old run first) and write
+    config.json. A resumed run: restore its checkpoint into ``model`` and ``optimizer``
+    (``restore_run``), then record in config.json the new length of the run
+    (``RESUME_RECORDED``) and when it was resumed. Returns ``(step, sampled_tokens)``, where
+    the run continues from."""
+    cfg = plan.cfg
+    if plan.saved is None:
+        # Checked again here: the warm start may have taken minutes since preflight.
+        prepare_run_dir(cfg.run_dir, resume=False, overwrite=cfg.overwrite)
+        write_new_run(cfg.run_dir, cfg, plan.algo_cfg)
+        return 0, 0
+    step, sampled_tokens = restore_run(cfg.run_dir, model, optimizer, cfg.fresh_optimizer)
+    record_resume(cfg.run_dir, plan.saved.config, cfg, step)
+    return step, sampled_tokens
+
+
+def restore_run(run_dir: Path, model, optimizer, fresh_optimizer: bool) -> tuple[int, int]:
+    """Load the run directory's last checkpoint (``checkpoint.old`` when a save was cut
+    short) into ``model`` and ``optimizer``; ``(0, 0)`` when the run stopped before its first
+    checkpoint. The logs lose the lines written after the checkpoint (the resumed run writes
+    them again). Everything is read before anything is rewritten."""
+    checkpoint = find_checkpoint(run_dir / "checkpoint")
+    step, sampled_tokens = 0, 0
+    if checkpoint is not None:
+        state = load_checkpoint(checkpoint, model, optimizer, fresh_optimizer=fresh_optimizer)
+        try:
+            step, sampled_tokens = int(state["step"]), int(state["sampled_tokens"])
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(
+                f"{checkpoint / 'state.json'}: damaged (no step or sampled_tokens)"
+            ) from None
+    metrics = read_metrics(run_dir, missing_ok=True) if checkpoint else []
+    probes = read_probes(run_dir) if checkpoint else []
+    logged = max((r["step"] for r in metrics), default=0)
+    if step > logged:  # lines a power cut took (verify_resume allowed how many)
+        one = step == logged + 1
+        lost = f"line of step {step} was" if one else f"lines of steps {logged + 1}…{step} were"
+        warnings.warn(
+            f"{run_dir / 'metrics.jsonl'}: the metrics {lost} lost (not on the disk when the "
+            f"run stopped: a power cut?); the run continues from the checkpoint of step {step}",
+            stacklevel=2,
+        )
+    # Lines logged after the checkpoint are written again by the resumed run.
+    write_jsonl(run_dir / "metrics.jsonl", [r for r in metrics if r["step"] <= step])
+    write_jsonl(run_dir / "probes.jsonl", [r for r in probes if r.get("step", 0) < step])
+    return step, sampled_tokens
+
+
+def save_run(plan: Plan, model, optimizer, step: int, sampled_tokens: int) -> None:
+    """The run's atomic checkpoint after ``step``, with what a resume checks it against,
+    after the log lines up to it are on the disk: a power cut then never leaves a checkpoint
+    ahead of its log (one fsync per checkpoint, not per line: ``scripts/log_fsync_cost.py``
+    measures it)."""
+    for log in ("metrics.jsonl", "probes.jsonl"):
+        if (plan.cfg.run_dir / log).exists():
+            fsync_file(plan.cfg.run_dir / log)
+    state = {
+        "step": step,
+        "sampled_tokens": sampled_tokens,
+        "train_config": config_dict(plan.cfg),
+        "algo_config": dataclasses.asdict(plan.algo_cfg),
+    }
+    save_checkpoint(plan.cfg.run_dir / "checkpoint", model, optimizer, state)

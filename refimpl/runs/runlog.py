@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 #: The lock file of a run directory: ``refimpl train`` holds an OS lock on it (``flock``)
-#: for as long as it writes there (see ``refimpl.rundir.RunLock``). It is never deleted, not
+#: for as long as it writes there (see ``refimpl.runs.rundir.RunLock``). It is never deleted, not
 #: even by ``--overwrite``: a lock file deleted while held would let a second process in.
 LOCK_FILE = "run.lock"
 
@@ -158,6 +158,32 @@ def read_metrics(run: Path | str, *, missing_ok: bool = False) -> list[dict[str,
 def read_probes(run: Path | str) -> list[dict[str, Any]]:
     """The entropy snapshots of a run's ``probes.jsonl`` (none when the file is missing)."""
     return read_jsonl(Path(run) / "probes.jsonl", missing_ok=True)
+
+
+class MetricsLog:
+    """A run's metrics.jsonl, one record per line, each flushed as it is written, and with
+    ``tensorboard`` the same numbers as TensorBoard scalars under ``<run>/tensorboard``."""
+
+    def __init__(self, run_dir: Path | str, tensorboard: bool = False) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+
+    def append(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+        if self._tb is not None:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and k != "step":
+                    self._tb.add_scalar(k, v, record["step"])
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
 
 
 def write_jsonl(path: Path | str, records: list[dict[str, Any]]) -> None:

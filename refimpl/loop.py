@@ -1,0 +1,177 @@
+"""The toy RL loop, whole, in one file: read it right after an algorithm file.
+
+    sample N prompts × G completions ─► rewards ─► dynamic sampling, reward shaping
+      ─► advantages (the algorithm file) ─► ppo_epochs × minibatches: loss ─► clip ─► Adam
+
+An algorithm is two functions in ``refimpl/algorithms/<name>.py``, ``advantages`` and
+``loss``, and a ``Config`` whose switches ``refimpl.mechanisms`` reads (DAPO's dynamic
+sampling, overlong shaping and overlong filter): nothing below depends on which algorithm
+runs. ``refimpl.train.Trainer`` is this same loop plus what a long run needs around it;
+``tests/test_loop.py`` checks that the two compute the same losses and the same weights.
+
+    from refimpl.loop import LoopConfig, train
+    from refimpl.runs.settings import WarmstartConfig
+    from refimpl.warmstart import train_warmstart
+    train(train_warmstart(WarmstartConfig()), LoopConfig(algo="dapo", steps=20))
+
+Left out, because they watch or protect a run rather than train it (the Trainer has them):
+held-out evaluation, entropy probes and diagnostics, checkpoints and resuming, the run
+directory and its logs, the NaN guard, Ctrl-C, a token budget, bf16 autocast (so the
+float32 entropy recomputation it needs is left out too).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from refimpl import algorithms, mechanisms
+from refimpl.model import GPT
+from refimpl.sampling import Samples, concat_samples, sample_groups, seeded_generator
+from toy_envs import TOKENIZER, get_task
+
+
+@dataclass
+class LoopConfig:
+    """The settings that change what a step computes (the Trainer's of the same names)."""
+
+    algo: str = "grpo"  # one of refimpl.algorithms.NAMES
+    algo_cfg: Any = None  # that algorithm's Config (None: its defaults)
+    task: str = "chain"  # one of toy_envs.TASK_NAMES
+    task_knobs: dict[str, Any] = field(default_factory=dict)  # e.g. {"num_ops": 1}
+    seed: int = 0
+    steps: int = 20
+    prompts_per_step: int = 64  # N prompts per step
+    group_size: int = 8  # G completions per prompt
+    lr: float = 1e-4
+    ppo_epochs: int = 1
+    minibatches: int = 4  # optimizer steps per epoch, each on whole groups
+    grad_clip: float = 1.0
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    max_new_tokens: int | None = None  # L_max (None: the task's)
+    resample_rounds: int = 4  # extra sampling rounds dynamic sampling may take
+
+
+def sample_round(model, task, cfg: LoopConfig, step: int, round_: int, L_max: int):
+    """N prompts, G completions each (recording logp_old and H_old), and their rewards."""
+    problems = task.sample(cfg.prompts_per_step, np.random.default_rng([cfg.seed, step, round_]))
+    samples = sample_groups(
+        model,
+        [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems],
+        group_size=cfg.group_size,
+        max_new_tokens=L_max,
+        eos_id=TOKENIZER.eos_id,
+        pad_id=TOKENIZER.pad_id,
+        temperature=cfg.temperature,
+        top_k=cfg.top_k,
+        top_p=cfg.top_p,
+        generator=seeded_generator(cfg.seed, step, round_, 1),  # step s: its own stream
+    )
+    # The outcome reward r_i: the task's verifier reads the completion's text.
+    texts = [TOKENIZER.decode(row.tolist()) for row in samples.response_ids]
+    answered = [p for p in problems for _ in range(cfg.group_size)]
+    return samples, torch.tensor(task.score(answered, texts), dtype=torch.float32)
+
+
+def rollout(model, task, algo_cfg, cfg: LoopConfig, step: int, L_max: int):
+    """The step's groups and their outcome rewards. With ``Config.dynamic_sampling`` only the
+    groups with 0 < #successful < G (DAPO Eq. 11, ``dapo.py``), resampling up to
+    ``resample_rounds`` more times until N are found: a group whose G rewards are all equal
+    has all-zero group-relative advantages, so it would train nothing."""
+    N, G = cfg.prompts_per_step, cfg.group_size
+    kept_samples, kept_outcomes, kept = [], [], 0
+    for round_ in range(1 + cfg.resample_rounds):
+        samples, outcome = sample_round(model, task, cfg, step, round_, L_max)
+        keep = mechanisms.keep_groups(outcome, G, algo_cfg)  # [N] bool: all, unless asked
+        keep[torch.cumsum(keep.long(), 0) > N - kept] = False  # never more than N groups
+        if keep.any():
+            kept_samples.append(samples.select_groups(keep))
+            kept_outcomes.append(outcome[keep.repeat_interleave(G)])
+            kept += int(keep.sum())
+        if not algo_cfg.dynamic_sampling or kept >= N:
+            break
+    if kept == 0:
+        return None, None
+    return concat_samples(kept_samples, TOKENIZER.pad_id), torch.cat(kept_outcomes)
+
+
+def update(model, optimizer, algo, algo_cfg, batch, samples: Samples, A, cfg: LoopConfig):
+    """``ppo_epochs`` passes over the batch, each in ``minibatches`` optimizer steps on whole
+    groups: after the first step π_θ ≠ π_old, so the ratios leave 1 and the clip can act.
+    Returns each optimizer step's loss and gradient norm (before clipping)."""
+    model.train()
+    losses, grad_norms = [], []
+    # Whole-rollout constants a minibatch cannot see (STEER's |Ω| range over the batch); for
+    # every other Config this is the Config itself.
+    algo_cfg = algo_cfg.for_update(batch, A)
+    for _epoch in range(cfg.ppo_epochs):
+        for groups in mechanisms.split_groups(batch.num_groups, cfg.minibatches):
+            keep = torch.zeros(batch.num_groups, dtype=torch.bool, device=A.device)
+            keep[groups.start : groups.stop] = True
+            rows = keep.repeat_interleave(cfg.group_size)
+            # log π_θ(o_t | q, o_<t) and H_θ of every response token, one forward pass.
+            logp, H = samples.policy_logprobs(model, rows, temperature=cfg.temperature)
+            # H_θ carries gradient only into a loss that trains it (entropy_bonus.py's
+            # bonus); TEPO's KL mask only reads it (tepo.py: H_θ < H_old − τ); others ignore it.
+            if not algo_cfg.differentiates_entropy():
+                H = H.detach()
+            loss, _ = algo.loss(batch.select_groups(keep), logp, A[rows], algo_cfg, entropy=H)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            losses.append(float(loss.detach()))
+            grad_norms.append(float(grad_norm))
+    model.eval()
+    return losses, grad_norms
+
+
+def train(model: GPT, cfg: LoopConfig, log=print) -> list[dict[str, float]]:
+    """Train ``model`` (a warm-started GPT) in place for ``cfg.steps`` steps; return each
+    step's metrics (a step whose every group was uninformative trains nothing)."""
+    algo = algorithms.get(cfg.algo)
+    task = get_task(cfg.task, **cfg.task_knobs)
+    L_max = cfg.max_new_tokens or task.max_new_tokens
+    algo_cfg = (cfg.algo_cfg or algo.Config()).for_generation_budget(L_max)  # Dr. GRPO's L_max
+    model.eval()
+    # π_ref of a KL term (grpo.py Eq. 4, k3): the frozen starting policy.
+    reference = copy.deepcopy(model).requires_grad_(False) if algo_cfg.needs_reference() else None
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    history = []
+    for step in range(cfg.steps):
+        samples, outcome = rollout(model, task, algo_cfg, cfg, step, L_max)
+        if samples is None:
+            log(f"step {step + 1}: every group uninformative, nothing to train on")
+            continue
+        # Reward shaping (DAPO Eq. 13): r̃_i = r_i + c·R_len(|o_i|) when the Config asks.
+        rewards = mechanisms.shape_rewards(outcome, samples.response_mask.sum(1), L_max, algo_cfg)
+        logp_ref = None
+        if reference is not None:
+            with torch.no_grad():
+                logp_ref = samples.policy_logprobs(
+                    reference, temperature=cfg.temperature, with_entropy=False
+                )[0]
+        batch = samples.to_rollout_batch(rewards, cfg.group_size, logp_ref=logp_ref)
+        batch = batch.replace(outcome_rewards=outcome)  # success is decided on the outcome
+        A = algo.advantages(batch, algo_cfg)  # [B, T]: the algorithm's own equations
+        # DAPO's overlong filter: truncated rows leave the loss, after they counted in A.
+        loss_mask = mechanisms.overlong_filter(batch.response_mask, samples.truncated, algo_cfg)
+        batch = batch.replace(response_mask=loss_mask)
+        losses, grad_norms = update(model, optimizer, algo, algo_cfg, batch, samples, A, cfg)
+        metrics = {
+            "step": step + 1,
+            "reward_mean": float(rewards.mean()),
+            "success_rate": float((outcome >= 0.5).float().mean()),
+            "groups_trained": batch.num_groups,
+            "loss": float(np.mean(losses)),
+            "grad_norm": float(np.mean(grad_norms)),
+        }
+        history.append(metrics)
+        log("  ".join(f"{key} {value:.4g}" for key, value in metrics.items()))
+    return history

@@ -1,0 +1,175 @@
+"""The walk of one setting from ``refimpl train``: how far a reader follows ``cfg`` through the
+code, as counts that another clone can reproduce.
+
+    python scripts/setting_walk.py            # a new run, then its resume: the counts
+    python scripts/setting_walk.py --edges    # also every call edge, classified
+
+Method
+------
+A tiny run (``refimpl train`` with a 1-layer warm start, 2 steps; then ``--resume`` of it to 3
+steps) runs under ``sys.setprofile``. A *call that carries the setting* is a call into a
+function defined in ``refimpl/`` one of whose arguments is a settings object, or an object
+that holds one (an attribute, a field of a named tuple, at most two levels down: a
+``Trainer``, a resolved plan). The settings objects are the command's ``TrainConfig`` and
+what is made of it: its warm start's settings (``WarmstartConfig``, ``ModelConfig``) and the
+algorithm's ``Config`` (a ``core.AlgorithmConfig``). Its *caller* is the nearest frame up the stack
+whose code is in ``refimpl/``; a *module* is the function's ``__name__`` module.
+
+Each distinct edge (caller function → callee function) is counted once, at its first
+occurrence, so that the counts do not grow with the number of steps, and is classified as
+
+    stay     the callee's module is the caller's
+    climb    the callee's module is above the caller in the call chain (on the stack of
+             refimpl frames, the caller's own module excluded): a call back up
+    return   the callee's module was visited earlier in the walk, but is not on the stack
+    descent  a module seen for the first time
+
+"modules" is the number of distinct modules the setting visits. Fewer climbs and returns is
+a walk a reader can follow top to bottom. Each walk is also split at the first call of
+``Trainer.train_step``: "setup" (from the command to the first step: checking and resolving
+the settings, the warm start, the run directory) and "steps" (the edges first seen after it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import sys
+import tempfile
+from pathlib import Path
+
+import refimpl
+
+PACKAGE = str(Path(refimpl.__file__).resolve().parent)
+
+TINY = [
+    "--algo", "grpo", "--steps", "2", "--prompts-per-step", "2", "--group-size", "2",
+    "--minibatches", "1", "--eval-problems", "4", "--eval-samples", "2", "--eval-every", "1",
+    "--probe-every", "1", "--probe-prompts", "1", "--diag-every", "1", "--checkpoint-every", "1",
+    "--threads", "1", "--no-progress", "--no-plot",
+    "--warmstart.steps", "5", "--warmstart.eval-problems", "4",
+    "--warmstart.model.n-layer", "1", "--warmstart.model.n-embd", "32",
+    "--warmstart.model.n-head", "2",
+]  # fmt: skip
+
+
+SETTINGS = {"TrainConfig", "WarmstartConfig", "RunWarmstartConfig", "ModelConfig"}
+
+
+def _is_setting(value) -> bool:
+    names = {c.__name__ for c in type(value).__mro__}
+    return bool(names & SETTINGS) or "AlgorithmConfig" in names
+
+
+def _carries(value, depth: int = 2) -> bool:
+    """``value`` is a settings object or holds one ``depth`` levels down."""
+    if _is_setting(value):
+        return True
+    if depth == 0 or isinstance(value, (str, bytes, int, float, Path, type)) or value is None:
+        return False
+    try:
+        inner = vars(value).values()
+    except TypeError:
+        inner = getattr(value, "_asdict", lambda: {})().values()
+    return any(_carries(v, depth - 1) for v in inner)
+
+
+def _in_package(code) -> bool:
+    return code.co_filename.startswith(PACKAGE)
+
+
+class Walk:
+    def __init__(self) -> None:
+        self.edges: dict[tuple[str, str], str] = {}
+        self.visited: set[str] = set()
+        self.root: str | None = None
+        self.setup_edges: int | None = None  # edges seen before the first train_step
+
+    def profile(self, frame, event, arg) -> None:
+        if event != "call" or not _in_package(frame.f_code):
+            return
+        code = frame.f_code
+        if self.setup_edges is None and code.co_name == "train_step":
+            self.setup_edges = len(self.edges)
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        if not any(_carries(frame.f_locals.get(n)) for n in names):
+            return
+        callee_mod = frame.f_globals.get("__name__", "?")
+        stack = []  # (module, qualname) of the refimpl frames above, nearest first
+        f = frame.f_back
+        while f is not None:
+            if _in_package(f.f_code):
+                stack.append((f.f_globals.get("__name__", "?"), f.f_code.co_qualname))
+            f = f.f_back
+        callee = f"{callee_mod}.{code.co_qualname}"
+        if not stack:  # the command itself: where the walk starts
+            self.root = self.root or callee
+            self.visited.add(callee_mod)
+            return
+        caller_mod, caller_name = stack[0]
+        self.visited.add(caller_mod)
+        key = (f"{caller_mod}.{caller_name}", callee)
+        if key in self.edges:
+            return
+        above = {m for m, _ in stack[1:]} - {caller_mod}
+        if callee_mod == caller_mod:
+            kind = "stay"
+        elif callee_mod in above:
+            kind = "climb"
+        elif callee_mod in self.visited:
+            kind = "return"
+        else:
+            kind = "descent"
+        self.visited.add(callee_mod)
+        self.edges[key] = kind
+
+    def counts(self, part: slice = slice(None)) -> dict[str, int]:
+        out = {k: 0 for k in ("stay", "climb", "return", "descent")}
+        for kind in list(self.edges.values())[part]:
+            out[kind] += 1
+        return out
+
+
+def walk(argv: list[str]) -> Walk:
+    from refimpl.cli import main
+
+    w = Walk()
+    sys.setprofile(w.profile)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(argv)
+    finally:
+        sys.setprofile(None)
+    if code != 0:
+        raise SystemExit(f"refimpl {' '.join(argv)} exited {code}")
+    return w
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--edges", action="store_true", help="list every edge")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = ["--runs-dir", tmp, "--name", "walk"]
+        new = walk(["train", *TINY, *runs])
+        resumed = walk(["train", "--resume", "--steps", "3", "--no-progress", "--no-plot", *runs])
+    for label, w in (("new run", new), ("resume", resumed)):
+        c = w.counts()
+        print(
+            f"{label:8s} {c['stay']} stays in {len(w.visited)} modules, {c['climb']} climbs, "
+            f"{c['return']} returns, {c['descent']} descents ({len(w.edges)} edges)"
+        )
+        for part, where in (("setup", slice(w.setup_edges)), ("steps", slice(w.setup_edges, None))):
+            c = w.counts(where)
+            print(
+                f"  {part:6s} {c['stay']} stays, {c['climb']} climbs, {c['return']} returns, "
+                f"{c['descent']} descents"
+            )
+        if args.edges:
+            for (caller, callee), kind in w.edges.items():
+                print(f"    {kind:8s} {caller} -> {callee}")
+
+
+if __name__ == "__main__":
+    main()
