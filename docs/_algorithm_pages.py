@@ -20,8 +20,8 @@ block differs, naming that command. The block holds
   aggregation and clip range, its own fields with their defaults, and two probes that call
   the algorithm on a small fixed batch: whether its advantages vary within a completion
   (token-level credit), and whether its advantages or its loss read the rollout entropy;
-* **the loop**: the training step every algorithm shares (``Trainer.train_step`` in
-  ``refimpl/train.py``), with the lines this algorithm changes marked ``◀``. The shared steps
+* **the loop**: the training step every algorithm shares (``train`` in
+  ``refimpl/loop.py``), with the lines this algorithm changes marked ``◀``. The shared steps
   appear when the ``Config`` switches them on; the advantage and loss lines are written once
   per algorithm in ``LOOP`` below, with their numbers taken from the ``Config``. A line is
   marked where it differs from GRPO's, the baseline.
@@ -405,7 +405,7 @@ changed with `--algo-args FIELD=VALUE`.
 | --- | --- |
 {rows}
 
-**The loop**: one step of the toy trainer (`Trainer.train_step` in `refimpl/train.py`).
+**The loop**: one step of the toy loop (`train` in `refimpl/loop.py`; the Trainer runs the same step).
 {_legend(name, title, steps)}
 
 ```text

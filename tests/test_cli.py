@@ -89,7 +89,7 @@ def test_version_names_refimpl_torch_and_python(capsys):
 
 
 def test_shell_completion_script_as_the_readme_says(tmp_path, capsys):
-    """README: ``refimpl --tyro-write-completion bash FILE`` writes a bash completion."""
+    """docs/safety.md: ``refimpl --tyro-write-completion bash FILE`` writes a bash completion."""
     script = tmp_path / "refimpl.bash"
     code, _, _ = run_cli(["--tyro-write-completion", "bash", str(script)], capsys)
     assert code == 0
