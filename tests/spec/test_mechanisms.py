@@ -50,7 +50,7 @@ def test_a_reward_exactly_at_the_threshold_is_a_success(name):
     write ``≥`` literally. A slip to ``>`` changes every one of these."""
     below = torch.nextafter(torch.tensor(0.5), torch.tensor(0.0)).item()
     rewards = torch.tensor([0.5, below, 0.5, 0.5])
-    assert core.success(rewards, 0.5).tolist() == [True, False, True, True]
+    assert core.successful(make_batch(rewards.tolist()), 0.5).tolist() == [True, False, True, True]
     assert mechanisms.keep_groups(rewards, G, dapo.Config()).tolist() == [True, False]
     module = algorithms.get(name)
     cfg = module.Config()
