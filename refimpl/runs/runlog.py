@@ -334,7 +334,7 @@ def versions() -> dict[str, str]:
 def git_commit() -> str | None:
     """The commit of the git checkout refimpl is imported from, or None (not a checkout,
     no git)."""
-    source = Path(__file__).resolve().parent.parent
+    source = Path(__file__).resolve().parents[2]  # refimpl/runs/runlog.py → the checkout
     if not (source / ".git").exists():
         return None
     try:
