@@ -21,7 +21,7 @@ SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 # The README's former sections and the docs page each one now lives on (its heading there).
 MOVED = {
     "docs/safety.md": "## Runs are safe to leave overnight",
-    "docs/numerics.md": "# Same numbers on every machine",
+    "docs/numerics.md": "# Numbers and machines: what reproduces where",
     "docs/results.md": "# Measured",
 }
 

@@ -113,7 +113,7 @@ def test_the_log_reaches_the_disk_before_the_checkpoint_that_follows_it(
 ):
     """The other half: the trainer fsyncs metrics.jsonl (once per checkpoint) before it
     writes the checkpoint of a step, so a power cut cannot leave that state again."""
-    import refimpl.train as train_module
+    import refimpl.runs.rundir as train_module  # save_run: the trainer's checkpoint
 
     events: list[tuple[str, int]] = []
     real_fsync, real_save = train_module.fsync_file, train_module.save_checkpoint
