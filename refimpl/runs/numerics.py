@@ -36,7 +36,7 @@ GPU), and CPUs that are not x86-64 (aarch64 has neither these ATen variants nor 
 the native path is used and recorded as such).
 
 ``REFIMPL_NUMERICS=native`` opts out (torch's own choice, faster on AVX-512 machines: the pin
-costs 1.4× there, other numbers); each run records the path it ran on in its ``config.json``
+costs 1.3–1.4× there: docs/numerics.md § 4; other numbers); each run records the path it ran on in its ``config.json``
 (``describe()``), and the warm-start cache is keyed by it (``cache_tag()``), so a model trained
 on one path is never reused on another.
 
