@@ -463,6 +463,7 @@ def train_trl(
     seed: int = 0,
     output_dir: str | None = None,
     progress: bool = False,
+    callbacks: Sequence[TrainerCallback] = (),
 ):
     """Train ``model`` in place with ``RefimplGRPOTrainer``; returns the trainer.
 
@@ -471,7 +472,8 @@ def train_trl(
     optimizer step each, the whole rollout ``ppo_epochs`` times: so
     ``rollouts · minibatches · ppo_epochs`` optimizer steps, all but the first of
     each rollout off-policy (ratios ≠ 1, so clipping and TEPO's mask can act). Constant
-    learning rate, no warm-up. ``progress`` prints one line per optimizer step.
+    learning rate, no warm-up. ``progress`` prints one line per optimizer step;
+    ``callbacks`` are added to the trainer (``scripts/claims_real.py`` evaluates with one).
     """
     import tempfile
 
@@ -521,5 +523,7 @@ def train_trl(
         trainer.remove_callback(PrinterCallback)
         if progress:
             trainer.add_callback(_StepPrinter())
+        for callback in callbacks:
+            trainer.add_callback(callback)
         trainer.train()
     return trainer

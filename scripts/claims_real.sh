@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Every real-model run docs/claims.md reads, two at a time (one CPU thread each), in the
+# order the ledger needs them: the base model and the four arms of seed 0, then seeds 1 and 2,
+# then GTPO's two variants on seed 0 and GRPO's three seeds. A run whose result file exists
+# is skipped, so the script can be stopped and started again; each run's log goes to
+# runs/claims/<arm>_seed<seed>.log. About 10 minutes of wall time per pair of runs on a
+# 2-core machine. Extra arguments go to every run of scripts/claims_real.py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-docs/claims/real}
+JOBS=${JOBS:-2}
+mkdir -p runs/claims
+queue=(
+  "base 0" "dapo 0" "gtpo 0" "grpo_s 0" "tepo 0"
+  "base 1" "dapo 1" "gtpo 1" "grpo_s 1" "tepo 1"
+  "base 2" "dapo 2" "gtpo 2" "grpo_s 2" "tepo 2"
+  "gtpo_alpha0 0" "gtpo_batch 0" "grpo 0" "grpo 1" "grpo 2"
+)
+run_one() {
+  local arm=$1 seed=$2
+  shift 2
+  if [[ -e "$OUT/${arm}_seed${seed}.json" ]]; then
+    echo "skip $arm seed $seed (done)"
+    return 0
+  fi
+  echo "start $arm seed $seed $(date -u +%H:%M:%S)"
+  "$PY" scripts/claims_real.py --arm "$arm" --seed "$seed" --out-dir "$OUT" "$@" \
+    >"runs/claims/${arm}_seed${seed}.log" 2>&1 || { echo "FAILED $arm seed $seed"; return 1; }
+  echo "done  $arm seed $seed $(date -u +%H:%M:%S)"
+}
+export -f run_one
+export PY OUT
+printf '%s\n' "${queue[@]}" | xargs -P "$JOBS" -I{} bash -c 'run_one $1 "${@:2}"' _ {} "$@"
