@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arm", required=True, choices=("base", *ARMS), help="what to run")
     parser.add_argument("--seed", type=int, default=0, help="the pairing seed of the arms")
-    parser.add_argument("--rollouts", type=int, default=6, help="generation rounds")
+    parser.add_argument("--rollouts", type=int, default=3, help="generation rounds")
     parser.add_argument("--prompts-per-step", type=int, default=8, help="problems per rollout")
     parser.add_argument("--group-size", type=int, default=8, help="G, replies per problem")
     parser.add_argument("--minibatches", type=int, default=4, help="optimizer steps per rollout")
@@ -67,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=2e-5)
     parser.add_argument(
         "--eval-at",
-        default="8,16,24",
+        default="4,8,12",
         help="optimizer steps after which to evaluate (comma-separated; the last one ends the run)",
     )
     parser.add_argument("--eval-problems", type=int, default=100, help="held-out problems")

@@ -3,8 +3,8 @@
 # order the ledger needs them: the base model and the four arms of seed 0, then seeds 1 and 2,
 # then GTPO's two variants on seed 0 and GRPO's three seeds. A run whose result file exists
 # is skipped, so the script can be stopped and started again; each run's log goes to
-# runs/claims/<arm>_seed<seed>.log. About 10 minutes of wall time per pair of runs on a
-# 2-core machine. Extra arguments go to every run of scripts/claims_real.py.
+# runs/claims/<arm>_seed<seed>.log. About 8 CPU-minutes per run on the
+# 2-core Xeon (docs/claims.md has the measured times). Extra arguments go to every run of scripts/claims_real.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}

@@ -148,9 +148,9 @@ def test_dapo_gains_at_least_four_standard_errors_over_the_base_model():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--arm", "dapo", "--eval-at", "8,16"], "the last one 24"),
-        (["--arm", "dapo", "--eval-at", "0,24"], "steps in 1…24"),
-        (["--arm", "dapo", "--eval-at", "8,x"], "comma-separated"),
+        (["--arm", "dapo", "--eval-at", "4,8"], "the last one 12"),
+        (["--arm", "dapo", "--eval-at", "0,12"], "steps in 1…12"),
+        (["--arm", "dapo", "--eval-at", "4,x"], "comma-separated"),
         (["--arm", "dapo", "--minibatches", "5"], "must divide"),
         (["--arm", "dapo", "--eval-samples", "0"], "at least 1"),
         (["--arm", "nope"], "invalid choice"),
