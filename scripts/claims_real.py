@@ -51,6 +51,8 @@ ARMS: dict[str, tuple[str, dict[str, object]]] = {
     "gtpo_alpha0": ("gtpo", {"alpha_2": 0.0}),
     # GTPO's Eq. 4 as §2.2 states it: R⁺ and R⁻ pooled over the whole batch.
     "gtpo_batch": ("gtpo", {"stats": "batch"}),
+    # TEPO's mask ablation: the KL term on every response token instead of the masked ones.
+    "tepo_nomask": ("tepo", {"kl_mask": False}),
 }
 DEFAULT_OUT = Path("docs/claims/real")
 

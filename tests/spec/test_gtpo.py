@@ -686,3 +686,48 @@ def test_geometric_worked_example():
         ]
     )
     torch.testing.assert_close(A, expected, atol=1e-5, rtol=0)
+
+
+# -- α₂ = 0 against DAPO (docs/claims.md: "GTPO with α₂ = 0 against DAPO, step by step") ------
+def _alpha0_and_dapo(mask: torch.Tensor, rewards: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    from refimpl.algorithms import dapo
+
+    batch = RolloutBatch(
+        response_ids=torch.zeros(mask.shape, dtype=torch.long),
+        response_mask=mask,
+        rewards=rewards,
+        logp_old=-torch.ones(mask.shape),
+        entropy_old=torch.rand(mask.shape, generator=torch.Generator().manual_seed(0)) + 0.1,
+        group_size=mask.shape[0],
+    )
+    a0 = gtpo.advantages(batch, gtpo.Config(alpha_2=0.0, stats="group", eps=1e-12))
+    return a0, dapo.advantages(batch, dapo.Config(eps=1e-12)), mask
+
+
+def test_alpha2_zero_with_equal_lengths_is_dapo_up_to_the_std_degrees_of_freedom():
+    """Why GTPO with α₂ = 0 does not give DAPO's losses, part 1. Equal lengths L: the
+    token-weighted success fraction is DAPO's p, so the centring agrees, but the unbiased std
+    runs over G·L tokens instead of G sequences: s_tok² = GL·p(1−p)/(GL−1), s_seq² =
+    G·p(1−p)/(G−1). So A(α₂=0) = A_DAPO · sqrt(G(GL−1) / ((G−1)·GL)) on every token:
+    G = 4, L = 3 gives sqrt(44/36) = 1.1055, advantages 10.6 % larger than DAPO's."""
+    G, L = 4, 3
+    a0, a_dapo, mask = _alpha0_and_dapo(torch.ones(G, L), torch.tensor([1.0, 0.0, 0.0, 1.0]))
+    factor = math.sqrt(G * (G * L - 1) / ((G - 1) * G * L))
+    assert factor == pytest.approx(1.1055, abs=1e-4)
+    torch.testing.assert_close(a0, a_dapo * factor, rtol=1e-5, atol=1e-6)
+
+
+def test_alpha2_zero_with_unequal_lengths_centres_on_tokens_not_completions():
+    """Part 2. Unequal lengths: the centre is the fraction of the group's *tokens* that are
+    successful, so A(α₂=0) sums to 0 over the group's tokens, and a token-mean loss at ratio 1
+    is exactly 0; DAPO's centre is the fraction of *completions*, so its token sum is not 0
+    when right and wrong replies differ in length. Here o1 ✓ has 1 token, o2–o4 have 3
+    (o2 ✓, o3 ✗, o4 ✗): DAPO's p = 1/2, the tokens' p = 4/10."""
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    a0, a_dapo, mask = _alpha0_and_dapo(mask, torch.tensor([1.0, 1.0, 0.0, 0.0]))
+    assert float((a0 * mask).sum()) == pytest.approx(0.0, abs=1e-5)
+    # DAPO: A = ±(1/2)/s with s = sqrt(4/3 · 1/4) = 1/√3, so ±√3/2; token sum
+    # (1 + 3 − 3 − 3)·√3/2 = −√3.
+    assert float((a_dapo * mask).sum()) == pytest.approx(-math.sqrt(3), rel=1e-5)
+    # Same sign on every token: the update pushes the same way, with other weights.
+    assert torch.equal(torch.sign(a0 * mask), torch.sign(a_dapo * mask))
