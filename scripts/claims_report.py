@@ -237,7 +237,7 @@ def real_convergence_table(real: dict) -> str:
     steps = sorted({e["step"] for r in real.values() if "evals" in r for e in r["evals"]} - {0})
     head = ("| arm | seed | threshold | success at step 0 → " + " → ".join(map(str, steps))
             + " | first evaluation ≥ threshold | interpolated step |\n|"
-            + "---|" * 5 + "\n")  # fmt: skip
+            + "---|" * 6 + "\n")  # fmt: skip
     rows = []
     summary = {}
     for arm in ("grpo", "dapo", "tepo", "gtpo", "grpo_s"):
@@ -262,7 +262,7 @@ def real_convergence_table(real: dict) -> str:
     return table + "\nMedians of the interpolated step: " + "; ".join(lines) + ".\n"
 
 
-def alpha0_table(real: dict, seed: int = 0, show: int = 8) -> str:
+def alpha0_table(real: dict, seed: int = 0, show: int = 24) -> str:
     """DAPO and GTPO with α₂ = 0, step by step on one seed."""
     if ("dapo", seed) not in real or ("gtpo_alpha0", seed) not in real:
         return "(not run yet)\n"
