@@ -521,9 +521,7 @@ def train_trl(
         )
         # disable_tqdm makes the Trainer print every log dict; the caller reports instead.
         trainer.remove_callback(PrinterCallback)
-        if progress:
-            trainer.add_callback(_StepPrinter())
-        for callback in callbacks:
+        for callback in ([_StepPrinter()] if progress else []) + list(callbacks):
             trainer.add_callback(callback)
         trainer.train()
     return trainer
