@@ -198,10 +198,11 @@ def real_gain(real: dict, arm: str) -> dict:
 
 def real_paired_table(real: dict) -> str:
     head = ("| difference | seed 0 (± s.e. over problems) | seed 1 | seed 2 | over seeds "
-            "(± s.e. over seeds) | verdict |\n|---|---|---|---|---|---|\n")  # fmt: skip
+            "(± s.e. over seeds) | verdict on “first > second” |\n|---|---|---|---|---|---|\n")  # fmt: skip
     rows = []
-    pairs = [("gtpo", "dapo"), ("grpo_s", "dapo"), ("tepo", "dapo"), ("gtpo", "gtpo_alpha0"),
-             ("gtpo_alpha0", "dapo"), ("gtpo_batch", "gtpo")]  # fmt: skip
+    pairs = [("gtpo", "dapo"), ("grpo_s", "dapo"), ("tepo", "dapo"), ("tepo", "grpo"),
+             ("gtpo", "gtpo_alpha0"), ("gtpo_alpha0", "dapo"), ("gtpo_batch", "dapo"),
+             ("tepo", "tepo_nomask")]  # fmt: skip
     for a, b in pairs:
         p = real_paired(real, a, b)
         if not p["per_seed"]:
@@ -334,12 +335,13 @@ def toy_table(toy: dict) -> str:
 
 def toy_paired_table(toy: dict) -> str:
     head = ("| difference (final held-out greedy) | seed 0 | seed 1 | seed 2 | mean ± s.e. over "
-            "seeds | verdict |\n|---|---|---|---|---|---|\n")  # fmt: skip
+            "seeds | verdict on “first > second” |\n|---|---|---|---|---|---|\n")  # fmt: skip
     rows = []
     pairs = [("gtpo", "dapo", "final"), ("grpo_s", "dapo", "final"),
              ("gtpo", "gtpo alpha_2=0.0", "final"), ("gtpo alpha_2=0.0", "dapo", "final"),
-             ("tepo", "tepo kl_mask=False", "final"), ("gtpo stats=batch", "gtpo", "final"),
-             ("gtpo", "dapo", "entropy_end"), ("grpo_s", "dapo", "entropy_end")]  # fmt: skip
+             ("gtpo stats=batch", "dapo", "final"), ("tepo", "tepo kl_mask=False", "final"),
+             ("tepo", "dapo", "final"), ("gtpo", "dapo", "entropy_end"),
+             ("grpo_s", "dapo", "entropy_end"), ("tepo", "dapo", "entropy_end")]  # fmt: skip
     for a, b, key in pairs:
         p = toy_paired(toy, a, b, key)
         if not p["per_seed"]:
