@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Every real-model run docs/claims.md reads, two at a time (one CPU thread each), in the
-# order the ledger needs them: the base model and the four arms of seed 0, then seeds 1 and 2,
-# then GTPO's two variants on seed 0 and GRPO's three seeds. A run whose result file exists
-# is skipped, so the script can be stopped and started again; each run's log goes to
-# runs/claims/<arm>_seed<seed>.log. About 8 CPU-minutes per run on the
-# 2-core Xeon (docs/claims.md has the measured times). Extra arguments go to every run of scripts/claims_real.py.
+# order the ledger needs them: the base model and the four arms of seed 0, then seeds 1 and
+# 2, then GTPO's two variants on seed 0, GRPO's three seeds and TEPO without its mask. A run
+# whose result file exists is skipped, so the script can be stopped and started again; each
+# run's log goes to runs/claims/<arm>_seed<seed>.log. About 7.5 minutes per run, two at a
+# time, on the 2-core Xeon. Extra arguments go to every run of scripts/claims_real.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -15,7 +15,7 @@ queue=(
   "base 0" "dapo 0" "gtpo 0" "grpo_s 0" "tepo 0"
   "base 1" "dapo 1" "gtpo 1" "grpo_s 1" "tepo 1"
   "base 2" "dapo 2" "gtpo 2" "grpo_s 2" "tepo 2"
-  "gtpo_alpha0 0" "gtpo_batch 0" "grpo 0" "grpo 1" "grpo 2"
+  "gtpo_alpha0 0" "gtpo_batch 0" "grpo 0" "grpo 1" "grpo 2" "tepo_nomask 0"
 )
 run_one() {
   local arm=$1 seed=$2
