@@ -75,6 +75,27 @@ def test_steps_to_threshold_first_evaluation_and_interpolation_by_hand():
     assert report.steps_to(run, base, 0.125) == (8.0, pytest.approx(4.0))
 
 
+@pytest.mark.parametrize(
+    ("steps", "floor", "expected"),
+    [
+        ({"tepo": [4, 4, 4], "dapo": [8, 8, 12], "grpo": [12, 12, 12]}, 4, "holds"),  # 0.5, 0.33
+        ({"tepo": [6], "dapo": [8]}, None, "not shown (faster, by less than 50 %)"),  # 0.75
+        ({"tepo": [8], "dapo": [8], "grpo": [16]}, None, "contradicted"),  # 1.0 against DAPO
+        # DAPO is there by the first evaluation: a TEPO twice as fast could not show.
+        ({"tepo": [4, 4, 12], "dapo": [4, 4, 4]}, 4, "not shown (a baseline reaches it by the "
+         "first evaluation)"),  # fmt: skip
+        ({"tepo": [4], "grpo": [math.inf]}, None, "holds"),  # GRPO never gets there
+    ],
+)
+def test_the_speed_verdict(steps, floor, expected):
+    assert report._speed(steps, floor=floor)[0] == expected
+
+
+def test_worst_drop_is_the_largest_fall_between_consecutive_evaluations():
+    assert report.worst_drop([0.1, 0.5, 0.3, 0.4, 0.35]) == pytest.approx(0.2)
+    assert report.worst_drop([0.1, 0.2, 0.3]) == 0.0
+
+
 # -- the committed results and the page ----------------------------------------------------------
 REAL = report.load_real()
 
