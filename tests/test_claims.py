@@ -78,15 +78,18 @@ def test_steps_to_threshold_first_evaluation_and_interpolation_by_hand():
 @pytest.mark.parametrize(
     ("steps", "floor", "expected"),
     [
-        ({"tepo": [4, 4, 4], "dapo": [8, 8, 12], "grpo": [12, 12, 12]}, 4, "holds"),  # 0.5, 0.33
-        ({"tepo": [6], "dapo": [8]}, None, "not shown (faster, by less than 50 %)"),  # 0.75
-        ({"tepo": [8], "dapo": [8], "grpo": [16]}, None, "contradicted"),  # 1.0 against DAPO
+        ({"tepo": [4, 4, 4], "dapo": [8, 8, 12], "grpo": [12, 12, 12]}, 4,
+         "against GRPO: holds; against DAPO: holds"),  # ratios 0.33 and 0.5
+        ({"tepo": [6], "dapo": [8]}, None, "against DAPO: not shown (faster, by less than 50 %)"),
+        ({"tepo": [8], "dapo": [8], "grpo": [16]}, None,
+         "against GRPO: holds; against DAPO: contradicted"),  # ratio 1.0 against DAPO
         # DAPO is there by the first evaluation: a TEPO twice as fast could not show.
-        ({"tepo": [4, 4, 12], "dapo": [4, 4, 4]}, 4, "not shown (a baseline reaches it by the "
-         "first evaluation)"),  # fmt: skip
-        ({"tepo": [4], "grpo": [math.inf]}, None, "holds"),  # GRPO never gets there
+        ({"tepo": [4, 4, 12], "dapo": [4, 4, 4]}, 4,
+         "against DAPO: not shown (it is there by the first evaluation)"),
+        ({"tepo": [4], "grpo": [math.inf]}, 4, "against GRPO: holds"),  # GRPO never got there
+        ({"tepo": [math.inf], "grpo": [8]}, 4, "against GRPO: contradicted"),  # TEPO never did
     ],
-)
+)  # fmt: skip
 def test_the_speed_verdict(steps, floor, expected):
     assert report._speed(steps, floor=floor)[0] == expected
 
