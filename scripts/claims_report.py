@@ -51,6 +51,7 @@ NAMES = {
     "gtpo alpha_2=0.0": "GTPO, α₂ = 0",
     "gtpo stats=batch": "GTPO, stats = batch (Eq. 4 literal)",
     "tepo kl_mask=False": "TEPO without its mask",
+    "tepo_nomask": "TEPO without its mask",
 }
 #: Real model: a held-out success at least the seed's base success + this counts as reached
 #: (docs/claims.md, "TEPO converges faster", says why 0.10).
