@@ -147,7 +147,7 @@ def real_arm_table(real: dict) -> str:
               "| train min |\n")  # fmt: skip
     head += "|" + "---|" * (10 + len(ks)) + "\n"
     rows = []
-    for arm in ("base", *MAIN_ARMS, "grpo", "gtpo_alpha0", "gtpo_batch"):
+    for arm in ("base", *MAIN_ARMS, "grpo", "gtpo_alpha0", "gtpo_batch", "tepo_nomask"):
         seeds = [s for s in SEEDS if (arm, s) in real]
         if not seeds:
             continue
