@@ -146,8 +146,11 @@ def main(argv: list[str] | None = None) -> dict:
         "seed": args.seed,
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "commit": _commit(),
-        "machine": {"cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-                    "threads": args.threads},  # fmt: skip
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "torch": torch.__version__,
+            "threads": args.threads,
+        },  # fmt: skip
         "held_out": [str(p) for p in held_out],
     }
     t0 = time.perf_counter()

@@ -166,8 +166,11 @@ def real_arm_table(real: dict) -> str:
                 return fmt(float(np.mean(vals)), digits=digits) if vals else "—"
 
             kept = [
-                float(np.mean([h.get("refimpl/kept_groups_frac", 1.0)
-                               for h in real[(arm, s)]["steps"]]))  # fmt: skip
+                float(
+                    np.mean(
+                        [h.get("refimpl/kept_groups_frac", 1.0) for h in real[(arm, s)]["steps"]]
+                    )
+                )  # fmt: skip
                 for s in seeds
             ]
             minutes = float(np.mean([real[(arm, s)]["train_s"] for s in seeds])) / 60
@@ -278,12 +281,21 @@ def real_convergence_table(real: dict) -> str:
         per_seed = auc_paired(real, "tepo", b)
         if per_seed:
             d, se = _over_seeds(per_seed)
-            areas.append(f"TEPO − {NAMES[b]} {fmt(d, se, sign=True)} (seeds "
-                         + ", ".join(f"{v:+.3f}" for v in per_seed.values()) + ")")
-    return (table + f"\nRuns at or above the threshold by the first evaluation (step {steps[0]}): "
-            + "; ".join(lines) + ".\n\nMean held-out success over the evaluations after steps "
-            + ", ".join(map(str, steps)) + " (the area under the curve), paired by seed: "
-            + "; ".join(areas) + ".\n")
+            areas.append(
+                f"TEPO − {NAMES[b]} {fmt(d, se, sign=True)} (seeds "
+                + ", ".join(f"{v:+.3f}" for v in per_seed.values())
+                + ")"
+            )
+    return (
+        table
+        + f"\nRuns at or above the threshold by the first evaluation (step {steps[0]}): "
+        + "; ".join(lines)
+        + ".\n\nMean held-out success over the evaluations after steps "
+        + ", ".join(map(str, steps))
+        + " (the area under the curve), paired by seed: "
+        + "; ".join(areas)
+        + ".\n"
+    )
 
 
 def alpha0_table(real: dict, seed: int = 0, show: int = 24) -> str:
@@ -334,7 +346,9 @@ def toy_table(toy: dict) -> str:
         runs = [per_seed[s] for s in seeds]
 
         def steps(r):
-            return "n.r." if not math.isfinite(r["steps_to_target"]) else f"{r['steps_to_target']:.0f}"
+            return (
+                "n.r." if not math.isfinite(r["steps_to_target"]) else f"{r['steps_to_target']:.0f}"
+            )
 
         rows.append([
             NAMES.get(label, label),
@@ -392,7 +406,9 @@ def worst_drop(curve) -> float:
 
 
 def real_curve(real: dict, arm: str, seed: int) -> list[float]:
-    return [final(real[("base", seed)])["success"]] + [e["success"] for e in real[(arm, seed)]["evals"]]
+    return [final(real[("base", seed)])["success"]] + [
+        e["success"] for e in real[(arm, seed)]["evals"]
+    ]
 
 
 def _over_seeds(values: dict) -> tuple[float, float]:
@@ -414,14 +430,16 @@ def _real_diff(real, a, b, sign=+1) -> tuple[str, str]:
         return "not measured", ""
     d, se = p["over_seeds"]
     if len(p["per_seed"]) == 1:
-        (s, _), = p["per_seed"].items()
+        ((s, _),) = p["per_seed"].items()
         return verdict(d, se, sign), f"real {fmt(d, se, sign=True)} (seed {s}, s.e. over problems)"
     seeds = ", ".join(f"{v[0]:+.3f}" for v in p["per_seed"].values())
     return verdict(d, se, sign), f"real {fmt(d, se, sign=True)} over seeds (seeds {seeds})"
 
 
 def _real_key_diff(real, a, b, get, sign=+1, label="") -> tuple[str, str]:
-    per_seed = {s: get(real, a, s) - get(real, b, s) for s in SEEDS if (a, s) in real and (b, s) in real}
+    per_seed = {
+        s: get(real, a, s) - get(real, b, s) for s in SEEDS if (a, s) in real and (b, s) in real
+    }
     if not per_seed:
         return "not measured", ""
     d, se = _over_seeds(per_seed)
@@ -448,12 +466,21 @@ def _speed(steps: dict[str, list[float]], unit: str = "steps", scale: float = 1.
         elif not math.isfinite(t) or math.isnan(ratio):
             v = "contradicted" if math.isfinite(b) else "not measured"
         else:
-            v = "holds" if ratio <= 0.5 else "contradicted" if ratio >= 1 else (
-                "not shown (faster, by less than 50 %)")
+            v = (
+                "holds"
+                if ratio <= 0.5
+                else "contradicted"
+                if ratio >= 1
+                else ("not shown (faster, by less than 50 %)")
+            )
         verdicts.append(f"against {NAMES[base]}: {v}")
         shown = "not reached" if math.isinf(b) else f"{b:.1f}"
-        parts.append(f"{NAMES[base]} {shown}" + (f" (ratio {ratio:.2f})" if math.isfinite(ratio) else ""))
-    numbers = f"median {unit} {who} {'not reached' if math.isinf(t) else f'{t:.1f}'}; " + "; ".join(parts)
+        parts.append(
+            f"{NAMES[base]} {shown}" + (f" (ratio {ratio:.2f})" if math.isfinite(ratio) else "")
+        )
+    numbers = f"median {unit} {who} {'not reached' if math.isinf(t) else f'{t:.1f}'}; " + "; ".join(
+        parts
+    )
     return ("; ".join(verdicts) or "not measured"), numbers
 
 
@@ -466,18 +493,31 @@ def ledger_rows(real: dict, toy: dict | None) -> list[list[str]]:
     def both(t, r, extra=""):
         return "; ".join(x for x in (t[1], r[1], extra) if x)
 
-    beats = "“our methods significantly outperform a strong DAPO baseline” (v5 abstract; §3.2, Table 1)"
+    beats = (
+        "“our methods significantly outperform a strong DAPO baseline” (v5 abstract; §3.2, Table 1)"
+    )
     t, r = _toy_diff(toy, "gtpo", "dapo"), _real_diff(real, "gtpo", "dapo")
     row("GTPO beats DAPO", beats, t[0], r[0], both(t, r), f"{TOY_CMD}; {REAL_CMD}")
     t, r = _toy_diff(toy, "grpo_s", "dapo"), _real_diff(real, "grpo_s", "dapo")
-    row("GRPO-S beats DAPO", "“consistently and substantially outperforming both the GRPO and DAPO "
-        "baselines across all configurations” (v5 §3.2)", t[0], r[0], both(t, r),
-        f"{TOY_CMD}; {REAL_CMD}")
+    row(
+        "GRPO-S beats DAPO",
+        "“consistently and substantially outperforming both the GRPO and DAPO "
+        "baselines across all configurations” (v5 §3.2)",
+        t[0],
+        r[0],
+        both(t, r),
+        f"{TOY_CMD}; {REAL_CMD}",
+    )
     t, r = _toy_diff(toy, "gtpo", "gtpo alpha_2=0.0"), _real_diff(real, "gtpo", "gtpo_alpha0")
-    row("The entropy weighting is the driver (GTPO − GTPO with α₂ = 0)",
+    row(
+        "The entropy weighting is the driver (GTPO − GTPO with α₂ = 0)",
         "“confirming our entropy-weighting mechanism as the key driver of this performance "
         "boost” (v5 abstract; v5 itself runs no α₂ = 0 arm: §3.4 varies α₂ over 0.1–0.2)",
-        t[0], r[0], both(t, r), f"{TOY_CMD}; {REAL_CMD}")
+        t[0],
+        r[0],
+        both(t, r),
+        f"{TOY_CMD}; {REAL_CMD}",
+    )
 
     def eval_entropy(real, arm, seed):
         return final(real[(arm, seed)])["entropy"]
@@ -489,30 +529,53 @@ def ledger_rows(real: dict, toy: dict | None) -> list[list[str]]:
         runs = toy_runs(toy)
         extra = "toy runs collapsed (end < 0.5 × start): " + ", ".join(
             f"{NAMES[a]} {sum(x['collapsed'] for x in runs[a].values())}/{len(runs[a])}"
-            for a in ("dapo", "gtpo", "grpo_s") if a in runs)
-    row("GTPO keeps entropy from collapsing (GTPO − DAPO, token entropy in nats)",
+            for a in ("dapo", "gtpo", "grpo_s")
+            if a in runs
+        )
+    row(
+        "GTPO keeps entropy from collapsing (GTPO − DAPO, token entropy in nats)",
         "“Our methods foster sustained exploration and prevent policy collapse” (v5 §3.3; "
-        "the “entropy rebound” of App. D.1)", t[0], r[0], both(t, r, extra),
-        f"{TOY_CMD}; {REAL_CMD}")
+        "the “entropy rebound” of App. D.1)",
+        t[0],
+        r[0],
+        both(t, r, extra),
+        f"{TOY_CMD}; {REAL_CMD}",
+    )
     t = _toy_diff(toy, "grpo_s", "dapo", "entropy_end")
     r = _real_key_diff(real, "grpo_s", "dapo", eval_entropy, label="held-out entropy ")
-    row("GRPO-S keeps entropy from collapsing (GRPO-S − DAPO, nats)", "as above (v5 §3.3, App. D.1)",
-        t[0], r[0], both(t, r), f"{TOY_CMD}; {REAL_CMD}")
+    row(
+        "GRPO-S keeps entropy from collapsing (GRPO-S − DAPO, nats)",
+        "as above (v5 §3.3, App. D.1)",
+        t[0],
+        r[0],
+        both(t, r),
+        f"{TOY_CMD}; {REAL_CMD}",
+    )
 
     lengths = [final(v)["mean_tokens"] for (a, _), v in real.items()] if real else []
-    row("GRPO-S is more stable on long chains of thought",
+    row(
+        "GRPO-S is more stable on long chains of thought",
         "“exhibits superior stability in long Chain-of-Thought (CoT) reasoning tasks” (abstract); "
         "“GRPO-S exhibits higher stability across settings” (v5 §3.4)",
-        "not testable here", "not testable here",
+        "not testable here",
+        "not testable here",
         "no chain of thought to be long: countdown answers are a few tokens, the real model's "
         f"held-out replies {min(lengths):.1f}–{max(lengths):.1f} tokens (budget 12); §3.4's "
-        "“settings” are α/β values, which the paper's defaults fix here" if lengths else "",
-        "—")
+        "“settings” are α/β values, which the paper's defaults fix here"
+        if lengths
+        else "",
+        "—",
+    )
     t, r = _toy_diff(toy, "gtpo stats=batch", "dapo"), _real_diff(real, "gtpo_batch", "dapo")
-    row("GTPO as Eq. 4 is written (R⁺, R⁻ pooled over the batch) beats DAPO",
+    row(
+        "GTPO as Eq. 4 is written (R⁺, R⁻ pooled over the batch) beats DAPO",
         "Eq. 4: R⁺ and R⁻ “normalized over all tokens in the entire batch” (v5 §2.2); the "
-        "project's default normalises per group (gtpo page)", t[0], r[0], both(t, r),
-        f"{TOY_CMD}; {REAL_CMD}")
+        "project's default normalises per group (gtpo page)",
+        t[0],
+        r[0],
+        both(t, r),
+        f"{TOY_CMD}; {REAL_CMD}",
+    )
 
     # TEPO
     conv_quote = "“reducing convergence time by 50% compared with GRPO/DAPO” (TEPO abstract)"
@@ -525,9 +588,13 @@ def ledger_rows(real: dict, toy: dict | None) -> list[list[str]]:
         tokens = {a: [x["tokens_to_target"] for x in runs[a].values()] for a in arms}
         toy_v, toy_n = _speed(tokens, "sampled tokens (thousands)", 1e3)
         steps = {a: [x["steps_to_target"] for x in runs[a].values()] for a in arms}
-        toy_n = ("toy " + toy_n + "; steps, per seed: "
-                 + ", ".join(f"{NAMES[a]} " + "/".join(f"{v:.0f}" for v in steps[a]) for a in arms)
-                 + " (evaluations every 50 steps)")
+        toy_n = (
+            "toy "
+            + toy_n
+            + "; steps, per seed: "
+            + ", ".join(f"{NAMES[a]} " + "/".join(f"{v:.0f}" for v in steps[a]) for a in arms)
+            + " (evaluations every 50 steps)"
+        )
     real_v, real_n = "not measured", ""
     if real:
         steps = {}
@@ -536,76 +603,139 @@ def ledger_rows(real: dict, toy: dict | None) -> list[list[str]]:
                 if (a, s) in real and ("base", s) in real:
                     base = final(real[("base", s)])
                     steps.setdefault(a, []).append(
-                        steps_to(real[(a, s)], base, base["success"] + REAL_THRESHOLD_GAIN)[0])
+                        steps_to(real[(a, s)], base, base["success"] + REAL_THRESHOLD_GAIN)[0]
+                    )
         if "tepo" in steps:
             first_eval = min(e["step"] for r in real.values() for e in r["evals"] if e["step"] > 0)
             real_v, real_n = _speed(steps, "steps", floor=first_eval)
-            per_seed = ", ".join(f"{NAMES[a]} " + "/".join(
-                "n.r." if math.isinf(v) else f"{v:.0f}" for v in vals) for a, vals in steps.items())
+            per_seed = ", ".join(
+                f"{NAMES[a]} " + "/".join("n.r." if math.isinf(v) else f"{v:.0f}" for v in vals)
+                for a, vals in steps.items()
+            )
             area = "; ".join(
                 f"mean success over the evaluations TEPO − {NAMES[b]} "
                 + fmt(*_over_seeds(auc_paired(real, "tepo", b)), sign=True)
-                for b in ("grpo", "dapo") if auc_paired(real, "tepo", b))
-            real_n = (f"real {real_n} (first evaluation at or above base + "
-                      f"{REAL_THRESHOLD_GAIN:.2f}; evaluations at steps 4, 8, 12; per seed: "
-                      f"{per_seed}); {area}")
-    row("TEPO converges in half the time of GRPO and DAPO", conv_quote, toy_v, real_v,
-        "; ".join(x for x in (toy_n, real_n) if x), f"{TOY_CMD}; {REAL_CMD}")
+                for b in ("grpo", "dapo")
+                if auc_paired(real, "tepo", b)
+            )
+            real_n = (
+                f"real {real_n} (first evaluation at or above base + "
+                f"{REAL_THRESHOLD_GAIN:.2f}; evaluations at steps 4, 8, 12; per seed: "
+                f"{per_seed}); {area}"
+            )
+    row(
+        "TEPO converges in half the time of GRPO and DAPO",
+        conv_quote,
+        toy_v,
+        real_v,
+        "; ".join(x for x in (toy_n, real_n) if x),
+        f"{TOY_CMD}; {REAL_CMD}",
+    )
 
     stab_quote = "“markedly enhances training stability” (TEPO abstract)"
     t = ("not measured", "")
     if toy is not None and "tepo" in toy_runs(toy):
         runs = toy_runs(toy)
-        drops = {a: {s: worst_drop(x["curve_success"]) for s, x in runs[a].items()}
-                 for a in ("grpo", "dapo", "tepo") if a in runs}
-        d = {s: drops["tepo"][s] - drops["dapo"][s] for s in drops["tepo"] if s in drops.get("dapo", {})}
+        drops = {
+            a: {s: worst_drop(x["curve_success"]) for s, x in runs[a].items()}
+            for a in ("grpo", "dapo", "tepo")
+            if a in runs
+        }
+        d = {
+            s: drops["tepo"][s] - drops["dapo"][s]
+            for s in drops["tepo"]
+            if s in drops.get("dapo", {})
+        }
         dm, dse = _over_seeds(d)
         sds = {a: float(np.std([x["final"] for x in runs[a].values()], ddof=1)) for a in drops}
-        t = (verdict(dm, dse, -1), f"toy worst fall between evaluations TEPO − DAPO {fmt(dm, dse, sign=True)}"
-             f" (means: " + ", ".join(f"{NAMES[a]} {np.mean(list(v.values())):.3f}" for a, v in drops.items())
-             + "); sd of final over seeds: " + ", ".join(f"{NAMES[a]} {v:.3f}" for a, v in sds.items()))
+        t = (
+            verdict(dm, dse, -1),
+            f"toy worst fall between evaluations TEPO − DAPO {fmt(dm, dse, sign=True)}"
+            f" (means: "
+            + ", ".join(f"{NAMES[a]} {np.mean(list(v.values())):.3f}" for a, v in drops.items())
+            + "); sd of final over seeds: "
+            + ", ".join(f"{NAMES[a]} {v:.3f}" for a, v in sds.items()),
+        )
     r = ("not measured", "")
     if real:
+
         def drop(real, arm, seed):
             return worst_drop(real_curve(real, arm, seed))
+
         r = _real_key_diff(real, "tepo", "dapo", drop, sign=-1, label="worst fall TEPO − DAPO ")
         if r[1]:
-            sds = {a: float(np.std([final(real[(a, s)])["success"] for s in SEEDS if (a, s) in real], ddof=1))
-                   for a in ("grpo", "dapo", "tepo") if sum((a, s) in real for s in SEEDS) > 1}
-            r = (r[0], r[1] + "; sd of final over seeds: " + ", ".join(f"{NAMES[a]} {v:.3f}" for a, v in sds.items()))
-    row("TEPO trains more stably than DAPO (smaller falls of held-out success)", stab_quote, t[0], r[0],
-        both(t, r), f"{TOY_CMD}; {REAL_CMD}")
+            sds = {
+                a: float(
+                    np.std(
+                        [final(real[(a, s)])["success"] for s in SEEDS if (a, s) in real], ddof=1
+                    )
+                )
+                for a in ("grpo", "dapo", "tepo")
+                if sum((a, s) in real for s in SEEDS) > 1
+            }
+            r = (
+                r[0],
+                r[1]
+                + "; sd of final over seeds: "
+                + ", ".join(f"{NAMES[a]} {v:.3f}" for a, v in sds.items()),
+            )
+    row(
+        "TEPO trains more stably than DAPO (smaller falls of held-out success)",
+        stab_quote,
+        t[0],
+        r[0],
+        both(t, r),
+        f"{TOY_CMD}; {REAL_CMD}",
+    )
 
     t = _toy_diff(toy, "tepo", "dapo", "entropy_end")
     r = _real_key_diff(real, "tepo", "dapo", eval_entropy, label="held-out entropy ")
-    row("TEPO avoids the entropy collapse (TEPO − DAPO, nats)",
+    row(
+        "TEPO avoids the entropy collapse (TEPO − DAPO, nats)",
         "prior methods “easily [lead] to entropy collapse or model degradation” (TEPO abstract)",
-        t[0], r[0], both(t, r), f"{TOY_CMD}; {REAL_CMD}")
+        t[0],
+        r[0],
+        both(t, r),
+        f"{TOY_CMD}; {REAL_CMD}",
+    )
 
     t = _toy_diff(toy, "tepo", "tepo kl_mask=False")
     extra = ""
     if toy is not None and "tepo kl_mask=False" in toy_runs(toy):
         runs = toy_runs(toy)
-        extra = ("toy clip fraction with / without the mask: "
-                 f"{np.mean([x['clip_frac'] for x in runs['tepo'].values()]):.4f} / "
-                 f"{np.mean([x['clip_frac'] for x in runs['tepo kl_mask=False'].values()]):.4f}; "
-                 "mask fraction "
-                 f"{np.mean([x['mask_frac'] for x in runs['tepo'].values()]):.3f}")
+        extra = (
+            "toy clip fraction with / without the mask: "
+            f"{np.mean([x['clip_frac'] for x in runs['tepo'].values()]):.4f} / "
+            f"{np.mean([x['clip_frac'] for x in runs['tepo kl_mask=False'].values()]):.4f}; "
+            "mask fraction "
+            f"{np.mean([x['mask_frac'] for x in runs['tepo'].values()]):.3f}"
+        )
     r = _real_diff(real, "tepo", "tepo_nomask")
-    row("TEPO's KL mask helps (TEPO − TEPO with the KL on every token)",
+    row(
+        "TEPO's KL mask helps (TEPO − TEPO with the KL on every token)",
         "a mask “that targets tokens with positive advantages and decreasing entropy to mitigate "
-        "abrupt policy updates” (TEPO abstract)", t[0], r[0], both(t, r, extra),
-        f"{TOY_CMD}" + (f"; {REAL_CMD}" if r[1] else ""))
-    row("TEPO reaches the state of the art in math",
+        "abrupt policy updates” (TEPO abstract)",
+        t[0],
+        r[0],
+        both(t, r, extra),
+        f"{TOY_CMD}" + (f"; {REAL_CMD}" if r[1] else ""),
+    )
+    row(
+        "TEPO reaches the state of the art in math",
         "“achieves state-of-the-art performance on mathematical reasoning benchmarks” (TEPO abstract)",
-        "not testable here", "not testable here",
-        "no math benchmark and no model near the papers' sizes here (a 2-layer toy model; 135M)", "—")
+        "not testable here",
+        "not testable here",
+        "no math benchmark and no model near the papers' sizes here (a 2-layer toy model; 135M)",
+        "—",
+    )
     return rows
 
 
 def ledger_table(real: dict, toy: dict | None) -> str:
-    head = ("| claim | the paper's words | toy verdict | real-model verdict | numbers (± s.e.) | "
-            "command |\n|---|---|---|---|---|---|\n")
+    head = (
+        "| claim | the paper's words | toy verdict | real-model verdict | numbers (± s.e.) | "
+        "command |\n|---|---|---|---|---|---|\n"
+    )
     return head + "".join("| " + " | ".join(r) + " |\n" for r in ledger_rows(real, toy))
 
 

@@ -163,7 +163,9 @@ def test_the_arms_run_their_paper_defaults_except_the_named_change():
 def test_dapo_gains_at_least_four_standard_errors_over_the_base_model():
     """The issue's bar for a run long enough to compare algorithms on."""
     for seed in report.SEEDS:
-        d, se = report.paired(report.final(REAL[("dapo", seed)]), report.final(REAL[("base", seed)]))
+        d, se = report.paired(
+            report.final(REAL[("dapo", seed)]), report.final(REAL[("base", seed)])
+        )
         assert d / se >= 4, f"seed {seed}: DAPO's gain {d:+.3f} is {d / se:.1f} s.e."
 
 
