@@ -522,8 +522,12 @@ def ledger_rows(real: dict, toy: dict | None) -> list[list[str]]:
     def eval_entropy(real, arm, seed):
         return final(real[(arm, seed)])["entropy"]
 
-    t = _toy_diff(toy, "gtpo", "dapo", "entropy_end")
-    r = _real_key_diff(real, "gtpo", "dapo", eval_entropy, label="held-out entropy ")
+    def entropy_row(arm: str, claim: str, quote: str, extra: str = "") -> None:
+        """Does ``arm`` keep more token entropy than DAPO (toy: end of run; real: held out)?"""
+        t = _toy_diff(toy, arm, "dapo", "entropy_end")
+        r = _real_key_diff(real, arm, "dapo", eval_entropy, label="held-out entropy ")
+        row(claim, quote, t[0], r[0], both(t, r, extra), f"{TOY_CMD}; {REAL_CMD}")
+
     extra = ""
     if toy is not None and "gtpo" in toy_runs(toy):
         runs = toy_runs(toy)
@@ -532,24 +536,17 @@ def ledger_rows(real: dict, toy: dict | None) -> list[list[str]]:
             for a in ("dapo", "gtpo", "grpo_s")
             if a in runs
         )
-    row(
+    entropy_row(
+        "gtpo",
         "GTPO keeps entropy from collapsing (GTPO − DAPO, token entropy in nats)",
         "“Our methods foster sustained exploration and prevent policy collapse” (v5 §3.3; "
         "the “entropy rebound” of App. D.1)",
-        t[0],
-        r[0],
-        both(t, r, extra),
-        f"{TOY_CMD}; {REAL_CMD}",
+        extra,
     )
-    t = _toy_diff(toy, "grpo_s", "dapo", "entropy_end")
-    r = _real_key_diff(real, "grpo_s", "dapo", eval_entropy, label="held-out entropy ")
-    row(
+    entropy_row(
+        "grpo_s",
         "GRPO-S keeps entropy from collapsing (GRPO-S − DAPO, nats)",
         "as above (v5 §3.3, App. D.1)",
-        t[0],
-        r[0],
-        both(t, r),
-        f"{TOY_CMD}; {REAL_CMD}",
     )
 
     lengths = [final(v)["mean_tokens"] for (a, _), v in real.items()] if real else []
@@ -688,15 +685,10 @@ def ledger_rows(real: dict, toy: dict | None) -> list[list[str]]:
         f"{TOY_CMD}; {REAL_CMD}",
     )
 
-    t = _toy_diff(toy, "tepo", "dapo", "entropy_end")
-    r = _real_key_diff(real, "tepo", "dapo", eval_entropy, label="held-out entropy ")
-    row(
+    entropy_row(
+        "tepo",
         "TEPO avoids the entropy collapse (TEPO − DAPO, nats)",
         "prior methods “easily [lead] to entropy collapse or model degradation” (TEPO abstract)",
-        t[0],
-        r[0],
-        both(t, r),
-        f"{TOY_CMD}; {REAL_CMD}",
     )
 
     t = _toy_diff(toy, "tepo", "tepo kl_mask=False")
