@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every real-model run docs/claims.md reads, two at a time (one CPU thread each), in the
 # order the ledger needs them: the base model and the four arms of seed 0, then seeds 1 and
-# 2, then GTPO's two variants on seed 0, GRPO's three seeds and TEPO without its mask. A run
+# 2, then GTPO's two variants on seed 0, GRPO's three seeds, TEPO without its mask, and the
+# two ablations (GTPO with α₂ = 0, TEPO without its mask) on seeds 1 and 2. A run
 # whose result file exists is skipped, so the script can be stopped and started again; each
 # run's log goes to runs/claims/<arm>_seed<seed>.log. About 7.5 minutes per run, two at a
 # time, on the 2-core Xeon. Extra arguments go to every run of scripts/claims_real.py.
@@ -16,6 +17,7 @@ queue=(
   "base 1" "dapo 1" "gtpo 1" "grpo_s 1" "tepo 1"
   "base 2" "dapo 2" "gtpo 2" "grpo_s 2" "tepo 2"
   "gtpo_alpha0 0" "gtpo_batch 0" "grpo 0" "grpo 1" "grpo 2" "tepo_nomask 0"
+  "gtpo_alpha0 1" "gtpo_alpha0 2" "tepo_nomask 1" "tepo_nomask 2"
 )
 run_one() {
   local arm=$1 seed=$2
