@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from refimpl.model import GPT, GPTConfig
 from refimpl.runs.config import TrainConfig, resolve
 from refimpl.runs.runlog import read_metrics
 from refimpl.train import train
-from tests.tiny import tiny_warmstart
+from tests.tiny import tiny_train
 
 V, P, T, B = 11, 3, 4, 8
 
@@ -269,24 +268,8 @@ def runs(tmp_path_factory) -> Path:
 
 
 def _tiny(runs: Path, **changes) -> TrainConfig:
-    base = TrainConfig(
-        task_args=("num_ops=1",),
-        steps=4,
-        prompts_per_step=4,
-        group_size=4,
-        minibatches=2,
-        eval_every=4,
-        eval_problems=20,
-        eval_samples=2,
-        probe_every=0,
-        checkpoint_every=4,
-        runs_dir=runs,
-        progress=False,
-        plot=False,
-        warmstart=tiny_warmstart(runs),
-        lr=1e-3,
-    )
-    return dataclasses.replace(base, **changes)
+    settings = dict(steps=4, eval_every=4, eval_problems=20, checkpoint_every=4)
+    return tiny_train(runs, **{**settings, **changes})
 
 
 def test_trainer_logs_the_prediction_every_step_and_the_attribution_every_k(runs):

@@ -17,7 +17,7 @@ from refimpl.runs.config import TrainConfig, run_warmstart
 from refimpl.runs.runlog import read_metrics
 from refimpl.train import Trainer
 from refimpl.warmstart import train_warmstart
-from tests.tiny import tiny_warmstart
+from tests.tiny import tiny_train
 
 #: (algorithm, Config changes): plain GRPO; DAPO with every mechanism of its Config (dynamic
 #: sampling, overlong shaping and filter); TEPO (a reference model, the current entropy);
@@ -41,31 +41,22 @@ def settings(runs: Path, algo: str, changes: dict) -> TrainConfig:
     """Three steps of 4 groups × 4 one-operation chains, two epochs of two minibatches (the
     ratios move off 1), a small gradient clip (so that it acts), a completion budget short
     enough that some rows are truncated."""
-    return TrainConfig(
+    return tiny_train(
+        runs,
         algo=algo,
         algo_args=tuple(f"{key}={value}" for key, value in changes.items()),
-        task_args=("num_ops=1",),
         steps=3,
-        prompts_per_step=4,
-        group_size=4,
         ppo_epochs=2,
-        minibatches=2,
-        lr=1e-3,
         grad_clip=0.5,
         max_new_tokens=6,
         resample_rounds=2,
         eval_every=2,
         eval_problems=8,
-        eval_samples=2,
         probe_every=1,
         probe_prompts=2,
         diag_every=1,
         threads=1,
-        runs_dir=runs,
         name=f"{algo}-trainer",
-        progress=False,
-        plot=False,
-        warmstart=dataclasses.replace(tiny_warmstart(runs), progress=False),
     )
 
 

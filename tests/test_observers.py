@@ -4,7 +4,6 @@ record, and a Trainer without observers trains the same weights and logs no diag
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from refimpl.diagnostics.observers import Observer
 from refimpl.runs.config import TrainConfig
 from refimpl.runs.runlog import read_metrics
 from refimpl.train import Trainer
-from tests.tiny import tiny_warmstart
+from tests.tiny import tiny_train
 
 DIAGNOSTICS = ("cov_logp_adv", "cov_logp_update", "entropy_change", "entropy_change_pred")
 
@@ -26,23 +25,7 @@ def runs(tmp_path_factory) -> Path:
 
 def tiny(runs: Path, **changes) -> TrainConfig:
     """Two steps of 4 groups × 4 one-operation chains in two minibatches."""
-    base = TrainConfig(
-        task_args=("num_ops=1",),
-        steps=2,
-        prompts_per_step=4,
-        group_size=4,
-        minibatches=2,
-        eval_problems=8,
-        eval_samples=2,
-        probe_every=0,
-        threads=1,
-        runs_dir=runs,
-        progress=False,
-        plot=False,
-        warmstart=tiny_warmstart(runs),
-        lr=1e-3,
-    )
-    return dataclasses.replace(base, **changes)
+    return tiny_train(runs, **{**dict(steps=2, eval_problems=8, threads=1), **changes})
 
 
 class Recorder(Observer):
