@@ -3,9 +3,10 @@
 Reads ``docs/claims/real/*.json`` (``scripts/claims_real.py``, one file per arm and seed) and
 ``docs/claims/toy/results.json`` (the collapse benchmark, ``refimpl bench-learning --preset
 collapse``, see docs/claims.md for the command), and writes each table into docs/claims.md
-between its markers ``<!-- claims:NAME -->`` and ``<!-- /claims:NAME -->``. Nothing is
-trained: it takes seconds. ``--check`` writes nothing and exits 1 when a table in the page
-differs from what the files give (``tests/test_claims.py`` runs it).
+between its markers ``<!-- claims:NAME -->`` and ``<!-- /claims:NAME -->``, and draws
+``docs/figures/claims_real_curves.png``. Nothing is trained: it takes seconds. ``--check``
+writes nothing and exits 1 when a table in the page differs from what the files give
+(``tests/test_claims.py`` runs it).
 
     python scripts/claims_report.py            # rewrite the tables
     python scripts/claims_report.py --check    # are they current?
