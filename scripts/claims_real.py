@@ -29,7 +29,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -42,7 +41,10 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 #: arm → (algorithm, the Config fields it changes from the paper defaults). Nothing is tuned
 #: per algorithm: each runs the defaults its file documents.
 ARMS: dict[str, tuple[str, dict[str, object]]] = {
-    "dapo": ("dapo", {}),
+    "dapo": ("dapo", {}),  # overlong shaping on: DAPO's paper default (§3.4)
+    # DAPO without the overlong penalty: the mechanics GTPO and GRPO-S carry (clip-higher,
+    # token-mean, dynamic sampling), so GTPO − this arm leaves the length penalty out.
+    "dapo_noshape": ("dapo", {"overlong_shaping": False}),
     "gtpo": ("gtpo", {}),  # α₂ = 0.1 (§3.1), stats="group" (the project's reading)
     "grpo_s": ("grpo_s", {}),
     "tepo": ("tepo", {}),
@@ -127,6 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import TrainerCallback
 
     from refimpl import algorithms
+    from refimpl.runs import numerics
     from refimpl.scaleup.models import load_smollm2
     from refimpl.scaleup.real_task import ChatTask, evaluate, summarise_trl_logs, train_trl
 
@@ -146,11 +149,9 @@ def main(argv: list[str] | None = None) -> dict:
         "seed": args.seed,
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "commit": _commit(),
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "torch": torch.__version__,
-            "threads": args.threads,
-        },  # fmt: skip
+        # The CPU's model name and the numeric path (docs/numerics.md), so a reader can tell
+        # which machine's digits a file holds.
+        "machine": {**numerics.describe(), "torch": torch.__version__, "threads": args.threads},
         "held_out": [str(p) for p in held_out],
     }
     t0 = time.perf_counter()

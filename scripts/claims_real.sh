@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # Every real-model run docs/claims.md reads, two at a time (one CPU thread each), in the
-# order the ledger needs them: the base model and the four arms of seed 0, then seeds 1 and
-# 2, then GTPO's two variants on seed 0, GRPO's three seeds, TEPO without its mask, and the
-# two ablations (GTPO with α₂ = 0, TEPO without its mask) on seeds 1 and 2. A run
-# whose result file exists is skipped, so the script can be stopped and started again; each
-# run's log goes to runs/claims/<arm>_seed<seed>.log. About 7.5 minutes per run, two at a
-# time, on the 2-core Xeon. Extra arguments go to every run of scripts/claims_real.py.
+# order the ledger needs them:
+#   1. the first pass (2026-12-03, a 2-core Intel Xeon): the base model and the four arms of
+#      seeds 0-2, GTPO's two variants on seed 0, GRPO's three seeds, and the two ablations
+#      (GTPO with α₂ = 0, TEPO without its mask) on seeds 0-2;
+#   2. the second pass (2026-12-04, a 2-core AMD EPYC): DAPO without overlong shaping on
+#      seeds 0-2, then seeds 3-7 of the base model, both DAPO arms, GTPO and GTPO with
+#      α₂ = 0, evaluated after the last step only (the evaluations run under a forked
+#      random-number generator, so fewer of them do not change what an arm trains).
+# A run whose result file exists is skipped, so the script can be stopped and started again;
+# each run's log goes to runs/claims/<arm>_seed<seed>.log. About 7.5 minutes per run on the
+# Xeon, 6 on the EPYC, two at a time. Extra arguments go to every run of
+# scripts/claims_real.py. To rerun everything into an empty directory (the committed files
+# untouched): OUT=/tmp/claims-real bash scripts/claims_real.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -18,7 +25,14 @@ queue=(
   "base 2" "dapo 2" "gtpo 2" "grpo_s 2" "tepo 2"
   "gtpo_alpha0 0" "gtpo_batch 0" "grpo 0" "grpo 1" "grpo 2" "tepo_nomask 0"
   "gtpo_alpha0 1" "gtpo_alpha0 2" "tepo_nomask 1" "tepo_nomask 2"
+  "dapo_noshape 0" "dapo_noshape 1" "dapo_noshape 2"
 )
+for seed in 3 4 5 6 7; do
+  queue+=("base $seed")
+  for arm in dapo dapo_noshape gtpo gtpo_alpha0; do
+    queue+=("$arm $seed --eval-at 12")
+  done
+done
 run_one() {
   local arm=$1 seed=$2
   shift 2
@@ -33,4 +47,5 @@ run_one() {
 }
 export -f run_one
 export PY OUT
+# Each queue entry is "ARM SEED [ARGS...]"; the script's own arguments follow them.
 printf '%s\n' "${queue[@]}" | xargs -P "$JOBS" -I{} bash -c 'run_one $1 "${@:2}"' _ {} "$@"
