@@ -32,19 +32,20 @@ def test_run_metrics_target_auc_and_collapse():
     )
     # trailing means: 0.4, 0.4, 0.433, 0.5, 0.567 → first ≥ 0.5 at the 4th evaluation
     assert m["tokens_to_target"] == 300 and m["steps_to_target"] == 3
-    assert m["final"] == pytest.approx((0.5 + 0.6 + 0.6) / 3)
+    assert m["final"] == pytest.approx(0.6)  # the evaluation at the budget's end
     expected_auc = np.trapezoid(success, tokens) / 400
     assert m["auc"] == pytest.approx(expected_auc)
     assert not m["collapsed"]
 
-    # A short run (two evaluations after the start): its end is theirs, not the warm start's.
+    # A run with fewer evaluations in the same budget (dynamic sampling: fewer, costlier
+    # steps) ends at the same point: its last evaluation, not a mean over more of its run.
     m = run_metrics(
-        _records([0, 100, 200], [0.4, 0.6, 0.7], [1.0, 1.0, 1.0]),
-        budget=200,
+        _records([0, 200, 400], [0.4, 0.6, 0.7], [1.0, 1.0, 1.0]),
+        budget=400,
         target=0.5,
         collapse_ratio=0.5,
     )
-    assert m["final"] == pytest.approx(0.65) and m["gain"] == pytest.approx(0.25)
+    assert m["final"] == pytest.approx(0.7) and m["gain"] == pytest.approx(0.3)
 
     # 50 steps: start = the first step's (the warm start's policy; a mean over the first five
     # would be 0.68), end = the mean of the last 5 (10 %)

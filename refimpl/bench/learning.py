@@ -15,8 +15,10 @@ Per run, from its ``metrics.jsonl`` (held-out greedy success on 200 fixed proble
 * **tokens / steps to target**: the first evaluation at which the trailing mean of three
   consecutive evaluations reaches ``target = base + target_gain`` (``base``: the warm start's
   held-out success, the same for every run of a task); "not reached" when it never does;
-* **final success**: the mean of the last three evaluations after the start (fewer when a
-  run has fewer; the warm start's evaluation is never one of them);
+* **final success**: the evaluation at the end of the token budget, where every run stops
+  and evaluates. One definition for every algorithm: dynamic sampling spends the budget in
+  fewer steps (and evaluations), so "the last three evaluations" would average different
+  parts of different runs;
 * **AUC**: held-out success integrated over sampled tokens, divided by the budget (the mean
   success over training; the base rate for a run that never moves);
 * **entropy start / end**: mean token entropy of the sampled completions at the first step
@@ -372,19 +374,16 @@ def run_metrics(
         if len(cov) > 2 and cov[:, 0].std() > 0 and cov[:, 1].std() > 0
         else math.nan
     )
-    # The end value: the mean of the last three evaluations after the start (a short run has
-    # fewer; the warm start's own evaluation never counts as an end value).
-    from refimpl.plots import end_values
-
+    # The end value: the evaluation at the end of the token budget (every run evaluates when
+    # it stops), the same point of every run whatever its steps cost in tokens.
     return {
         "base": float(success[0]),
-        "final": float(end_values(success).mean()),
-        "gain": float(end_values(success).mean() - success[0]),
+        "final": float(success[-1]),
+        "gain": float(success[-1] - success[0]),
         "pass1_start": float(pass1[0]),
-        "pass1_end": float(np.mean(end_values(pass1))),
+        "pass1_end": float(pass1[-1]),
         "pass16_start": float(pass16[0]),
-        "pass16_end": float(np.mean(end_values(pass16))),
-        "end_evals": int(end_values(success).size),
+        "pass16_end": float(pass16[-1]),
         "clip_frac": float(np.mean(clip)) if clip else math.nan,
         "mask_frac": float(np.mean(mask)) if mask else math.nan,
         "cov_mean": float(cov[:, 0].mean()) if len(cov) else math.nan,
