@@ -25,6 +25,7 @@ try:
     import tyro
 
     from refimpl import algorithms
+    from refimpl.bench.credit import CreditConfig
     from refimpl.bench.learning import LearningConfig
     from refimpl.bench.speed import SpeedConfig
     from refimpl.runs.checkpoint import CheckpointError
@@ -94,6 +95,7 @@ COMMANDS: dict[str, type] = {
     "plot": PlotConfig,
     "bench-learning": LearningConfig,
     "bench-speed": SpeedConfig,
+    "credit": CreditConfig,
 }
 
 
@@ -370,6 +372,10 @@ def _main(argv: list[str] | None) -> int:
                 from refimpl.bench.speed import main as bench_speed
 
                 bench_speed(cmd)
+            elif isinstance(cmd, CreditConfig):
+                from refimpl.bench.credit import main as credit
+
+                credit(cmd)
         except (CheckpointError, NonFiniteLossError) as err:
             print(f"refimpl: error: {err}", file=sys.stderr)
             return 1

@@ -56,6 +56,36 @@ from torch import Tensor, nn
 KVCache = list[tuple[Tensor, Tensor]]
 
 
+class StaticKVCache:
+    """A KV cache preallocated for ``max_len`` positions, written in place.
+
+    The list cache above grows by ``torch.cat``, which copies every cached key and value at
+    every decoded token: for thousands of rows of ~100 positions (the credit oracle's
+    rollouts) that copying, not the matmuls, is where decoding spends its time. Here each new
+    key and value is written into its slot and attention reads a view of the filled part:
+    the same keys, values and mask, so the same logits (``tests/test_model.py``). Built from
+    a filled list cache (a prefill); ``forward`` extends it in place and returns it."""
+
+    def __init__(self, cache: KVCache, max_len: int) -> None:
+        B, H, S, D = cache[0][0].shape
+        if max_len < S:
+            raise ValueError(f"max_len: expected at least the {S} cached positions, got {max_len}")
+        self.length = S
+        self.keys = [k.new_empty(B, H, max_len, D) for k, _ in cache]
+        self.values = [v.new_empty(B, H, max_len, D) for _, v in cache]
+        for buf_k, buf_v, (k, v) in zip(self.keys, self.values, cache):
+            buf_k[:, :, :S] = k
+            buf_v[:, :, :S] = v
+
+    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write the new ``k``, ``v`` ``[B, H, L, d]`` of ``layer`` after the cached positions;
+        return every position's keys and values so far (views)."""
+        end = self.length + k.shape[2]
+        self.keys[layer][:, :, self.length : end] = k
+        self.values[layer][:, :, self.length : end] = v
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+
 @dataclass
 class GPTConfig:
     """Hyper-parameters of the model (defaults: the 2-layer, d = 128 policy of the notebooks)."""
@@ -107,7 +137,9 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.c_attn(x).split(C, dim=2)
         # [B, L, C] -> [B, n_head, L, d_head], the head split GPT-2 uses.
         q, k, v = (t.view(B, L, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        if past is not None:  # incremental decoding: prepend the keys/values already computed
+        if isinstance(past, tuple) and isinstance(past[0], StaticKVCache):
+            k, v = past[0].append(past[1], k, v)  # (cache, layer): written in place
+        elif past is not None:  # incremental decoding: prepend the keys/values already computed
             k = torch.cat((past[0], k), dim=2)
             v = torch.cat((past[1], v), dim=2)
         y = F.scaled_dot_product_attention(  # softmax(q kᵀ / √d_head + mask) v
@@ -229,7 +261,11 @@ class GPT(nn.Module):
                 f"input_ids: expected a [B, L] tensor, got shape {list(input_ids.shape)}"
             )
         B, L = input_ids.shape
-        past_len = 0 if past_key_values is None else past_key_values[0][0].shape[2]
+        static = isinstance(past_key_values, StaticKVCache)
+        if static:
+            past_len = past_key_values.length
+        else:
+            past_len = 0 if past_key_values is None else past_key_values[0][0].shape[2]
         S = past_len + L  # keys visible to the new queries
         device = input_ids.device
         if attention_mask is None:
@@ -260,7 +296,14 @@ class GPT(nn.Module):
         x = self.transformer.drop(x)
         present: KVCache = []
         for i, block in enumerate(self.transformer.h):
-            x, kv = block(x, allowed, None if past_key_values is None else past_key_values[i])
+            if static:
+                past = (past_key_values, i)
+            else:
+                past = None if past_key_values is None else past_key_values[i]
+            x, kv = block(x, allowed, past)
             present.append(kv)
         logits = self.lm_head(self.transformer.ln_f(x))
+        if static:
+            past_key_values.length += L
+            return GPTOutput(logits, past_key_values) if use_cache else logits  # type: ignore[arg-type]
         return GPTOutput(logits, present) if use_cache else logits

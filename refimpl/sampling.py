@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from refimpl.core import RolloutBatch, require
-from refimpl.model import GPT, positions_from_mask
+from refimpl.model import GPT, StaticKVCache, positions_from_mask
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
@@ -413,6 +413,7 @@ def sample_groups(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
+    static_cache: bool = False,
 ) -> Samples:
     """Sample ``group_size`` completions of every prompt in one batched pass.
 
@@ -436,6 +437,11 @@ def sample_groups(
         generator: seeded ``torch.Generator`` (any device) for reproducible sampling.
         use_cache: decode incrementally with the KV cache; ``False`` recomputes the whole
             prefix at every step (slow; kept for the benchmark and as a test oracle).
+        static_cache: with our ``GPT``, decode into a preallocated cache
+            (``model.StaticKVCache``) instead of growing it by concatenation, which copies the
+            whole cache at every token: the same distribution, faster for thousands of rows
+            of long sequences (the credit oracle's rollouts). Off by default: training keeps
+            the path its documented figures were measured on.
     """
     _check_sampling_args(
         model, prompts, group_size, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p
@@ -457,6 +463,7 @@ def sample_groups(
             pad_id=pad_id,
             sampling=(temperature, top_k, top_p, generator),
             use_cache=use_cache,
+            static_cache=static_cache and use_cache and isinstance(model, GPT),
         )
     finally:
         model.train(was_training)
@@ -484,6 +491,7 @@ def _decode(
     pad_id: int,
     sampling: tuple[float, int | None, float | None, torch.Generator | None],
     use_cache: bool,
+    static_cache: bool = False,
 ) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor], Tensor]:
     """The decoding loop of :func:`sample_groups` over the ``[B, P]`` repeated prompts: per
     step the ``[B]`` sampled tokens, whether each row was still generating, their log-probs
@@ -507,6 +515,8 @@ def _decode(
             logits, _ = _forward(model, input_ids, mask)
         elif step == 0:
             logits, cache = _prefill(model, prompt_ids, prompt_mask, group_size)
+            if static_cache:
+                cache = StaticKVCache(cache, prompt_ids.shape[1] + max_new_tokens)
         else:  # feed only the newest token; the cache holds everything before it
             logits, cache = _forward(model, tokens[-1][:, None], mask, cache)
         token, logp_all, entropy = _sample_token(logits[:, -1, :], *sampling)

@@ -392,6 +392,23 @@ SLIPS: list[Slip] = [
         ("tests/test_loop.py",),
         "loop.py trains truncated rows that DAPO's overlong filter masks out",
     ),
+    # --- the credit oracle (refimpl/diagnostics/credit_oracle.py): a measuring device ---
+    Slip(
+        "oracle-temperature",
+        "refimpl/diagnostics/credit_oracle.py",
+        'sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p}',
+        'sampling = {"temperature": 1.0, "top_k": top_k, "top_p": top_p}',
+        ("tests/test_credit_oracle.py",),
+        "the oracle's rollouts at temperature 1 instead of the policy's",
+    ),
+    Slip(
+        "oracle-off-by-one",
+        "refimpl/diagnostics/credit_oracle.py",
+        "first, second = counts[(g, tuple(tokens[:t]))]",
+        "first, second = counts[(g, tuple(tokens[: max(t - 1, 0)]))]",
+        ("tests/test_credit_oracle.py",),
+        "the value before token t read from the prefix one token shorter",
+    ),
 ]
 
 

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refimpl.model import GPT, GPTConfig, GPTOutput, positions_from_mask
+from refimpl.model import GPT, GPTConfig, GPTOutput, StaticKVCache, positions_from_mask
 
 VOCAB = 20
 PAD = 19
@@ -159,6 +159,38 @@ def test_incremental_decoding_matches_full_forward(
     assert cache[0][0].shape[2] == P + new_tokens  # the cache grew by one per step
     real = full_mask.bool()
     assert torch.allclose(incremental[real], full[real], atol=1e-5)
+
+
+@settings(deadline=None, max_examples=20)
+@given(
+    lengths=st.lists(st.integers(1, 10), min_size=1, max_size=4),
+    new_tokens=st.integers(1, 8),
+    seed=st.integers(0, 2**16),
+)
+def test_static_cache_decodes_like_the_growing_cache(
+    model: GPT, lengths: list[int], new_tokens: int, seed: int
+) -> None:
+    """Decoding into a preallocated ``StaticKVCache`` gives the logits of the cache that grows
+    by concatenation (the same keys, values and mask), for ragged left-padded prompts; the
+    static cache fills one slot per token and stops at its length."""
+    g = torch.Generator().manual_seed(seed)
+    rows = [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in lengths]
+    prompt, prompt_mask = left_padded(rows)
+    continuation = torch.randint(0, VOCAB, (len(rows), new_tokens), generator=g)
+    mask = torch.cat([prompt_mask, torch.ones_like(continuation)], dim=1)
+    P = prompt.shape[1]
+    first = model(prompt, prompt_mask, use_cache=True)
+    growing = first.past_key_values
+    static = StaticKVCache(growing, P + new_tokens)
+    for t in range(new_tokens):
+        args = (continuation[:, t : t + 1], mask[:, : P + t + 1])
+        a = model(*args, past_key_values=growing, use_cache=True)
+        b = model(*args, past_key_values=static, use_cache=True)
+        growing = a.past_key_values
+        assert b.past_key_values is static and static.length == P + t + 1
+        assert torch.allclose(a.logits, b.logits, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="max_len"):
+        StaticKVCache(first.past_key_values, P - 1)
 
 
 def test_forward_validates_inputs(model: GPT) -> None:

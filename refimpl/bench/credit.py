@@ -1,0 +1,612 @@
+"""``refimpl credit``: every algorithm's token credit, scored against the true advantages.
+
+One batch of ``N`` prompts × ``G`` completions is sampled from a policy (a warm start, or a run's
+last checkpoint). The credit oracle (``refimpl.diagnostics.credit_oracle``) estimates the true
+advantage ``A*[i, t]`` of every token by rollouts from its prefix. Then, for every algorithm,
+on that very batch, two per-token signals:
+
+* its **advantages** ``A[i, t]`` (``advantages(batch, cfg)`` of its file, after the loop's
+  mechanisms: dynamic sampling's dropped groups get 0, DAPO's overlong shaping is in the
+  rewards);
+* its **effective credit** ``c[i, t] = −∂L/∂logp[i, t]`` at ``logp = logp_old``, by autograd
+  through its ``loss``: what the first gradient step pushes each token's log-probability by,
+  with everything that acts inside the loss (the aggregation's length normaliser, forking
+  tokens' entropy mask, STEER's weights, a KL term to the reference, GPG's α).
+
+The whole batch is one minibatch here (the loop splits it into ``minibatches``: each split
+rescales its own tokens by its own normaliser, which changes no comparison within a
+completion). Each signal is compared with ``A*``:
+
+1. **within-completion agreement**: the Pearson and Spearman correlation of the signal and
+   ``A*`` over the tokens of one completion, averaged over completions (s.e. over them). A
+   signal that is constant within a completion carries no within-completion credit: it is
+   counted as such, never given a correlation; the pooled correlation over all tokens is
+   reported beside it (it also rewards a signal for ranking whole completions);
+2. **blame on failures**: in a failed completion, the share of its negative signal mass on
+   the pivot (the token whose ``A*`` is most negative) and on the prefix before it; on
+   ``chain``, also on the first token that leaves the reference scratchpad (the one correct
+   working a completion can write) and on the prefix before that;
+3. **the entropy hypothesis** (GTPO's founding one): the correlation of the rollout entropy
+   ``H_old`` with ``|A*|``, and the share of ``Σ|A*|`` (and of the noise-free ``ΣA*²``) on the
+   20 % highest-entropy tokens, against 20 % for random tokens.
+
+``A*`` is a difference of two Monte-Carlo estimates: its noise is reported (the split-half
+reliability of the oracle, the correlation of ``A*`` from two halves of the rollouts), so a
+correlation can be read against the largest one the oracle's noise allows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from refimpl import algorithms, mechanisms
+from refimpl.diagnostics.credit_oracle import TokenValues, token_values
+from refimpl.runs.config import TrainConfig
+from refimpl.runs.presets import PresetName
+from refimpl.sampling import Samples, sample_groups, seeded_generator
+from toy_envs import TOKENIZER
+
+#: Salt of the batch's prompts and completions (its own stream, not a training run's).
+CREDIT_STREAM = 7_907
+#: The forking-tokens share: the top 20 % of tokens by entropy (Wang et al., arXiv 2506.01939).
+TOP_FRACTION = 0.2
+#: A signal whose spread within a completion is below this fraction of its largest |value|
+#: there is constant: it carries no within-completion credit. (Float32 rounding, e.g. of a KL
+#: gradient between two evaluations of the same policy, moves a constant signal by ~1e-7.)
+CONSTANT_TOL = 1e-5
+
+
+@dataclass
+class CreditConfig:
+    """Score every algorithm's token credit against the oracle's true advantages on one batch."""
+
+    run: Path | None = None
+    """a run directory: score the policy of its last checkpoint, sampled with the run's own
+    settings (task, temperature, budget, model); None: the warm start of --train's settings"""
+    preset: PresetName = "default"
+    """a named regime from refimpl.runs.presets (its training settings: task, knobs, warm
+    start) for the fields of --train you leave at their defaults; ignored with --run"""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """the policy's task, sampling and warm start settings when no --run is given
+    (--train.task, --train.task-args, --train.temperature, --train.warmstart.*)"""
+    prompts: int = 8
+    """N prompts in the batch"""
+    group_size: int | None = None
+    """G completions per prompt (None: the run's / --train's)"""
+    rollouts: str = "32"
+    """comma-separated K, rollouts per prefix (even); one oracle estimate per K, same batch"""
+    algos: str = ",".join(algorithms.NAMES)
+    """comma-separated algorithms scored (every one by default)"""
+    seed: int = 0
+    """seed of the batch's prompts and completions and of the oracle's rollouts"""
+    out: Path = Path("runs/credit/credit.json")
+    """the JSON written: settings, per-token values and signals, metrics"""
+    threads: int | None = None
+    """torch CPU threads (None: torch's default, one per core)"""
+    max_rows: int = 4096
+    """rollout rows per sampling call (memory: about 0.2 MB a row for the 2-layer model)"""
+    overwrite: bool = False
+    """replace an existing --out"""
+
+    def rollout_list(self) -> list[int]:
+        try:
+            ks = [int(s) for s in self.rollouts.split(",") if s.strip()]
+        except ValueError:
+            raise ValueError(
+                f"--rollouts: expected comma-separated integers, got {self.rollouts!r}"
+            ) from None
+        if not ks or any(k < 2 or k % 2 for k in ks):
+            raise ValueError(f"--rollouts: expected even integers ≥ 2, got {self.rollouts!r}")
+        if len(set(ks)) != len(ks):
+            raise ValueError(f"--rollouts: {self.rollouts!r} repeats a value")
+        return ks
+
+    def algo_list(self) -> list[str]:
+        names = [a.strip() for a in self.algos.split(",") if a.strip()]
+        if not names:
+            raise ValueError("--algos: expected a comma-separated list of algorithm names")
+        for a in names:
+            algorithms.get(a)  # ValueError listing the valid names
+        if len(set(names)) != len(names):
+            raise ValueError(f"--algos: {self.algos!r} repeats an algorithm")
+        return names
+
+    def check(self) -> None:
+        """Every flag, before anything is loaded, sampled or written."""
+        self.rollout_list()
+        self.algo_list()
+        if not (isinstance(self.prompts, int) and 1 <= self.prompts <= 4096):
+            raise ValueError(f"--prompts: expected an integer in [1, 4096], got {self.prompts}")
+        if self.group_size is not None and not 2 <= self.group_size <= 1024:
+            raise ValueError(
+                f"--group-size: expected an integer in [2, 1024], got {self.group_size}"
+            )
+        if self.seed < 0:
+            raise ValueError(f"--seed: expected an integer ≥ 0, got {self.seed}")
+        if self.max_rows < max(self.rollout_list()):
+            raise ValueError(
+                f"--max-rows: expected at least the largest --rollouts ({max(self.rollout_list())})"
+            )
+        if self.threads is not None and not 1 <= self.threads <= (os.cpu_count() or 1):
+            raise ValueError(
+                f"--threads: expected an integer in [1, {os.cpu_count() or 1}], got {self.threads}"
+            )
+        if self.out.exists() and not self.overwrite:
+            raise ValueError(f"--out: {self.out} exists (--overwrite replaces it)")
+        if self.out.is_symlink() or self.out.exists() and not self.out.is_file():
+            raise ValueError(f"--out: {self.out} is not a regular file")
+        if self.run is not None and not (Path(self.run) / "config.json").is_file():
+            raise ValueError(f"--run: {self.run} is not a run directory (no config.json)")
+
+
+# ---------------------------------------------------------------------------------------------
+# The policy and the batch.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Policy:
+    """What is scored: the model, its reference (the warm start: π_ref of the KL terms), the
+    settings it samples with, and where it came from."""
+
+    model: Any
+    reference: Any
+    plan: Any
+    source: str
+    step: int
+
+
+def load_policy(cfg: CreditConfig) -> Policy:
+    """The policy of ``--run`` (its last checkpoint) or the warm start of ``--train``."""
+    from refimpl.runs import presets
+    from refimpl.runs.checkpoint import find_checkpoint, load_model_weights, read_state
+    from refimpl.runs.config import load_config_file, resolve
+    from refimpl.warmstart import base_model
+
+    if cfg.run is not None:
+        train = load_config_file(Path(cfg.run) / "config.json", "--run", algo_config=False)
+        train = dataclasses.replace(train, progress=False)
+    else:
+        train = presets.fill_defaults(cfg.train, presets.get(cfg.preset).train)
+    plan = resolve(train)
+    reference = base_model(plan.warmstart, "--train.warmstart.").eval()
+    if cfg.run is None:
+        return Policy(reference, reference, plan, "warm start", 0)
+    checkpoint = find_checkpoint(Path(cfg.run) / "checkpoint")
+    if checkpoint is None:
+        raise ValueError(f"--run: {cfg.run} has no checkpoint")
+    state = read_state(checkpoint)
+    model = plan.warmstart.model.build()
+    load_model_weights(checkpoint, model, state=state)
+    return Policy(model.eval(), reference, plan, str(cfg.run), int(state.get("step", -1)))
+
+
+def sample_batch(policy: Policy, n_prompts: int, group_size: int, seed: int):
+    """``(problems, samples, outcome)``: ``n_prompts`` problems of the policy's task, ``G``
+    completions each at the run's sampling settings, and their outcome rewards."""
+    train, task = policy.plan.cfg, policy.plan.task
+    problems = task.sample(n_prompts, np.random.default_rng([CREDIT_STREAM, seed]))
+    samples = sample_groups(
+        policy.model,
+        [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems],
+        group_size=group_size,
+        max_new_tokens=policy.plan.max_new_tokens,
+        eos_id=TOKENIZER.eos_id,
+        pad_id=TOKENIZER.pad_id,
+        temperature=train.temperature,
+        top_k=train.top_k,
+        top_p=train.top_p,
+        generator=seeded_generator(seed, CREDIT_STREAM),
+    )
+    texts = [TOKENIZER.decode(row.tolist()) for row in samples.response_ids]
+    answered = [p for p in problems for _ in range(group_size)]
+    outcome = torch.tensor(task.score(answered, texts), dtype=torch.float32)
+    return problems, samples, outcome
+
+
+# ---------------------------------------------------------------------------------------------
+# Each algorithm's two signals on the batch.
+# ---------------------------------------------------------------------------------------------
+
+
+def algorithm_signals(
+    name: str,
+    samples: Samples,
+    outcome: torch.Tensor,
+    max_new_tokens: int,
+    logp_ref: torch.Tensor | None = None,
+    algo_cfg: Any = None,
+) -> dict[str, Any]:
+    """``advantages`` ``[B, T]``, effective ``credit`` ``[B, T]`` (``−∂L/∂logp`` at
+    ``logp = logp_old``) and ``trained`` ``[B]`` (the rows of the groups the algorithm trains
+    on) of algorithm ``name`` on the batch, as the toy loop would compute them for its first
+    update: dynamic sampling on the outcome, reward shaping, advantages, overlong filter, then
+    the loss of the whole batch at ``θ = θ_old``."""
+    algo = algorithms.get(name)
+    cfg = (algo_cfg or algo.Config()).for_generation_budget(max_new_tokens)
+    G = samples.group_size
+    B, T = samples.response_ids.shape
+    advantages = torch.zeros(B, T, dtype=torch.float64)
+    credit = torch.zeros(B, T, dtype=torch.float64)
+    keep = mechanisms.keep_groups(outcome, G, cfg)  # DAPO Eq. 11 when the Config asks
+    rows = keep.repeat_interleave(G)
+    if not bool(keep.any()):
+        return {"advantages": advantages, "credit": credit, "trained": rows}
+    kept = samples.select_groups(keep)
+    kept_outcome = outcome[rows]
+    rewards = mechanisms.shape_rewards(kept_outcome, kept.response_mask.sum(1), max_new_tokens, cfg)
+    ref = logp_ref[rows] if (logp_ref is not None and cfg.needs_reference()) else None
+    batch = kept.to_rollout_batch(rewards, G, logp_ref=ref).replace(outcome_rewards=kept_outcome)
+    A = algo.advantages(batch, cfg)
+    loss_mask = mechanisms.overlong_filter(batch.response_mask, kept.truncated, cfg)
+    batch = batch.replace(response_mask=loss_mask)
+    logp = batch.logp_old.clone().requires_grad_(True)
+    # θ = θ_old: the current policy's entropy is the rollout's (TEPO's mask reads both).
+    loss, _ = algo.loss(batch, logp, A, cfg.for_update(batch, A), entropy=batch.entropy_old)
+    (grad,) = torch.autograd.grad(loss, logp)
+    advantages[rows] = A.detach().double()
+    credit[rows] = -grad.double()
+    return {"advantages": advantages, "credit": credit, "trained": rows}
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics: numpy over the response tokens.
+# ---------------------------------------------------------------------------------------------
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share their mean rank), for Spearman's correlation."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x), dtype=float)
+    sorted_x = x[order]
+    start = 0
+    for end in range(1, len(x) + 1):
+        if end == len(x) or sorted_x[end] != sorted_x[start]:
+            ranks[order[start:end]] = (start + end - 1) / 2.0
+            start = end
+    return ranks
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson's r; NaN when either side is constant."""
+    x, y = x - x.mean(), y - y.mean()
+    denom = math.sqrt(float((x * x).sum() * (y * y).sum()))
+    return float((x * y).sum() / denom) if denom > 0 else math.nan
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's ρ: Pearson's r of the average ranks."""
+    return pearson(_ranks(x), _ranks(y))
+
+
+def mean_se(values: list[float]) -> dict[str, float]:
+    """Mean, its s.e. (sd over √n, ddof 1) and n of the finite ``values``."""
+    v = np.array([x for x in values if math.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return {"mean": math.nan, "se": math.nan, "n": 0}
+    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
+    return {"mean": float(v.mean()), "se": se, "n": int(v.size)}
+
+
+def within_completion(signal: np.ndarray, truth: np.ndarray, lengths: np.ndarray, rows) -> dict:
+    """Criterion 1: the per-completion Pearson and Spearman correlations of ``signal`` with
+    ``truth`` over each completion's tokens, averaged over the ``rows`` where both vary; the
+    completions where the signal is constant are counted, never correlated."""
+    p, s, constant, flat_truth = [], [], 0, 0
+    for i in rows:
+        L = int(lengths[i])
+        x, y = signal[i, :L], truth[i, :L]
+        if L < 2 or np.ptp(x) <= CONSTANT_TOL * float(np.abs(x).max()):
+            constant += 1
+            continue
+        if np.ptp(y) == 0:
+            flat_truth += 1
+            continue
+        p.append(pearson(x, y))
+        s.append(spearman(x, y))
+    return {
+        "pearson": mean_se(p),
+        "spearman": mean_se(s),
+        "completions": len(rows),
+        "constant": constant,
+        "truth_constant": flat_truth,
+        "no_within_credit": constant == len(rows),
+    }
+
+
+def pooled(signal: np.ndarray, truth: np.ndarray, mask: np.ndarray, rows) -> dict:
+    """The correlations over every response token of ``rows`` together."""
+    m = mask[rows]
+    x, y = signal[rows][m], truth[rows][m]
+    return {"pearson": pearson(x, y), "spearman": spearman(x, y), "tokens": int(m.sum())}
+
+
+def blame_shares(signal: np.ndarray, pivots: dict[int, int], lengths: np.ndarray) -> dict:
+    """Criterion 2: per failed completion ``i`` with pivot token ``pivots[i]``, the share of its
+    negative signal mass ``Σ_t max(−s, 0)`` on the pivot and on the tokens before it."""
+    on_pivot, on_prefix, uniform_pivot, uniform_prefix = [], [], [], []
+    for i, t in pivots.items():
+        L = int(lengths[i])
+        neg = np.maximum(-signal[i, :L], 0.0)
+        total = float(neg.sum())
+        if total <= 0:
+            continue
+        on_pivot.append(float(neg[t]) / total)
+        on_prefix.append(float(neg[:t].sum()) / total)
+        uniform_pivot.append(1.0 / L)
+        uniform_prefix.append(t / L)
+    return {
+        "pivot": mean_se(on_pivot),
+        "prefix": mean_se(on_prefix),
+        "uniform_pivot": mean_se(uniform_pivot),
+        "uniform_prefix": mean_se(uniform_prefix),
+    }
+
+
+def first_wrong_token(task, problem, tokens: list[int]) -> int | None:
+    """The first position where ``tokens`` leave the reference solution (its working and
+    answer, then ``<eos>``); None when the task has no unique working (only ``chain`` has one)."""
+    if getattr(task, "name", None) != "chain":
+        return None
+    reference = TOKENIZER.encode(task.reference_solution(problem), add_eos=True)
+    for t, token in enumerate(tokens):
+        if t >= len(reference) or token != reference[t]:
+            return t
+    return len(tokens) - 1 if len(tokens) < len(reference) else None
+
+
+def entropy_hypothesis(
+    entropy: np.ndarray, values: TokenValues, mask: np.ndarray, seed: int
+) -> dict:
+    """Criterion 3: does the rollout entropy mark the pivotal tokens? The correlations of
+    ``H_old`` with ``|A*|`` (pooled, and within completions), and the share of ``Σ|A*|`` and of
+    the noise-free ``ΣA*²`` (the product of the two half-estimates, whose expectation is the
+    squared true advantage) carried by the top 20 % of tokens by entropy, against random 20 %
+    subsets and against the top 20 % by ``|A*|`` itself."""
+    h = entropy[mask]
+    a = np.abs(values.true_advantage.numpy()[mask])
+    halves = values.half_advantages.numpy()
+    sq = (halves[0] * halves[1])[mask]
+    n_top = max(1, int(round(TOP_FRACTION * h.size)))
+    top = np.argsort(-h, kind="mergesort")[:n_top]
+    rng = np.random.default_rng(seed)
+    total = a.sum() if a.sum() > 0 else math.nan
+    random_share = np.array(
+        [a[rng.choice(h.size, n_top, replace=False)].sum() / total for _ in range(1000)]
+    )
+    top_share = float(a[top].sum() / total)
+    lengths = mask.sum(1)
+    within = within_completion(
+        np.where(mask, entropy, 0.0), np.abs(values.true_advantage.numpy()), lengths,
+        [i for i in range(mask.shape[0]) if lengths[i] > 1],
+    )  # fmt: skip
+    return {
+        "pooled_pearson": pearson(h, a),
+        "pooled_spearman": spearman(h, a),
+        "within": {k: within[k] for k in ("pearson", "spearman", "completions", "constant")},
+        "top20_share_abs": top_share,
+        "top20_share_sq": float(sq[top].sum() / sq.sum()) if sq.sum() > 0 else math.nan,
+        # The null: the share of random 20 % subsets (its mean is 0.2 in expectation), their
+        # spread, and how often one reaches the entropy subset's share.
+        "random20_share_abs": {
+            "mean": float(random_share.mean()),
+            "sd": float(random_share.std(ddof=1)),
+            "p_at_least": float((random_share >= top_share).mean()),
+            "draws": int(random_share.size),
+        },
+        "oracle_top20_share_abs": float(np.sort(a)[::-1][:n_top].sum() / a.sum())
+        if a.sum() > 0
+        else math.nan,
+        "tokens": int(h.size),
+    }
+
+
+def oracle_noise(values: TokenValues) -> dict:
+    """The oracle's own reliability: the correlation of ``A*`` estimated from the first and
+    from the second half of the rollouts over the tokens that are not the last one (whose
+    ``V`` after is the outcome, known exactly), Spearman–Brown stepped up to all ``K``; its
+    square root bounds the correlation any signal can reach with the estimated ``A*``."""
+    mask = values.mask.numpy().copy()
+    lengths = mask.sum(1)
+    for i, L in enumerate(lengths):
+        if L:
+            mask[i, L - 1] = False
+    h = values.half_advantages.numpy()
+    r_half = pearson(h[0][mask], h[1][mask]) if mask.sum() > 2 else math.nan
+    r_full = 2 * r_half / (1 + r_half) if math.isfinite(r_half) and r_half > -1 else math.nan
+    a = values.true_advantage.numpy()[values.mask.numpy()]
+    se2 = (values.se_before**2 + values.se_after**2).numpy()[values.mask.numpy()]
+    return {
+        "split_half_r": r_half,
+        "reliability": r_full,
+        "ceiling": math.sqrt(r_full) if math.isfinite(r_full) and r_full > 0 else math.nan,
+        "var_true_advantage": float(a.var()),
+        "mean_noise_var": float(se2.mean()),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The command.
+# ---------------------------------------------------------------------------------------------
+
+
+def _pivots(truth: np.ndarray, lengths: np.ndarray, failed: list[int]) -> dict[int, int]:
+    """Per failed completion, the token whose ``A*`` is most negative (the first of ties)."""
+    return {i: int(np.argmin(truth[i, : int(lengths[i])])) for i in failed if lengths[i] > 0}
+
+
+def score_signals(signals: dict, values: TokenValues, first_wrong: dict[int, int]) -> dict:
+    """Criteria 1 and 2 for every algorithm's two signals against one oracle estimate."""
+    truth = values.true_advantage.numpy()
+    mask = values.mask.numpy()
+    lengths = mask.sum(1)
+    success = values.success.numpy()
+    out: dict[str, Any] = {}
+    for name, sig in signals.items():
+        trained = [i for i in range(len(lengths)) if bool(sig["trained"][i]) and lengths[i] > 0]
+        failed = [i for i in trained if not success[i]]
+        pivots = _pivots(truth, lengths, failed)
+        wrong = {i: t for i, t in first_wrong.items() if i in set(failed)}
+        out[name] = {"trained_completions": len(trained), "failed_completions": len(failed)}
+        for kind in ("advantages", "credit"):
+            s = sig[kind].numpy()
+            out[name][kind] = {
+                "within": within_completion(s, truth, lengths, trained),
+                "pooled": pooled(s, truth, mask, trained) if trained else None,
+                "blame_pivot": blame_shares(s, pivots, lengths),
+                "blame_first_wrong": blame_shares(s, wrong, lengths) if wrong else None,
+            }
+    # The oracle against itself: the blame A* puts on its own pivot (the best a signal can do).
+    failed_all = [i for i in range(len(lengths)) if not success[i] and lengths[i] > 0]
+    out["_oracle"] = {
+        "blame_pivot": blame_shares(truth, _pivots(truth, lengths, failed_all), lengths),
+        "blame_first_wrong": blame_shares(
+            truth, {i: t for i, t in first_wrong.items() if i in set(failed_all)}, lengths
+        )
+        if first_wrong
+        else None,
+    }
+    return out
+
+
+def _rounded(x: torch.Tensor | np.ndarray, lengths: np.ndarray, digits: int = 5) -> list:
+    """Per completion, its response tokens' values, rounded (the JSON stays readable)."""
+    arr = x.numpy() if isinstance(x, torch.Tensor) else x
+    return [[round(float(v), digits) for v in arr[i, : int(L)]] for i, L in enumerate(lengths)]
+
+
+def run_credit(cfg: CreditConfig, log=print) -> dict[str, Any]:
+    """The benchmark on one batch: the oracle at each K, every algorithm's signals, the
+    metrics; returns what ``main`` writes."""
+    from refimpl.bench import machine_info
+    from refimpl.bench.speed import matmul_peak
+    from refimpl.runs import numerics
+
+    cfg.check()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    policy = load_policy(cfg)
+    plan = policy.plan
+    G = cfg.group_size or plan.cfg.group_size
+    problems, samples, outcome = sample_batch(policy, cfg.prompts, G, cfg.seed)
+    lengths = samples.response_mask.sum(1).long().numpy()
+    with torch.no_grad():
+        logp_ref = samples.policy_logprobs(
+            policy.reference, temperature=plan.cfg.temperature, with_entropy=False
+        )[0]
+    signals = {
+        name: algorithm_signals(name, samples, outcome, plan.max_new_tokens, logp_ref)
+        for name in cfg.algo_list()
+    }
+    responses = samples.responses()
+    first_wrong = {}
+    for i, tokens in enumerate(responses):
+        t = first_wrong_token(plan.task, problems[i // G], tokens)
+        if t is not None and float(outcome[i]) < 0.5:
+            first_wrong[i] = t
+    peak = matmul_peak(3)
+    flops_per_token = 2 * (plan.warmstart.model.n_layer * 12 * plan.warmstart.model.n_embd**2
+                           + TOKENIZER.vocab_size * plan.warmstart.model.n_embd)  # fmt: skip
+    oracle, metrics = {}, {}
+    for k in cfg.rollout_list():
+        values = token_values(
+            policy.model, plan.task, problems, samples, outcome, rollouts=k,
+            max_new_tokens=plan.max_new_tokens, temperature=plan.cfg.temperature,
+            top_k=plan.cfg.top_k, top_p=plan.cfg.top_p, seed=cfg.seed, max_rows=cfg.max_rows,
+            static_cache=True, progress=True,
+        )  # fmt: skip
+        rate = values.sampled_tokens / max(values.seconds, 1e-9)
+        log(
+            f"oracle K={k}: {values.prefixes} prefixes, {values.sampled_tokens} tokens in "
+            f"{values.seconds:.1f} s ({rate:,.0f} tokens/s, {rate * flops_per_token / peak:.1%} "
+            "of the matmul peak)"
+        )
+        oracle[str(k)] = {
+            "value_before": _rounded(values.value_before, lengths),
+            "value_after": _rounded(values.value_after, lengths),
+            "value_se_before": _rounded(values.se_before, lengths),
+            "value_se": _rounded(values.se_after, lengths),
+            "true_advantage": _rounded(values.true_advantage, lengths),
+            "prefixes": values.prefixes,
+            "sampled_tokens": values.sampled_tokens,
+            "seconds": round(values.seconds, 2),
+            "tokens_per_s": round(rate, 1),
+            "peak_share": rate * flops_per_token / peak,
+        }
+        metrics[str(k)] = {
+            "signals": score_signals(signals, values, first_wrong),
+            "entropy": entropy_hypothesis(
+                samples.entropy_old.double().numpy(), values, values.mask.numpy(), cfg.seed
+            ),  # fmt: skip
+            "noise": oracle_noise(values),
+        }
+    texts = [TOKENIZER.decode(r) for r in responses]
+    return {
+        "settings": {
+            **{
+                k: (str(v) if isinstance(v, Path) else v)
+                for k, v in dataclasses.asdict(cfg).items()
+                if k != "train"
+            },  # fmt: skip
+            "task": plan.cfg.task,
+            "task_args": list(plan.cfg.task_args),
+            "temperature": plan.cfg.temperature,
+            "max_new_tokens": plan.max_new_tokens,
+            "group_size": G,
+            "train_config": json.loads(json.dumps(dataclasses.asdict(plan.cfg), default=str)),
+        },
+        "policy": {"source": policy.source, "step": policy.step},
+        "machine": {
+            **machine_info(),
+            "numerics": numerics.describe(),
+            "matmul_peak_flops_per_s": peak,
+            "flops_per_token": flops_per_token,
+        },
+        "completions": [
+            {
+                "prompt": problems[i // G].prompt,
+                "text": texts[i],
+                "token": responses[i],
+                "entropy_old": [round(float(h), 5) for h in samples.entropy_old[i, : lengths[i]]],
+                "reward": float(outcome[i]),
+                "success": bool(outcome[i] >= 0.5),
+                "first_wrong": first_wrong.get(i),
+                "truncated": bool(samples.truncated[i]),
+            }
+            for i in range(len(responses))
+        ],
+        "oracle": oracle,
+        "signals": {
+            name: {
+                "advantages": _rounded(sig["advantages"], lengths, 6),
+                "credit": _rounded(sig["credit"], lengths, 8),
+                "trained": [bool(x) for x in sig["trained"]],
+            }
+            for name, sig in signals.items()
+        },
+        "metrics": metrics,
+    }
+
+
+def main(cfg: CreditConfig) -> Path:
+    """``refimpl credit``: run the benchmark on one batch and write ``--out`` (atomically)."""
+    start = time.perf_counter()
+    result = run_credit(cfg)
+    result["wall_s"] = round(time.perf_counter() - start, 1)
+    cfg.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cfg.out.with_name(cfg.out.name + ".tmp")
+    tmp.write_text(json.dumps(result, allow_nan=True) + "\n")
+    os.replace(tmp, cfg.out)
+    print(f"credit: wrote {cfg.out} ({result['wall_s']:.0f} s)")
+    return cfg.out

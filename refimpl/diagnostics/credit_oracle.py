@@ -1,0 +1,365 @@
+"""The credit oracle: the true advantage of every token, by Monte-Carlo rollouts from its prefix.
+
+Not an algorithm: a measuring device. An algorithm's token advantages say which tokens of a
+completion it credits or blames; on a 400k-parameter policy the *true* credit is cheap enough
+to compute, so the two can be compared (``refimpl.bench.credit`` does, for every algorithm).
+
+The value of a prefix and the true advantage of a token
+-------------------------------------------------------
+For a prompt ``q``, a completion ``o = o_1 … o_L`` (``<eos>`` included when the policy emitted
+it) and the policy ``π`` at its sampling temperature ``τ``::
+
+    V(q, o_<t) = P( success | q, o_<t )            the value of a prefix under π      (1)
+    A*[t]      = V(q, o_≤t) − V(q, o_<t)           the true advantage of token o_t      (2)
+
+A completion *succeeds* when its outcome reward is at least ``success_threshold`` (0.5 for the
+toy tasks' {0, 1} rewards, as every algorithm's Config decides it). ``V`` of the whole
+completion is its outcome, 1 or 0: nothing is sampled after ``<eos>``, or after a completion
+that used up the budget ``L_max``. Every other prefix is estimated by ``K`` rollouts: ``K``
+continuations sampled from ``π`` at ``τ`` (and the run's top-k / top-p), each with the budget
+that is left, ``L_max − |prefix|``, scored by the task's verifier on the whole text::
+
+    V̂(q, p) = c / K,   c = #successful continuations,   s.e. = √(V̂ (1 − V̂) / K)     (3)
+
+This is VinePPO's Monte-Carlo value (Kazemnejad et al., arXiv 2410.01679), used here to score
+credit rather than to train, and the rollout test behind "critical tokens" (Lin et al., arXiv
+2411.19943) and pivotal token search (Abdin et al., arXiv 2412.08905): a token is *pivotal*
+when ``|A*[t]|`` is large, one choice that moves the chance of success.
+
+One estimate per prefix, shared: ``V(q, o_≤t)`` (the value *after* token ``t``) is the same
+number as ``V(q, o_<t+1)`` (the value *before* token ``t + 1``), and identical prefixes of
+different completions of one prompt (they often share their first tokens) are estimated once.
+So the true advantages telescope, exactly::
+
+    Σ_t A*[t] = V(q, o) − V(q) = 1[success] − V(q)                                        (4)
+
+The estimate ``V̂`` is unbiased for each prefix, but ``A*`` is a difference of two estimates:
+its noise has variance ``se_before² + se_after²``, which with ``K = 32`` is larger than most
+tokens' true advantage. ``split_half`` keeps the counts of the first and the second half of the
+``K`` rollouts, so the reliability of ``A*`` itself can be measured (their correlation) and a
+comparison with ``A*`` can be read against that ceiling.
+
+Cost and batching
+-----------------
+Every prefix of every completion is continued ``K`` times: for ``B`` completions of ``L``
+tokens, about ``B · L · K · L / 2`` sampled tokens. All prefixes of one length ``t`` are
+continued in one ``sample_groups`` call (they share the budget ``L_max − t``), each prefix as
+one "prompt" with ``group_size = K``: the model runs the prompt and the prefix once and repeats
+their KV cache ``K`` times, so only the continuations are decoded row by row, thousands of rows
+at a time (``max_rows`` per call).
+
+``reference_values`` computes ``V`` exactly, by enumerating every continuation and its
+probability, for budgets small enough to enumerate (``V^budget`` leaves: 23³ ≈ 12k for the toy
+vocabulary and a 3-token budget): the oracle's tests compare the estimates with it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from refimpl.runs.progress import progress as _progress
+from refimpl.sampling import Samples, _truncate, sample_groups, seeded_generator
+from toy_envs import TOKENIZER
+
+#: Salt of the oracle's random streams (``seeded_generator(seed, ORACLE_STREAM, t, chunk)``),
+#: so they never coincide with a training run's streams of the same seed.
+ORACLE_STREAM = 7_919
+
+
+@dataclass
+class TokenValues:
+    """The oracle's estimates for a batch of ``B`` completions of ``T`` padded positions.
+
+    Attributes:
+        value_before: ``[B, T]`` float64, ``V̂(q, o_<t)``; 0 on padding.
+        value_after: ``[B, T]`` float64, ``V̂(q, o_≤t)``; the outcome (1 or 0) at the last
+            token; 0 on padding.
+        se_before, se_after: ``[B, T]`` float64 binomial standard errors of the two (0 for the
+            outcome, which is not estimated).
+        true_advantage: ``[B, T]`` float64, ``A* = value_after − value_before`` (Eq. 2); 0 on
+            padding.
+        success: ``[B]`` bool, the completion's outcome ``r ≥ success_threshold``.
+        mask: ``[B, T]`` bool, the response tokens.
+        half_advantages: ``[2, B, T]`` float64, ``A*`` from the first and from the second half
+            of the ``K`` rollouts of every prefix (the split-half reliability of ``A*``).
+        rollouts: ``K``.
+        prefixes: the number of distinct prefixes estimated.
+        sampled_tokens: tokens sampled by the rollouts (the continuations, ``<eos>`` included).
+        seconds: wall time of the rollouts and their scoring.
+    """
+
+    value_before: Tensor
+    value_after: Tensor
+    se_before: Tensor
+    se_after: Tensor
+    true_advantage: Tensor
+    success: Tensor
+    mask: Tensor
+    half_advantages: Tensor
+    rollouts: int
+    prefixes: int
+    sampled_tokens: int
+    seconds: float
+
+    @property
+    def value_prompt(self) -> Tensor:
+        """``[B]`` ``V̂(q)``: the value before the first token."""
+        return self.value_before[:, 0]
+
+
+def _binomial_se(counts: np.ndarray, k: int) -> np.ndarray:
+    """``√(V̂ (1 − V̂) / K)`` with ``V̂ = counts / K`` (Eq. 3)."""
+    value = counts / k
+    return np.sqrt(value * (1.0 - value) / k)
+
+
+def _prefix_keys(samples: Samples, group_size: int) -> tuple[list[list[int]], list[int]]:
+    """Each row's response tokens (``<eos>`` included) and its prompt's index."""
+    rows = samples.responses()
+    prompt_index = [i // group_size for i in range(len(rows))]
+    return rows, prompt_index
+
+
+def _continue_prefixes(
+    model,
+    task,
+    problems: Sequence,
+    prompts: list[list[int]],
+    keys: list[tuple[int, tuple[int, ...]]],
+    *,
+    rollouts: int,
+    budget: int,
+    sampling: dict,
+    success_threshold: float,
+    seed: int,
+    max_rows: int,
+    static_cache: bool,
+) -> tuple[dict[tuple[int, tuple[int, ...]], tuple[int, int]], int]:
+    """``{(prompt index, prefix): (successes in the first half, in the second half)}`` of
+    ``rollouts`` continuations of each prefix in ``keys`` (all of one length ``t``), and the
+    number of tokens sampled."""
+    t = len(keys[0][1])
+    per_call = max(1, max_rows // rollouts)
+    out: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
+    sampled = 0
+    for chunk_index, start in enumerate(range(0, len(keys), per_call)):
+        chunk = keys[start : start + per_call]
+        conts = sample_groups(
+            model,
+            [prompts[g] + list(prefix) for g, prefix in chunk],
+            group_size=rollouts,
+            max_new_tokens=budget - t,
+            eos_id=TOKENIZER.eos_id,
+            pad_id=TOKENIZER.pad_id,
+            generator=seeded_generator(seed, ORACLE_STREAM, t, chunk_index),
+            static_cache=static_cache,
+            **sampling,
+        )
+        sampled += int(conts.response_mask.sum())
+        texts, answered = [], []
+        for row, continuation in enumerate(conts.responses()):
+            g, prefix = chunk[row // rollouts]
+            texts.append(TOKENIZER.decode([*prefix, *continuation]))
+            answered.append(problems[g])
+        won = np.asarray(task.score(answered, texts)) >= success_threshold
+        won = won.reshape(len(chunk), rollouts)
+        half = rollouts // 2
+        for key, row_wins in zip(chunk, won):
+            out[key] = (int(row_wins[:half].sum()), int(row_wins[half:].sum()))
+    return out, sampled
+
+
+def token_values(
+    model,
+    task,
+    problems: Sequence,
+    samples: Samples,
+    outcome: Tensor,
+    *,
+    rollouts: int = 32,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    success_threshold: float = 0.5,
+    seed: int = 0,
+    max_rows: int = 4096,
+    static_cache: bool = True,
+    progress: bool = False,
+) -> TokenValues:
+    """The oracle's ``V̂`` before and after every token of ``samples`` and the true advantages
+    (Eqs. 1-3), by ``rollouts`` continuations of every distinct prefix.
+
+    Args:
+        model: the policy that sampled ``samples`` (rollouts run under ``no_grad`` in eval mode).
+        task: the toy task; its verifier scores every continuation.
+        problems: the ``N`` problems; row ``i`` of ``samples`` answers ``problems[i // G]``.
+        samples: the completions (``sample_groups``' output, ``B = N·G`` rows).
+        outcome: ``[B]`` outcome rewards of the completions (before any reward shaping).
+        rollouts: ``K``, continuations per prefix (even, ≥ 2: the split halves).
+        max_new_tokens: the completion budget ``L_max`` the completions were sampled with.
+        temperature, top_k, top_p: the run's sampling distribution (the rollouts must use it:
+            ``V`` is the value *of that policy*).
+        success_threshold: a completion succeeds when its reward is at least this.
+        seed: seed of the rollouts' random streams (deterministic for a given batch).
+        max_rows: rollout rows per ``sample_groups`` call (memory: about 0.2 MB per row at
+            100 positions for the 2-layer model).
+        static_cache: decode into a preallocated KV cache (``model.StaticKVCache``; the same
+            distribution, about 3× faster at thousands of rows of ~80 positions).
+        progress: show a progress bar over the prefixes.
+    """
+    if not (isinstance(rollouts, int) and rollouts >= 2 and rollouts % 2 == 0):
+        raise ValueError(f"rollouts: expected an even integer ≥ 2, got {rollouts!r}")
+    if not (isinstance(max_rows, int) and max_rows >= rollouts):
+        raise ValueError(f"max_rows: expected an integer ≥ rollouts ({rollouts}), got {max_rows!r}")
+    G = samples.group_size
+    if len(problems) * G != samples.response_ids.shape[0]:
+        raise ValueError(
+            f"problems: expected {samples.response_ids.shape[0] // G} (one per group of {G}), "
+            f"got {len(problems)}"
+        )
+    if tuple(outcome.shape) != (samples.response_ids.shape[0],):
+        raise ValueError(f"outcome: expected shape [{samples.response_ids.shape[0]}]")
+    start = time.perf_counter()
+    rows, prompt_of = _prefix_keys(samples, G)
+    prompts = [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems]
+    # Every distinct proper prefix (prompt, o_<t), t = 0 … |o| − 1, grouped by its length t.
+    by_length: dict[int, set[tuple[int, tuple[int, ...]]]] = {}
+    for tokens, g in zip(rows, prompt_of):
+        for t in range(len(tokens)):
+            by_length.setdefault(t, set()).add((g, tuple(tokens[:t])))
+    sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+    counts: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
+    sampled = 0
+    total = sum(len(keys) for keys in by_length.values())
+    bar = _progress(total, f"credit oracle K={rollouts}", disable=not progress, unit="prefix")
+    with torch.no_grad(), bar:
+        for t in sorted(by_length):
+            keys = sorted(by_length[t])
+            found, n = _continue_prefixes(
+                model, task, problems, prompts, keys, rollouts=rollouts,
+                budget=max_new_tokens, sampling=sampling, success_threshold=success_threshold,
+                seed=seed, max_rows=max_rows, static_cache=static_cache,
+            )  # fmt: skip
+            counts.update(found)
+            sampled += n
+            bar.update(len(keys))
+    return _assemble(rows, prompt_of, counts, outcome >= success_threshold, samples, rollouts,
+                     sampled, time.perf_counter() - start)  # fmt: skip
+
+
+def _assemble(rows, prompt_of, counts, success, samples, rollouts, sampled, seconds) -> TokenValues:
+    """Lay the per-prefix counts out as ``[B, T]`` tensors (Eqs. 2-4)."""
+    B, T = samples.response_ids.shape
+    half = rollouts // 2
+    # c[i, t] successes of the prefix o_<t (t < |o|); the outcome (×K) at t = |o|.
+    total = np.zeros((B, T + 1))
+    halves = np.zeros((2, B, T + 1))
+    lengths = np.zeros(B, dtype=int)
+    for i, (tokens, g) in enumerate(zip(rows, prompt_of)):
+        L = len(tokens)
+        lengths[i] = L
+        for t in range(L):
+            first, second = counts[(g, tuple(tokens[:t]))]
+            total[i, t] = (first + second) / rollouts
+            halves[0, i, t] = first / half
+            halves[1, i, t] = second / (rollouts - half)
+        won = float(bool(success[i]))
+        total[i, L] = won
+        halves[:, i, L] = won
+    positions = np.arange(T)[None, :]
+    mask = positions < lengths[:, None]
+    before = np.where(mask, total[:, :T], 0.0)
+    after = np.where(mask, total[:, 1:], 0.0)
+    # The outcome is not estimated: its s.e. is 0 (the last token's value_after).
+    is_last = positions == (lengths[:, None] - 1)
+    se_before = np.where(mask, _binomial_se(before * rollouts, rollouts), 0.0)
+    se_after = np.where(mask & ~is_last, _binomial_se(after * rollouts, rollouts), 0.0)
+    half_adv = np.where(mask[None], halves[:, :, 1:] - halves[:, :, :T], 0.0)
+    as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float64)  # noqa: E731
+    return TokenValues(
+        value_before=as_tensor(before),
+        value_after=as_tensor(after),
+        se_before=as_tensor(se_before),
+        se_after=as_tensor(se_after),
+        true_advantage=as_tensor(after - before),
+        success=torch.as_tensor(np.asarray(success, dtype=bool)),
+        mask=torch.as_tensor(mask),
+        half_advantages=as_tensor(half_adv),
+        rollouts=rollouts,
+        prefixes=len(counts),
+        sampled_tokens=sampled,
+        seconds=seconds,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The exact value, by enumeration (tiny budgets only): what the estimates are tested against.
+# ---------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def reference_values(
+    model,
+    task,
+    problem,
+    prefix: Sequence[int],
+    *,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    success_threshold: float = 0.5,
+) -> float:
+    """The exact ``V(q, prefix)`` (Eq. 1): every continuation of ``prefix`` within the budget
+    ``max_new_tokens`` enumerated with its probability under ``softmax(logits / τ)`` (top-k /
+    top-p truncated and renormalised as the sampler draws), breadth first, one forward pass
+    per depth. ``V^(budget − |prefix|)`` leaves: tiny budgets only."""
+    prompt = TOKENIZER.encode(problem.prompt, add_bos=True)
+    remaining = max_new_tokens - len(prefix)
+    if remaining < 0:
+        raise ValueError(f"prefix: longer than max_new_tokens={max_new_tokens}")
+    if remaining > 0 and TOKENIZER.vocab_size**remaining > 2_000_000:
+        raise ValueError(f"max_new_tokens: {remaining} tokens to enumerate is too many")
+
+    def wins(texts: list[list[int]]) -> np.ndarray:
+        decoded = [TOKENIZER.decode(ids) for ids in texts]
+        return np.asarray(task.score([problem] * len(decoded), decoded)) >= success_threshold
+
+    if prefix and prefix[-1] == TOKENIZER.eos_id or remaining == 0:
+        return float(wins([list(prefix)])[0])
+    # Level d: every continuation of d tokens that has not emitted <eos>.
+    levels: list[list[list[int]]] = [[list(prefix)]]
+    probs: list[np.ndarray] = []
+    for _ in range(remaining):
+        frontier = levels[-1]
+        ids = torch.tensor([prompt + p for p in frontier])
+        logits = model(ids)[:, -1, :].float() / temperature
+        p = F.softmax(_truncate(logits, top_k, top_p), dim=-1).double().numpy()
+        probs.append(p)
+        levels.append([seq + [v] for seq in frontier for v in range(TOKENIZER.vocab_size)])
+    # Back up from the leaves: a leaf (the budget spent) is scored as it is.
+    V = wins(levels[-1]).astype(np.float64).reshape(len(levels[-2]), TOKENIZER.vocab_size)
+    for d in range(remaining - 1, -1, -1):
+        frontier = levels[d]
+        ended = wins([seq + [TOKENIZER.eos_id] for seq in frontier]).astype(np.float64)
+        child = V.copy()
+        child[:, TOKENIZER.eos_id] = ended  # <eos> ends the completion: its outcome
+        values = (probs[d] * child).sum(axis=1)
+        if d == 0:
+            return float(values[0])
+        V = values.reshape(len(levels[d - 1]), TOKENIZER.vocab_size)
+    raise AssertionError("unreachable")
+
+
+def binomial_se(value: float, rollouts: int) -> float:
+    """The s.e. of a Monte-Carlo value with true value ``value`` from ``rollouts`` rollouts."""
+    return math.sqrt(value * (1.0 - value) / rollouts)
