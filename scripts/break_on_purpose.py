@@ -396,8 +396,8 @@ SLIPS: list[Slip] = [
     Slip(
         "oracle-temperature",
         "refimpl/diagnostics/credit_oracle.py",
-        'sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p}',
-        'sampling = {"temperature": 1.0, "top_k": top_k, "top_p": top_p}',
+        'sampling={"temperature": temperature, "top_k": top_k, "top_p": top_p}',
+        'sampling={"temperature": 1.0, "top_k": top_k, "top_p": top_p}',
         ("tests/test_credit_oracle.py",),
         "the oracle's rollouts at temperature 1 instead of the policy's",
     ),

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,60 +121,86 @@ def _binomial_se(counts: np.ndarray, k: int) -> np.ndarray:
     return np.sqrt(value * (1.0 - value) / k)
 
 
-def _prefix_keys(samples: Samples, group_size: int) -> tuple[list[list[int]], list[int]]:
-    """Each row's response tokens (``<eos>`` included) and its prompt's index."""
-    rows = samples.responses()
-    prompt_index = [i // group_size for i in range(len(rows))]
-    return rows, prompt_index
+#: ``continue_prefixes(keys, t) -> (wins, sampled)``: for prefixes ``keys`` (``(prompt index,
+#: prefix tokens)``, all of length ``t``), a bool array ``[len(keys), K]``, whether each of ``K``
+#: continuations sampled from the policy succeeded, and the number of tokens sampled.
+ContinueFn = Callable[[list[tuple[int, tuple[int, ...]]], int], tuple[np.ndarray, int]]
 
 
-def _continue_prefixes(
-    model,
-    task,
-    problems: Sequence,
-    prompts: list[list[int]],
-    keys: list[tuple[int, tuple[int, ...]]],
-    *,
-    rollouts: int,
-    budget: int,
-    sampling: dict,
-    success_threshold: float,
-    seed: int,
-    max_rows: int,
-    static_cache: bool,
-) -> tuple[dict[tuple[int, tuple[int, ...]], tuple[int, int]], int]:
-    """``{(prompt index, prefix): (successes in the first half, in the second half)}`` of
-    ``rollouts`` continuations of each prefix in ``keys`` (all of one length ``t``), and the
-    number of tokens sampled."""
-    t = len(keys[0][1])
+def toy_continuations(
+    model, task, problems: Sequence, *, rollouts: int, max_new_tokens: int, sampling: dict,
+    success_threshold: float, seed: int, max_rows: int, static_cache: bool,
+) -> ContinueFn:  # fmt: skip
+    """The ``ContinueFn`` of a toy policy: each prefix (prompt and response tokens so far) is
+    one "prompt" of ``sample_groups`` with ``group_size = K``, so its KV cache is computed once
+    and repeated ``K`` times; the continuations get the budget that is left and the task's
+    verifier scores the whole response text."""
+    prompts = [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems]
     per_call = max(1, max_rows // rollouts)
-    out: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
+
+    def continue_prefixes(keys, t):
+        won, sampled = [], 0
+        for chunk_index, start in enumerate(range(0, len(keys), per_call)):
+            chunk = keys[start : start + per_call]
+            conts = sample_groups(
+                model,
+                [prompts[g] + list(prefix) for g, prefix in chunk],
+                group_size=rollouts,
+                max_new_tokens=max_new_tokens - t,
+                eos_id=TOKENIZER.eos_id,
+                pad_id=TOKENIZER.pad_id,
+                generator=seeded_generator(seed, ORACLE_STREAM, t, chunk_index),
+                static_cache=static_cache,
+                **sampling,
+            )
+            sampled += int(conts.response_mask.sum())
+            texts, answered = [], []
+            for row, continuation in enumerate(conts.responses()):
+                g, prefix = chunk[row // rollouts]
+                texts.append(TOKENIZER.decode([*prefix, *continuation]))
+                answered.append(problems[g])
+            wins = np.asarray(task.score(answered, texts)) >= success_threshold
+            won.append(wins.reshape(len(chunk), rollouts))
+        return np.concatenate(won), sampled
+
+    return continue_prefixes
+
+
+def estimate_values(
+    rows: list[list[int]],
+    prompt_of: list[int],
+    success: Sequence[bool],
+    width: int,
+    rollouts: int,
+    continue_prefixes: ContinueFn,
+    progress: bool = False,
+) -> TokenValues:
+    """The oracle for any policy: every distinct proper prefix ``(prompt, o_<t)`` of the
+    completions ``rows`` (token lists, ``<eos>`` included; ``prompt_of[i]`` the prompt of row
+    ``i``), continued ``rollouts`` times by ``continue_prefixes`` (all prefixes of one length
+    ``t`` in one call, since they share the budget that is left), laid out as ``[B, width]``
+    tensors (Eqs. 1-4). ``success[i]``: the outcome of row ``i``, its value after the last
+    token."""
+    start = time.perf_counter()
+    by_length: dict[int, set[tuple[int, tuple[int, ...]]]] = {}
+    for tokens, g in zip(rows, prompt_of):
+        for t in range(len(tokens)):
+            by_length.setdefault(t, set()).add((g, tuple(tokens[:t])))
+    counts: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
     sampled = 0
-    for chunk_index, start in enumerate(range(0, len(keys), per_call)):
-        chunk = keys[start : start + per_call]
-        conts = sample_groups(
-            model,
-            [prompts[g] + list(prefix) for g, prefix in chunk],
-            group_size=rollouts,
-            max_new_tokens=budget - t,
-            eos_id=TOKENIZER.eos_id,
-            pad_id=TOKENIZER.pad_id,
-            generator=seeded_generator(seed, ORACLE_STREAM, t, chunk_index),
-            static_cache=static_cache,
-            **sampling,
-        )
-        sampled += int(conts.response_mask.sum())
-        texts, answered = [], []
-        for row, continuation in enumerate(conts.responses()):
-            g, prefix = chunk[row // rollouts]
-            texts.append(TOKENIZER.decode([*prefix, *continuation]))
-            answered.append(problems[g])
-        won = np.asarray(task.score(answered, texts)) >= success_threshold
-        won = won.reshape(len(chunk), rollouts)
-        half = rollouts // 2
-        for key, row_wins in zip(chunk, won):
-            out[key] = (int(row_wins[:half].sum()), int(row_wins[half:].sum()))
-    return out, sampled
+    half = rollouts // 2
+    total = sum(len(keys) for keys in by_length.values())
+    bar = _progress(total, f"credit oracle K={rollouts}", disable=not progress, unit="prefix")
+    with torch.no_grad(), bar:
+        for t in sorted(by_length):
+            keys = sorted(by_length[t])
+            wins, n = continue_prefixes(keys, t)
+            sampled += n
+            for key, row_wins in zip(keys, wins):
+                counts[key] = (int(row_wins[:half].sum()), int(row_wins[half:].sum()))
+            bar.update(len(keys))
+    return _assemble(rows, prompt_of, counts, success, width, rollouts, sampled,
+                     time.perf_counter() - start)  # fmt: skip
 
 
 def token_values(
@@ -221,44 +247,26 @@ def token_values(
     if not (isinstance(max_rows, int) and max_rows >= rollouts):
         raise ValueError(f"max_rows: expected an integer ≥ rollouts ({rollouts}), got {max_rows!r}")
     G = samples.group_size
-    if len(problems) * G != samples.response_ids.shape[0]:
-        raise ValueError(
-            f"problems: expected {samples.response_ids.shape[0] // G} (one per group of {G}), "
-            f"got {len(problems)}"
-        )
-    if tuple(outcome.shape) != (samples.response_ids.shape[0],):
-        raise ValueError(f"outcome: expected shape [{samples.response_ids.shape[0]}]")
-    start = time.perf_counter()
-    rows, prompt_of = _prefix_keys(samples, G)
-    prompts = [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems]
-    # Every distinct proper prefix (prompt, o_<t), t = 0 … |o| − 1, grouped by its length t.
-    by_length: dict[int, set[tuple[int, tuple[int, ...]]]] = {}
-    for tokens, g in zip(rows, prompt_of):
-        for t in range(len(tokens)):
-            by_length.setdefault(t, set()).add((g, tuple(tokens[:t])))
-    sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
-    counts: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
-    sampled = 0
-    total = sum(len(keys) for keys in by_length.values())
-    bar = _progress(total, f"credit oracle K={rollouts}", disable=not progress, unit="prefix")
-    with torch.no_grad(), bar:
-        for t in sorted(by_length):
-            keys = sorted(by_length[t])
-            found, n = _continue_prefixes(
-                model, task, problems, prompts, keys, rollouts=rollouts,
-                budget=max_new_tokens, sampling=sampling, success_threshold=success_threshold,
-                seed=seed, max_rows=max_rows, static_cache=static_cache,
-            )  # fmt: skip
-            counts.update(found)
-            sampled += n
-            bar.update(len(keys))
-    return _assemble(rows, prompt_of, counts, outcome >= success_threshold, samples, rollouts,
-                     sampled, time.perf_counter() - start)  # fmt: skip
-
-
-def _assemble(rows, prompt_of, counts, success, samples, rollouts, sampled, seconds) -> TokenValues:
-    """Lay the per-prefix counts out as ``[B, T]`` tensors (Eqs. 2-4)."""
     B, T = samples.response_ids.shape
+    if len(problems) * G != B:
+        raise ValueError(f"problems: expected {B // G} (one per group of {G}), got {len(problems)}")
+    if tuple(outcome.shape) != (B,):
+        raise ValueError(f"outcome: expected shape [{B}]")
+    continue_prefixes = toy_continuations(
+        model, task, problems, rollouts=rollouts, max_new_tokens=max_new_tokens,
+        sampling={"temperature": temperature, "top_k": top_k, "top_p": top_p},
+        success_threshold=success_threshold, seed=seed, max_rows=max_rows,
+        static_cache=static_cache,
+    )  # fmt: skip
+    return estimate_values(
+        samples.responses(), [i // G for i in range(B)],
+        (outcome >= success_threshold).tolist(), T, rollouts, continue_prefixes, progress,
+    )  # fmt: skip
+
+
+def _assemble(rows, prompt_of, counts, success, width, rollouts, sampled, seconds) -> TokenValues:
+    """Lay the per-prefix counts out as ``[B, width]`` tensors (Eqs. 2-4)."""
+    B, T = len(rows), width
     half = rollouts // 2
     # c[i, t] successes of the prefix o_<t (t < |o|); the outcome (×K) at t = |o|.
     total = np.zeros((B, T + 1))
