@@ -1,0 +1,240 @@
+"""The statistics of docs/claims.md, in one place (``scripts/claims_report.py`` uses them).
+
+* A held-out success is the mean over problems of (correct samples / samples); its s.e. is the
+  sample sd of those rates over √problems.
+* A *paired* difference of two arms of one seed is the mean over the held-out problems of the
+  per-problem difference of their rates; its s.e. is the sd of those differences over
+  √problems (the arms saw the same problems with the same sampling seed).
+* Over seeds: the mean of the seeds' paired differences, s.e. = sd over seeds / √n, with
+  **n − 1 degrees of freedom**; only the seeds both arms have are paired.
+* **The verdict rule**: Student's t, 95 % two-sided. holds when the difference lies more than
+  t₀.₉₇₅,df · s.e. on the claimed side of 0, contradicted when as far on the other side, not
+  shown in between. A one-seed comparison has no spread between seeds: it uses the s.e. over
+  problems with the normal quantile (1.96), and says so.
+* **The minimal detectable difference** (MDD) of a design: the true difference its test
+  detects with 80 % power, ≈ (t₀.₉₇₅,df + t₀.₈₀,df) · s.e. (the normal quantiles, 2.80 · s.e.,
+  for one seed). The approximation is close: by the noncentral t its power is 77 % at 2
+  degrees of freedom, 79 % at 4, 80 % from 7 on.
+* **Seeds for 80 % power**: the smallest n with (t₀.₉₇₅,n−1 + t₀.₈₀,n−1) · sd / √n ≤ |mean|,
+  at the observed mean difference and sd over seeds; none when the observed mean is 0.
+* **Times to a threshold are censored.** They are read on the evaluation grid: an arm first at
+  or above the threshold at evaluation k crossed it somewhere in (grid[k−1], grid[k]]; one at
+  the first evaluation anywhere after the start; one that never got there after the last
+  evaluation. A ratio of two such times is then an interval (TEPO's lowest time ÷ the
+  baseline's highest, TEPO's highest ÷ the baseline's lowest), and the median of the per-seed
+  ratios lies between the median of their lower and the median of their upper bounds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+#: Two-sided level of the verdict rule and the power of the minimal detectable difference.
+LEVEL = 0.975
+POWER = 0.80
+
+
+def mean_se(values) -> tuple[float, float]:
+    """Mean and standard error (sample sd / √n; NaN for fewer than two values)."""
+    v = np.asarray(list(values), dtype=float)
+    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
+    return float(v.mean()), se
+
+
+def rates(evaluation: dict) -> np.ndarray:
+    """Per-problem success rates of one held-out evaluation (``n_samples`` per problem)."""
+    return np.asarray(evaluation["correct"], dtype=float) / evaluation["n_samples"]
+
+
+def paired(a: dict, b: dict) -> tuple[float, float]:
+    """Mean ± s.e. over problems of the per-problem difference of two evaluations (a − b)."""
+    ra, rb = rates(a), rates(b)
+    if ra.shape != rb.shape:
+        raise ValueError("paired: the evaluations cover different numbers of problems")
+    return mean_se(ra - rb)
+
+
+def quantile(p: float, df: float) -> float:
+    """Student's t quantile at ``df`` degrees of freedom; the normal one for ``df = inf``."""
+    return float(stats.norm.ppf(p) if math.isinf(df) else stats.t.ppf(p, df))
+
+
+def critical(df: float) -> float:
+    """The verdict's bar in s.e.: t₀.₉₇₅,df (1.96 for the normal)."""
+    return quantile(LEVEL, df)
+
+
+def mdd(se: float, df: float) -> float:
+    """The minimal detectable difference: (t₀.₉₇₅,df + t₀.₈₀,df) · s.e."""
+    return (quantile(LEVEL, df) + quantile(POWER, df)) * se
+
+
+def verdict(diff: float, se: float, df: float, claimed_sign: int = +1) -> str:
+    """holds / contradicted / not shown: |diff| beyond t₀.₉₇₅,df · s.e. (module docstring)."""
+    if not (math.isfinite(diff) and math.isfinite(se)) or not df > 0:
+        return "not measured"
+    z = claimed_sign * diff / se if se > 0 else math.copysign(math.inf, claimed_sign * diff)
+    bar = critical(df)
+    return "holds" if z > bar else "contradicted" if z < -bar else "not shown"
+
+
+def seeds_for_power(mean: float, sd: float, n_max: int = 1_000_000) -> float | None:
+    """The fewest paired seeds n whose MDD, (t₀.₉₇₅,n−1 + t₀.₈₀,n−1) · sd / √n, is at most
+    |mean|; None when the mean is 0 (no n), ``math.inf`` beyond ``n_max``. The MDD falls as n
+    grows, so the first such n is found by bisection."""
+    if not (math.isfinite(mean) and math.isfinite(sd)):
+        return math.nan
+    if mean == 0:
+        return None
+
+    def enough(n: int) -> bool:
+        return mdd(sd / math.sqrt(n), n - 1) <= abs(mean)
+
+    if enough(2):
+        return 2
+    if not enough(n_max):
+        return math.inf
+    lo, hi = 2, n_max  # enough(lo) is False, enough(hi) is True
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return hi
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A difference with its uncertainty: per seed, and the figure the verdict judges."""
+
+    per_seed: dict  # seed → difference
+    per_seed_se: dict  # seed → its s.e. over problems (empty where there is none)
+    diff: float
+    se: float
+    df: float  # n − 1 over seeds; inf: one seed, s.e. over problems, normal quantile
+    sd: float  # sd over seeds (NaN for one seed)
+
+    @property
+    def n(self) -> int:
+        return len(self.per_seed)
+
+    @property
+    def one_seed(self) -> bool:
+        return math.isinf(self.df)
+
+    def verdict(self, claimed_sign: int = +1) -> str:
+        return verdict(self.diff, self.se, self.df, claimed_sign)
+
+    @property
+    def mdd(self) -> float:
+        return mdd(self.se, self.df)
+
+    @property
+    def seeds_needed(self) -> float | None:
+        return math.nan if self.one_seed else seeds_for_power(self.diff, self.sd)
+
+
+def over_seeds(per_seed: dict, per_seed_se: dict | None = None) -> Comparison:
+    """The mean of the seeds' differences, s.e. = sd / √n, n − 1 degrees of freedom; a single
+    seed keeps its s.e. over problems (``per_seed_se``), judged with the normal quantile."""
+    per_seed_se = dict(per_seed_se or {})
+    values = list(per_seed.values())
+    if len(values) > 1:
+        d, se = mean_se(values)
+        sd = float(np.std(values, ddof=1))
+        return Comparison(dict(per_seed), per_seed_se, d, se, len(values) - 1, sd)
+    if len(values) == 1:
+        ((seed, d),) = per_seed.items()
+        return Comparison(dict(per_seed), per_seed_se, d, per_seed_se.get(seed, math.nan),
+                          math.inf, math.nan)  # fmt: skip
+    return Comparison({}, {}, math.nan, math.nan, math.nan, math.nan)
+
+
+# --------------------------------------------------------------------------------------------
+# Censored times and their ratios
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Interval:
+    """A time to the threshold known only to lie in (lo, hi]; hi = inf: never reached."""
+
+    lo: float
+    hi: float
+
+    @property
+    def reached(self) -> bool:
+        return math.isfinite(self.hi)
+
+
+def crossing(grid: list[float], first: int | None) -> Interval:
+    """The interval of a time read on ``grid`` (grid[0] is the start, 0): first at or above the
+    threshold at evaluation ``first`` (an index ≥ 1), or never (None)."""
+    if first is None:
+        return Interval(float(grid[-1]), math.inf)
+    if first < 1:
+        raise ValueError("crossing: the start (grid[0]) is below the threshold by definition")
+    return Interval(float(grid[first - 1]), float(grid[first]))
+
+
+def _div(x: float, y: float) -> float:
+    """x / y for non-negative times: x / 0 = inf (x > 0), x / inf = 0, inf / y = inf."""
+    if math.isinf(y):
+        return 0.0 if math.isfinite(x) else math.nan
+    if y == 0:
+        return math.inf
+    return x / y
+
+
+def ratio_bounds(t: Interval, b: Interval) -> tuple[float, float]:
+    """The interval (lo, hi) of t / b, both censored times: (t.lo / b.hi, t.hi / b.lo)."""
+    lo = _div(t.lo, b.hi)
+    hi = _div(t.hi, b.lo)
+    return (0.0 if math.isnan(lo) else lo), (math.inf if math.isnan(hi) else hi)
+
+
+def median_bounds(bounds: list[tuple[float, float]]) -> tuple[float, float]:
+    """The median of per-seed ratios known to lie in their bounds: between the median of the
+    lower and the median of the upper bounds (the median rises with each of its values)."""
+    los = [lo for lo, _ in bounds]
+    his = [hi for _, hi in bounds]
+    return float(np.median(los)), float(np.median(his))
+
+
+def speed_verdict(lo: float, hi: float) -> str:
+    """On "half the time": holds when the median ratio is bounded at or below 0.5,
+    contradicted when bounded at or above 1 (not faster), not shown otherwise, with what the
+    data bound."""
+    if hi <= 0.5:
+        return "holds"
+    if lo >= 1:
+        return "contradicted"
+    return f"not shown ({describe_bounds(lo, hi)})"
+
+
+def _floor2(x: float) -> float:
+    return math.floor(round(x * 100, 9)) / 100
+
+
+def _ceil2(x: float) -> float:
+    return math.ceil(round(x * 100, 9)) / 100
+
+
+def fmt_bounds(lo: float, hi: float) -> str:
+    """A ratio known to lie in (lo, hi), rounded outwards to two decimals so that the printed
+    bounds still hold (0.9956 is "> 0.99", never "> 1.00")."""
+    if lo <= 0 and math.isinf(hi):
+        return "unbounded"
+    if lo <= 0:
+        return f"< {_ceil2(hi):.2f}"
+    if math.isinf(hi):
+        return f"> {_floor2(lo):.2f}"
+    return f"{_floor2(lo):.2f}–{_ceil2(hi):.2f}"
+
+
+def describe_bounds(lo: float, hi: float, what: str = "median ratio") -> str:
+    if lo <= 0 and math.isinf(hi):
+        return f"the data do not bound the {what}"
+    if lo <= 0 or math.isinf(hi):
+        return f"{what} {fmt_bounds(lo, hi)}"
+    return f"{what} between {_floor2(lo):.2f} and {_ceil2(hi):.2f}"
