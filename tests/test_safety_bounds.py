@@ -254,3 +254,38 @@ def test_bench_learning_preset_never_overrides_a_typed_flag():
     assert filled.eval_every == 50 and filled.algos == "grpo,dapo,gspo,gtpo,grpo_s,tepo"
     # Untyped, the preset's values win.
     assert LearningConfig(preset="collapse").with_preset(frozenset()).budget_steps == 200
+
+
+def test_a_preset_fills_nested_settings_and_a_typed_one_still_wins(tmp_path, capsys, planned):
+    """``longchain`` sets fields of the warm start (its steps, its model's block size) as a
+    nested dict: what is not typed comes from it, and ``--train.warmstart.steps`` typed beside
+    it wins (a preset that replaced the whole warm start would override it)."""
+    argv = ["compare", "--preset", "longchain", "--algos", "grpo", "--seeds", "0"]
+    runs, _ = planned([*argv, "--runs-dir", tmp_path], capsys)
+    (run,) = runs
+    assert (run.task, tuple(run.task_args)) == ("chain", ("num_ops=12", "min_ops=10"))
+    assert (run.warmstart.steps, run.warmstart.model.block_size) == (2400, 96)
+    assert run.warmstart.model.n_layer == 2 and run.warmstart.lr == 3e-3  # not the preset's
+    runs, _ = planned([*argv, "--runs-dir", tmp_path, "--train.warmstart.steps", "600"], capsys)
+    assert [(r.warmstart.steps, r.warmstart.model.block_size) for r in runs] == [(600, 96)]
+
+
+def test_bench_learning_runs_take_the_presets_task_knobs_and_warm_start():
+    """``bench-learning --preset longchain``: every run trains on chain with 10 to 12 operators
+    from the preset's warm start (2,400 steps, 96 positions), and the token budget is measured
+    on those problems; the collapse preset's warm start is the default one (its cache key is
+    what it was before presets could set a warm start)."""
+    from refimpl.bench.learning import LearningConfig, _warmstart, plan
+    from refimpl.runs.settings import WarmstartConfig
+
+    cfg = LearningConfig(preset="longchain").with_preset(frozenset())
+    runs, budgets = plan(cfg)
+    assert {tuple(r.train.task_args) for r in runs} == {("num_ops=12", "min_ops=10")}
+    assert {(r.train.warmstart.steps, r.train.warmstart.model.block_size) for r in runs} == {
+        (2400, 96)
+    }
+    # 150 steps × 16 prompts × 8 completions × the mean reference length (> 25 tokens).
+    assert budgets["chain"] > 150 * 16 * 8 * 25
+    collapse = LearningConfig(preset="collapse").with_preset(frozenset())
+    default = WarmstartConfig(task="countdown", runs_dir=collapse.runs_dir)
+    assert _warmstart(collapse, "countdown").cache_key() == default.cache_key()

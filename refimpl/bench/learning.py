@@ -227,10 +227,25 @@ class Run:
 # ---------------------------------------------------------------------------------------------
 
 
+def _task_args(cfg: LearningConfig, task: str) -> tuple[str, ...]:
+    """The task knobs of ``task``'s runs: the preset's ``--task-args`` when the preset is about
+    that task (``longchain``: chain with 10 to 12 operators), else the task's defaults."""
+    train = cfg.train_defaults()
+    return tuple(train.task_args) if task == train.task else ()
+
+
 def _warmstart(cfg: LearningConfig, task: str):
     from refimpl.runs.settings import ModelConfig, WarmstartConfig
 
-    ws = WarmstartConfig(task=task, runs_dir=cfg.runs_dir, progress=False)
+    # The preset's warm start (its steps, its model) on the runs' task and knobs.
+    preset_ws = dataclasses.asdict(cfg.train_defaults().warmstart)
+    preset_ws.pop("runs_dir")
+    preset_ws["model"] = ModelConfig(**preset_ws["model"])
+    ws = WarmstartConfig(
+        **{**preset_ws, "task": task, "task_args": _task_args(cfg, task)},
+        runs_dir=cfg.runs_dir,
+    )
+    ws = dataclasses.replace(ws, progress=False)
     if cfg.quick:
         ws = dataclasses.replace(
             ws,
@@ -245,9 +260,10 @@ def _warmstart(cfg: LearningConfig, task: str):
 def token_budget(cfg: LearningConfig, task_name: str) -> tuple[int, float]:
     """``(budget, ℓ)``: tokens per run, and the mean reference completion length ℓ."""
     from refimpl.runs.config import HELD_OUT_SEED
+    from refimpl.runs.settings import parse_task_args
     from toy_envs import TOKENIZER, get_task
 
-    task = get_task(task_name)
+    task = get_task(task_name, **dict(parse_task_args(task_name, _task_args(cfg, task_name))))
     train = cfg.train_defaults()
     problems = task.sample(cfg.eval_problems, np.random.default_rng([HELD_OUT_SEED, 0]))
     mean_len = float(
@@ -280,6 +296,7 @@ def plan(cfg: LearningConfig) -> tuple[list[Run], dict[str, int]]:
                     base,
                     algo=algo,
                     task=task,
+                    task_args=_task_args(cfg, task),
                     algo_args=algo_args,
                     seed=seed,
                     steps=20 * cfg.budget_steps,

@@ -61,6 +61,31 @@ PRESETS: dict[str, Preset] = {
             eval_every=50,
         ),
     ),
+    "longchain": Preset(
+        "chain with 10 to 12 operators (completions of 30 to 50 tokens): long enough that which "
+        "token of a completion gets the credit can matter; the warm start is 2,400 steps of "
+        "the 1-to-12-operator mix on a 96-position model (docs/credit.md has the calibration)",
+        # N = 16 prompts (not 64): a long-chain step samples ~6x the tokens of a countdown
+        # step; 4 minibatches of 4 groups keep the clip and TEPO's mask acting.
+        train=dict(
+            task="chain",
+            task_args=("num_ops=12", "min_ops=10"),
+            prompts_per_step=16,
+            steps=150,
+            eval_every=25,
+            warmstart={"steps": 2400, "model": {"block_size": 96}},
+        ),
+        compare=dict(algos="grpo,dapo,gtpo,grpo_s,tepo,forking_tokens", seeds="0,1,2,3,4"),
+        bench=dict(
+            tasks="chain",
+            algos="grpo,dapo,gtpo,grpo_s,tepo,forking_tokens",
+            seeds="0,1,2,3,4",
+            ablations="gtpo alpha_2=0.0",
+            ablation_tasks="chain",
+            budget_steps=150,
+            eval_every=25,
+        ),
+    ),
 }
 
 
@@ -97,15 +122,22 @@ def fill_defaults(
 ) -> Any:
     """``obj`` (a dataclass instance) with ``values`` set on the fields the caller did not
     set: those not in ``explicit`` (dotted names, ``prefix`` + field, from
-    ``explicit_fields``), or, when ``explicit`` is None, those still at their class default."""
+    ``explicit_fields``), or, when ``explicit`` is None, those still at their class default.
+    A dict value for a dataclass field (``warmstart={"steps": 2400}``) fills that field's own
+    fields the same way, so ``--train.warmstart.steps 100`` typed beside the preset wins."""
     defaults = type(obj)()
     unknown = set(values) - {f.name for f in dataclasses.fields(obj)}
     if unknown:
         raise ValueError(f"preset: {type(obj).__name__} has no field(s) {sorted(unknown)}")
-    if explicit is None:
-        keep = {k: v for k, v in values.items() if getattr(obj, k) == getattr(defaults, k)}
-    else:
-        keep = {k: v for k, v in values.items() if prefix + k not in explicit}
+    keep = {}
+    for k, v in values.items():
+        current = getattr(obj, k)
+        if isinstance(v, dict) and dataclasses.is_dataclass(current):
+            keep[k] = fill_defaults(current, v, explicit, prefix + k + ".")
+        elif explicit is None and current == getattr(defaults, k):
+            keep[k] = v
+        elif explicit is not None and prefix + k not in explicit:
+            keep[k] = v
     return dataclasses.replace(obj, **keep)
 
 
