@@ -36,7 +36,8 @@ class LineProgress:
         self._shown = self.n
         pct = 100 * self.n / self.total if self.total else 100.0
         extra = "".join(f", {k}={v}" for k, v in self._postfix.items())
-        print(f"{self.desc}: {self.n}/{self.total} {self.unit}s ({pct:.0f} %){extra}",
+        units = self.unit + ("es" if self.unit.endswith(("s", "x")) else "s")
+        print(f"{self.desc}: {self.n}/{self.total} {units} ({pct:.0f} %){extra}",
               file=sys.stderr, flush=True)  # fmt: skip
 
     def close(self) -> None:
