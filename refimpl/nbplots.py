@@ -425,3 +425,64 @@ def plot_token_advantages(
         fig.colorbar(im, ax=ax, fraction=0.04, pad=0.01)
     fig.tight_layout()
     return fig
+
+
+def credit_example(result: dict, k: str) -> tuple[int, int]:
+    """The two completions the token-credit figure shows, from one group whose outcomes are
+    mixed (so the group-relative algorithms give them non-zero advantages): the failed one
+    with the clearest wrong step (the most negative true advantage ``A*``), and the longest
+    successful one of its group. ``result``: what ``refimpl credit`` writes."""
+    comps = result["completions"]
+    truth = result["oracle"][k]["true_advantage"]
+    G = result["settings"]["group_size"]
+    best, pick = None, None
+    for g in range(len(comps) // G):
+        rows = range(g * G, (g + 1) * G)
+        won = [i for i in rows if comps[i]["success"]]
+        lost = [i for i in rows if not comps[i]["success"]]
+        if not won or not lost:
+            continue
+        failed = min(lost, key=lambda i: min(truth[i]))
+        if best is None or min(truth[failed]) < best:
+            best = min(truth[failed])
+            pick = (failed, max(won, key=lambda i: len(comps[i]["token"])))
+    if pick is None:
+        raise ValueError("result: no group with both a failed and a successful completion")
+    return pick
+
+
+def plot_completion_credit(
+    result: dict, *, k: str = "32", algos=("grpo", "gtpo", "grpo_s", "tepo")
+):
+    """Two completions of one group (``credit_example``), each token coloured by its true
+    advantage ``A*`` (the oracle's, from ``k`` rollouts per prefix) and by each algorithm's
+    advantage on the same batch: blue = credited, red = blamed, white = 0. Each row has its
+    own symmetric colour scale (its largest |value| is in its label), so rows compare by
+    *where* they put credit, not by size. Returns the figure."""
+    from toy_envs import TOKENIZER
+
+    comps = result["completions"]
+    panels = []
+    for i in credit_example(result, k):
+        c = comps[i]
+        tokens = c.get("token_text") or [TOKENIZER.itos[t] for t in c["token"]]
+        rows = [("A* (oracle)", np.asarray(result["oracle"][k]["true_advantage"][i]))]
+        rows += [(name, np.asarray(result["signals"][name]["advantages"][i])) for name in algos]
+        panels.append((c, tokens, rows))
+    width = max(len(p[1]) for p in panels)
+    fig, axes = plt.subplots(2, 1, figsize=(max(6.0, 0.3 * width + 2.5), 2 * (0.42 * 5 + 0.8)))
+    for ax, (c, tokens, rows) in zip(axes, panels):
+        scaled, labels = np.full((len(rows), width), np.nan), []
+        for j, (name, v) in enumerate(rows):
+            top = float(np.abs(v).max()) or 1.0
+            scaled[j, : len(v)] = v / top
+            labels.append(f"{name} (±{top:.2g})")
+        token_grid(ax, [tokens] * len(rows), scaled, vmin=-1.0, vmax=1.0, row_labels=labels,
+                   fontsize=8)  # fmt: skip
+        verdict = "succeeded" if c["success"] else "failed"
+        where = (
+            f", first wrong token {c['first_wrong']}" if c.get("first_wrong") is not None else ""
+        )
+        ax.set_title(f"{c['prompt']} → {c['text']!r} ({verdict}{where})", fontsize=9, loc="left")
+    fig.tight_layout()
+    return fig

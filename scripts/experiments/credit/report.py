@@ -1,0 +1,288 @@
+"""The tables and figures of docs/credit.md, from the committed result files.
+
+Reads ``results/*.json`` next to this file (``refimpl credit`` and ``real_model.py`` write
+them; ``run.sh`` makes every one the page uses) and ``results/longchain_learning.json`` (the
+long-chain learning benchmark, ``refimpl bench-learning --preset longchain``), and writes each
+table into docs/credit.md between its markers ``<!-- credit:NAME -->`` and
+``<!-- /credit:NAME -->``, and the figures into docs/figures/. Nothing is trained or sampled.
+``--check`` writes nothing and exits 1 when a table differs from what the files give
+(``tests/test_credit.py`` runs it).
+
+    python scripts/experiments/credit/report.py            # rewrite the tables and figures
+    python scripts/experiments/credit/report.py --check    # are they current?
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+RESULTS = HERE / "results"
+PAGE = ROOT / "docs" / "credit.md"
+FIGURES = ROOT / "docs" / "figures"
+#: The K every headline table reads (the sensitivity table shows the others).
+MAIN_K = "32"
+#: The batches, in the order of the page: (file stem, label).
+BATCHES = (
+    ("longchain_step0", "long chain, warm start"),
+    ("longchain_step50", "long chain, GRPO step 50"),
+    ("longchain_step150", "long chain, GRPO step 150"),
+    ("countdown_step0", "countdown, warm start"),
+    ("countdown_step50", "countdown, GRPO step 50"),
+    ("countdown_step200", "countdown, GRPO step 200"),
+)
+REAL = ("real_smollm2", "SmolLM2-135M, untrained")
+#: Algorithms drawn in the token figure (the issue's four: the baseline and the three papers').
+FIGURE_ALGOS = ("grpo", "gtpo", "grpo_s", "tepo")
+LEARNING_ALGOS = ("grpo", "dapo", "gtpo", "gtpo alpha_2=0.0", "grpo_s", "tepo", "forking_tokens")
+
+
+def load(stem: str) -> dict | None:
+    path = RESULTS / f"{stem}.json"  # RESULTS: --results (set by main)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def batches() -> list[tuple[str, dict]]:
+    """The batches that exist, with their labels (real model last)."""
+    out = [(label, d) for stem, label in BATCHES if (d := load(stem)) is not None]
+    real = load(REAL[0])
+    return out + ([(REAL[1], real)] if real is not None else [])
+
+
+# --------------------------------------------------------------------------------------------
+# Formatting
+# --------------------------------------------------------------------------------------------
+
+
+def fmt(x: float | None, digits: int = 3, sign: bool = False) -> str:
+    if x is None or not math.isfinite(x):
+        return "–"
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def fmt_mse(m: dict | None, sign: bool = True) -> str:
+    """``mean ± s.e. (n)`` of a ``mean_se`` record."""
+    if not m or not m.get("n"):
+        return "–"
+    se = f" ± {m['se']:.3f}" if math.isfinite(m.get("se", math.nan)) else ""
+    return f"{fmt(m['mean'], sign=sign)}{se} (n = {m['n']})"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def within_text(w: dict, key: str = "pearson") -> str:
+    """A within-completion correlation, or what the signal is when it has none."""
+    if w["no_within_credit"]:
+        return "none: constant in every completion"
+    text = fmt_mse(w[key])
+    if w["constant"]:
+        text += f"; constant in {w['constant']}/{w['completions']}"
+    return text
+
+
+# --------------------------------------------------------------------------------------------
+# Tables
+# --------------------------------------------------------------------------------------------
+
+
+def oracle_table() -> str:
+    rows = []
+    for label, d in batches():
+        comps = d["completions"]
+        lengths = [len(c["token"]) for c in comps]
+        success = np.mean([c["success"] for c in comps])
+        for k, o in sorted(d["oracle"].items(), key=lambda kv: int(kv[0])):
+            noise = d["metrics"][k]["noise"]
+            share = o.get("peak_share")
+            rows.append([
+                label, k, str(len(comps)), f"{min(lengths)}–{max(lengths)}", f"{success:.2f}",
+                str(o["prefixes"]), f"{o['sampled_tokens']:,}", f"{o['seconds']:.1f}",
+                f"{o['tokens_per_s']:,.0f}", f"{share:.1%}" if share else "–",
+                fmt(noise["split_half_r"], 2), fmt(noise["ceiling"], 2),
+            ])  # fmt: skip
+    return table(
+        ["batch", "K", "completions", "tokens", "success", "prefixes", "sampled tokens",
+         "seconds", "tokens/s", "of matmul peak", "split-half r of A*", "ceiling"],
+        rows,
+    )  # fmt: skip
+
+
+def agreement_table(stem: str, label: str, k: str = MAIN_K) -> str:
+    """Criteria 1 and 2 for every algorithm on one batch."""
+    d = load(stem) if stem != REAL[0] else load(REAL[0])
+    if d is None or k not in d["metrics"]:
+        return f"*{label}: not measured yet.*\n"
+    sig = d["metrics"][k]["signals"]
+    rows = []
+    for name, m in sig.items():
+        if name.startswith("_"):
+            continue
+        a, c = m["advantages"], m["credit"]
+        fw = c["blame_first_wrong"]
+        rows.append([
+            name, f"{m['trained_completions']}", within_text(a["within"]),
+            within_text(c["within"]), within_text(c["within"], "spearman"),
+            fmt(c["pooled"]["pearson"], 2) if c["pooled"] else "–",
+            fmt_mse(c["blame_pivot"]["pivot"], sign=False),
+            fmt_mse(fw["pivot"], sign=False) if fw else "–",
+        ])  # fmt: skip
+    oracle = sig["_oracle"]
+    uniform = oracle["blame_pivot"]["uniform_pivot"]
+    rows.append(["*a constant signal*", "", "", "", "", "", fmt_mse(uniform, sign=False), ""])
+    rows.append(["*A\\* itself*", "", "", "", "", "", fmt_mse(oracle["blame_pivot"]["pivot"], sign=False),
+                 fmt_mse(oracle["blame_first_wrong"]["pivot"], sign=False)
+                 if oracle.get("blame_first_wrong") else ""])  # fmt: skip
+    return table(
+        ["algorithm", "completions trained", "advantage: r within", "credit: r within",
+         "credit: ρ within", "credit: pooled r", "blame on the pivot", "blame on the first wrong token"],
+        rows,
+    )  # fmt: skip
+
+
+def entropy_table() -> str:
+    rows = []
+    for label, d in batches():
+        for k in sorted(d["metrics"], key=int):
+            e = d["metrics"][k]["entropy"]
+            r = e["random20_share_abs"]
+            rows.append([
+                label, k, fmt(e["pooled_pearson"], 2), fmt(e["pooled_spearman"], 2),
+                fmt_mse(e["within"]["spearman"]), fmt(e["top20_share_abs"], 2),
+                fmt(e["top20_share_sq"], 2), f"{r['mean']:.2f} (sd {r['sd']:.2f})",
+                f"{r['p_at_least']:.3f}", fmt(e["oracle_top20_share_abs"], 2),
+            ])  # fmt: skip
+    return table(
+        ["batch", "K", "r(H, \\|A*\\|)", "ρ(H, \\|A*\\|)", "ρ within completions",
+         "top-20 % H: share of Σ\\|A*\\|", "of ΣA*² (noise-free)", "random 20 %",
+         "P(random ≥)", "top-20 % by \\|A*\\| (the most possible)"],
+        rows,
+    )  # fmt: skip
+
+
+SENSITIVITY = (
+    ("gtpo", "advantages"), ("gtpo", "credit"), ("grpo_s", "credit"), ("forking_tokens", "credit"),
+    ("steer", "credit"), ("tepo", "credit"), ("grpo", "credit"),
+)  # fmt: skip
+
+
+def sensitivity_table() -> str:
+    """Within-completion Pearson r of the signals that vary within completions, per batch and
+    K: does a verdict hold across them?"""
+    rows = []
+    for label, d in batches():
+        for k in sorted(d["metrics"], key=int):
+            sig = d["metrics"][k]["signals"]
+            e = d["metrics"][k]["entropy"]
+            cells = []
+            for name, kind in SENSITIVITY:
+                w = sig.get(name, {}).get(kind, {}).get("within") if name in sig else None
+                if w is None or w["no_within_credit"]:
+                    cells.append("none")
+                else:
+                    m = w["pearson"]
+                    cells.append(f"{fmt(m['mean'], 2, True)} ± {fmt(m['se'], 2)}")
+            rows.append([label, k, *cells, fmt(e["top20_share_sq"], 2)])
+    head = [f"{n} {'adv.' if k == 'advantages' else 'credit'}" for n, k in SENSITIVITY]
+    return table(["batch", "K", *head, "top-20 % H share of ΣA*²"], rows)
+
+
+def learning_table() -> str:
+    """Does credit agreement predict learning speed? The long-chain benchmark's learning
+    figures beside each algorithm's credit agreement on the long-chain warm-start batch."""
+    learn, d = load("longchain_learning"), load("longchain_step0")
+    if learn is None or d is None:
+        return "*Not measured yet.*\n"
+    res = next(iter(learn["results"].values()))
+    sig = d["metrics"][MAIN_K]["signals"]
+    rows = []
+    for label in LEARNING_ALGOS:
+        if label not in res["summary"]:
+            continue
+        s = res["summary"][label]
+        algo = label.split()[0]
+        c = sig[algo]["credit"]  # the ablation's Config differs: its own row below
+        t = s["tokens_to_target"]
+        rows.append([
+            label, str(s["seeds"]), f"{s['final']['mean']:.3f} ± {s['final']['std']:.3f}",
+            f"{s['auc']['mean']:.3f}",
+            f"{t['median'] / 1e3:.0f}k ({t['reached']}/{s['seeds']})" if math.isfinite(t["median"]) else f"not reached ({t['reached']}/{s['seeds']})",
+            within_text(c["within"]), fmt_mse(c["blame_pivot"]["pivot"], sign=False),
+        ])  # fmt: skip
+    return table(
+        ["algorithm", "seeds", "final greedy (mean ± sd)", "AUC", "tokens to target, median",
+         "credit: r within (warm start)", "blame on the pivot"],
+        rows,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------------------------
+
+
+def token_figure(d: dict, out: Path, k: str = MAIN_K) -> Path:
+    """One failed and one successful completion of a batch, every token coloured by A* and by
+    the advantages of GRPO, GTPO, GRPO-S and TEPO (each row its own symmetric scale)."""
+    from refimpl.nbplots import plot_completion_credit
+
+    fig = plot_completion_credit(d, k=k, algos=FIGURE_ALGOS)
+    fig.savefig(out, dpi=130, bbox_inches="tight")
+    return out
+
+
+def write_blocks(page: str, blocks: dict[str, str]) -> str:
+    for name, text in blocks.items():
+        pattern = re.compile(rf"(<!-- credit:{name} -->\n).*?(<!-- /credit:{name} -->)", re.S)
+        if not pattern.search(page):
+            raise ValueError(f"{PAGE}: no markers for the block {name!r}")
+        page = pattern.sub(lambda m, t=text: m.group(1) + t + m.group(2), page)
+    return page
+
+
+def blocks() -> dict[str, str]:
+    out = {"oracle": oracle_table(), "entropy": entropy_table(),
+           "sensitivity": sensitivity_table(), "learning": learning_table()}  # fmt: skip
+    for stem, label in (*BATCHES, REAL):
+        out[f"agreement-{stem}"] = agreement_table(stem, label)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    global RESULTS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when the page is stale")
+    parser.add_argument("--no-figure", action="store_true", help="leave the figures alone")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="the result files (default: the committed ones next to this script)",
+    )
+    args = parser.parse_args(argv)
+    RESULTS = args.results
+    page = PAGE.read_text()
+    new = write_blocks(page, blocks())
+    if args.check:
+        if new != page:
+            print(f"{PAGE} is stale: run python scripts/experiments/credit/report.py")
+            return 1
+        return 0
+    PAGE.write_text(new)
+    if not args.no_figure and (d := load("longchain_step0")) is not None:
+        print(token_figure(d, FIGURES / "credit_tokens_longchain.png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
