@@ -43,7 +43,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     for name in ("prompts", "max_new_tokens", "threads"):
         if not 1 <= getattr(args, name) <= 4096:
-            parser.error(f"--{name.replace('_', '-')}: expected 1 … 4096, got {getattr(args, name)}")
+            parser.error(
+                f"--{name.replace('_', '-')}: expected 1 … 4096, got {getattr(args, name)}"
+            )
     if not 2 <= args.group_size <= 64:
         parser.error(f"--group-size: expected 2 … 64, got {args.group_size}")
     if args.rollouts < 2 or args.rollouts % 2 or args.rollouts > 256:
@@ -67,7 +69,9 @@ def sample_replies(model, tokenizer, task, problems, G: int, budget: int, seed: 
                     padding=True)  # fmt: skip
     torch.manual_seed(seed)
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    out = generate_shared_prefix(model, enc["input_ids"], enc["attention_mask"], G, budget, eos, pad)
+    out = generate_shared_prefix(
+        model, enc["input_ids"], enc["attention_mask"], G, budget, eos, pad
+    )
     P = enc["input_ids"].shape[1]
     replies = out.sequences[:, P:]
     mask, entropy = reply_mask_and_entropy(replies, out.logits, eos)
@@ -170,39 +174,57 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"oracle: {values.prefixes} prefixes × {args.rollouts}, {values.sampled_tokens} tokens "
           f"in {values.seconds:.0f} s ({rate:.0f} tokens/s)", flush=True)  # fmt: skip
     result = {
-        "settings": {**{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-                     "task": "chat addition (docs/scaleup.md § 4)", "model": "SmolLM2-135M-Instruct"},
+        "settings": {
+            **{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+            "task": "chat addition (docs/scaleup.md § 4)",
+            "model": "SmolLM2-135M-Instruct",
+        },
         "policy": {"source": "SmolLM2-135M-Instruct, untrained", "step": 0},
         "machine": {**machine_info(), "numerics": numerics.describe()},
         "completions": [
-            {"prompt": task.question(problems[i // args.group_size]), "text": texts[i],
-             "token": rows[i], "token_text": [tokenizer.decode([t]) for t in rows[i]],
-             "entropy_old": [round(float(h), 5) for h in samples.entropy_old[i, : lengths[i]]],
-             "reward": float(outcome[i]), "success": bool(outcome[i] >= 0.5),
-             "first_wrong": None, "truncated": bool(samples.truncated[i])}
+            {
+                "prompt": task.question(problems[i // args.group_size]),
+                "text": texts[i],
+                "token": rows[i],
+                "token_text": [tokenizer.decode([t]) for t in rows[i]],
+                "entropy_old": [round(float(h), 5) for h in samples.entropy_old[i, : lengths[i]]],
+                "reward": float(outcome[i]),
+                "success": bool(outcome[i] >= 0.5),
+                "first_wrong": None,
+                "truncated": bool(samples.truncated[i]),
+            }
             for i in range(len(rows))
         ],  # fmt: skip
-        "oracle": {str(args.rollouts): {
-            "value_before": _rounded(values.value_before, lengths),
-            "value_after": _rounded(values.value_after, lengths),
-            "value_se_before": _rounded(values.se_before, lengths),
-            "value_se": _rounded(values.se_after, lengths),
-            "true_advantage": _rounded(values.true_advantage, lengths),
-            "prefixes": values.prefixes, "sampled_tokens": values.sampled_tokens,
-            "seconds": round(values.seconds, 1), "tokens_per_s": round(rate, 1),
-        }},  # fmt: skip
+        "oracle": {
+            str(args.rollouts): {
+                "value_before": _rounded(values.value_before, lengths),
+                "value_after": _rounded(values.value_after, lengths),
+                "value_se_before": _rounded(values.se_before, lengths),
+                "value_se": _rounded(values.se_after, lengths),
+                "true_advantage": _rounded(values.true_advantage, lengths),
+                "prefixes": values.prefixes,
+                "sampled_tokens": values.sampled_tokens,
+                "seconds": round(values.seconds, 1),
+                "tokens_per_s": round(rate, 1),
+            }
+        },  # fmt: skip
         "signals": {
-            name: {"advantages": _rounded(s["advantages"], lengths, 6),
-                   "credit": _rounded(s["credit"], lengths, 8),
-                   "trained": [bool(x) for x in s["trained"]]}
+            name: {
+                "advantages": _rounded(s["advantages"], lengths, 6),
+                "credit": _rounded(s["credit"], lengths, 8),
+                "trained": [bool(x) for x in s["trained"]],
+            }
             for name, s in signals.items()
         },  # fmt: skip
-        "metrics": {str(args.rollouts): {
-            "signals": score_signals(signals, values, {}),
-            "entropy": entropy_hypothesis(samples.entropy_old.double().numpy(), values,
-                                          values.mask.numpy(), args.seed),
-            "noise": oracle_noise(values),
-        }},  # fmt: skip
+        "metrics": {
+            str(args.rollouts): {
+                "signals": score_signals(signals, values, {}),
+                "entropy": entropy_hypothesis(
+                    samples.entropy_old.double().numpy(), values, values.mask.numpy(), args.seed
+                ),
+                "noise": oracle_noise(values),
+            }
+        },  # fmt: skip
         "wall_s": round(time.perf_counter() - start, 1),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
