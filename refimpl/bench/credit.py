@@ -56,8 +56,10 @@ from refimpl.runs.presets import PresetName
 from refimpl.sampling import Samples, sample_groups, seeded_generator
 from toy_envs import TOKENIZER
 
-#: Salt of the batch's prompts and completions (its own stream, not a training run's).
-CREDIT_STREAM = 7_907
+#: The batch's prompts come from ``default_rng([HELD_OUT_SEED, CREDIT_STREAM, seed])``: a key
+#: whose first word is the evaluation streams' (``refimpl.runs.config.HELD_OUT_SEED``), which no
+#: training or warm-start stream uses, and whose second word is not the held-out set's 0.
+CREDIT_STREAM = 1
 #: The forking-tokens share: the top 20 % of tokens by entropy (Wang et al., arXiv 2506.01939).
 TOP_FRACTION = 0.2
 #: A signal whose spread within a completion is below this fraction of its largest |value|
@@ -194,8 +196,10 @@ def load_policy(cfg: CreditConfig) -> Policy:
 def sample_batch(policy: Policy, n_prompts: int, group_size: int, seed: int):
     """``(problems, samples, outcome)``: ``n_prompts`` problems of the policy's task, ``G``
     completions each at the run's sampling settings, and their outcome rewards."""
+    from refimpl.runs.config import HELD_OUT_SEED
+
     train, task = policy.plan.cfg, policy.plan.task
-    problems = task.sample(n_prompts, np.random.default_rng([CREDIT_STREAM, seed]))
+    problems = task.sample(n_prompts, np.random.default_rng([HELD_OUT_SEED, CREDIT_STREAM, seed]))
     samples = sample_groups(
         policy.model,
         [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems],
@@ -206,7 +210,7 @@ def sample_batch(policy: Policy, n_prompts: int, group_size: int, seed: int):
         temperature=train.temperature,
         top_k=train.top_k,
         top_p=train.top_p,
-        generator=seeded_generator(seed, CREDIT_STREAM),
+        generator=seeded_generator(HELD_OUT_SEED, CREDIT_STREAM, seed),
     )
     texts = [TOKENIZER.decode(row.tolist()) for row in samples.response_ids]
     answered = [p for p in problems for _ in range(group_size)]
