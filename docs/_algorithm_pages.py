@@ -9,7 +9,7 @@ line of its own (after its title)::
     ...generated: do not edit by hand...
     <!-- /quick-facts -->
 
-``python scripts/algorithm_pages.py`` (re)writes the block of every page from the code (a new
+``python scripts/dev/algorithm_pages.py`` (re)writes the block of every page from the code (a new
 page needs only the first marker), and ``--check`` lists the stale ones;
 ``tests/test_docs_hooks.py`` regenerates every block in memory and fails on a page whose
 block differs, naming that command. The block holds
@@ -47,7 +47,7 @@ from refimpl import algorithms, core  # noqa: E402
 
 MARKER = "<!-- quick-facts -->"  # where the generated block begins
 END = "<!-- /quick-facts -->"  # where it ends
-COMMAND = "python scripts/algorithm_pages.py"  # what regenerates the blocks
+COMMAND = "python scripts/dev/algorithm_pages.py"  # what regenerates the blocks
 PAGES = REPO / "docs" / "algorithms"
 
 # Fields every Config shares, shown in their own rows rather than among "its own knobs".

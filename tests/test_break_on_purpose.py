@@ -1,6 +1,6 @@
-"""scripts/break_on_purpose.py stays runnable: every slip's source text is still in its file,
-exactly once (the script refuses to run a slip otherwise, so a refactor would silently shrink
-the list of checked slips)."""
+"""scripts/dev/break_on_purpose.py stays runnable: every slip's source text is still in its
+file, exactly once (the script refuses to run a slip otherwise, so a refactor would silently
+shrink the list of checked slips)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location(
-    "break_on_purpose", ROOT / "scripts" / "break_on_purpose.py"
+    "break_on_purpose", ROOT / "scripts" / "dev" / "break_on_purpose.py"
 )
 bop = importlib.util.module_from_spec(_spec)
 sys.modules["break_on_purpose"] = bop  # dataclasses look their module up there

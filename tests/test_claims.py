@@ -1,7 +1,7 @@
 """docs/claims.md, the claims ledger: its statistics, its pairing and its freshness.
 
-The runs behind it are heavy (``scripts/claims_real.sh``, the collapse benchmark) and are not
-tests; these tests check, in seconds, that what the page says is what the committed result
+The runs behind it are heavy (``scripts/experiments/claims/run_real.sh``, the collapse
+benchmark) and are not tests; these tests check, in seconds, that what the page says is what the committed result
 files give, that the statistics are the ones the page defines, and that the arms of a seed
 really were paired. The tests named ``test_slip_*`` each pin one slip of the ledger's first
 version (issue 39): each failed on that version.
@@ -22,19 +22,21 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+CLAIMS_DIR = "scripts/experiments/claims"  # the experiment: its scripts, results/ and README
+CLAIMS = ROOT / CLAIMS_DIR
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+def _script(name: str, file: str):
+    spec = importlib.util.spec_from_file_location(name, CLAIMS / file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-report = _script("claims_report")
-claims_real = _script("claims_real")
-stats = sys.modules["claims_stats"]  # the report's statistics module, loaded by the report
+report = _script("claims_report", "report.py")
+claims_real = _script("claims_real", "run_real.py")
+stats = sys.modules["stats"]  # the report's statistics module (stats.py), loaded by the report
 
 
 def _eval(correct: list[int], n: int, step: int = 24, success: float | None = None) -> dict:
@@ -230,7 +232,7 @@ TOY = report.load_toy()
 
 def test_the_page_shows_what_the_committed_files_give():
     """``claims_report.py --check``: every generated table equals the page's."""
-    assert report.main(["--check"]) == 0, "run python scripts/claims_report.py"
+    assert report.main(["--check"]) == 0, "run python scripts/experiments/claims/report.py"
 
 
 def test_the_check_fails_on_an_edited_table(tmp_path, monkeypatch):
@@ -257,7 +259,7 @@ def test_the_check_fails_on_an_edited_results_brief(tmp_path, monkeypatch):
 @pytest.mark.parametrize("arm", report.MAIN_ARMS)
 def test_every_main_arm_has_the_first_three_paired_seeds(arm):
     for seed in report.FIRST_SEEDS:
-        assert (arm, seed) in REAL, f"docs/claims/real/{arm}_seed{seed}.json is missing"
+        assert (arm, seed) in REAL, f"{report.REAL}/{arm}_seed{seed}.json is missing"
         assert ("base", seed) in REAL
 
 
@@ -351,7 +353,7 @@ NEW_MACHINE = {"path": "avx2", "cpu": "AMD EPYC", "machine": "x86_64", "torch": 
 
 
 def _second_pass(tmp_path: Path) -> tuple[Path, Path]:
-    """docs/claims as the second pass will leave it, made from the committed files: DAPO
+    """The results as the second pass will leave them, made from the committed files: DAPO
     without overlong shaping on seeds 0-2 (evaluated after 4, 8, 12), seeds 3-7 of base, both
     DAPOs, GTPO and GTPO α₂ = 0 evaluated after step 12 only, on the new machine record; and a
     toy file of the new schema (final at the budget's end, 8 seeds, the DAPO ablation, GSPO)."""
@@ -563,9 +565,9 @@ def test_slip_7_the_toy_command_reproduces_the_files_settings():
 
 
 def _queue() -> set[tuple[str, int, tuple[int, ...]]]:
-    """(arm, seed, eval steps) of every run scripts/claims_real.sh queues, from the script's
-    own queue lines run by bash."""
-    text = (ROOT / "scripts" / "claims_real.sh").read_text()
+    """(arm, seed, eval steps) of every run scripts/experiments/claims/run_real.sh queues, from
+    the script's own queue lines run by bash."""
+    text = (CLAIMS / "run_real.sh").read_text()
     start = text.index("queue=(")
     end = text.index("\ndone\n", start) + len("\ndone\n")
     out = subprocess.run(["bash", "-c", text[start:end] + 'printf "%s\\n" "${queue[@]}"'],
@@ -589,7 +591,7 @@ def test_slip_7_every_real_file_is_a_run_the_script_queues_and_the_command_says_
         )
     for row in report.ledger_rows(REAL, TOY):
         if row[5] != "—":  # "—": not testable here, nothing run
-            assert "OUT=" in row[5] and "bash scripts/claims_real.sh" in row[5], row[0]
+            assert "OUT=" in row[5] and f"bash {CLAIMS_DIR}/run_real.sh" in row[5], row[0]
             for arm in re.findall(r"reads ([\w, ]+) ×", row[5])[0].split(", "):
                 assert any(q[0] == arm for q in queue), (row[0], arm)
 

@@ -357,8 +357,8 @@ def test_compare_figure_last_panel_shows_the_prediction(tmp_path, monkeypatch):
 
 
 def test_steer_omega_script_reports_both_predictors_and_the_band(tmp_path, capsys):
-    """scripts/steer_omega_prediction.py on two synthetic STEER runs and one DAPO run: with
-    ``entropy_change_pred`` equal to the measured change, its r is +1.00; with Σ Ω equal to
+    """scripts/experiments/entropy/steer_omega_prediction.py on two synthetic STEER runs and one
+    DAPO run: with ``entropy_change_pred`` equal to the measured change, its r is +1.00; with Σ Ω equal to
     minus the change (Ω > 0 lowers entropy), −Σ Ω's r is +1.00 too; the band row holds the
     standard deviation of the measured change (10⁻³ nats); DAPO, which logs no Ω, gets a band
     row and no prediction row."""
@@ -367,7 +367,8 @@ def test_steer_omega_script_reports_both_predictors_and_the_band(tmp_path, capsy
 
     root = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location(
-        "steer_omega_prediction", root / "scripts" / "steer_omega_prediction.py"
+        "steer_omega_prediction",
+        root / "scripts" / "experiments" / "entropy" / "steer_omega_prediction.py",
     )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

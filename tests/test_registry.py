@@ -5,7 +5,7 @@ asks for. Adding a name to ``NAMES`` without one of these fails here, naming wha
   with its sections "What it does to entropy" and "Other implementations", the
   ``<!-- quick-facts -->`` marker and its advantage and loss steps in the loop of
   ``docs/_algorithm_pages.py`` (``tests/test_docs_hooks.py`` checks that the block under the
-  marker is what ``python scripts/algorithm_pages.py`` generates from the code now);
+  marker is what ``python scripts/dev/algorithm_pages.py`` generates from the code now);
 * its spec test module ``tests/spec/test_<name>.py`` with a ``test_worked_example``, indexed in
   ``docs/spec.md``;
 * its API reference entry (``::: refimpl.algorithms.<name>``);
@@ -49,7 +49,7 @@ def test_docs_page_in_nav_and_table(name):
     assert any(f"]({page})" in row for row in rows), f"docs/algorithms.md has no row for {page}"
     assert "<!-- quick-facts -->" in _text(f"docs/{page}"), (
         f"docs/{page}: no <!-- quick-facts --> line under its title "
-        "(then run `.venv/bin/python scripts/algorithm_pages.py`)"
+        "(then run `.venv/bin/python scripts/dev/algorithm_pages.py`)"
     )
     headings = re.findall(r"^## (.+?)\s*$", _text(f"docs/{page}"), re.M)
     for section in ("What it does to entropy", "Other implementations"):

@@ -64,8 +64,9 @@ divided by π, sign reversed (Ω > 0: the token's update lowers its state's entr
 above), every other state that the shared network moves, and the optimizer; the trainer's
 ``entropy_change_pred`` (``refimpl.diagnostics.entropy_attribution``) is the whole network's first-order
 change, through the actual parameter step. The loss logs ``omega_sum_p1``, ``omega_sum_p2``
-(Σ Ω over its tokens) and ``omega_weighted_sum`` (Σ λΩ); ``scripts/steer_omega_prediction.py``
-compares them with ``entropy_change_pred`` as predictors of the measured change.
+(Σ Ω over its tokens) and ``omega_weighted_sum`` (Σ λΩ);
+``scripts/experiments/entropy/steer_omega_prediction.py`` compares them with
+``entropy_change_pred`` as predictors of the measured change.
 
 Assumptions
 -----------
@@ -315,8 +316,8 @@ def loss(
 
 def _weight_metrics(batch, logp, adv, omega_now, weight, w, cfg) -> dict[str, float]:
     """λ's mean, min and max over the response tokens; Σ Ω of both variants of p and Σ λΩ (the
-    entropy-change estimates ``scripts/steer_omega_prediction.py`` reads); the fraction of
-    tokens the dual clip stops (A < 0, w > c)."""
+    entropy-change estimates ``scripts/experiments/entropy/steer_omega_prediction.py`` reads);
+    the fraction of tokens the dual clip stops (A < 0, w > c)."""
     mask = batch.response_mask
     active = mask.bool()
     with torch.no_grad():

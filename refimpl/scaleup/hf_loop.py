@@ -27,8 +27,8 @@ What ``loop.py`` does that this loop does not, and why:
 
 ``task`` is anything with ``prompt_text(tokenizer, problem) -> str`` and
 ``reward(problem, text) -> float`` (for example :class:`refimpl.scaleup.real_task.ChatTask`);
-``scripts/real_model_hf_loop.py`` runs it on SmolLM2 and prints the same before/after table
-as ``scripts/real_model.py`` (TRL).
+``scripts/experiments/real_model/run_hf_loop.py`` runs it on SmolLM2 and prints the same
+before/after table as ``scripts/experiments/real_model/run_trl.py`` (TRL).
 """
 
 from __future__ import annotations

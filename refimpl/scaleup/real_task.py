@@ -5,8 +5,9 @@ same problems (``toy_envs`` generators) are asked through the model's chat templ
 reply is scored by :func:`toy_envs.freeform.freeform_reward`: the integer the reply ends on
 (or a marked answer), never ``eval``.
 
-Pieces, each used by ``scripts/real_model.py`` (TRL), ``scripts/real_model_hf_loop.py`` (hand-written
-loop), notebook 04 and the tests:
+Pieces, each used by ``scripts/experiments/real_model/run_trl.py`` (TRL),
+``scripts/experiments/real_model/run_hf_loop.py`` (hand-written loop), notebook 04 and the
+tests:
 
 * :class:`ChatTask`: problem → chat messages (one worked example, then the question), reward,
   and a held-out split that never overlaps the training problems;
@@ -470,10 +471,10 @@ def train_trl(
     Each rollout samples ``group_size`` replies to each of ``prompts_per_step`` problems
     (taken in order from ``problems``) and is split into ``minibatches`` micro-batches, one
     optimizer step each, the whole rollout ``ppo_epochs`` times: so
-    ``rollouts · minibatches · ppo_epochs`` optimizer steps, all but the first of
-    each rollout off-policy (ratios ≠ 1, so clipping and TEPO's mask can act). Constant
-    learning rate, no warm-up. ``progress`` prints one line per optimizer step;
-    ``callbacks`` are added to the trainer (``scripts/claims_real.py`` evaluates with one).
+    ``rollouts · minibatches · ppo_epochs`` optimizer steps, all but the first of each rollout
+    off-policy (ratios ≠ 1, so clipping and TEPO's mask can act). Constant learning rate, no
+    warm-up. ``progress`` prints one line per optimizer step; ``callbacks`` are added to the
+    trainer (``scripts/experiments/claims/run_real.py`` evaluates with one).
     """
     import tempfile
 

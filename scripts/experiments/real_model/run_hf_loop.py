@@ -1,11 +1,11 @@
 """The HF path by hand: generate → rollout_batch → advantages → loss → optimizer step, no TRL.
 
 The loop a reader copies into their own code is ``refimpl/scaleup/hf_loop.py`` (``loop.py``'s
-twin on a Hugging Face model); this script runs it on SmolLM2-135M-Instruct, two-digit additions in a chat, free-form
-rewards, any ``refimpl.algorithms`` name. Held-out success before and after, as
-``scripts/real_model.py`` reports it (the same defaults, the same table).
+twin on a Hugging Face model); this script runs it on SmolLM2-135M-Instruct, two-digit
+additions in a chat, free-form rewards, any ``refimpl.algorithms`` name. Held-out success
+before and after, as ``run_trl.py`` beside it reports it (the same defaults, the same table).
 
-    python scripts/real_model_hf_loop.py --algorithm gtpo --out hf_loop.json
+    python scripts/experiments/real_model/run_hf_loop.py --algorithm gtpo --out hf_loop.json
 """
 
 from __future__ import annotations

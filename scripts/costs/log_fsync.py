@@ -4,7 +4,7 @@
 of a step, so that a power cut cannot leave a checkpoint ahead of its log. Run from the
 repository root:
 
-    python scripts/log_fsync_cost.py [--dir runs] [--repeats 21] [--lines 200]
+    python scripts/costs/log_fsync.py [--dir runs] [--repeats 21] [--lines 200]
 
 It prints, as medians over ``--repeats`` interleaved repetitions in a directory on the file
 system of ``--dir`` (where runs go: the cost of an fsync is the file system's):

@@ -1,7 +1,7 @@
 """Break the math on purpose, one slip at a time, and check that a spec test fails.
 
-    .venv/bin/python scripts/break_on_purpose.py            # every slip below
-    .venv/bin/python scripts/break_on_purpose.py --only dapo-clip-high,grpo-bessel
+    .venv/bin/python scripts/dev/break_on_purpose.py            # every slip below
+    .venv/bin/python scripts/dev/break_on_purpose.py --only dapo-clip-high,grpo-bessel
 
 The property tests are this project's specification, so each should catch the slips it is
 about: a sign, a clip bound, a normaliser, a stop-gradient, a paper default. Each entry of
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository (this file: scripts/dev/)
 
 
 @dataclass(frozen=True)

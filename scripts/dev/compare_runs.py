@@ -1,6 +1,6 @@
-"""Are two sets of runs the same? ``python scripts/compare_runs.py BEFORE AFTER``.
+"""Are two sets of runs the same? ``python scripts/dev/compare_runs.py BEFORE AFTER``.
 
-For every run directory in BEFORE (as ``scripts/seeded_runs.sh`` writes them): its
+For every run directory in BEFORE (as ``scripts/dev/seeded_runs.sh`` writes them): its
 ``metrics.jsonl`` and ``probes.jsonl`` against AFTER's, line by line, keys in the same order,
 values equal, timing keys (``time_*``) aside; and the SHA-256 of its last checkpoint's weights.
 Prints one line per run; exits 1 when anything differs.

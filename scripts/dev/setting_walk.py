@@ -1,8 +1,8 @@
 """The walk of one setting from ``refimpl train``: how far a reader follows ``cfg`` through the
 code, as counts that another clone can reproduce.
 
-    python scripts/setting_walk.py            # a new run, then its resume: the counts
-    python scripts/setting_walk.py --edges    # also every call edge, classified
+    python scripts/dev/setting_walk.py            # a new run, then its resume: the counts
+    python scripts/dev/setting_walk.py --edges    # also every call edge, classified
 
 Method
 ------

@@ -2,7 +2,7 @@
 attribution adds up: the figures issue readers check against docs/entropy_mechanism.md.
 
     .venv/bin/refimpl train --algo grpo --task countdown --steps 40 --threads 1 --diag-every 10
-    .venv/bin/python scripts/entropy_prediction_check.py runs/countdown-grpo-s0 [RUN ...]
+    .venv/bin/python scripts/experiments/entropy/prediction_check.py runs/countdown-grpo-s0 [RUN]
 
 For each run directory it prints, over the steps that logged both: Pearson's r of
 ``entropy_change`` against ``entropy_change_pred`` (raw and after the run's running-mean

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Eight short seeded runs (seven algorithms, one of them resumed half-way), every diagnostic on,
 # into OUTDIR: the behaviour check of a refactor. Run it from two checkouts (before and after),
-# then compare the two directories with scripts/compare_runs.py:
+# then compare the two directories with scripts/dev/compare_runs.py:
 #
-#   (cd OLD && bash scripts/seeded_runs.sh /tmp/before) && bash scripts/seeded_runs.sh /tmp/after
-#   python scripts/compare_runs.py /tmp/before /tmp/after
+#   (cd OLD && bash scripts/dev/seeded_runs.sh /tmp/before)
+#   bash scripts/dev/seeded_runs.sh /tmp/after
+#   python scripts/dev/compare_runs.py /tmp/before /tmp/after
 #
 # PY chooses the interpreter (default .venv/bin/python of the current checkout).
 set -euo pipefail

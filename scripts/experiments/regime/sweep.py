@@ -1,7 +1,8 @@
 """Sweep training regimes of GRPO on the toy task and print one markdown table.
 
-    .venv/bin/python scripts/regime_sweep.py --variants base,lr2e-4 --seeds 0 --steps 150
-    .venv/bin/python scripts/regime_sweep.py --list
+    .venv/bin/python scripts/experiments/regime/sweep.py --variants base,lr2e-4 --seeds 0 \\
+        --steps 150
+    .venv/bin/python scripts/experiments/regime/sweep.py --list
 
 This is how the default regime (``refimpl.train.TrainConfig`` and the demo) was chosen; the
 table it prints is in docs/benchmarks.md. Each variant is a set of changes to a base
@@ -174,18 +175,9 @@ def idle_minutes(idle: tuple[float, float], steps: float, cfg: SweepConfig) -> f
     return (steps * per_step + (steps // cfg.eval_every + 1) * per_eval) / 60
 
 
-def main(argv: list[str] | None = None) -> int:
-    cfg = tyro.cli(SweepConfig, args=argv, description=__doc__)
-    if cfg.list:
-        for name, changes in VARIANTS.items():
-            print(f"{name:<28} {changes}")
-        return 0
-    names = [v.strip() for v in cfg.variants.split(",") if v.strip()]
-    for n in names:
-        if n not in VARIANTS:
-            print(f"--variants: unknown {n!r}; --list shows them", file=sys.stderr)
-            return 2
-    seeds = [int(s) for s in cfg.seeds.split(",")]
+def plan_runs(cfg: SweepConfig, names: list[str], seeds: list[int]):
+    """The runs still to train (finished ones are reused) and, with ``--time-steps``, the
+    timing run of each variant: ``(runs, {variant: timing run})``."""
     runs, timed = [], {}
     for name in names:
         changes = dict(VARIANTS[name])
@@ -228,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 continue
             runs.append(dataclasses.replace(run, overwrite=True))
+    return runs, timed
+
+
+def train_runs(cfg: SweepConfig, runs: list, timed: dict) -> dict[str, tuple[float, float]]:
+    """Train the warm starts, then the runs in ``cfg.workers`` workers, then each timing run
+    alone; return each timed variant's :func:`idle_seconds`."""
     # warm starts first, in this process, so the workers only load them
     import torch
 
@@ -252,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
             run_in_workers([run], 1)
             idle[name] = idle_seconds(run.run_dir)
         print(f"timed {len(timed)} variants alone; load average before {load[0]:.1f}\n")
+    return idle
+
+
+def print_table(cfg: SweepConfig, names: list[str], seeds: list[int], idle: dict) -> None:
+    """The markdown table: one row per variant, means over its finished seeds."""
     extra = " idle s/step | idle min/run |" if idle else ""
     print(
         "| variant | seeds | greedy start → end | gain | gain at step 100 | pass@1 start → end | "
@@ -282,6 +285,23 @@ def main(argv: list[str] | None = None) -> int:
                 else (" - | - |" if idle else "")
             )
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = tyro.cli(SweepConfig, args=argv, description=__doc__)
+    if cfg.list:
+        for name, changes in VARIANTS.items():
+            print(f"{name:<28} {changes}")
+        return 0
+    names = [v.strip() for v in cfg.variants.split(",") if v.strip()]
+    for n in names:
+        if n not in VARIANTS:
+            print(f"--variants: unknown {n!r}; --list shows them", file=sys.stderr)
+            return 2
+    seeds = [int(s) for s in cfg.seeds.split(",")]
+    runs, timed = plan_runs(cfg, names, seeds)
+    idle = train_runs(cfg, runs, timed)
+    print_table(cfg, names, seeds, idle)
     return 0
 
 

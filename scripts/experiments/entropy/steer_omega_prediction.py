@@ -4,7 +4,8 @@ the band of the per-step entropy change: the figures of docs/algorithms/steer.md
     .venv/bin/refimpl bench-learning --preset collapse --algos dapo,steer \\
         --ablations "steer lambda_min=1.0 lambda_max=1.0" --ablation-tasks countdown \\
         --workers 1 --out runs/bench/learning-collapse
-    .venv/bin/python scripts/steer_omega_prediction.py runs/bench/learning-collapse/countdown/*
+    .venv/bin/python scripts/experiments/entropy/steer_omega_prediction.py \\
+        runs/bench/learning-collapse/countdown/*
 
 Runs are grouped by label (the algorithm and its ``--algo-args``), seeds pooled.
 

@@ -1,22 +1,22 @@
 """The tables of docs/claims.md, computed from the committed result files.
 
-Reads ``docs/claims/real/*.json`` (``scripts/claims_real.py``, one file per arm and seed),
-``docs/claims/real/cross_machine/*.json`` (first-pass runs repeated on a second machine) and
-``docs/claims/toy/results.json`` (the collapse benchmark; the command that wrote it is printed
-in the ledger, built from the file's own settings), and writes each table into docs/claims.md
+Reads, in ``results/`` beside it, ``real/*.json`` (``run_real.py``, one file per arm and seed),
+``real/cross_machine/*.json`` (first-pass runs repeated on a second machine) and
+``toy/results.json`` (the collapse benchmark; the command that wrote it is printed in the
+ledger, built from the file's own settings), and writes each table into docs/claims.md
 between its markers ``<!-- claims:NAME -->`` and ``<!-- /claims:NAME -->`` (and the claims
 paragraph of docs/results.md between its own), and draws
 ``docs/figures/claims_real_curves.png``. Nothing is trained: it takes seconds. ``--check``
 writes nothing and exits 1 when a block in either page differs from what the files give
 (``tests/test_claims.py`` runs it).
 
-    python scripts/claims_report.py               # rewrite the blocks and the figure
-    python scripts/claims_report.py --no-figure   # the blocks only
-    python scripts/claims_report.py --check       # are they current?
+    python scripts/experiments/claims/report.py               # rewrite the blocks and the figure
+    python scripts/experiments/claims/report.py --no-figure   # the blocks only
+    python scripts/experiments/claims/report.py --check       # are they current?
 
 The statistics (paired differences, Student's t verdicts at each comparison's degrees of
 freedom, minimal detectable differences, seeds for 80 % power, censored times to a
-threshold) are defined once, in ``scripts/claims_stats.py``.
+threshold) are defined once, in ``stats.py`` beside it.
 """
 
 from __future__ import annotations
@@ -31,14 +31,15 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import claims_stats as st  # noqa: E402
-from claims_stats import Comparison, Interval, mean_se, over_seeds, paired, rates  # noqa: E402
+HERE = Path(__file__).resolve().parent  # scripts/experiments/claims/
+sys.path.insert(0, str(HERE))
+import stats as st  # noqa: E402
+from stats import Comparison, Interval, mean_se, over_seeds, paired, rates  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-REAL = ROOT / "docs" / "claims" / "real"
+ROOT = HERE.parents[2]  # the repository
+REAL = HERE / "results" / "real"
 CROSS = REAL / "cross_machine"
-TOY = ROOT / "docs" / "claims" / "toy" / "results.json"
+TOY = HERE / "results" / "toy" / "results.json"
 PAGE = ROOT / "docs" / "claims.md"
 RESULTS_PAGE = ROOT / "docs" / "results.md"
 #: The seeds of the first pass, where every arm ran (later passes add seeds to some arms).
@@ -74,8 +75,9 @@ REAL_THRESHOLD_GAIN = 0.10
 
 #: The first pass ran on a 2-core Intel Xeon on 2026-12-03, before the files recorded the CPU
 #: (each records only "x86_64"). Its files are these, added to the repository that day by the
-#: commits "claims results: ..." (git log docs/claims/real); each records the commit it ran at,
-#: one of FIRST_PASS_COMMITS. The toy file of that pass records the CPU itself ("Intel(R)
+#: commits "claims results: ..." (``git log -- docs/claims/real``: the files lay there until
+#: they moved to results/real beside this script); each records the commit it ran at, one of
+#: FIRST_PASS_COMMITS. The toy file of that pass records the CPU itself ("Intel(R)
 #: Xeon(R) Processor", 2 cores).
 FIRST_PASS_DATE = "2026-12-03"
 FIRST_PASS_MACHINE = f"2-core Intel Xeon (the first pass, {FIRST_PASS_DATE})"
@@ -88,8 +90,8 @@ FIRST_PASS_COMMITS = frozenset({"d2ea469", "ef1de48", "e4541d7", "b4a60ae", "3a9
                                 "942f4a5"})  # fmt: skip
 ARCHITECTURES = frozenset({"x86_64", "aarch64", "arm64", "i386", "AMD64", ""})
 
-REAL_CMD = "bash scripts/claims_real.sh"
-REAL_CMD_EMPTY = "OUT=/tmp/claims-real bash scripts/claims_real.sh"
+REAL_CMD = "bash scripts/experiments/claims/run_real.sh"
+REAL_CMD_EMPTY = "OUT=/tmp/claims-real bash scripts/experiments/claims/run_real.sh"
 
 
 # --------------------------------------------------------------------------------------------
@@ -281,7 +283,7 @@ def n_samples(real: dict) -> int:
 
 
 def verdict(diff: float, se: float, df: float, claimed_sign: int = +1) -> str:
-    """The verdict rule (``claims_stats.verdict``): Student's t at ``df``."""
+    """The verdict rule (``stats.verdict``): Student's t at ``df``."""
     return st.verdict(diff, se, df, claimed_sign)
 
 
@@ -1119,7 +1121,7 @@ def main(argv: list[str] | None = None) -> int:
                 path.write_text(new)
     if args.check:
         for path in stale:
-            print(f"{path}: blocks out of date; run python scripts/claims_report.py")
+            print(f"{path}: blocks out of date; run python scripts/experiments/claims/report.py")
         return 1 if stale else 0
     if not args.no_figure:
         plot_real_curves(load_real())

@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    python scripts/shape_check_overhead.py [--groups 64] [--group-size 8] [--length 32]
+    python scripts/costs/shape_checks.py [--groups 64] [--group-size 8] [--length 32]
 
 It prints
 
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (this file: scripts/costs/)
 CHECKER = "beartype.beartype(conf=beartype.BeartypeConf(is_pep484_tower=True))"
 IMPORT_JAXTYPING = (
     "import time, torch; t = time.perf_counter(); import jaxtyping; print(time.perf_counter() - t)"

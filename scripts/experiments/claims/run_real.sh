@@ -10,13 +10,13 @@
 #      random-number generator, so fewer of them do not change what an arm trains).
 # A run whose result file exists is skipped, so the script can be stopped and started again;
 # each run's log goes to runs/claims/<arm>_seed<seed>.log. About 7.5 minutes per run on the
-# Xeon, 6 on the EPYC, two at a time. Extra arguments go to every run of
-# scripts/claims_real.py. To rerun everything into an empty directory (the committed files
-# untouched): OUT=/tmp/claims-real bash scripts/claims_real.sh
+# Xeon, 6 on the EPYC, two at a time. Extra arguments go to every run of run_real.py (beside
+# this file). Run from anywhere; to rerun everything into an empty directory (the committed
+# files untouched): OUT=/tmp/claims-real bash scripts/experiments/claims/run_real.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."  # the repository root (this file: scripts/experiments/claims/)
 PY=${PY:-.venv/bin/python}
-OUT=${OUT:-docs/claims/real}
+OUT=${OUT:-scripts/experiments/claims/results/real}
 JOBS=${JOBS:-2}
 mkdir -p runs/claims
 queue=(
@@ -41,7 +41,7 @@ run_one() {
     return 0
   fi
   echo "start $arm seed $seed $(date -u +%H:%M:%S)"
-  "$PY" scripts/claims_real.py --arm "$arm" --seed "$seed" --out-dir "$OUT" "$@" \
+  "$PY" scripts/experiments/claims/run_real.py --arm "$arm" --seed "$seed" --out-dir "$OUT" "$@" \
     >"runs/claims/${arm}_seed${seed}.log" 2>&1 || { echo "FAILED $arm seed $seed"; return 1; }
   echo "done  $arm seed $seed $(date -u +%H:%M:%S)"
 }

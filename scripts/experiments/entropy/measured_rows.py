@@ -1,7 +1,7 @@
 """Which rows should the entropy change of a step be measured on? Precision against cost.
 
-    .venv/bin/python scripts/entropy_measured_rows.py                 # 100 steps, ≈ 4 min
-    .venv/bin/python scripts/entropy_measured_rows.py --steps 30      # quicker, noisier
+    .venv/bin/python scripts/experiments/entropy/measured_rows.py             # 100 steps, ≈ 4 min
+    .venv/bin/python scripts/experiments/entropy/measured_rows.py --steps 30  # quicker, noisier
 
 The trainer measures (and predicts) ``entropy_change`` on a subset of each step's batch, the
 *measured rows*, because the prediction's backward pass runs on them every step. This trains GRPO

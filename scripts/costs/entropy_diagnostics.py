@@ -1,7 +1,7 @@
 """What the per-step entropy diagnostics cost, as a share of a default-regime step.
 
-    .venv/bin/python scripts/entropy_diagnostics_cost.py                # ≈ 5 min on 1 thread
-    .venv/bin/python scripts/entropy_diagnostics_cost.py --repeats 3    # quicker, noisier
+    .venv/bin/python scripts/costs/entropy_diagnostics.py                # ≈ 5 min on 1 thread
+    .venv/bin/python scripts/costs/entropy_diagnostics.py --repeats 3    # quicker, noisier
 
 One trainer (GRPO on countdown in the default regime: 64 prompts × G = 8, 4 minibatches,
 lr 1e-4, one torch thread) runs the *same* RL step under each mode in turn: its weights and
