@@ -349,11 +349,12 @@ class RolloutBatch:
             detached (never carries gradient); ≥ 0 on response tokens.
         group_size: ``G ≥ 2``, divides ``B``.
         logp_ref: ``[B, T]`` under the frozen reference model, when a KL term needs it.
-        outcome_rewards: optional ``[B]`` outcome rewards *before* reward shaping, set by
-            :func:`refimpl.mechanisms.shape_rewards`. Success (``r ≥ success_threshold``: GTPO's and GRPO-S's
-            O⁺/O⁻ split, dynamic sampling) is decided on these, so shaping changes how much a
-            completion is worth, never whether it succeeded. ``None``: ``rewards`` are the
-            outcome rewards.
+        outcome_rewards: optional ``[B]`` outcome rewards *before* reward shaping: each loop
+            (``loop.py``, the Trainer, the TRL and HF paths) sets them to the verifier's
+            rewards, because :func:`refimpl.mechanisms.shape_rewards` may change ``rewards``.
+            Success (``r ≥ success_threshold``: GTPO's and GRPO-S's O⁺/O⁻ split, dynamic
+            sampling) is decided on these, so shaping changes how much a completion is worth,
+            never whether it succeeded. ``None``: ``rewards`` are the outcome rewards.
     """
 
     response_ids: Tensor

@@ -301,3 +301,53 @@ def test_the_placeholder_check_sees_a_placeholder():
     assert PLACEHOLDER.search("the cost: COST_LINE.")
     assert PLACEHOLDER.search("MEASURED_NUMBERS")
     assert not PLACEHOLDER.search("`ENTROPY_CHANGE_GROUPS` and MKL_CBWR=AVX2,STRICT")
+
+
+NUMBER_WORDS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty"
+).split()
+#: Prose that counts the registry (``algorithms.NAMES``), with what the count leaves out:
+#: "<n> algorithm files" counts every name, "GRPO and <n> algorithms" every name but GRPO.
+ALGORITHM_COUNTS = (
+    (re.compile(r"\b(\w+)\s+algorithm\s+files\b", re.I), 0),
+    (re.compile(r"\bGRPO\s+and\s+(\w+)\s+(?:other\s+)?algorithms\b"), 1),
+)
+
+
+def written_algorithm_counts(text: str) -> list[tuple[str, int, int]]:
+    """``(phrase, the count it writes, the registry's count)`` for every phrase of ``text``
+    that writes a count of the algorithms as a number word or in digits."""
+    found = []
+    for pattern, left_out in ALGORITHM_COUNTS:
+        for m in pattern.finditer(text):
+            word = m.group(1).lower()
+            if not (word.isdigit() or word in NUMBER_WORDS):
+                continue  # "the algorithm files", "all algorithm files": no count
+            n = int(word) if word.isdigit() else NUMBER_WORDS.index(word)
+            found.append((" ".join(m.group(0).split()), n, len(algorithms.NAMES) - left_out))
+    return found
+
+
+def test_every_written_algorithm_count_is_the_registrys():
+    """A count of the algorithms in the README or the docs is the registry's
+    (``refimpl.algorithms.NAMES``): adding an algorithm fails here, naming each sentence to
+    update, instead of leaving a stale "thirteen"."""
+    wrong = [
+        f"{page.relative_to(ROOT)}: {phrase!r} says {n}, the registry has {expected}"
+        for page in [*_reader_pages(), ROOT / "CONTRIBUTING.md"]
+        for phrase, n, expected in written_algorithm_counts(page.read_text())
+        if n != expected
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_count_check_sees_a_stale_count():
+    n = len(algorithms.NAMES)
+    text = (
+        f"the {NUMBER_WORDS[n - 1]} algorithm\nfiles, GRPO and {n} algorithms; the algorithm files"
+    )
+    assert written_algorithm_counts(text) == [
+        (f"{NUMBER_WORDS[n - 1]} algorithm files", n - 1, n),
+        (f"GRPO and {n} algorithms", n, n - 1),
+    ]

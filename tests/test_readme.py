@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from refimpl import algorithms
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MAX_LINES = 150
@@ -43,6 +45,20 @@ def test_opens_with_the_two_commands():
     block = lines[lines.index("```bash") + 1 : lines.index("```")]
     assert lines.index("```bash") <= 3, "the commands come first, under the title"
     assert [line.split("#")[0].strip() for line in block] == ["make demo", "make test"]
+
+
+def test_the_algorithm_count_is_the_registrys():
+    """The opening says how many algorithms there are besides GRPO, and the number is the
+    registry's (``refimpl.algorithms.NAMES``), so a new algorithm fails here until it is
+    counted."""
+    words = "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen".split()
+    m = re.search(r"GRPO and (\w+) algorithms that modify it", " ".join(_text().split()))
+    assert m, "README.md no longer says 'GRPO and <n> algorithms that modify it'"
+    others = len(algorithms.NAMES) - 1
+    assert m.group(1) in words, f"{m.group(1)!r}: a number word from ten to eighteen"
+    assert words.index(m.group(1)) + 10 == others, (
+        f"README.md says GRPO and {m.group(1)} others; the registry has {others} besides GRPO"
+    )
 
 
 def test_is_short():

@@ -13,8 +13,8 @@ Invariants:
   plain: see tests/conftest.py for why);
 * every annotation resolves (jaxtyping silently reads an unresolvable string as ``Any``, which
   would switch that check off without a word);
-* the thirteen algorithm files have identical signatures for ``advantages``,
-  ``reference_advantages`` and ``loss`` (they are parallel on purpose);
+* every algorithm file has the same signatures for ``advantages``, ``reference_advantages``
+  and ``loss`` (they are parallel on purpose);
 * a ``[B]`` tensor where ``[B, T]`` is expected fails with a message naming the argument, and
   so do a non-float ``logp`` and two arguments that disagree on ``B`` or ``T``;
 * the project's own ``ValueError("<argument>: expected ...")`` checks, which are all a
@@ -131,8 +131,8 @@ def test_annotations_resolve(module):
 
 
 def test_algorithm_signatures_are_parallel():
-    """``advantages``, ``reference_advantages`` and ``loss`` read the same in all thirteen
-    files, and state the shapes: ``logp``, ``adv`` and the advantages are ``[B, T]`` float,
+    """``advantages``, ``reference_advantages`` and ``loss`` read the same in every algorithm
+    file, and state the shapes: ``logp``, ``adv`` and the advantages are ``[B, T]`` float,
     the loss a float scalar."""
     for fn_name in SHARED:
         texts = {str(inspect.signature(getattr(algorithms.get(n), fn_name))) for n in NAMES}
