@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from refimpl import algorithms, mechanisms
 from refimpl.diagnostics.credit_oracle import TokenValues, token_values
@@ -196,7 +197,7 @@ def load_policy(cfg: CreditConfig) -> Policy:
 def sample_batch(policy: Policy, n_prompts: int, group_size: int, seed: int):
     """``(problems, samples, outcome)``: ``n_prompts`` problems of the policy's task, ``G``
     completions each at the run's sampling settings, and their outcome rewards."""
-    from refimpl.runs.config import HELD_OUT_SEED
+    from refimpl.streams import HELD_OUT_SEED
 
     train, task = policy.plan.cfg, policy.plan.task
     problems = task.sample(n_prompts, np.random.default_rng([HELD_OUT_SEED, CREDIT_STREAM, seed]))
@@ -490,6 +491,82 @@ def _rounded(x: torch.Tensor | np.ndarray, lengths: np.ndarray, digits: int = 5)
     return [[round(float(v), digits) for v in arr[i, : int(L)]] for i, L in enumerate(lengths)]
 
 
+def oracle_record(values: TokenValues, lengths: np.ndarray, peak_share: float | None = None):
+    """What the JSON keeps of one oracle estimate: per completion its tokens' values, their
+    s.e. (``value_se`` is the value after the token's), the true advantages; the cost."""
+    rate = values.sampled_tokens / max(values.seconds, 1e-9)
+    return {
+        "value_before": _rounded(values.value_before, lengths),
+        "value_after": _rounded(values.value_after, lengths),
+        "value_se_before": _rounded(values.se_before, lengths),
+        "value_se": _rounded(values.se_after, lengths),
+        "true_advantage": _rounded(values.true_advantage, lengths),
+        "prefixes": values.prefixes,
+        "sampled_tokens": values.sampled_tokens,
+        "seconds": round(values.seconds, 2),
+        "tokens_per_s": round(rate, 1),
+        "peak_share": peak_share,
+    }
+
+
+def metrics_record(signals: dict, values: TokenValues, entropy: Tensor, first_wrong: dict, seed):
+    """Criteria 1-3 and the oracle's noise, for one oracle estimate."""
+    return {
+        "signals": score_signals(signals, values, first_wrong),
+        "entropy": entropy_hypothesis(entropy.double().numpy(), values, values.mask.numpy(), seed),
+        "noise": oracle_noise(values),
+    }
+
+
+def signals_record(signals: dict, lengths: np.ndarray) -> dict:
+    """Every algorithm's per-token advantages and effective credit, and which rows it trains."""
+    return {
+        name: {
+            "advantages": _rounded(sig["advantages"], lengths, 6),
+            "credit": _rounded(sig["credit"], lengths, 8),
+            "trained": [bool(x) for x in sig["trained"]],
+        }
+        for name, sig in signals.items()
+    }
+
+
+def completion_record(prompt: str, text: str, tokens: list, entropy, outcome: float, **extra):
+    """One completion: its prompt, text, token ids, rollout entropies and outcome."""
+    return {
+        "prompt": prompt,
+        "text": text,
+        "token": tokens,
+        "entropy_old": [round(float(h), 5) for h in entropy[: len(tokens)]],
+        "reward": float(outcome),
+        "success": bool(outcome >= 0.5),
+        **extra,
+    }
+
+
+def _first_wrong_tokens(task, problems, responses, outcome, G: int) -> dict[int, int]:
+    """The first token off the reference scratchpad of every failed completion (chain)."""
+    out = {}
+    for i, tokens in enumerate(responses):
+        t = first_wrong_token(task, problems[i // G], tokens)
+        if t is not None and float(outcome[i]) < 0.5:
+            out[i] = t
+    return out
+
+
+def _settings(cfg: CreditConfig, plan, G: int) -> dict:
+    flags = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()}
+    flags.pop("train")
+    return {
+        **flags,
+        "task": plan.cfg.task,
+        "task_args": list(plan.cfg.task_args),
+        "temperature": plan.cfg.temperature,
+        "max_new_tokens": plan.max_new_tokens,
+        "group_size": G,
+        "train_config": json.loads(json.dumps(dataclasses.asdict(plan.cfg), default=str)),
+    }
+
+
 def run_credit(cfg: CreditConfig, log=print) -> dict[str, Any]:
     """The benchmark on one batch: the oracle at each K, every algorithm's signals, the
     metrics; returns what ``main`` writes."""
@@ -501,106 +578,56 @@ def run_credit(cfg: CreditConfig, log=print) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     policy = load_policy(cfg)
-    plan = policy.plan
-    G = cfg.group_size or plan.cfg.group_size
+    plan, train = policy.plan, policy.plan.cfg
+    G = cfg.group_size or train.group_size
     problems, samples, outcome = sample_batch(policy, cfg.prompts, G, cfg.seed)
     lengths = samples.response_mask.sum(1).long().numpy()
     with torch.no_grad():
         logp_ref = samples.policy_logprobs(
-            policy.reference, temperature=plan.cfg.temperature, with_entropy=False
+            policy.reference, temperature=train.temperature, with_entropy=False
         )[0]
     signals = {
         name: algorithm_signals(name, samples, outcome, plan.max_new_tokens, logp_ref)
         for name in cfg.algo_list()
     }
     responses = samples.responses()
-    first_wrong = {}
-    for i, tokens in enumerate(responses):
-        t = first_wrong_token(plan.task, problems[i // G], tokens)
-        if t is not None and float(outcome[i]) < 0.5:
-            first_wrong[i] = t
+    first_wrong = _first_wrong_tokens(plan.task, problems, responses, outcome, G)
+    # FLOPs of one decoded token, matmuls only (as refimpl bench-speed counts them).
+    size = plan.warmstart.model
+    flops_per_token = 2 * (size.n_layer * 12 * size.n_embd**2 + TOKENIZER.vocab_size * size.n_embd)
     peak = matmul_peak(3)
-    flops_per_token = 2 * (plan.warmstart.model.n_layer * 12 * plan.warmstart.model.n_embd**2
-                           + TOKENIZER.vocab_size * plan.warmstart.model.n_embd)  # fmt: skip
     oracle, metrics = {}, {}
     for k in cfg.rollout_list():
         values = token_values(
             policy.model, plan.task, problems, samples, outcome, rollouts=k,
-            max_new_tokens=plan.max_new_tokens, temperature=plan.cfg.temperature,
-            top_k=plan.cfg.top_k, top_p=plan.cfg.top_p, seed=cfg.seed, max_rows=cfg.max_rows,
+            max_new_tokens=plan.max_new_tokens, temperature=train.temperature,
+            top_k=train.top_k, top_p=train.top_p, seed=cfg.seed, max_rows=cfg.max_rows,
             static_cache=True, progress=True,
         )  # fmt: skip
-        rate = values.sampled_tokens / max(values.seconds, 1e-9)
-        log(
-            f"oracle K={k}: {values.prefixes} prefixes, {values.sampled_tokens} tokens in "
-            f"{values.seconds:.1f} s ({rate:,.0f} tokens/s, {rate * flops_per_token / peak:.1%} "
-            "of the matmul peak)"
+        share = values.sampled_tokens / max(values.seconds, 1e-9) * flops_per_token / peak
+        oracle[str(k)] = oracle_record(values, lengths, share)
+        log(f"oracle K={k}: {values.prefixes} prefixes, {values.sampled_tokens} tokens in "
+            f"{values.seconds:.1f} s ({oracle[str(k)]['tokens_per_s']:,.0f} tokens/s, "
+            f"{share:.1%} of the matmul peak)")  # fmt: skip
+        metrics[str(k)] = metrics_record(
+            signals, values, samples.entropy_old, first_wrong, cfg.seed
         )
-        oracle[str(k)] = {
-            "value_before": _rounded(values.value_before, lengths),
-            "value_after": _rounded(values.value_after, lengths),
-            "value_se_before": _rounded(values.se_before, lengths),
-            "value_se": _rounded(values.se_after, lengths),
-            "true_advantage": _rounded(values.true_advantage, lengths),
-            "prefixes": values.prefixes,
-            "sampled_tokens": values.sampled_tokens,
-            "seconds": round(values.seconds, 2),
-            "tokens_per_s": round(rate, 1),
-            "peak_share": rate * flops_per_token / peak,
-        }
-        metrics[str(k)] = {
-            "signals": score_signals(signals, values, first_wrong),
-            "entropy": entropy_hypothesis(
-                samples.entropy_old.double().numpy(), values, values.mask.numpy(), cfg.seed
-            ),  # fmt: skip
-            "noise": oracle_noise(values),
-        }
-    texts = [TOKENIZER.decode(r) for r in responses]
     return {
-        "settings": {
-            **{
-                k: (str(v) if isinstance(v, Path) else v)
-                for k, v in dataclasses.asdict(cfg).items()
-                if k != "train"
-            },  # fmt: skip
-            "task": plan.cfg.task,
-            "task_args": list(plan.cfg.task_args),
-            "temperature": plan.cfg.temperature,
-            "max_new_tokens": plan.max_new_tokens,
-            "group_size": G,
-            "train_config": json.loads(json.dumps(dataclasses.asdict(plan.cfg), default=str)),
-        },
+        "settings": _settings(cfg, plan, G),
         "policy": {"source": policy.source, "step": policy.step},
-        "machine": {
-            **machine_info(),
-            "numerics": numerics.describe(),
-            "matmul_peak_flops_per_s": peak,
-            "flops_per_token": flops_per_token,
-        },
+        "machine": {**machine_info(), "numerics": numerics.describe(),
+                    "matmul_peak_flops_per_s": peak, "flops_per_token": flops_per_token},
         "completions": [
-            {
-                "prompt": problems[i // G].prompt,
-                "text": texts[i],
-                "token": responses[i],
-                "entropy_old": [round(float(h), 5) for h in samples.entropy_old[i, : lengths[i]]],
-                "reward": float(outcome[i]),
-                "success": bool(outcome[i] >= 0.5),
-                "first_wrong": first_wrong.get(i),
-                "truncated": bool(samples.truncated[i]),
-            }
-            for i in range(len(responses))
+            completion_record(problems[i // G].prompt, TOKENIZER.decode(tokens), tokens,
+                              samples.entropy_old[i], float(outcome[i]),
+                              first_wrong=first_wrong.get(i),
+                              truncated=bool(samples.truncated[i]))
+            for i, tokens in enumerate(responses)
         ],
         "oracle": oracle,
-        "signals": {
-            name: {
-                "advantages": _rounded(sig["advantages"], lengths, 6),
-                "credit": _rounded(sig["credit"], lengths, 8),
-                "trained": [bool(x) for x in sig["trained"]],
-            }
-            for name, sig in signals.items()
-        },
+        "signals": signals_record(signals, lengths),
         "metrics": metrics,
-    }
+    }  # fmt: skip
 
 
 def main(cfg: CreditConfig) -> Path:
