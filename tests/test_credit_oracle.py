@@ -5,7 +5,7 @@ A tiny policy (1 layer, d = 32, a 150-step warm start on one-digit addition) ans
 ``V`` computed exactly (``reference_values``). The Monte-Carlo estimates must agree with it
 within their standard error; the true advantages must telescope; the values must lie in
 [0, 1] with the outcome at the end; the estimates must be seeded. Two slips each test must
-catch (``scripts/break_on_purpose.py`` plants them): an off-by-one between the value before
+catch (``scripts/dev/break_on_purpose.py`` plants them): an off-by-one between the value before
 and after a token, and rollouts at another temperature than the policy's.
 """
 

@@ -11,7 +11,7 @@ were typed (``explicit_fields``); called from Python without that list, a field 
 when it differs from its default.
 
 ``default`` is ``TrainConfig``'s own defaults: the regime where every mechanism acts, chosen
-by ``scripts/regime_sweep.py`` (docs/benchmarks.md has the sweep). The others are written out
+by ``scripts/experiments/regime/sweep.py`` (docs/benchmarks.md has the sweep). The others are written out
 below with the reason for each value.
 """
 

@@ -127,106 +127,73 @@ def hf_continuations(model, tokenizer, task, problems, prompts, K: int, budget: 
     return continue_prefixes
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
+def measure(args: argparse.Namespace) -> dict:
+    """The batch, the oracle and every algorithm's signals: what the JSON holds."""
     import torch
 
     from refimpl import algorithms
     from refimpl.bench import machine_info
     from refimpl.bench.credit import (
-        _rounded,
         algorithm_signals,
-        entropy_hypothesis,
-        oracle_noise,
-        score_signals,
+        completion_record,
+        metrics_record,
+        oracle_record,
+        signals_record,
     )
     from refimpl.diagnostics.credit_oracle import estimate_values
     from refimpl.runs import numerics
     from refimpl.scaleup.models import load_smollm2
     from refimpl.scaleup.real_task import ChatTask
 
-    torch.set_num_threads(args.threads)
-    start = time.perf_counter()
     model, tokenizer = load_smollm2()
     model.eval()
-    task = ChatTask()
+    task, G = ChatTask(), args.group_size
     problems = task.training(args.prompts, seed=args.seed, n_held_out=100)
     with torch.no_grad():
-        samples, prompts = sample_replies(model, tokenizer, task, problems, args.group_size,
+        samples, prompts = sample_replies(model, tokenizer, task, problems, G,
                                           args.max_new_tokens, args.seed)  # fmt: skip
     rows = samples.responses()
     texts = [tokenizer.decode(r, skip_special_tokens=True) for r in rows]
-    outcome = torch.tensor(
-        [task.reward(problems[i // args.group_size], t) for i, t in enumerate(texts)]
-    )
+    outcome = torch.tensor([task.reward(problems[i // G], t) for i, t in enumerate(texts)])
     cont = hf_continuations(model, tokenizer, task, problems, prompts, args.rollouts,
                             args.max_new_tokens, args.seed)  # fmt: skip
-    values = estimate_values(rows, [i // args.group_size for i in range(len(rows))],
-                             (outcome >= 0.5).tolist(), samples.response_ids.shape[1],
-                             args.rollouts, cont, progress=True)  # fmt: skip
+    values = estimate_values(rows, [i // G for i in range(len(rows))], (outcome >= 0.5).tolist(),
+                             samples.response_ids.shape[1], args.rollouts, cont, progress=True)  # fmt: skip
     # The untrained model is the reference: logp_ref = logp_old, so every KL term is flat.
     signals = {
         name: algorithm_signals(name, samples, outcome, args.max_new_tokens, samples.logp_old)
         for name in algorithms.NAMES
     }
     lengths = samples.response_mask.sum(1).long().numpy()
-    rate = values.sampled_tokens / max(values.seconds, 1e-9)
     print(f"oracle: {values.prefixes} prefixes × {args.rollouts}, {values.sampled_tokens} tokens "
-          f"in {values.seconds:.0f} s ({rate:.0f} tokens/s)", flush=True)  # fmt: skip
-    result = {
-        "settings": {
-            **{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            "task": "chat addition (docs/scaleup.md § 4)",
-            "model": "SmolLM2-135M-Instruct",
-        },
+          f"in {values.seconds:.0f} s", flush=True)  # fmt: skip
+    k = str(args.rollouts)
+    return {
+        "settings": {**{n: str(v) if isinstance(v, Path) else v for n, v in vars(args).items()},
+                     "task": "chat addition (docs/scaleup.md § 4)", "group_size": G,
+                     "model": "SmolLM2-135M-Instruct"},
         "policy": {"source": "SmolLM2-135M-Instruct, untrained", "step": 0},
         "machine": {**machine_info(), "numerics": numerics.describe()},
         "completions": [
-            {
-                "prompt": task.question(problems[i // args.group_size]),
-                "text": texts[i],
-                "token": rows[i],
-                "token_text": [tokenizer.decode([t]) for t in rows[i]],
-                "entropy_old": [round(float(h), 5) for h in samples.entropy_old[i, : lengths[i]]],
-                "reward": float(outcome[i]),
-                "success": bool(outcome[i] >= 0.5),
-                "first_wrong": None,
-                "truncated": bool(samples.truncated[i]),
-            }
-            for i in range(len(rows))
-        ],  # fmt: skip
-        "oracle": {
-            str(args.rollouts): {
-                "value_before": _rounded(values.value_before, lengths),
-                "value_after": _rounded(values.value_after, lengths),
-                "value_se_before": _rounded(values.se_before, lengths),
-                "value_se": _rounded(values.se_after, lengths),
-                "true_advantage": _rounded(values.true_advantage, lengths),
-                "prefixes": values.prefixes,
-                "sampled_tokens": values.sampled_tokens,
-                "seconds": round(values.seconds, 1),
-                "tokens_per_s": round(rate, 1),
-            }
-        },  # fmt: skip
-        "signals": {
-            name: {
-                "advantages": _rounded(s["advantages"], lengths, 6),
-                "credit": _rounded(s["credit"], lengths, 8),
-                "trained": [bool(x) for x in s["trained"]],
-            }
-            for name, s in signals.items()
-        },  # fmt: skip
-        "metrics": {
-            str(args.rollouts): {
-                "signals": score_signals(signals, values, {}),
-                "entropy": entropy_hypothesis(
-                    samples.entropy_old.double().numpy(), values, values.mask.numpy(), args.seed
-                ),
-                "noise": oracle_noise(values),
-            }
-        },  # fmt: skip
-        "wall_s": round(time.perf_counter() - start, 1),
-    }
+            completion_record(task.question(problems[i // G]), texts[i], r, samples.entropy_old[i],
+                              float(outcome[i]), token_text=[tokenizer.decode([t]) for t in r],
+                              first_wrong=None, truncated=bool(samples.truncated[i]))
+            for i, r in enumerate(rows)
+        ],
+        "oracle": {k: oracle_record(values, lengths)},
+        "signals": signals_record(signals, lengths),
+        "metrics": {k: metrics_record(signals, values, samples.entropy_old, {}, args.seed)},
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    result = measure(args)
+    result["wall_s"] = round(time.perf_counter() - start, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".tmp")
     tmp.write_text(json.dumps(result) + "\n")
