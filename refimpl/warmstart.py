@@ -104,8 +104,9 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
     model = cfg.model.build()  # re-built after seeding: weights depend on cfg.seed only
     mix_task = get_task(cfg.task, **{**cfg.task_knobs(), **WARMSTART_MIX.get(cfg.task, {})})
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+    horizon = cfg.schedule_steps or cfg.steps  # a longer schedule: stopped early
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(s / cfg.steps, 1.0)))
+        optimizer, lambda s: 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(s / horizon, 1.0)))
     )
     model.train()
     start = time.perf_counter()

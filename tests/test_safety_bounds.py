@@ -264,10 +264,12 @@ def test_a_preset_fills_nested_settings_and_a_typed_one_still_wins(tmp_path, cap
     runs, _ = planned([*argv, "--runs-dir", tmp_path], capsys)
     (run,) = runs
     assert (run.task, tuple(run.task_args)) == ("chain", ("num_ops=12", "min_ops=10"))
-    assert (run.warmstart.steps, run.warmstart.model.block_size) == (2400, 96)
+    assert (run.warmstart.steps, run.warmstart.schedule_steps) == (1800, 2400)
+    assert run.warmstart.model.block_size == 96
     assert run.warmstart.model.n_layer == 2 and run.warmstart.lr == 3e-3  # not the preset's
     runs, _ = planned([*argv, "--runs-dir", tmp_path, "--train.warmstart.steps", "600"], capsys)
     assert [(r.warmstart.steps, r.warmstart.model.block_size) for r in runs] == [(600, 96)]
+    assert [r.warmstart.schedule_steps for r in runs] == [2400]  # the rest still the preset's
 
 
 def test_bench_learning_runs_take_the_presets_task_knobs_and_warm_start():
@@ -282,7 +284,7 @@ def test_bench_learning_runs_take_the_presets_task_knobs_and_warm_start():
     runs, budgets = plan(cfg)
     assert {tuple(r.train.task_args) for r in runs} == {("num_ops=12", "min_ops=10")}
     assert {(r.train.warmstart.steps, r.train.warmstart.model.block_size) for r in runs} == {
-        (2400, 96)
+        (1800, 96)
     }
     # 150 steps × 16 prompts × 8 completions × the mean reference length (> 25 tokens).
     assert budgets["chain"] > 150 * 16 * 8 * 25

@@ -275,3 +275,22 @@ def test_rl_improves_success_on_the_default_task(tmp_path):
     early = [r["success_rate_all"] for r in records[1:11]]
     late = [r["success_rate_all"] for r in records[41:51]]
     assert sum(late) / len(late) >= sum(early) / len(early) + 0.04, (early, late)
+
+
+def test_a_warm_start_can_stop_a_longer_schedule_early(tmp_path):
+    """``schedule_steps``: the cosine runs over that many steps and training stops at
+    ``steps``, where a longer warm start stood (the longchain preset). The same schedule
+    keeps the cache key warm starts always had; a schedule shorter than the run is refused;
+    stopping early trains another model than the whole (shorter) schedule."""
+    base = WarmstartConfig(task="chain", steps=600)
+    assert dataclasses.replace(base, schedule_steps=600).cache_key() == base.cache_key()
+    assert dataclasses.replace(base, schedule_steps=2400).cache_key() != base.cache_key()
+    with pytest.raises(ValueError, match="--schedule-steps"):
+        dataclasses.replace(base, schedule_steps=599).check()
+    from refimpl.warmstart import train_warmstart
+
+    small = dataclasses.replace(tiny_warmstart(tmp_path), steps=8, task_args=("num_ops=1",))
+    whole = train_warmstart(small)
+    early = train_warmstart(dataclasses.replace(small, schedule_steps=16))
+    a, b = whole.state_dict(), early.state_dict()
+    assert any(not torch.equal(a[k], b[k]) for k in a)

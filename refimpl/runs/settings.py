@@ -99,6 +99,9 @@ class WarmstartConfig:
     """task knobs as KNOB=VALUE (the RL run passes its own --task-args); the mix applies on top"""
     steps: int = 600
     """optimizer steps (600 × 128 lands chain k=3 at ~40 % greedy success)"""
+    schedule_steps: int | None = None
+    """length of the cosine learning-rate schedule (None: steps); more than steps stops a
+    longer warm start early, as it stood at that step (the longchain preset: 1,800 of 2,400)"""
     batch_size: int = 128
     """sequences per step"""
     lr: float = 3e-3
@@ -135,6 +138,13 @@ class WarmstartConfig:
             value = getattr(self, name)
             if not (isinstance(value, int) and value > 0):
                 raise ValueError(f"{_flag(prefix, name)}: expected a positive integer, got {value}")
+        if self.schedule_steps is not None and not (
+            isinstance(self.schedule_steps, int) and self.schedule_steps >= self.steps
+        ):
+            raise ValueError(
+                f"{_flag(prefix, 'schedule_steps')}: expected an integer ≥ "
+                f"{_flag(prefix, 'steps')}={self.steps} (or None), got {self.schedule_steps}"
+            )
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(
                 f"{_flag(prefix, 'lr')}: expected a positive learning rate, got {self.lr}"
@@ -214,6 +224,8 @@ class WarmstartConfig:
             for k, v in dataclasses.asdict(self).items()
             if k not in ("runs_dir", "eval_problems", "threads", "force", "progress")
         }
+        if self.schedule_steps in (None, self.steps):  # the same schedule: the key it always had
+            keep.pop("schedule_steps")
         keep["task_args"] = list(self.canonical_task_args())
         keep["mix"] = WARMSTART_MIX.get(self.task, {})
         keep["vocab"] = TOKENIZER.itos
