@@ -446,8 +446,11 @@ def credit_example(result: dict, k: str) -> tuple[int, int]:
         if best is None or min(truth[failed]) < best:
             best = min(truth[failed])
             pick = (failed, max(won, key=lambda i: len(comps[i]["token"])))
-    if pick is None:
-        raise ValueError("result: no group with both a failed and a successful completion")
+    if pick is None:  # no mixed group: the clearest failure and any success (or the next row)
+        lost = [i for i, c in enumerate(comps) if not c["success"]] or [0]
+        failed = min(lost, key=lambda i: min(truth[i]))
+        won = [i for i, c in enumerate(comps) if c["success"]] or [(failed + 1) % len(comps)]
+        pick = (failed, won[0])
     return pick
 
 
