@@ -189,8 +189,17 @@ CONFIG_FIELDS: tuple[str, ...] = tuple(AlgorithmConfig.__annotations__)
 #      sum stays finite up to 3e25 tokens (any batch that fits in memory has fewer);
 #    - the reward weights (GTPO's α, GRPO-S's β, DAPO's overlong penalty scale) are bounded the
 #      same way: their products with float32 rewards stay finite in the float64 advantages.
+#    - STEER's token weights λ ≤ ``LAMBDA_LIMIT`` = 10 multiply a token's surrogate, which its
+#      dual clip ``c ≤ CLIP_HIGH_LIMIT + 1`` = 11 bounds by c·|A| where A < 0 (and the clip by
+#      (1 + ε_high)·|A| where A > 0): at most 110·2^120 < 2^127 summed. Its |Ω| floor lies in
+#      [``OMEGA_FLOOR_MIN``, 1e30]: the exponential map's slope −ln λ_min / max(max|Ω|, floor)
+#      then stays finite in float32 (−ln λ_min < 745 for any λ_min > 0), also on a batch whose
+#      every |Ω| is 0; its |Ω| range fits in float32.
 #    tests/test_safety_library.py computes every loss at these edges (finite) and refuses a
 #    value just beyond them.
+# 4. its size as a number: an int given for a float field must be one that a float holds (it
+#    is stored as that float, so no tensor operation meets a Python int beyond int64), and an
+#    int field takes an int64.
 #
 # A wrong value is one ``ValueError`` naming ``Config.<field>``, so a typo in ``--algo-args``
 # or a hand-edited config.json never trains silently with a value that means something else.
@@ -199,6 +208,12 @@ CONFIG_FIELDS: tuple[str, ...] = tuple(AlgorithmConfig.__annotations__)
 COEF_LIMIT = 1e4
 #: The largest ``clip_eps_high`` (the clip at ``1 + ε_high`` bounds the surrogate by it).
 CLIP_HIGH_LIMIT = 10.0
+#: The largest STEER token weight λ (``lambda_min``, ``lambda_max``).
+LAMBDA_LIMIT = 10.0
+#: The smallest and largest |Ω| floor of STEER's exponential map (see above).
+OMEGA_FLOOR_MIN, OMEGA_FLOOR_MAX = 1e-30, 1e30
+#: float32's largest value: a number every loss must be able to hold.
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 _COEF = (lambda v: 0.0 <= v <= COEF_LIMIT, f"a value in [0, {COEF_LIMIT:g}]")
 
@@ -213,7 +228,7 @@ FIELD_RULES: dict[str, tuple[object, str]] = {
     "eps": (lambda v: v > 0.0, "a value > 0"),
     "entropy_eps": (lambda v: v > 0.0, "a value > 0"),
     "success_threshold": (lambda v: True, "a finite value"),
-    "max_len": (lambda v: v > 0, "a positive length"),
+    "max_len": (lambda v: 0 < v < 2**31, "a positive length below 2^31 tokens"),
     "overlong_cache_frac": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
     "overlong_penalty_scale": (
         lambda v: 0.0 < v <= COEF_LIMIT,
@@ -227,13 +242,19 @@ FIELD_RULES: dict[str, tuple[object, str]] = {
     # TEPO
     "entropy_decrease_tol": (lambda v: v >= 0.0, "a finite value ≥ 0"),
     # STEER: the token weights' range, the dual clip, the |Ω| floor and range
-    "lambda_min": (lambda v: v > 0.0, "a value > 0"),
-    "lambda_max": (lambda v: v > 0.0, "a value > 0"),
-    "clip_ratio_c": (lambda v: v > 1.0, "a value > 1 (the dual clip's c)"),
+    "lambda_min": (lambda v: 0.0 < v <= LAMBDA_LIMIT, f"a value in (0, {LAMBDA_LIMIT:g}]"),
+    "lambda_max": (lambda v: 0.0 < v <= LAMBDA_LIMIT, f"a value in (0, {LAMBDA_LIMIT:g}]"),
+    "clip_ratio_c": (
+        lambda v: 1.0 < v <= CLIP_HIGH_LIMIT + 1,
+        f"a value in (1, {CLIP_HIGH_LIMIT + 1:g}] (the dual clip's c)",
+    ),
     "omega_power": (lambda v: v in (1, 2), "1 or 2 (the exponent p of (1 − π)^p)"),
-    "omega_floor": (lambda v: v > 0.0, "a value > 0"),
-    "omega_abs_min": (lambda v: v >= 0.0, "a finite value ≥ 0 (or None)"),
-    "omega_abs_max": (lambda v: v >= 0.0, "a finite value ≥ 0 (or None)"),
+    "omega_floor": (
+        lambda v: OMEGA_FLOOR_MIN <= v <= OMEGA_FLOOR_MAX,
+        f"a value in [{OMEGA_FLOOR_MIN:g}, {OMEGA_FLOOR_MAX:g}]",
+    ),
+    "omega_abs_min": (lambda v: 0.0 <= v <= FLOAT32_MAX, "a value in [0, 3.4e38] (or None)"),
+    "omega_abs_max": (lambda v: 0.0 <= v <= FLOAT32_MAX, "a value in [0, 3.4e38] (or None)"),
     # the entropy interventions
     "clip_cov_ratio": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
     "kl_cov_ratio": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
@@ -269,17 +290,31 @@ def _has_type(value: object, kind: type) -> bool:
         return isinstance(value, bool)
     if isinstance(value, bool):  # a bool is an int to Python, never to a Config
         return False
-    if kind is int:
-        return isinstance(value, numbers.Integral)
+    if kind is int:  # an int64: what a tensor operation takes
+        return isinstance(value, numbers.Integral) and -(2**63) <= value < 2**63
     if kind is float:
-        return isinstance(value, numbers.Real) and math.isfinite(value)
+        if not isinstance(value, numbers.Real):
+            return False
+        try:
+            return math.isfinite(float(value))
+        except OverflowError:  # an int that no float holds (2**1100)
+            return False
     return isinstance(value, kind)
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, except for an int too long to read (``2**1100`` has 332 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"{'-' if value < 0 else ''}an int of {value.bit_length()} bits"
+    return repr(value)
 
 
 def check_config(cfg: object, agg_modes: tuple[str, ...] = AGG_MODES) -> None:
     """Validate every field of an algorithm ``Config``: its type (from the annotation), its
     range (``FIELD_RULES``), and ``loss_agg_mode`` in ``agg_modes`` (the modes the
-    algorithm's loss supports). Raises ``ValueError`` naming ``Config.<field>``."""
+    algorithm's loss supports). Raises ``ValueError`` naming ``Config.<field>``. An int given
+    for a float field is stored as that float (``eps=1`` is ``eps=1.0``): a Python int
+    beyond int64 (``2**70``) would otherwise overflow in the first tensor operation."""
     cls = type(cfg).__qualname__
     for name, (kind, optional) in _field_types(type(cfg)).items():
         value = getattr(cfg, name)
@@ -287,18 +322,23 @@ def check_config(cfg: object, agg_modes: tuple[str, ...] = AGG_MODES) -> None:
         if value is None and optional:
             continue
         if kind is not None:
-            got = f"got {value!r}"
+            got = f"got {_shown(value)}"
             if isinstance(value, bool) and kind is not bool:
                 got += " (a bool)"
             elif kind is float and isinstance(value, numbers.Real):
                 got += " (finite values only)"
+            elif kind is int and isinstance(value, numbers.Integral):
+                got += " (an int64 only)"
             require(_has_type(value, kind), argument, f"{_TYPE_NAMES[kind]}, {got}")
+            if kind is float and not isinstance(value, float):
+                object.__setattr__(cfg, name, float(value))  # a frozen dataclass: its own field
+                value = getattr(cfg, name)
         if name == "loss_agg_mode":
             require(value in agg_modes, argument, f"one of {agg_modes}, got {value!r}")
         elif name in FIELD_RULES:
             rule, expectation = FIELD_RULES[name]
             ok = _has_type(value, float) and rule(value)  # type: ignore[operator]
-            require(ok, argument, f"{expectation}, got {value!r}")
+            require(ok, argument, f"{expectation}, got {_shown(value)}")
 
 
 def check_config_type(cfg: object, config_class: type) -> None:
@@ -409,6 +449,12 @@ class RolloutBatch:
         """Check shapes, dtypes and value ranges; raise ``ValueError`` naming the field."""
         m = self.response_mask
         require(isinstance(m, Tensor) and m.dim() == 2, "response_mask", "a 2-D [B, T] tensor")
+        require(
+            m.device.type != "meta",
+            "response_mask",
+            "a tensor with values (not one on the meta device, which holds none)",
+        )
+        self._validate_devices(m.device)
         B, T = m.shape
         # One message for every empty shape: the algorithms reshape into [N, G, T] groups and
         # take means over them, which an empty batch cannot give (GTPO and GRPO-S fail in a
@@ -443,18 +489,35 @@ class RolloutBatch:
             "rewards",
             f"a tensor of shape [{B}]",
         )
-        require(
-            bool(torch.isfinite(self.rewards).all()), "rewards", "finite values (no NaN or inf)"
-        )
-        if self.outcome_rewards is not None:
+        for name in ("rewards", "outcome_rewards"):
+            r = getattr(self, name)
+            if r is None and name == "outcome_rewards":
+                continue
             require(
-                isinstance(self.outcome_rewards, Tensor)
-                and tuple(self.outcome_rewards.shape) == (B,)
-                and bool(torch.isfinite(self.outcome_rewards).all()),
-                "outcome_rewards",
-                f"None or a finite tensor of shape [{B}]",
+                isinstance(r, Tensor) and tuple(r.shape) == (B,),
+                name,
+                f"{'None or ' if name == 'outcome_rewards' else ''}a tensor of shape [{B}]",
+            )
+            require(not r.is_complex(), name, f"a real-valued tensor, got {r.dtype}")
+            require(bool(torch.isfinite(r).all()), name, "finite values (no NaN or inf)")
+            require(
+                not r.requires_grad,
+                name,
+                "a detached tensor (rewards are constants of the loss: with a gradient, the "
+                f"advantages would carry one into them; pass {name}.detach())",
             )
         self._validate_records(m.bool())
+
+    def _validate_devices(self, device: torch.device) -> None:
+        """Every tensor field on the device of ``response_mask``."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Tensor) and f.name != "response_mask":
+                require(
+                    value.device == device,
+                    f.name,
+                    f"a tensor on the device of response_mask ({device}), got {value.device}",
+                )
 
     def _validate_records(self, active: Tensor) -> None:
         """The per-token records of the rollout (and the reference): ``[B, T]`` floats,
@@ -469,7 +532,7 @@ class RolloutBatch:
             "finite log-probs on response tokens",
         )
         require(
-            bool((self.logp_old[active] <= 1e-4).all()),
+            bool((self.logp_old[active] <= LOGP_TOLERANCE).all()),
             "logp_old",
             "log-probs ≤ 0 on response tokens",
         )
@@ -499,6 +562,11 @@ class RolloutBatch:
                 "finite log-probs on response tokens",
             )
             require(
+                bool((self.logp_ref[active] <= LOGP_TOLERANCE).all()),
+                "logp_ref",
+                "log-probs ≤ 0 on response tokens",
+            )
+            require(
                 not self.logp_ref.requires_grad,
                 "logp_ref",
                 "a detached tensor (the frozen reference's log-probs never carry gradient: "
@@ -506,14 +574,38 @@ class RolloutBatch:
             )
 
 
+#: How far above 0 a recorded log-prob may lie (float32 rounding of a log-softmax near 0).
+LOGP_TOLERANCE = 1e-4
+
+#: What a tensor of the current policy holds on response tokens, by its argument's name: a
+#: log-prob above 0 is a probability above 1, an entropy below 0 no entropy.
+POLICY_RANGES: dict[str, tuple[object, str]] = {
+    "logp": (lambda x: x <= LOGP_TOLERANCE, "log-probs ≤ 0 on response tokens"),
+    "entropy": (lambda x: x >= 0, "entropies ≥ 0 on response tokens"),
+}
+
+
+def check_batch(batch: object) -> None:
+    """``ValueError`` naming ``batch`` unless it is a :class:`RolloutBatch` (``advantages``
+    and ``loss`` call it first: None would be an AttributeError deep inside)."""
+    if not isinstance(batch, RolloutBatch):
+        got = "None" if batch is None else f"a {type(batch).__qualname__}"
+        raise ValueError(f"batch: expected a RolloutBatch, got {got}")
+
+
 def check_policy_tensor(x: Tensor, batch: RolloutBatch, name: str) -> None:
-    """Validate a ``[B, T]`` tensor computed under the current policy (``logp``, ``entropy``)."""
+    """Validate a ``[B, T]`` tensor computed under the current policy (``logp``, ``entropy``,
+    and the advantages ``adv``): the batch's shape and device, finite values on response
+    tokens, and the range ``POLICY_RANGES`` gives its name."""
+    check_batch(batch)
     _check_matrix(x, name, tuple(batch.response_mask.shape))  # type: ignore[arg-type]
-    require(
-        bool(torch.isfinite(x.detach()[batch.response_mask.bool()]).all()),
-        name,
-        "finite values on response tokens",
-    )
+    device = batch.response_mask.device
+    require(x.device == device, name, f"a tensor on the batch's device ({device}), got {x.device}")
+    values = x.detach()[batch.response_mask.bool()]
+    require(bool(torch.isfinite(values).all()), name, "finite values on response tokens")
+    if name in POLICY_RANGES:
+        rule, expectation = POLICY_RANGES[name]
+        require(bool(rule(values).all()), name, expectation)  # type: ignore[operator]
 
 
 #: The largest total ``Σ_{i,t} m·|A|`` a loss accepts. Every loss sums per-token terms of size

@@ -41,7 +41,8 @@ from refimpl.evaluate import solved
 from refimpl.plots import group_runs
 from refimpl.runs.checkpoint import load_model_weights
 from refimpl.runs.compare import CompareConfig, compare
-from refimpl.runs.config import HELD_OUT_SEED, TrainConfig, build_task, run_warmstart
+from refimpl.runs.config import TrainConfig, build_task, run_warmstart
+from refimpl.streams import held_out_rng
 from refimpl.warmstart import train_warmstart
 
 
@@ -177,7 +178,7 @@ def final_gains(run_dirs: Sequence[Path], train: TrainConfig, n: int) -> list[di
     task = build_task(train)
     budget = train.max_new_tokens or task.max_new_tokens
     # The runs' held-out set is the first eval_problems of this sequence (same generator).
-    problems = task.sample(n, np.random.default_rng([HELD_OUT_SEED, 0]))
+    problems = task.sample(n, held_out_rng())
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -32,6 +32,7 @@ import torch
 from refimpl import algorithms, mechanisms
 from refimpl.model import GPT
 from refimpl.sampling import Samples, concat_samples, sample_groups, seeded_generator
+from refimpl.streams import training_rng  # the prompts of step s, round r: their own stream
 from toy_envs import TOKENIZER, get_task
 
 
@@ -60,7 +61,7 @@ class LoopConfig:
 
 def sample_round(model, task, cfg: LoopConfig, step: int, round_: int, L_max: int):
     """N prompts, G completions each (recording logp_old and H_old), and their rewards."""
-    problems = task.sample(cfg.prompts_per_step, np.random.default_rng([cfg.seed, step, round_]))
+    problems = task.sample(cfg.prompts_per_step, training_rng(cfg.seed, step, round_))
     samples = sample_groups(
         model,
         [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems],

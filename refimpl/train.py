@@ -53,6 +53,7 @@ from refimpl.runs.rundir import SavedRun, claim_run_dir, open_run_dir, preflight
 from refimpl.runs.runlog import MetricsLog
 from refimpl.runs.stop import StopRequest, report_interrupt
 from refimpl.sampling import Samples, concat_samples, sample_groups, seeded_generator
+from refimpl.streams import training_rng
 from refimpl.warmstart import base_model
 from toy_envs import TOKENIZER
 
@@ -191,7 +192,7 @@ class Trainer:
 
     def _sample_round(self, rounds: int, timing: dict[str, float]):
         """One round of ``N`` prompts × ``G`` completions and their outcome rewards."""
-        rng = np.random.default_rng([self.cfg.seed, self.step, rounds])
+        rng = training_rng(self.cfg.seed, self.step, rounds)
         problems = self.task.sample(self.cfg.prompts_per_step, rng)
         t0 = time.perf_counter()
         generator = seeded_generator(self.cfg.seed, self.step, rounds, 1, device=self.device)

@@ -237,3 +237,320 @@ def test_every_coefficient_is_bounded_where_the_loss_stays_finite(name):
         for value in (math.nextafter(BOUNDED[field], math.inf), 1e300, 1e308):
             with pytest.raises(ValueError, match=rf"^Config\.{field}: expected a value in"):
                 module.Config(**{field: value})
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 41: the problem streams, inputs that made the math wrong, and exceptions that were not
+# a ValueError or TypeError naming the argument.
+# ---------------------------------------------------------------------------------------------
+
+
+class Drawn(Exception):
+    """Raised by a recording task once the problems of interest are drawn."""
+
+
+def _problems_of(rng, n: int = 64, task: str = "chain") -> list:
+    from toy_envs import get_task
+
+    return get_task(task).sample(n, rng)
+
+
+def test_seed_10000_never_trains_on_the_held_out_problems(tmp_path, monkeypatch):
+    """The issue's silent result 6: numpy's ``default_rng([10000, 0, 0])`` is
+    ``default_rng([10000, 0])``, the held-out set, so ``--seed 10000`` trained at step 0 on
+    the 64 held-out problems (``--warmstart.seed 10000`` too, at its step 0). The trainer's,
+    the reader's loop's and the warm start's step-0 problems of seed 10000 share none with the
+    held-out set; seeds 0…7 draw exactly the streams they always drew."""
+    import numpy as np
+
+    from refimpl import loop
+    from refimpl.runs.settings import ModelConfig
+    from refimpl.train import Trainer
+    from tests.safety_helpers import warmstart_dir
+    from tests.tiny import tiny_train, tiny_warmstart
+    from toy_envs import get_task
+
+    def trainer_prompts(seed: int) -> list:
+        cfg = tiny_train(tmp_path, seed=seed, prompts_per_step=64, eval_problems=64)
+        cfg = dataclasses.replace(cfg, warmstart=tiny_warmstart(warmstart_dir()))
+        trainer = Trainer(cfg, observers=[])
+        drawn: list = []
+        real = trainer.task.sample
+
+        def sample(n, rng):
+            drawn.extend(real(n, rng))
+            raise Drawn  # the prompts are all this test needs
+
+        monkeypatch.setattr(trainer.task, "sample", sample)
+        with pytest.raises(Drawn):
+            trainer.rollout()
+        return drawn
+
+    # The problems are compared as lists: one-operation chains are few (about 200), so two
+    # streams share some by chance; the held-out stream itself gives the very same list.
+    task = get_task("chain", num_ops=1)
+    held_out = task.sample(64, np.random.default_rng([10_000, 0]))
+    assert trainer_prompts(10_000) != held_out
+    assert trainer_prompts(3) == task.sample(64, np.random.default_rng([3, 0, 0]))
+
+    # The reader's loop (refimpl/loop.py), on a random model: the problems it samples.
+    model = ModelConfig(n_layer=1, n_embd=32, n_head=2).build()
+    drawn: list = []
+
+    class Recording:
+        def __init__(self) -> None:
+            self.inner = get_task("chain")
+
+        def sample(self, n, rng):
+            drawn[:] = self.inner.sample(n, rng)
+            raise Drawn
+
+    for seed, expect_held_out in ((10_000, False), (5, None)):
+        cfg = loop.LoopConfig(seed=seed, prompts_per_step=64)
+        with pytest.raises(Drawn):
+            loop.sample_round(model, Recording(), cfg, 0, 0, 8)
+        if expect_held_out is False:
+            assert drawn != _problems_of(np.random.default_rng([10_000, 0]))
+        else:
+            assert drawn == _problems_of(np.random.default_rng([seed, 0, 0]))
+
+    # The warm start: its step-0 problems of seed 10000.
+    import refimpl.warmstart as warmstart
+
+    captured: list = []
+
+    class Mix:
+        def __init__(self, inner) -> None:
+            self.inner = inner
+
+        def sample(self, n, rng):
+            captured[:] = self.inner.sample(n, rng)
+            raise Drawn
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    real_get_task = warmstart.get_task
+    monkeypatch.setattr(warmstart, "get_task", lambda *a, **k: Mix(real_get_task(*a, **k)))
+    ws = dataclasses.replace(tiny_warmstart(tmp_path / "ws"), seed=10_000, batch_size=64)
+    with pytest.raises(Drawn):
+        warmstart._train(ws, ws.cache_dir)
+    mix = real_get_task("chain", min_ops=1)
+    assert captured != mix.sample(64, np.random.default_rng([10_000, 0]))
+    assert len(captured) == 64
+
+
+def test_the_streams_of_seeds_below_10000_are_what_they_always_were():
+    """Every documented number depends on them: seeds 0…7 (and 9999) give numpy's
+    ``default_rng([s, step, round])`` and ``default_rng([s, step])``, as before; seeds from
+    10000 on never begin with the held-out word 10000; a seed whose stream word would not fit
+    one 32-bit word is refused."""
+    import numpy as np
+
+    from refimpl import streams
+
+    for s in [*range(8), 9_999]:
+        for step in range(3):
+            for round_ in range(2):
+                assert _problems_of(streams.training_rng(s, step, round_), 8) == _problems_of(
+                    np.random.default_rng([s, step, round_]), 8
+                )
+            assert _problems_of(streams.warmstart_rng(s, step), 8) == _problems_of(
+                np.random.default_rng([s, step]), 8
+            )
+    assert _problems_of(streams.held_out_rng()) == _problems_of(np.random.default_rng([10_000, 0]))
+    held_out = _problems_of(streams.held_out_rng())
+    for s in (10_000, 10_001, streams.SEED_MAX):
+        assert streams.stream_seed(s) != streams.HELD_OUT_SEED
+        assert _problems_of(streams.training_rng(s, 0, 0)) != held_out
+        assert _problems_of(streams.warmstart_rng(s, 0)) != held_out
+    for bad in (-1, streams.SEED_MAX + 1, 10_000 + 2**32, True, 1.0):
+        with pytest.raises(ValueError, match="^seed: expected"):
+            streams.training_rng(bad, 0, 0)
+
+
+@pytest.mark.parametrize("field", ["rewards", "outcome_rewards"])
+def test_rewards_that_carry_a_gradient_are_refused(field):
+    """The issue's silent result 9: rewards with ``requires_grad=True`` were accepted and the
+    advantages carried a gradient into them (``logp_old`` with one was already refused)."""
+    b = batch([1.0, 0.0, 0.0, 1.0], 2)
+    with pytest.raises(ValueError, match=rf"^{field}: expected .*detached"):
+        b.replace(**{field: torch.tensor([1.0, 0.0, 0.0, 1.0], requires_grad=True)})
+
+
+def test_positive_log_probs_and_negative_entropies_are_refused():
+    """The issue's silent result 9: ``logp > 0`` passed to a loss, negative current
+    entropies and ``logp_ref = +5`` in the batch were accepted (a probability above 1, an
+    entropy below 0: the loss then means nothing)."""
+    b = batch([1.0, 0.0, 0.0, 1.0], 2)
+    with pytest.raises(ValueError, match=r"^logp_ref: expected log-probs ≤ 0"):
+        b.replace(logp_ref=torch.full((4, 3), 5.0))
+    for module in MODULES.values():
+        cfg = module.Config().for_generation_budget(3)
+        adv = call(module.advantages, b, cfg)
+        with pytest.raises(ValueError, match=r"^logp: expected log-probs ≤ 0"):
+            call(module.loss, b, torch.full((4, 3), 0.5), adv, cfg, entropy=torch.ones(4, 3))
+        if cfg.reads_current_entropy() or cfg.differentiates_entropy():
+            with pytest.raises(ValueError, match=r"^entropy: expected .*entropies ≥ 0"):
+                call(module.loss, b, b.logp_old.clone(), adv, cfg, entropy=-torch.ones(4, 3))
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"lambda_max": 3e38}, "lambda_max"),
+        ({"lambda_max": 1e300}, "lambda_max"),
+        ({"lambda_min": 20.0, "lambda_max": 30.0}, "lambda_min"),
+        ({"omega_floor": 1e300, "mapping": "exponential"}, "omega_floor"),
+        ({"omega_floor": 1e-40, "mapping": "exponential"}, "omega_floor"),
+        ({"clip_ratio_c": 1e300}, "clip_ratio_c"),
+        (
+            {"normalise": "batch", "omega_abs_min": 0.0, "omega_abs_max": 1e300},
+            "omega_abs_max",
+        ),
+    ],
+)
+def test_steer_s_coefficients_are_bounded(changes, field):
+    """The issue's silent result 9 and traceback 12: STEER's ``lambda_max=3e38`` gave a NaN
+    loss, ``lambda_max=1e300`` (and ``omega_floor=1e300`` with the exponential map) a
+    RuntimeError from torch; an ``omega_floor`` below float32's range made the exponential
+    map's slope inf (a NaN weight on a batch with no signal). Each is refused, naming the
+    field."""
+    steer = MODULES["steer"]
+    with pytest.raises(ValueError, match=rf"^Config\.{field}: expected a value in"):
+        steer.Config(**changes)
+
+
+def test_steer_at_its_bounds_gives_a_finite_loss():
+    """STEER's token weights (λ ≤ ``core.LAMBDA_LIMIT``) and dual clip (c ≤
+    ``core.CLIP_HIGH_LIMIT + 1``) at their bounds, with ratios of e^19 on every token (the
+    dual clip holds the negative-advantage ones at c) and advantages summing to 3/4 of
+    ``ADVANTAGE_TOTAL_LIMIT``: a finite loss and gradient, for both maps; the exponential
+    map at its smallest ``omega_floor`` on a batch with no signal is finite too."""
+    steer = MODULES["steer"]
+    b, logp, adv, _ = edge_batch(clipped=True)
+    b = b.replace(logp_old=torch.full((4, 3), -40.0))
+    for mapping in ("linear", "exponential"):
+        cfg = steer.Config(
+            mapping=mapping,
+            lambda_min=1.0 if mapping == "exponential" else core.LAMBDA_LIMIT,
+            lambda_max=core.LAMBDA_LIMIT,
+            clip_eps_high=core.CLIP_HIGH_LIMIT,
+            clip_ratio_c=core.CLIP_HIGH_LIMIT + 1,
+        )
+        x = logp.clone().requires_grad_(True)
+        loss, _ = call(steer.loss, b, x, adv, cfg)
+        loss.backward()
+        assert math.isfinite(loss.item()) and bool(torch.isfinite(x.grad).all()), loss
+    flat = batch([1.0, 1.0, 0.0, 0.0], 2)
+    cfg = steer.Config(mapping="exponential", omega_floor=core.OMEGA_FLOOR_MIN)
+    adv = call(steer.advantages, flat, cfg)
+    loss, _ = call(steer.loss, flat, flat.logp_old.clone().requires_grad_(True), adv, cfg)
+    assert math.isfinite(loss.item()), loss
+
+
+def numeric_fields(module) -> list[tuple[str, type]]:
+    return [(f, kind) for f, kind in typed_fields(module) if kind in (int, float)]
+
+
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_an_int_too_large_for_a_field_is_a_value_error(name):
+    """The issue's traceback 17: the Python int 2^70 was accepted for float fields (``eps``,
+    ``success_threshold``, …) and for ``max_len``, then torch raised OverflowError in the
+    loss (63 cases); 2^1100 raised OverflowError in the Config itself. An int where a float
+    is annotated is a float from then on; one that no float holds, or an int field beyond
+    int64, is a ValueError naming the field; what is accepted computes."""
+    module = MODULES[name]
+    b = batch([1.0, 0.0, 0.0, 1.0], 2)
+    for field, kind in numeric_fields(module):
+        for value in (2**70, 2**1100, -(2**70)):
+            try:
+                cfg = module.Config(**{field: value}).for_generation_budget(3)
+            except ValueError as err:  # this field, or a rule between it and another
+                assert re.match(r"^Config\.\w+: expected", str(err)), err
+                continue
+            if kind is float:
+                assert isinstance(getattr(cfg, field), float), (field, getattr(cfg, field))
+            try:
+                adv = call(module.advantages, b, cfg)
+                logp = b.logp_old.clone().requires_grad_(True)
+                loss, _ = call(module.loss, b, logp, adv, cfg, entropy=torch.ones(4, 3))
+            except ValueError as err:  # e.g. advantages too large: refused, naming them
+                assert re.match(r"^(rewards|adv): expected", str(err)), (field, err)
+
+
+def test_a_batch_that_is_not_a_rollout_batch_is_refused_by_name():
+    """The issue's traceback 17: ``advantages(None, cfg)`` was an AttributeError."""
+    for module in MODULES.values():
+        cfg = module.Config().for_generation_budget(3)
+        for bad in (None, {"rewards": [1.0]}):
+            with pytest.raises((ValueError, TypeError), match=r"^batch: expected a RolloutBatch"):
+                call(module.advantages, bad, cfg)
+            with pytest.raises((ValueError, TypeError), match=r"^batch: expected a RolloutBatch"):
+                call(module.loss, bad, -torch.ones(4, 3), torch.zeros(4, 3), cfg)
+
+
+def test_complex_rewards_and_meta_tensors_are_refused_by_name():
+    """The issue's traceback 17: complex rewards, and tensors on the meta device (no values:
+    ``.item()`` raised a RuntimeError), reached torch."""
+    b = batch([1.0, 0.0, 0.0, 1.0], 2)
+    with pytest.raises(ValueError, match=r"^rewards: expected a real"):
+        b.replace(rewards=torch.tensor([1.0, 0.0, 0.0, 1.0], dtype=torch.complex64))
+    meta = {
+        f.name: getattr(b, f.name).to("meta")
+        for f in dataclasses.fields(b)
+        if isinstance(getattr(b, f.name), torch.Tensor)
+    }
+    with pytest.raises(ValueError, match=r"^response_mask: expected .*meta"):
+        b.replace(**meta)
+    with pytest.raises(ValueError, match=r"^rewards: expected .*device"):
+        b.replace(rewards=b.rewards.to("meta"))
+    module = MODULES["grpo"]
+    cfg = module.Config()
+    adv = call(module.advantages, b, cfg)
+    with pytest.raises(ValueError, match=r"^logp: expected .*device"):
+        call(module.loss, b, b.logp_old.to("meta"), adv, cfg)
+
+
+def test_a_task_s_reward_and_sample_refuse_what_they_cannot_take():
+    """The issue's traceback 17 and unbounded size 20: ``task.reward(None, "2")`` was an
+    AttributeError, and ``get_task('countdown').sample(10**20)`` allocated until the kernel
+    killed it. Both are refused naming the argument, before any work (a completion that is
+    no string still earns 0: it is model output)."""
+    from toy_envs import TASK_NAMES, get_task
+
+    for name in TASK_NAMES:
+        task = get_task(name)
+        problem = task.sample(1, 0)[0]
+        with pytest.raises((ValueError, TypeError), match=r"^problem: expected a Problem"):
+            task.reward(None, "2")
+        assert task.reward(problem, None) == 0.0  # model output: any value gets a reward
+        assert task.reward(problem, task.reference_solution(problem)) == 1.0
+        with pytest.raises(ValueError, match=r"^n must be in \[0, \d+\]"):
+            task.sample(10**20, 0)
+
+
+def test_the_hf_path_refuses_what_are_no_token_ids_and_no_tokenizer(monkeypatch):
+    """The issue's traceback 17: ``hf.rollout_batch`` with float or out-of-vocabulary ids
+    reached the embedding (a RuntimeError, an IndexError), ``hf.char_tokenizer(None)`` was an
+    AttributeError. Each is refused, naming the argument."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    pytest.importorskip("transformers")
+    from refimpl.runs.settings import ModelConfig
+    from refimpl.scaleup import hf
+
+    torch.manual_seed(0)
+    twin = hf.to_hf_gpt2(ModelConfig(n_layer=1, n_embd=32, n_head=2).build()).eval()
+    vocab = twin.config.vocab_size
+    ids = torch.tensor([[1, 5, 6], [1, 5, 6]])
+    seq = torch.cat([ids, torch.tensor([[7, 2], [8, 2]])], 1)
+    mask = torch.ones_like(ids)
+    assert hf.rollout_batch(twin, ids, mask, seq, [1.0, 0.0], 2, 2).batch_size == 2
+    with pytest.raises(ValueError, match=r"^prompt_ids: expected a 2-D tensor of integer"):
+        hf.rollout_batch(twin, ids.float(), mask, seq.float(), [1.0, 0.0], 2, 2)
+    far = seq.clone()
+    far[0, -1] = vocab + 5
+    with pytest.raises(ValueError, match=rf"^sequences: expected token ids in \[0, {vocab}\)"):
+        hf.rollout_batch(twin, ids, mask, far, [1.0, 0.0], 2, 2)
+    with pytest.raises((ValueError, TypeError), match=r"^chars: expected a character tokenizer"):
+        hf.char_tokenizer(None)

@@ -22,6 +22,7 @@ The four tasks (``TASK_NAMES``): ``addition``, ``chain`` (the default), ``multip
 from __future__ import annotations
 
 import inspect
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -84,6 +85,28 @@ def _check_int(name: str, value: object, low: int, high: int | None = None) -> i
     return int(value)
 
 
+#: Rough bytes of one Problem (its prompt and answer, the numbers): ``sample`` refuses more
+#: problems than this machine's memory holds at that size.
+PROBLEM_BYTES = 1024
+
+
+def max_problems() -> int:
+    """The most problems one ``sample`` call draws: this machine's physical memory over
+    ``PROBLEM_BYTES`` (2^40 where the platform does not say)."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 2**40
+    return max(1, memory // PROBLEM_BYTES)
+
+
+def _check_reward_args(problem: object, completion: object) -> None:
+    """A verifier's problem must be a :class:`Problem` (``TypeError`` naming it otherwise).
+    The completion is model output: any value gets a reward (a non-string earns 0)."""
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem: expected a Problem, got {type(problem).__name__}")
+
+
 def _check_format_reward(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
         raise ValueError(f"format_reward must be a float in [0, 1), got {value!r}")
@@ -114,8 +137,9 @@ class Task:
         return {k: getattr(self, k) for k in params if k != "self"}
 
     def sample(self, n: int, seed_or_rng: SeedOrRng = None) -> list[Problem]:
-        """Draw ``n`` problems; the same integer seed always gives the same list."""
-        n = _check_int("n", n, 0)
+        """Draw ``n`` problems; the same integer seed always gives the same list. At most
+        ``max_problems()`` (what this machine's memory holds), checked before any is drawn."""
+        n = _check_int("n", n, 0, max_problems())
         rng = _as_rng(seed_or_rng)
         return [self._sample_one(rng) for _ in range(n)]
 
@@ -177,6 +201,7 @@ class Addition(Task):
         return str(problem.answer)
 
     def reward(self, problem: Problem, completion: str) -> float:
+        _check_reward_args(problem, completion)
         return self._integer_reward(problem, parse_int(completion))
 
 
@@ -276,6 +301,7 @@ class Chain(Task):
         return ",".join(map(str, values)) + f"#{values[-1]}"
 
     def reward(self, problem: Problem, completion: str) -> float:
+        _check_reward_args(problem, completion)
         return self._integer_reward(problem, final_answer(completion))
 
 
@@ -318,6 +344,7 @@ class Multiplication(Task):
         return ",".join(map(str, partials)) + f"#{problem.answer}"
 
     def reward(self, problem: Problem, completion: str) -> float:
+        _check_reward_args(problem, completion)
         return self._integer_reward(problem, final_answer(completion))
 
 
@@ -462,6 +489,7 @@ class Countdown(Task):
         return solution
 
     def reward(self, problem: Problem, completion: str) -> float:
+        _check_reward_args(problem, completion)
         evaluation = evaluate_expression(completion)
         if evaluation is None or not evaluation.literals:
             return 0.0

@@ -98,6 +98,7 @@ class Config(core.AlgorithmConfig):
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-centred outcome reward on every response token."""
     core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     # §3: A_i = (r_i − mean_G r) / F_norm with F_norm = 1 (or std_G r + eps).
     A_seq = core.group_normalize(
         batch.rewards, batch.group_size, scale_by_std=cfg.normalize_std, eps=cfg.eps

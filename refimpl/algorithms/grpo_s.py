@@ -190,6 +190,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the shaped rewards normalised over the group (§2.3; ``stats``
     picks the set), each completion's value on every one of its tokens."""
     core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     G = batch.group_size
     nonempty = core.group_view(batch.response_mask.sum(dim=1) > 0, G)  # [N, G]
     success = core.group_view(core.successful(batch, cfg.success_threshold), G)

@@ -93,6 +93,7 @@ class Config(core.AlgorithmConfig):
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
     core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     # Eq. 6 (= GRPO §4.1.2): A_i = (r_i − mean_G r) / (std_G r + eps), one per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
     # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.

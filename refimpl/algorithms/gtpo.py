@@ -218,6 +218,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` token advantages: R⁺ and R⁻ normalised separately (Eq. 4), over the set
     ``cfg.stats`` names."""
     core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     G = batch.group_size
     active = core.group_view(batch.response_mask.bool(), G)  # [N, G, T]
     success = core.group_view(core.successful(batch, cfg.success_threshold), G)[:, :, None]

@@ -89,6 +89,7 @@ class Config(core.AlgorithmConfig):
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: each reward minus the mean of its siblings' rewards."""
     core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     G = batch.group_size
     # Leave-one-out: r_i − (1/(G−1)) Σ_{j≠i} r_j = G/(G−1)·(r_i − mean_G r). The centred
     # reward comes from group_normalize, which makes an all-equal group exactly 0.

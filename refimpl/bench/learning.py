@@ -259,13 +259,13 @@ def _warmstart(cfg: LearningConfig, task: str):
 
 def token_budget(cfg: LearningConfig, task_name: str) -> tuple[int, float]:
     """``(budget, ℓ)``: tokens per run, and the mean reference completion length ℓ."""
-    from refimpl.runs.config import HELD_OUT_SEED
     from refimpl.runs.settings import parse_task_args
+    from refimpl.streams import held_out_rng
     from toy_envs import TOKENIZER, get_task
 
     task = get_task(task_name, **dict(parse_task_args(task_name, _task_args(cfg, task_name))))
     train = cfg.train_defaults()
-    problems = task.sample(cfg.eval_problems, np.random.default_rng([HELD_OUT_SEED, 0]))
+    problems = task.sample(cfg.eval_problems, held_out_rng())
     mean_len = float(
         np.mean([len(TOKENIZER.encode(task.reference_solution(p), add_eos=True)) for p in problems])
     )

@@ -314,6 +314,12 @@ def char_tokenizer(chars: object):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
+    missing = [a for a in ("itos", "pad_id", "bos_id", "eos_id") if not hasattr(chars, a)]
+    if missing:
+        raise TypeError(
+            f"chars: expected a character tokenizer (toy_envs.CharTokenizer: itos, pad_id, "
+            f"bos_id, eos_id), got {type(chars).__name__} without {', '.join(missing)}"
+        )
     itos: list[str] = list(chars.itos)  # type: ignore[attr-defined]
     pad, bos, eos = (
         itos[chars.pad_id],
@@ -392,17 +398,8 @@ def rollout_batch(
         ref_model: the frozen reference, for ``logp_ref`` (KL terms).
         chunk_tokens: see :func:`token_logprobs_and_entropy`.
     """
-    B, P = prompt_ids.shape
-    require(
-        sequences.dim() == 2 and sequences.shape[0] == B and sequences.shape[1] > P,
-        "sequences",
-        f"a [{B}, > {P}] tensor of prompt + generated tokens, got {list(sequences.shape)}",
-    )
-    require(
-        bool((sequences[:, :P] == prompt_ids).all()),
-        "sequences",
-        "to start with prompt_ids (generate returns prompt columns first)",
-    )
+    _check_rollout_ids(model, prompt_ids, sequences)
+    P = prompt_ids.shape[1]
     response_ids = sequences[:, P:]
     response_mask = response_mask_from_ids(response_ids, eos_id)
     attention_mask = torch.cat([prompt_mask.long(), response_mask.long()], dim=1)
@@ -433,6 +430,56 @@ def rollout_batch(
         group_size=group_size,
         logp_ref=logp_ref,
     )
+
+
+def _check_rollout_ids(model: nn.Module, prompt_ids: Tensor, sequences: Tensor) -> None:
+    """``rollout_batch``'s ids: 2-D integer tensors, ``sequences`` the prompts followed by
+    generated tokens, every id one of the model's vocabulary (``ValueError`` naming one)."""
+    for name, ids in (("prompt_ids", prompt_ids), ("sequences", sequences)):
+        require(
+            isinstance(ids, Tensor) and ids.dim() == 2 and _is_integer(ids),
+            name,
+            f"a 2-D tensor of integer token ids, got {_described(ids)}",
+        )
+    B, P = prompt_ids.shape
+    require(
+        sequences.shape[0] == B and sequences.shape[1] > P,
+        "sequences",
+        f"a [{B}, > {P}] tensor of prompt + generated tokens, got {list(sequences.shape)}",
+    )
+    require(
+        bool((sequences[:, :P] == prompt_ids).all()),
+        "sequences",
+        "to start with prompt_ids (generate returns prompt columns first)",
+    )
+    vocab = _vocab_size(model)
+    if vocab is not None:
+        require(
+            bool(((sequences >= 0) & (sequences < vocab)).all()),
+            "sequences",
+            f"token ids in [0, {vocab}) (the model's vocabulary), got ids from "
+            f"{int(sequences.min())} to {int(sequences.max())}",
+        )
+
+
+def _is_integer(x: Tensor) -> bool:
+    return not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool)
+
+
+def _described(x: object) -> str:
+    if isinstance(x, Tensor):
+        return f"a {x.dim()}-D tensor of {x.dtype}"
+    return type(x).__name__
+
+
+def _vocab_size(model: nn.Module) -> int | None:
+    """The number of token ids ``model`` embeds (its config's, else its input embedding's),
+    or None when it says neither."""
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if isinstance(size, int):
+        return size
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    return getattr(embeddings, "num_embeddings", None)
 
 
 # ---------------------------------------------------------------------------------------------

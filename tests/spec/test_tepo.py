@@ -234,7 +234,10 @@ def test_entropy_enters_only_through_the_mask(x, data):
     l_up, g_up, _ = _loss_and_grad(batch, logp, adv, cfg, up)
     l_up2, g_up2, _ = _loss_and_grad(batch, logp, adv, cfg, H_old + 7.0)
     assert torch.equal(l_up, l_up2) and torch.equal(g_up, g_up2)
-    candidates = (m & (adv > 0)).nonzero().tolist()
+    # A token whose H_old leaves room to push H_θ below H_old − 2τ − 0.1 and stay ≥ 0 (a loss
+    # refuses negative entropies).
+    room = H_old >= 2 * cfg.entropy_decrease_tol + 0.1
+    candidates = (m & (adv > 0) & room).nonzero().tolist()
     if not candidates:
         return
     i, t = data.draw(st.sampled_from(candidates), label="token")
