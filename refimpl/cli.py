@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import re
 import signal
 import sys
@@ -33,7 +34,7 @@ try:
     from refimpl.runs.config import TrainConfig, config_from_record, load_config_file
     from refimpl.runs.divergence import NonFiniteLossError
     from refimpl.runs.presets import explicit_fields
-    from refimpl.runs.rundir import SavedRun, check_name, read_saved_run
+    from refimpl.runs.rundir import SavedRun, check_name, read_saved_run, steps_outside
     from refimpl.runs.runlog import (
         find_runs,
         is_run_dir,
@@ -132,8 +133,11 @@ def run_rows(runs_dir: Path) -> list[dict[str, str]]:
             tc = read_run_config(d)["train_config"]
             try:
                 records = read_metrics(d, missing_ok=True)
+                steps_outside(records, tc.get("steps"), d / "metrics.jsonl")
+                row = _run_row(d, runs_dir, tc, records)
             except ValueError as err:  # garbage, out of order, a directory: the log is damaged
                 damage = str(err).replace(str(d / "metrics.jsonl"), "metrics.jsonl", 1)
+                damage = damage.replace(str(d / "config.json"), "config.json", 1)
         if damage is not None:
             rows.append(
                 {
@@ -146,23 +150,44 @@ def run_rows(runs_dir: Path) -> list[dict[str, str]]:
                 }
             )
             continue
-        last = max((r["step"] for r in records), default=0)
-        step = f"{last}/{tc.get('steps', '?')}"
-        evals = [r for r in records if "heldout_greedy" in r]
-        heldout = f"{evals[-1]['heldout_greedy']:.3f} @ {evals[-1]['step']}" if evals else "-"
-        rows.append(
-            {
-                "run": str(d.relative_to(runs_dir)),
-                "algo": str(tc["algo"])
-                + (" " + " ".join(tc["algo_args"]) if tc.get("algo_args") else ""),
-                "task": str(tc["task"])
-                + (" " + " ".join(tc["task_args"]) if tc.get("task_args") else ""),
-                "seed": str(tc.get("seed", "?")),
-                "steps": step,
-                "held-out greedy": heldout,
-            }
-        )
+        rows.append(row)
     return rows
+
+
+def _run_row(d: Path, runs_dir: Path, tc: dict, records: list[dict]) -> dict[str, str]:
+    """``run_rows``' row of a readable run; ``ValueError`` naming the file and the value
+    that a run does not write (a held-out success that is no number, arguments that are no
+    list of strings)."""
+    last = max((r["step"] for r in records), default=0)
+    step = f"{last}/{tc.get('steps', '?')}"
+    evals = [(n, r) for n, r in enumerate(records, 1) if "heldout_greedy" in r]
+    heldout = "-"
+    if evals:
+        n, record = evals[-1]
+        value = record["heldout_greedy"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(
+                f"{d / 'metrics.jsonl'}: record {n} has heldout_greedy {json.dumps(value)}, "
+                "not a number (edited or damaged?)"
+            )
+        heldout = f"{value:.3f} @ {record['step']}"
+    args = {}
+    for key in ("algo_args", "task_args"):
+        value = tc.get(key) or []
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise ValueError(
+                f"{d / 'config.json'}: train_config.{key} is {json.dumps(value)}, expected a "
+                "list of strings (edited?)"
+            )
+        args[key] = "".join(" " + v for v in value)
+    return {
+        "run": str(d.relative_to(runs_dir)),
+        "algo": tc["algo"] + args["algo_args"],
+        "task": tc["task"] + args["task_args"],
+        "seed": str(tc.get("seed", "?")),
+        "steps": step,
+        "held-out greedy": heldout,
+    }
 
 
 def _list_runs(cfg: ListRuns) -> None:
@@ -190,7 +215,7 @@ def _list_runs(cfg: ListRuns) -> None:
 
 
 def _plot(cfg: PlotConfig) -> None:
-    from refimpl.plots import plot_compare, plot_run
+    from refimpl.plots import check_metric_values, plot_compare, plot_run, refuse_link, run_info
 
     if not cfg.run_dirs:
         raise ValueError("run_dirs: expected at least one run directory, e.g. refimpl plot runs/x")
@@ -199,6 +224,11 @@ def _plot(cfg: PlotConfig) -> None:
             read_run_config(d)  # raises, naming the file and what is wrong with it
         if not (Path(d) / "metrics.jsonl").exists():
             raise ValueError(f"run_dirs: {d} has no metrics.jsonl")
+        run_info(d)  # its settings as a figure reads them
+        check_metric_values(d)  # every value a number
+        refuse_link(Path(d) / "curves.png")
+    if len(cfg.run_dirs) > 1:
+        refuse_link(cfg.out or Path(cfg.run_dirs[0]).parent / "compare.png")
     for d in cfg.run_dirs:
         print(plot_run(d))
     if len(cfg.run_dirs) > 1:

@@ -8,7 +8,9 @@ other way round).
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -62,13 +64,45 @@ def run_info(run_dir: Path | str, train_config: dict[str, Any] | None = None) ->
     """Algorithm, task and seed of a run (from its ``config.json``, or from ``train_config``
     when the caller holds the run's settings)."""
     tc = train_config if train_config is not None else read_run_config(run_dir)["train_config"]
+    algo_args = tc.get("algo_args") or []
+    if not (isinstance(algo_args, list) and all(isinstance(a, str) for a in algo_args)):
+        raise ValueError(
+            f"{Path(run_dir) / 'config.json'}: train_config.algo_args is {json.dumps(algo_args)}, "
+            "expected a list of strings (edited?)"
+        )
     return {
         "algo": tc["algo"],
         "task": tc["task"],
-        "seed": tc["seed"],
-        "algo_args": tc.get("algo_args", []),
+        "seed": tc.get("seed", "?"),
+        "algo_args": algo_args,
         "eval_samples": tc.get("eval_samples", 16),  # 16: TrainConfig's default
     }
+
+
+def check_metric_values(run_dir: Path | str) -> list[dict[str, Any]]:
+    """The records of ``run_dir/metrics.jsonl``, after checking that every value is a number
+    (or null), as the trainer writes them: ``ValueError`` naming the file, the record and the
+    key otherwise (a figure would fail on it half drawn)."""
+    records = read_metrics(run_dir)
+    for n, record in enumerate(records, 1):
+        for key, value in record.items():
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float))
+            ):
+                raise ValueError(
+                    f"{Path(run_dir) / 'metrics.jsonl'}: record {n} has {key} "
+                    f"{json.dumps(value)[:60]}, not a number (edited or damaged?)"
+                )
+    return records
+
+
+def refuse_link(out: Path) -> None:
+    """``ValueError`` when the figure ``out`` is a symbolic link: it would be written through."""
+    if Path(out).is_symlink():
+        raise ValueError(
+            f"{out}: a symbolic link (to {os.readlink(out)}), which refimpl never writes "
+            "through: remove it"
+        )
 
 
 #: Metrics computed from logged ones: name -> the logged keys it sums.
@@ -259,6 +293,7 @@ def plot_run(
     fig.suptitle(f"{info['algo']} on {info['task']} (seed {info['seed']})", fontsize=11)
     fig.tight_layout()
     out = Path(out) if out else run_dir / "curves.png"
+    refuse_link(out)
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
@@ -356,6 +391,7 @@ def plot_compare(
     first.legend(handles=[h for h in first.lines if not h.get_label().startswith("_")], fontsize=8)
     fig.tight_layout()
     out = Path(out)
+    refuse_link(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)

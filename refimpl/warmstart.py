@@ -32,7 +32,8 @@ from refimpl.model import GPT
 from refimpl.runs import numerics
 from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.runs.progress import progress
-from refimpl.runs.settings import WARMSTART_MIX, WarmstartConfig, _flag
+from refimpl.runs.settings import WARMSTART_MIX, ModelConfig, WarmstartConfig, _flag
+from refimpl.streams import held_out_rng, warmstart_rng
 from toy_envs import TOKENIZER, get_task
 
 
@@ -86,16 +87,67 @@ def base_model(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
 
 
 def _load(cfg: WarmstartConfig, cache: Path, prefix: str) -> GPT:
+    """The cached model, verified as a checkpoint is (``verify_cache``)."""
     model = cfg.model.build()
     try:
-        load_model_weights(cache, model)
-        report = read_state(cache).get("report", {})
+        state = verify_cache(cfg, cache)
+        load_model_weights(cache, model, state=state)  # its sha256, finite, fits the model
     except CheckpointError as err:
         raise CheckpointError(
-            f"warm start cache: {err}; retrain it with {_flag(prefix, 'force')}"
+            f"warm start cache: {err}; retrain it with {_flag(prefix, 'force')} (which "
+            f"replaces {cache}), or delete that directory"
         ) from None
-    print(f"warm start: reusing {cache} ({_format_report(report)})")
+    print(f"warm start: reusing {cache} ({_format_report(state.get('report', {}))})")
     return model.eval()
+
+
+#: The settings of a warm start that its cache key hashes (the rest: its task's mix, the
+#: vocabulary, the kernel path), in the order a mismatch is reported.
+TRAINED_WITH = ("task", "task_args", "steps", "schedule_steps", "batch_size", "lr", "seed", "model")
+
+
+def verify_cache(cfg: WarmstartConfig, cache: Path) -> dict:
+    """The ``state.json`` of the cached model in ``cache``, after checking that it records the
+    sha256 of ``model.safetensors`` (``load_model_weights`` compares it) and that the settings
+    it was trained with are ``cfg``'s, those its cache key hashes: a model of another task, of
+    another length or size, copied into this directory, is refused. ``CheckpointError``
+    naming the file."""
+    state = read_state(cache)
+    file = cache / "state.json"
+    checksums = state.get("checksums")
+    if not (isinstance(checksums, dict) and isinstance(checksums.get("model.safetensors"), str)):
+        raise CheckpointError(
+            f"{file}: records no sha256 of model.safetensors (damaged, or written by an older "
+            "version?), so the cached model cannot be verified"
+        )
+    recorded = state.get("config")
+    try:
+        trained = WarmstartConfig(
+            **{
+                **recorded,
+                "model": ModelConfig(**recorded["model"]),
+                "task_args": tuple(recorded.get("task_args", ())),
+                "runs_dir": Path(cfg.runs_dir),
+            }
+        )
+        key = trained.cache_key()
+    except Exception:  # not a dict, unknown fields, a task that does not exist, ...
+        raise CheckpointError(
+            f"{file}: records no settings of a warm start (damaged or edited?)"
+        ) from None
+    if key != cfg.cache_key():
+        ours, theirs = dataclasses.asdict(cfg), dataclasses.asdict(trained)
+        ours["task_args"], theirs["task_args"] = (
+            cfg.canonical_task_args(),
+            trained.canonical_task_args(),
+        )
+        diff = next((k for k in TRAINED_WITH if ours[k] != theirs[k]), None)
+        what = f" ({diff} {theirs[diff]!r}, this cache is for {ours[diff]!r})" if diff else ""
+        raise CheckpointError(
+            f"{file}: the cached model was trained with other settings{what}: copied from "
+            "another cache?"
+        )
+    return state
 
 
 def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
@@ -113,7 +165,7 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
     bar = progress(cfg.steps, f"warm start {cfg.task}", disable=not cfg.progress)
     for step in range(cfg.steps):
         # Problems of step s come from a generator seeded by (seed, s): deterministic.
-        problems = mix_task.sample(cfg.batch_size, np.random.default_rng([cfg.seed, step]))
+        problems = mix_task.sample(cfg.batch_size, warmstart_rng(cfg.seed, step))
         ids, mask, target_mask = _training_batch(mix_task, problems)
         logits = model(ids, attention_mask=mask)[:, :-1]
         targets, weights = ids[:, 1:], target_mask[:, 1:].float()
@@ -143,7 +195,7 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
 
 def base_success(model: GPT, task, n: int) -> dict[str, float]:
     """Greedy and sampled success of ``model`` on ``n`` held-out problems of the RL task."""
-    problems = task.sample(n, np.random.default_rng([10_000, 0]))  # the held-out seed
+    problems = task.sample(n, held_out_rng())
     return {
         "greedy_success": success_rate(model, task, problems, greedy=True),
         "sampled_success": success_rate(model, task, problems, greedy=False, seed=1),

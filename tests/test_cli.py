@@ -346,6 +346,52 @@ def test_plot_draws_a_run_with_a_torn_last_line(tmp_path, capsys):
     assert (tmp_path / "a" / "curves.png").stat().st_size > 0
 
 
+@pytest.mark.parametrize("value", [None, {"x": 1}, [0.5], "0.5", True])
+def test_runs_lists_a_run_whose_last_heldout_value_is_no_number_as_damaged(tmp_path, capsys, value):
+    """The issue's traceback 14: ``"heldout_greedy": null`` (or a dict, a list) in one run's
+    last evaluation aborted the whole listing; a string gave a line naming no run. That run
+    is listed as damaged, naming the file and the value; the others are listed."""
+    fake_run(tmp_path / "a", "gtpo", "chain", 2, [(0, 0.25)])
+    fake_run(tmp_path / "b", "grpo", "chain", 2, [(0, 0.25), (2, value)])
+    code, out, err = run_cli(["runs", str(tmp_path)], capsys)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert lines[1].split() == ["a", "gtpo", "chain", "0", "2/2", "0.250", "@", "0"]
+    assert lines[2].startswith("b ") and "damaged: metrics.jsonl: record 3" in lines[2], out
+    assert f"heldout_greedy {json.dumps(value)}, not a number" in lines[2], out
+
+
+def test_runs_and_plot_name_the_file_of_a_value_no_run_writes(tmp_path, capsys):
+    """The issue's tracebacks 14 and 15: ``refimpl plot`` on a dict metric value or on
+    ``"algo": 5`` in config.json was a traceback, and a step of 2^70 in a 2-step run was
+    listed as ``1180591620717411303424/2``. Each is one line (a damaged row) naming the
+    file."""
+    fake_run(tmp_path / "dict", "grpo", "chain", 2, [(0, 0.25)])
+    records = (tmp_path / "dict" / "metrics.jsonl").read_text().splitlines()
+    records[1] = json.dumps({"step": 1, "reward_mean": {"oops": 1}})
+    (tmp_path / "dict" / "metrics.jsonl").write_text("\n".join(records) + "\n")
+    code, _, err = run_cli(["plot", str(tmp_path / "dict")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"{tmp_path / 'dict' / 'metrics.jsonl'}: record 2 has reward_mean" in err, err
+    assert not (tmp_path / "dict" / "curves.png").exists()
+    fake_run(tmp_path / "five", "grpo", "chain", 2, [(0, 0.25)])
+    config = json.loads((tmp_path / "five" / "config.json").read_text())
+    config["train_config"]["algo"] = 5
+    (tmp_path / "five" / "config.json").write_text(json.dumps(config))
+    code, _, err = run_cli(["plot", str(tmp_path / "five")], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{tmp_path / 'five' / 'config.json'}: train_config.algo is 5" in err, err
+    fake_run(tmp_path / "far", "grpo", "chain", 2, [(0, 0.25)])
+    with open(tmp_path / "far" / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 2**70}) + "\n")
+    code, out, err = run_cli(["runs", str(tmp_path)], capsys)
+    assert code == 0, err
+    rows = {line.split()[0]: line for line in out.splitlines()[1:] if line.strip()}
+    assert "damaged: config.json: train_config.algo is 5" in rows["five"], out
+    assert "damaged: metrics.jsonl: record 4 has step 1180591620717411303424" in rows["far"]
+    assert "/2" not in rows["far"], out
+
+
 #: A Python program that raises KeyboardInterrupt where refimpl.cli imports refimpl.train (as
 #: Ctrl-C while torch loads would), then starts refimpl as ARGV[1] says.
 INTERRUPTED_START = """

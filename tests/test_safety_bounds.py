@@ -14,6 +14,7 @@ tried for real.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -291,3 +292,109 @@ def test_bench_learning_runs_take_the_presets_task_knobs_and_warm_start():
     collapse = LearningConfig(preset="collapse").with_preset(frozenset())
     default = WarmstartConfig(task="countdown", runs_dir=collapse.runs_dir)
     assert _warmstart(collapse, "countdown").cache_key() == default.cache_key()
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 41: every input bounded before anything is read or started.
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--top-p", "1e-46"], "--top-p: expected"),
+        (["--temperature", "1e-40"], "--temperature: expected"),
+        (["--ppo-epochs", "100000000"], "--ppo-epochs: expected"),
+        (["--seed", str(2**32 - 1)], "--seed: expected"),
+        (["--warmstart.seed", str(2**32 - 1)], "--warmstart.seed: expected"),
+        (["--name", "a\nb"], "--name: expected"),
+        (["--name", "a\x1b[31mb"], "--name: expected"),
+        (["--runs-dir", "runs\x1b[2J"], "--runs-dir: expected"),
+        (["--algo", "steer", "--algo-args", "lambda_max=1e300"], "--algo-args: Config.lambda_max"),
+        (
+            ["--algo", "steer", "--algo-args", "omega_floor=1e300", "mapping=exponential"],
+            "--algo-args: Config.omega_floor",
+        ),
+    ],
+)
+def test_issue_41_s_unbounded_flags_are_refused_before_anything(
+    tmp_path, capsys, no_side_effects, flags, named
+):
+    """The issue's silent results 5 and 11, traceback 12 and unbounded size 20: ``--top-p
+    1e-46`` and ``--temperature 1e-40`` underflow in float32 (every token dropped, the run
+    failed after its directory existed), ``--ppo-epochs 100000000`` makes a step that never
+    ends, a seed whose stream word does not fit 32 bits could collide with the held-out
+    stream, a name with a newline or an escape splits the "run directory:" line and reaches
+    the terminal, STEER's ``lambda_max=1e300`` was a 35-line RuntimeError after the run
+    directory existed. Each is one line naming the flag, exit 2, nothing created."""
+    runs = tmp_path / "runs"
+    argv = ["train", *tiny_flags(runs, warmstart=False), "--name", "x", *flags]
+    if "--runs-dir" in flags:
+        argv = ["train", "--name", "x", "--runs-dir", str(tmp_path / flags[1])]
+    refused(argv, named, capsys, runs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_steer_s_unbounded_coefficient_in_a_config_file_is_one_line(
+    tmp_path, capsys, no_side_effects
+):
+    """The issue's traceback 12, the ``--config`` way: ``algo_config.lambda_max`` of 1e300."""
+    runs = tmp_path / "runs"
+    config = tmp_path / "steer.json"
+    record = {"train_config": {"algo": "steer", "task": "chain"}}
+    config.write_text(json.dumps({**record, "algo_config": {"lambda_max": 1e300}}))
+    err = refused(["train", "--config", config, "--runs-dir", runs], "--config:", capsys, runs)
+    assert "Config.lambda_max: expected a value in" in err, err
+
+
+def test_the_smallest_temperature_and_top_p_still_train(tmp_path, capsys):
+    """At the bounds (``refimpl.runs.config.TEMPERATURE_MIN``, ``TOP_P_MIN``) float32 still
+    computes: a tiny run trains its steps with finite metrics."""
+    from refimpl.runs.config import TEMPERATURE_MIN, TOP_P_MIN
+    from refimpl.runs.runlog import read_metrics
+
+    argv = ["train", *tiny_flags(tmp_path, steps=2), "--name", "edge"]
+    argv += ["--temperature", repr(TEMPERATURE_MIN), "--top-p", repr(TOP_P_MIN)]
+    code, _, err = cli(argv, capsys)
+    assert code == 0, err
+    for record in read_metrics(tmp_path / "edge")[1:]:
+        assert all(math.isfinite(v) for v in record.values() if isinstance(v, float)), record
+
+
+def test_a_run_named_warmstart_is_refused_wherever_the_cache_is(tmp_path, capsys, no_side_effects):
+    """The issue's silent result 8: ``--name warmstart`` with ``--warmstart.runs-dir``
+    elsewhere was accepted; a later run in that runs dir put its cache inside the run, which
+    ``refimpl runs`` then hid and ``--overwrite`` refused. The name is the cache's, in every
+    runs dir (the comparison's ``--name`` too)."""
+    runs = tmp_path / "runs"
+    flags = [*tiny_flags(runs, warmstart=False), "--warmstart.runs-dir", tmp_path / "cache"]
+    refused(["train", *flags, "--name", "warmstart"], "--name:", capsys, runs)
+    refused(["compare", "--name", "warmstart", "--runs-dir", runs], "--name:", capsys, runs)
+
+
+def test_compare_and_bench_speed_bound_their_counts(tmp_path, capsys, no_side_effects):
+    """The issue's unbounded counts 10: ``compare --workers 1000`` started one process per
+    run, ``bench-speed --threads 10000`` was accepted."""
+    runs = tmp_path / "runs"
+    refused(["compare", "--workers", "1000", "--runs-dir", runs], "--workers:", capsys, runs)
+    code, _, err = cli(["bench-speed", "--threads", "10000", "--out", runs / "b"], capsys)
+    assert code == 2 and len(error_lines(err)) == 1 and "--threads: expected at most" in err, err
+    assert not runs.exists()
+
+
+def test_bench_speed_quick_keeps_the_sizes_that_were_typed():
+    """The issue's unbounded count 10: ``bench-speed --quick`` silently replaced the
+    ``--lengths`` and ``--big-batch`` that were typed (even ones equal to the defaults); what
+    is not typed takes the quick sizes."""
+    import tyro
+
+    from refimpl.bench.speed import SpeedConfig
+
+    def parse(*argv: str) -> SpeedConfig:
+        return tyro.cli(SpeedConfig, args=list(argv))
+
+    cfg = parse("--quick", "--lengths", "4", "--big-batch", "16", "8", "--repeats", "3")
+    assert (cfg.lengths, cfg.big_batch, cfg.repeats) == ((4,), (16, 8), 3)
+    cfg = parse("--quick", "--lengths", "32", "128")  # the full default, typed
+    assert cfg.lengths == (32, 128) and cfg.big_batch == (64, 32)
+    assert parse().lengths == (32, 128) and parse("--quick").lengths == (8, 16)

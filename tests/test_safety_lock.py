@@ -219,3 +219,79 @@ def test_a_symbolic_link_loop_in_a_runs_dir_is_one_line(tmp_path, capsys, flag):
     assert code == 2 and len(error_lines(err)) == 1 and "Traceback" not in err, err
     assert error_lines(err)[0].startswith(f"refimpl: error: {flag}: {loop}"), err
     assert "symbolic links" in err and sorted(p.name for p in tmp_path.iterdir()) == ["loop"]
+
+
+def lock_is_free(run_dir: Path) -> bool:
+    """No process holds the run's lock (this process can take it, and releases it)."""
+    import fcntl
+
+    fd = os.open(run_dir / "run.lock", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def holder_pid(run_dir: Path) -> int | None:
+    try:
+        return int((run_dir / "run.lock").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+@POSIX
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_a_signal_to_compare_s_process_alone_stops_its_workers(tmp_path, sig):
+    """The issue's signals 19: ``kill -INT`` of ``compare``'s pid (not a terminal's Ctrl-C,
+    which reaches the whole group) never told the running runs to stop, they trained to
+    their last step; SIGTERM or ``kill -9`` left the workers orphaned, holding their locks,
+    and a rerun was blocked. Now the parent forwards SIGINT and SIGTERM to its workers, which
+    stop after a whole step with a checkpoint (exit 128 + the signal); after ``kill -9`` the
+    workers notice the dead parent and stop the same way. Either way no lock stays held."""
+    train = []
+    for flag in tiny_flags(tmp_path, steps=100_000):
+        train.append(flag.replace("--", "--train.", 1) if flag.startswith("--") else flag)
+    i = train.index("--train.runs-dir")
+    del train[i : i + 2]
+    train.remove("--train.no-progress")
+    i = train.index("--train.checkpoint-every")
+    train[i + 1] = "100000"  # only the stop writes a checkpoint
+    argv = ["compare", "--algos", "grpo,dapo", "--seeds", "0", "--workers", "2", "--name", "c"]
+    proc = subprocess.Popen(
+        python_cli(*argv, "--runs-dir", tmp_path, *train),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # signals reach it only from this test
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    runs = [tmp_path / "c" / "grpo-s0", tmp_path / "c" / "dapo-s0"]
+    try:
+        for run in runs:
+            wait_for_steps(proc, run / "metrics.jsonl", 3)
+        os.kill(proc.pid, getattr(signal, sig))
+        if sig != "SIGKILL":
+            _, err = proc.communicate(timeout=120)  # a step and a checkpoint: seconds
+            assert proc.returncode == 128 + getattr(signal, sig), err
+            assert "Traceback" not in err, err
+        else:
+            proc.wait(timeout=60)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(lock_is_free(r) for r in runs):
+            time.sleep(0.5)
+        assert all(lock_is_free(r) for r in runs)
+        for run in runs:  # each stopped after a whole step, with its checkpoint
+            state = json.loads((run / "checkpoint" / "state.json").read_text())
+            assert state["step"] == logged_steps(run)[-1] < 100_000
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=60)
+        for run in runs:  # a worker still training (the failure this test is about)
+            pid = holder_pid(run)
+            if pid is not None and not lock_is_free(run):
+                os.kill(pid, signal.SIGKILL)

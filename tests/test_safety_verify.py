@@ -281,3 +281,126 @@ def test_a_foreign_directory_is_not_offered_resume_or_overwrite(runs, capsys):
     assert code == 2 and len(error_lines(err)) == 1, err
     assert "is not a run" in err and "--resume" not in err and "--overwrite" not in err, err
     assert (foreign / "thesis.tex").read_text() == "three years of work"
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 41: a resume keeps nothing it cannot verify; the warm-start cache is verified.
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hot(runs) -> Path:
+    """A finished 3-step run with settings away from their defaults (the issue's)."""
+    return make_run(runs, "hot", "--temperature", "0.9", "--seed", "3")
+
+
+@pytest.mark.parametrize("key", ["temperature", "seed", "group_size", "warmstart", "task_args"])
+def test_a_key_removed_from_config_json_is_not_its_default_on_resume(runs, hot, capsys, key):
+    """The issue's silent result 3: with ``temperature`` (or 16 other keys) deleted from
+    config.json, ``--resume`` exited 0 and trained at the default (1.0, seed 0). The
+    checkpoint records what the run was made with: a key it has and config.json lacks is
+    refused, naming config.json and the key."""
+    run = copy_run(hot, f"removed-{key}")
+    edit_json(run / "config.json", lambda c: c["train_config"].pop(key))
+    line = refused(runs, run, capsys)
+    assert f"{run / 'config.json'}: train_config.{key}" in line and "is missing" in line, line
+
+
+def test_a_logged_step_beyond_the_run_is_refused_not_dropped(runs, base, capsys):
+    """The issue's unbounded count 10: a metrics line with step 2^70 in a 3-step run was
+    dropped by ``--resume`` without the "line lost" warning (and ``refimpl runs`` printed
+    ``1180591620717411303424/3``)."""
+    run = copy_run(base, "far-step")
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 2**70}) + "\n")
+    line = refused(runs, run, capsys)
+    assert str(run / "metrics.jsonl") in line and "outside the run's 0…3" in line, line
+    code, out, _ = cli(["runs", runs], capsys)
+    row = next(r for r in out.splitlines() if r.startswith("far-step "))
+    assert "damaged: metrics.jsonl: record 5 has step" in row and "/3" not in row, row
+
+
+def test_an_optimizer_state_of_another_model_size_is_refused_before_anything_changes(
+    runs, base, capsys
+):
+    """The issue's silent result 16: an ``optimizer.pt`` of another model size, its sha256
+    fixed in state.json, passed verification; config.json was rewritten and Adam then raised
+    a size mismatch. Its moments are checked against the model's parameters first."""
+    run = copy_run(base, "other-size-adam")
+    file = run / "checkpoint" / "optimizer.pt"
+    state = torch.load(file, weights_only=True)
+    for moments in state["state"].values():
+        for name, value in moments.items():
+            if value.dim():
+                moments[name] = torch.zeros(value.shape[0] + 1, *value.shape[1:])
+    torch.save(state, file)
+    digest = hashlib.sha256(file.read_bytes()).hexdigest()
+    edit_json(
+        run / "checkpoint" / "state.json", lambda s: s["checksums"].update({"optimizer.pt": digest})
+    )
+    line = refused(runs, run, capsys)
+    assert str(file) in line and "does not fit the model" in line, line
+    assert "--fresh-optimizer" in line, line
+
+
+@pytest.fixture
+def own_cache(tmp_path, base) -> Path:
+    """A copy of the shared tiny warm-start cache (``base`` trained it), to damage: its runs
+    directory."""
+    import shutil
+
+    from tests.safety_helpers import warmstart_dir
+
+    shutil.copytree(warmstart_dir() / "warmstart", tmp_path / "ws" / "warmstart")
+    return tmp_path / "ws"
+
+
+def cache_of(ws_runs: Path) -> Path:
+    (cache,) = [p for p in (ws_runs / "warmstart").iterdir() if p.is_dir()]
+    return cache
+
+
+def train_from(ws_runs: Path, runs: Path, name: str, capsys, *extra) -> tuple[int, str]:
+    flags = [*tiny_flags(runs, warmstart=False), "--warmstart.runs-dir", ws_runs]
+    code, _, err = cli(["train", *flags, "--name", name, "--steps", 1, *extra], capsys)
+    return code, err
+
+
+@pytest.mark.parametrize("damage", ["flipped bit", "another task", "21 steps", "no checksum"])
+def test_the_warm_start_cache_is_verified_as_a_checkpoint_is(tmp_path, own_cache, capsys, damage):
+    """The issue's silent result 4: a flipped bit in the cached ``model.safetensors`` was
+    used ("reusing") although its state.json records the sha256; so was another task's
+    model, or a 21-step one, copied in. Each is one line naming the file, exit 1, nothing
+    created; the line says what to do (``--warmstart.force`` retrains it), and that works."""
+    cache = cache_of(own_cache)
+    if damage == "flipped bit":
+        file = cache / "model.safetensors"
+        data = bytearray(file.read_bytes())
+        data[-4] ^= 1
+        file.write_bytes(bytes(data))
+        named = [str(file), "sha256"]
+    elif damage == "no checksum":
+        edit_json(cache / "state.json", lambda s: s.pop("checksums"))
+        named = [str(cache / "state.json"), "records no sha256"]
+    else:
+        other = tmp_path / "other"
+        argv = ["warmstart", "--runs-dir", other, "--no-progress", "--eval-problems", "4"]
+        argv += ["--model.n-layer", "1", "--model.n-embd", "32", "--model.n-head", "2"]
+        argv += ["--batch-size", "64"]
+        if damage == "another task":
+            argv += ["--task", "addition", "--steps", "20"]
+        else:
+            argv += ["--task", "chain", "--task-args", "num_ops=1", "--steps", "21"]
+        assert cli(argv, capsys)[0] == 0
+        for name in ("model.safetensors", "state.json"):
+            (cache / name).write_bytes((cache_of(other) / name).read_bytes())
+        named = [str(cache / "state.json"), "trained with other settings"]
+    code, err = train_from(own_cache, tmp_path / "runs", "verified", capsys)
+    assert code == 1 and len(error_lines(err)) == 1 and "Traceback" not in err, err
+    assert all(n in err for n in named), err
+    assert "--warmstart.force" in err and "reusing" not in err, err
+    assert not (tmp_path / "runs" / "verified").exists()
+    code, err = train_from(own_cache, tmp_path / "runs", "verified", capsys, "--warmstart.force")
+    assert code == 0, err
+    code, err = train_from(own_cache, tmp_path / "runs", "again", capsys)
+    assert code == 0, err

@@ -14,6 +14,7 @@ import pytest
 
 import refimpl.runs.config as config
 import refimpl.runs.rundir as rundir
+import refimpl.runs.runlog as runlog
 import refimpl.runs.settings as settings
 from refimpl.algorithms import grpo
 from refimpl.cli import main
@@ -109,6 +110,14 @@ def count_resolutions(monkeypatch):
         return real_read_text(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "read_text", read_text)
+    real_read_bytes = runlog.read_bytes_bounded  # the run files' bounded reader
+
+    def read_bytes_bounded(path, limit):
+        if Path(path).name == "config.json":
+            counts["config.json read"] += 1
+        return real_read_bytes(path, limit)
+
+    monkeypatch.setattr(runlog, "read_bytes_bounded", read_bytes_bounded)
     return counts
 
 

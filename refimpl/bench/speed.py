@@ -39,45 +39,57 @@ import torch
 from refimpl import algorithms
 from refimpl.bench import format_machine, machine_info, markdown_table
 from refimpl.core import RolloutBatch
+from refimpl.runs.config import check_threads
 
 TARGETS = {"kv_cache_speedup": 3.0, "algo_overhead_frac": 0.05, "trl_speedup": 3.0}
+#: The sizes ``SpeedConfig`` fills in when they are not given: (full, ``--quick``).
+SIZES: dict[str, tuple[Any, Any]] = {
+    "repeats": (5, 2),
+    "rl_steps": (10, 2),
+    "trl_steps": (8, 2),
+    "lengths": ((32, 128), (8, 16)),
+    "big_batch": ((512, 128), (64, 32)),
+}
 
 
 @dataclass
 class SpeedConfig:
     """Speed benchmark (figures are medians over repeats; ratios are measured in one run)."""
 
-    repeats: int = 5
-    """timings per figure (the median is reported)"""
+    repeats: int | None = None
+    """timings per figure, the median is reported (None: 5, or 2 with --quick)"""
     threads: int = 1
     """torch CPU threads for every measurement (ours and TRL's alike)"""
-    rl_steps: int = 10
-    """RL steps timed for the step breakdown (after one warm-up step)"""
-    trl_steps: int = 8
-    """steps timed for each trainer in the TRL comparison (after one warm-up step)"""
+    rl_steps: int | None = None
+    """RL steps timed for the step breakdown, after one warm-up step (None: 10, or 2 with
+    --quick)"""
+    trl_steps: int | None = None
+    """steps timed for each trainer in the TRL comparison, after one warm-up step (None: 8,
+    or 2 with --quick)"""
     trl: bool = True
     """run the TRL comparison (needs the scaleup extra: trl, transformers, datasets)"""
-    lengths: tuple[int, ...] = (32, 128)
-    """response lengths of the sampling benchmark"""
-    big_batch: tuple[int, int] = (512, 128)
-    """B, T of the vectorised-vs-reference comparison"""
+    lengths: tuple[int, ...] | None = None
+    """response lengths of the sampling benchmark (None: 32 128, or 8 16 with --quick)"""
+    big_batch: tuple[int, int] | None = None
+    """B, T of the vectorised-vs-reference comparison (None: 512 128, or 64 32 with --quick)"""
     quick: bool = False
-    """tiny sizes (1-layer d = 32 model, few repeats): checks the report is produced"""
+    """tiny sizes (1-layer d = 32 model, few repeats) for what is not typed: checks the report
+    is produced"""
     out: Path = Path("runs/bench/speed")
     """where report.md and results.json go"""
     runs_dir: Path = Path("runs")
     """where the warm-start cache lives"""
 
     def __post_init__(self) -> None:
-        if self.quick:
-            self.repeats = min(self.repeats, 2)
-            self.rl_steps = min(self.rl_steps, 2)
-            self.trl_steps = min(self.trl_steps, 2)
-            self.lengths = (8, 16)
-            self.big_batch = (64, 32)
+        # What is not given takes the full size, or the quick one: a size that was typed is
+        # kept, --quick or not.
+        for name, (full, quick) in SIZES.items():
+            if getattr(self, name) is None:
+                setattr(self, name, quick if self.quick else full)
         for name in ("repeats", "threads", "rl_steps", "trl_steps"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')}: expected a positive integer")
+        check_threads(self.threads, "--threads")
 
 
 def _median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
@@ -407,7 +419,7 @@ def _trl_problems(ours, steps: int):
     reward function, which scores a completion with the task, as our trainer does."""
     from datasets import Dataset
 
-    from refimpl.runs.config import HELD_OUT_SEED
+    from refimpl.streams import HELD_OUT_SEED
 
     task, N = ours.task, ours.cfg.prompts_per_step
     problems = task.sample(N * steps, np.random.default_rng([HELD_OUT_SEED + 1, 0]))

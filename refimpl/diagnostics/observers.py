@@ -37,8 +37,9 @@ from refimpl import core
 from refimpl.diagnostics.entropy_attribution import EntropyPredictor
 from refimpl.diagnostics.metrics import logp_advantage_covariance
 from refimpl.evaluate import heldout_metrics, probe_snapshot
-from refimpl.runs.config import HELD_OUT_SEED
+from refimpl.runs.runlog import open_no_follow
 from refimpl.sampling import seeded_generator
+from refimpl.streams import held_out_rng
 
 PROBE_SEED = 20_000  # the fixed probe prompts of the entropy snapshots
 EVAL_SEED = 30_000  # the sampled completions of every held-out evaluation
@@ -190,8 +191,7 @@ class HeldOutEvaluation(Observer):
     at step 0, every ``eval_every`` steps and at the end."""
 
     def __init__(self, trainer) -> None:
-        rng = np.random.default_rng([HELD_OUT_SEED, 0])
-        self.problems = trainer.task.sample(trainer.cfg.eval_problems, rng)
+        self.problems = trainer.task.sample(trainer.cfg.eval_problems, held_out_rng())
 
     def start(self, trainer) -> Metrics:
         return self.evaluate(trainer) if trainer.step == 0 else None
@@ -238,7 +238,7 @@ class Probes(Observer):
             temperature=trainer.cfg.temperature,
             generator=seeded_generator(trainer.cfg.seed, PROBE_SEED, device=trainer.device),
         )
-        with open(trainer.run_dir / "probes.jsonl", "a") as f:
+        with open_no_follow(trainer.run_dir / "probes.jsonl", "a") as f:
             f.write(json.dumps({"step": trainer.step, "probes": rows}) + "\n")
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import os
 import re
@@ -40,11 +41,15 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from refimpl.runs.runlog import (
+    CHECKPOINT_FILES,
     LOCK_FILE,
+    MAX_SETTINGS_BYTES,
     RUN_FILES,
+    check_regular_file,
     foreign_files,
     is_run_dir,
     parse_json,
+    read_text_bounded,
     run_dir_damage,
 )
 
@@ -69,10 +74,22 @@ def sha256(file: Path) -> str:
     """The sha256 of ``file``'s bytes, in hex (what ``state.json`` records under
     ``checksums``)."""
     digest = hashlib.sha256()
+    check_regular_file(file)  # a FIFO would block, /dev/zero never end
     with open(file, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _check_file(file: Path) -> None:
+    """``CheckpointError`` naming ``file`` unless it is a regular file (a FIFO would block
+    the reader, a device such as ``/dev/zero`` never end)."""
+    try:
+        check_regular_file(file)
+    except FileNotFoundError:
+        raise CheckpointError(f"{file}: missing") from None
+    except OSError as err:
+        raise CheckpointError(f"{file}: damaged ({err.strerror or err})") from None
 
 
 def check_weights_file(path: Path) -> None:
@@ -81,8 +98,7 @@ def check_weights_file(path: Path) -> None:
     from safetensors import safe_open
 
     file = Path(path) / "model.safetensors"
-    if not file.exists():
-        raise CheckpointError(f"{file}: missing")
+    _check_file(file)
     try:
         with safe_open(str(file), framework="pt") as f:
             f.keys()
@@ -131,6 +147,7 @@ def save_checkpoint(
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     old = path.with_name(path.name + ".old")
+    check_replaceable(path)
     # safetensors refuses tensors that share memory (the tied head): store each name once.
     weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     bad = _non_finite(weights)
@@ -156,7 +173,12 @@ def save_checkpoint(
         save_file(weights, str(file), metadata={"tied": json.dumps(tied)})
         if optimizer is not None:
             file = tmp / "optimizer.pt"
-            torch.save(optimizer.state_dict(), file)
+            # Serialised in memory, written by Python: a full disk is then an OSError naming
+            # the file (torch's own writer raises a RuntimeError that names no cause).
+            buffer = io.BytesIO()
+            torch.save(optimizer.state_dict(), buffer)
+            with open(file, "wb") as f:
+                f.write(buffer.getbuffer())
         checksums = {f.name: sha256(f) for f in sorted(tmp.iterdir())}
         file = tmp / "state.json"
         file.write_text(json.dumps({**state, "checksums": checksums}, indent=2, default=str))
@@ -183,6 +205,35 @@ def save_checkpoint(
         os.replace(path, old)
     os.replace(tmp, path)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def check_replaceable(path: Path) -> None:
+    """``CheckpointError`` unless a save may replace the checkpoint ``path``: neither it nor
+    its ``.tmp`` and ``.old`` is a symbolic link (the renames would move the link and leave
+    the next save failing on it), and none holds anything but a checkpoint's files (the swap
+    deletes the old directory whole). Nothing is changed."""
+    path = Path(path)
+    for candidate in (path, path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")):
+        if candidate.is_symlink():
+            raise CheckpointError(
+                f"{candidate}: a symbolic link (to {os.readlink(candidate)}), which a save "
+                "would rename and delete through: replace it by the directory itself, or "
+                "remove it"
+            )
+        if candidate.is_dir():
+            foreign = sorted(
+                f"{candidate.name}/{p.name}" + ("/" if p.is_dir() else "")
+                for p in candidate.iterdir()
+                if p.name not in CHECKPOINT_FILES or p.is_symlink() or not p.is_file()
+            )
+            if foreign:
+                raise CheckpointError(
+                    f"{candidate}: holds what a checkpoint does not ({', '.join(foreign[:5])}"
+                    f"{', …' if len(foreign) > 5 else ''}), which the next save would delete: "
+                    "move it out of the checkpoint directory"
+                )
+        elif candidate.exists():
+            raise CheckpointError(f"{candidate}: a file where a checkpoint directory goes")
 
 
 def find_checkpoint(path: Path, *, warn: bool = True) -> Path | None:
@@ -215,8 +266,7 @@ def _check_checksum(path: Path, name: str, state: dict[str, Any]) -> None:
             f"{Path(path) / 'state.json'}: records no sha256 of {name} (damaged or edited?), "
             f"so {file} cannot be verified: restore state.json"
         )
-    if not file.exists():
-        raise CheckpointError(f"{file}: missing")
+    _check_file(file)
     if sha256(file) != recorded[name]:
         raise CheckpointError(
             f"{file}: damaged (its sha256 differs from the one {file.parent.name}/state.json "
@@ -231,21 +281,11 @@ def load_model_weights(
 
     ``state``: the checkpoint's ``state.json``, whose checksum the file must match. Weights
     that are not finite are refused, naming the file."""
-    from safetensors import safe_open
-
     file = Path(path) / "model.safetensors"
-    if not file.exists():
-        raise CheckpointError(f"{file}: missing")
+    _check_file(file)
     if state is not None:
         _check_checksum(path, "model.safetensors", state)
-    weights = read_weights(path)
-    try:
-        with safe_open(str(file), framework="pt") as f:
-            tied = json.loads((f.metadata() or {}).get("tied", "{}"))
-        for name, source in tied.items():
-            weights[name] = weights[source]
-    except Exception as err:  # safetensors raises its own error types for damaged files
-        raise CheckpointError(f"{file}: damaged ({_one_line(err)})") from None
+    weights = _weights_with_tied(path)
     try:
         model.load_state_dict(weights)
     except RuntimeError as err:
@@ -254,10 +294,42 @@ def load_model_weights(
         ) from None
 
 
+def _weights_with_tied(path: Path) -> dict[str, torch.Tensor]:
+    """``read_weights`` with the tied names (stored once) filled in, as ``state_dict`` has
+    them."""
+    from safetensors import safe_open
+
+    file = Path(path) / "model.safetensors"
+    weights = read_weights(path)
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            tied = json.loads((f.metadata() or {}).get("tied", "{}"))
+        for name, source in tied.items():
+            weights[name] = weights[source]
+    except Exception as err:  # safetensors raises its own error types for damaged files
+        raise CheckpointError(f"{file}: damaged ({_one_line(err)})") from None
+    return weights
+
+
+def check_weights_fit(weights: dict[str, torch.Tensor], model: torch.nn.Module, file: Path) -> None:
+    """``CheckpointError`` naming ``file`` unless ``weights`` has exactly ``model``'s tensors,
+    each of its shape (compared without loading: ``model`` may live on the meta device)."""
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    found = {name: tuple(t.shape) for name, t in weights.items()}
+    for name in sorted(expected.keys() | found.keys()):
+        if expected.get(name) != found.get(name):
+            raise CheckpointError(
+                f"{file}: does not fit the model (another model size?): {name} is "
+                f"{list(found[name]) if name in found else 'missing'}, the model's "
+                f"{list(expected[name]) if name in expected else 'not one of its tensors'}"
+            )
+
+
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of ``path/model.safetensors``, refused (``CheckpointError`` naming the
     file) when it is damaged or holds NaN or inf: such weights come from a diverged run."""
     file = Path(path) / "model.safetensors"
+    _check_file(file)
     try:
         weights = load_file(str(file))
     except FileNotFoundError:
@@ -277,11 +349,13 @@ def read_state(path: Path) -> dict[str, Any]:
     """The ``state.json`` of the checkpoint directory ``path``."""
     file = Path(path) / "state.json"
     try:
-        state = parse_json(file.read_text())
+        state = parse_json(read_text_bounded(file, MAX_SETTINGS_BYTES))
     except FileNotFoundError:
         raise CheckpointError(f"{file}: missing") from None
     except (ValueError, UnicodeDecodeError):
         raise CheckpointError(f"{file}: damaged (not valid JSON)") from None
+    except OSError as err:  # a directory, a FIFO, too large, unreadable
+        raise CheckpointError(f"{file}: damaged ({err.strerror or err})") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{file}: damaged (not a JSON object)")
     return state
@@ -289,8 +363,7 @@ def read_state(path: Path) -> dict[str, Any]:
 
 def _load_optimizer_state(path: Path, state: dict[str, Any] | None = None) -> dict[str, Any]:
     file = Path(path) / "optimizer.pt"
-    if not file.exists():
-        raise CheckpointError(f"{file}: missing")
+    _check_file(file)
     if state is not None:
         _check_checksum(path, "optimizer.pt", state)
     try:
@@ -312,11 +385,16 @@ def _load_optimizer_state(path: Path, state: dict[str, Any] | None = None) -> di
     return loaded
 
 
-def check_optimizer_file(path: Path, state: dict[str, Any] | None = None) -> None:
+def check_optimizer_file(
+    path: Path, state: dict[str, Any] | None = None, params: list | None = None
+) -> None:
     """``CheckpointError`` naming ``path/optimizer.pt`` when it is missing, unreadable, not
-    finite or not the file ``state`` recorded the checksum of."""
+    finite, not the file ``state`` recorded the checksum of, or (``params``: the model's
+    parameters, in order) not a state of those parameters (``check_optimizer_fits``)."""
     try:
-        _load_optimizer_state(path, state)
+        loaded = _load_optimizer_state(path, state)
+        if params is not None:
+            check_optimizer_fits(loaded, params, Path(path) / "optimizer.pt")
     except CheckpointError as err:
         raise CheckpointError(f"{err}; {FRESH_OPTIMIZER_HINT}") from None
 
@@ -324,15 +402,50 @@ def check_optimizer_file(path: Path, state: dict[str, Any] | None = None) -> Non
 FRESH_OPTIMIZER_HINT = "pass --fresh-optimizer to continue with a fresh optimizer state"
 
 
-def verify_checkpoint(path: Path, *, optimizer: bool = True) -> dict[str, Any]:
+def check_optimizer_fits(state_dict: Any, params: list, file: Path | str = "optimizer.pt") -> None:
+    """``CheckpointError`` naming ``file`` unless the saved optimizer state ``state_dict`` is
+    one of ``params`` (an optimizer's parameters, in order): as many parameters, and every
+    per-parameter tensor of its state (Adam's moments) of its parameter's shape.
+    ``Optimizer.load_state_dict`` checks only the counts, so an ``optimizer.pt`` of another
+    model size loaded, and the first step raised a size mismatch after the run's files had
+    been rewritten."""
+    saved = state_dict.get("state") if isinstance(state_dict, dict) else None
+    groups = state_dict.get("param_groups") if isinstance(state_dict, dict) else None
+    if not isinstance(saved, dict) or not isinstance(groups, list):
+        raise CheckpointError(f"{file}: damaged (not an optimizer state)")
+    ids = [i for g in groups if isinstance(g, dict) for i in g.get("params", [])]
+    if len(ids) != len(params):
+        raise CheckpointError(
+            f"{file}: does not fit the model (a state of {len(ids)} parameters, the model has "
+            f"{len(params)}: another model size?)"
+        )
+    for index, param in zip(ids, params):
+        for name, value in (saved.get(index) or {}).items():
+            if isinstance(value, torch.Tensor) and value.dim() and value.shape != param.shape:
+                raise CheckpointError(
+                    f"{file}: does not fit the model (its {name} of parameter {index} has "
+                    f"shape {list(value.shape)}, the parameter {list(param.shape)}: another "
+                    "model size?)"
+                )
+
+
+def verify_checkpoint(
+    path: Path, *, optimizer: bool = True, model: torch.nn.Module | None = None
+) -> dict[str, Any]:
     """Read every file of the checkpoint ``path`` without changing anything: ``state.json``,
     the weights (checksum, finite) and, with ``optimizer``, ``optimizer.pt`` (checksum,
-    finite). Returns the state; ``CheckpointError`` naming the first bad file."""
+    finite). ``model``: the model they must fit (it may live on the meta device: shapes are
+    compared, nothing is loaded), the weights' tensors and the optimizer's moments. Returns
+    the state; ``CheckpointError`` naming the first bad file."""
     state = read_state(path)
     _check_checksum(path, "model.safetensors", state)
-    read_weights(path)
+    if model is None:
+        read_weights(path)
+    else:
+        check_weights_fit(_weights_with_tied(path), model, Path(path) / "model.safetensors")
     if optimizer:
-        check_optimizer_file(path, state)
+        params = None if model is None else list(model.parameters())
+        check_optimizer_file(path, state, params)
     return state
 
 
@@ -353,6 +466,8 @@ def load_checkpoint(
     if optimizer is not None:
         try:
             state_dict = _load_optimizer_state(path, state)
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            check_optimizer_fits(state_dict, params, path / "optimizer.pt")
             try:
                 optimizer.load_state_dict(state_dict)
             except Exception as err:  # another optimizer or model: not this run's state
@@ -424,6 +539,9 @@ __all__ = [
     "CheckpointWriteError",
     "check_deletable",
     "check_optimizer_file",
+    "check_optimizer_fits",
+    "check_weights_fit",
+    "check_replaceable",
     "check_weights_file",
     "find_checkpoint",
     "load_checkpoint",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import os
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -26,7 +28,9 @@ from refimpl.runs import presets
 from refimpl.runs.config import AlgoName, TrainConfig, run_warmstart
 from refimpl.runs.progress import progress
 from refimpl.runs.rundir import check_name, check_runs_dir, preflight
-from refimpl.runs.runlog import is_run_dir, read_metrics
+from refimpl.runs.runlog import is_run_dir, open_no_follow, read_metrics
+from refimpl.runs.stop import Interrupted, StopRequest
+from refimpl.streams import SEED_MAX
 from refimpl.train import train
 from refimpl.warmstart import train_warmstart
 
@@ -87,8 +91,10 @@ class CompareConfig:
             raise ValueError(
                 f"--seeds: expected comma-separated integers, got {self.seeds!r}"
             ) from None
-        if not seeds or min(seeds) < 0:
-            raise ValueError(f"--seeds: expected comma-separated integers ≥ 0, got {self.seeds!r}")
+        if not seeds or min(seeds) < 0 or max(seeds) > SEED_MAX:
+            raise ValueError(
+                f"--seeds: expected comma-separated integers in [0, {SEED_MAX}], got {self.seeds!r}"
+            )
         _refuse_duplicates(seeds, seeds, "--seeds")
         return seeds
 
@@ -97,6 +103,12 @@ class CompareConfig:
         if self.workers < 0:
             raise ValueError(
                 f"--workers: expected an integer ≥ 0 (0: one per core), got {self.workers}"
+            )
+        cores = os.cpu_count() or 1
+        if self.workers > cores:
+            raise ValueError(
+                f"--workers: expected at most {cores} (the CPU cores of this machine: each "
+                f"worker is a process training one run on one thread), got {self.workers}"
             )
         check_name(self.name, self.root.parent)
         check_runs_dir(self.root.parent)
@@ -118,22 +130,98 @@ def _refuse_duplicates(keys: list, given: list, flag: str) -> None:
             )
 
 
+# Signals. The workers run in a process group of their own, so a terminal's Ctrl-C (sent to
+# its foreground group) reaches the parent alone, and the parent forwards every SIGINT and
+# SIGTERM it gets to each worker, once: ``kill -INT`` or ``kill -TERM`` of the parent's pid
+# stops the runs exactly as Ctrl-C does (after a whole step and its checkpoint; a second one
+# at once). A worker whose parent has died (``kill -9``) notices within ``PARENT_POLL_S``
+# seconds and stops the same way, so no orphan keeps training and holding a run's lock.
+
+#: How often a worker looks whether its parent is still alive, in seconds.
+PARENT_POLL_S = 1.0
+
 #: In a worker process: the parent's event "stop, do not start another run" (Ctrl-C).
 _STOP = None
+#: In a worker process: whether a run is in progress, and the signal that asked to stop.
+_IN_RUN = False
+_SIGNALLED: int | None = None
 
 
 def _init_worker(stop) -> None:
     global _STOP
     _STOP = stop
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()  # out of the terminal's group: its Ctrl-C reaches the parent, once
+    for sig in StopRequest.SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # started immune to it: stay so
+            signal.signal(sig, _worker_signal)
+    parent = os.getppid()
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _worker_signal(signum, frame) -> None:
+    """A stop between runs: no run starts after it; one starting up (before its own
+    ``StopRequest`` takes the signals) stops there, as Ctrl-C would stop it."""
+    global _SIGNALLED
+    _SIGNALLED = signum
+    if _IN_RUN:
+        raise KeyboardInterrupt
+
+
+def _watch_parent(parent: int) -> None:
+    """When the parent dies, stop as a signal from it would (the run in progress ends after
+    its step, with a checkpoint), then end the process once no run is in progress."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os.kill(os.getpid(), signal.SIGTERM)
+    while _IN_RUN:
+        time.sleep(PARENT_POLL_S)
+    os._exit(128 + signal.SIGTERM)
 
 
 def _worker(cfg: TrainConfig) -> str | None:
     import torch
 
-    if _STOP is not None and _STOP.is_set():
-        return None  # stopped before this run began: --train.resume starts it later
-    torch.set_num_threads(1)
-    return str(train(cfg))
+    global _IN_RUN
+    _IN_RUN = True  # before the checks: a signal from here on stops the run
+    try:
+        if _SIGNALLED is not None or (_STOP is not None and _STOP.is_set()):
+            return None  # stopped before this run began: --train.resume starts it later
+        torch.set_num_threads(1)
+        return str(train(cfg))
+    finally:
+        _IN_RUN = False
+
+
+class _ForwardSignals:
+    """In the parent, while its workers run: SIGINT and SIGTERM set ``stop`` (no run starts
+    after them), are sent on to every worker, and raise ``Interrupted`` here. A signal the
+    parent was started immune to (SIG_IGN) stays ignored; outside the main thread, nothing
+    changes."""
+
+    def __init__(self, stop) -> None:
+        self.stop, self.pool, self._previous = stop, None, {}
+
+    def __enter__(self) -> _ForwardSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in StopRequest.SIGNALS:
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.stop.set()
+        # The executor's own table of its processes: the one record of the workers' pids.
+        for pid in list(getattr(self.pool, "_processes", None) or {}):
+            try:
+                os.kill(pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+        raise Interrupted(f"compare stopped by signal {signum}", signum)
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def run_in_workers(
@@ -157,9 +245,15 @@ def run_in_workers(
         return
     context = mp.get_context("spawn")
     stop = context.Event()
-    with ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_init_worker, initargs=(stop,)
-    ) as pool:
+    # The signals are forwarded until the pool has shut down (its exit waits for the runs in
+    # progress to write their checkpoints; a second signal then stops them at once).
+    with (
+        _ForwardSignals(stop) as forward,
+        ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_init_worker, initargs=(stop,)
+        ) as pool,
+    ):
+        forward.pool = pool
         pending = {pool.submit(_worker, r) for r in runs}
         try:
             while pending:
@@ -244,7 +338,8 @@ def compare(
     dirs = [r.run_dir for r in runs]
     figure = plot_compare(dirs, root / "compare.png")
     table = format_table(summary_table(dirs, cfg.target), cfg.target)
-    (root / "summary.txt").write_text(table + f"\n\nwall time: {elapsed:.0f} s\n")
+    with open_no_follow(root / "summary.txt", "w") as f:
+        f.write(table + f"\n\nwall time: {elapsed:.0f} s\n")
     return dirs, figure, table
 
 

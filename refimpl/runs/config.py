@@ -18,19 +18,17 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, NamedTuple
 
-import numpy as np
 import torch
 
 from refimpl import algorithms
 from refimpl.runs.overrides import parse_overrides
-from refimpl.runs.runlog import parse_json
+from refimpl.runs.runlog import MAX_SETTINGS_BYTES, parse_json, read_text_bounded
 from refimpl.runs.settings import RunWarmstartConfig, TaskName, parse_task_args
-from toy_envs import TASK_NAMES, TOKENIZER, get_task
+from refimpl.streams import SEED_MAX, held_out_rng
+from toy_envs import TASK_NAMES, TOKENIZER, get_task, tasks
 
 #: ``--algo`` choices, listed by ``--help`` (built from the registry: new algorithms appear).
 AlgoName = Literal[algorithms.NAMES]  # type: ignore[valid-type]
-
-HELD_OUT_SEED = 10_000  # problems of the held-out set come from default_rng([10_000, 0])
 
 
 @dataclass
@@ -150,6 +148,17 @@ def algorithm_config(
             raise ValueError(
                 f"{cfg.run_dir / 'config.json'}: algo_config does not fit {cfg.algo}.Config ({err})"
             ) from None
+    try:
+        return _overridden_config(cfg, algo, max_new_tokens)
+    except ValueError as err:  # the Config's own check names its field: name the flag too
+        message = str(err)
+        raise ValueError(
+            message if message.startswith("--") else f"--algo-args: {message}"
+        ) from None
+
+
+def _overridden_config(cfg: TrainConfig, algo: ModuleType, max_new_tokens: int):
+    """The algorithm's defaults with ``--algo-args`` applied (``algorithm_config``)."""
     defaults = {f.name: f.default for f in dataclasses.fields(algo.Config)}
     overrides = parse_overrides(cfg.algo_args, defaults, "--algo-args")
     return algo.Config(**overrides).for_generation_budget(max_new_tokens)
@@ -213,21 +222,37 @@ def _check_batch_and_optimiser(cfg: TrainConfig) -> None:
             f"--lr: expected a learning rate ≤ {LR_LIMIT:.3g} (Adam's first step, lr/(1−β₁), "
             f"must fit in float32), got {cfg.lr}"
         )
+    if cfg.ppo_epochs > PPO_EPOCHS_MAX:
+        raise ValueError(
+            f"--ppo-epochs: expected at most {PPO_EPOCHS_MAX} passes over a rollout (each is "
+            f"a forward and backward pass of the whole batch, and a stop waits for the step "
+            f"to end), got {cfg.ppo_epochs}"
+        )
     if not cfg.grad_clip > 0:  # ≤ 0 would flip (< 0) or zero (= 0) every gradient; inf: no clip
         raise ValueError(f"--grad-clip: expected a positive max gradient norm, got {cfg.grad_clip}")
-    if cfg.seed < 0:
-        raise ValueError(f"--seed: expected an integer ≥ 0, got {cfg.seed}")
+    if not 0 <= cfg.seed <= SEED_MAX:
+        raise ValueError(
+            f"--seed: expected an integer in [0, {SEED_MAX}] (its stream key is one 32-bit "
+            f"word: refimpl.streams), got {cfg.seed}"
+        )
 
 
 def _check_sampling_and_machine(cfg: TrainConfig) -> torch.device:
     if cfg.dtype not in ("float32", "bfloat16"):
         raise ValueError(f"--dtype: expected float32 or bfloat16, got {cfg.dtype!r}")
-    if not (cfg.temperature > 0 and math.isfinite(cfg.temperature)):
-        raise ValueError(f"--temperature: expected > 0, got {cfg.temperature}")
+    if not (cfg.temperature >= TEMPERATURE_MIN and math.isfinite(cfg.temperature)):
+        raise ValueError(
+            f"--temperature: expected a finite value ≥ {TEMPERATURE_MIN:g} (logits / τ must fit "
+            f"in float32), got {cfg.temperature}"
+        )
     if cfg.top_k is not None and cfg.top_k < 1:
         raise ValueError(f"--top-k: expected an integer ≥ 1 (or None: no top-k), got {cfg.top_k}")
-    if cfg.top_p is not None and not 0 < cfg.top_p <= 1:
-        raise ValueError(f"--top-p: expected 0 < p ≤ 1 (or None: no nucleus), got {cfg.top_p}")
+    if cfg.top_p is not None and not TOP_P_MIN <= cfg.top_p <= 1:
+        raise ValueError(
+            f"--top-p: expected {TOP_P_MIN:.3g} ≤ p ≤ 1 (float32's smallest normal value; a "
+            f"smaller p is 0 in float32 and drops every token; or None: no nucleus), got "
+            f"{cfg.top_p}"
+        )
     if cfg.resample_rounds < 0:
         raise ValueError(f"--resample-rounds: expected an integer ≥ 0, got {cfg.resample_rounds}")
     if cfg.probe_every < 0:
@@ -265,7 +290,7 @@ def _check_completion_budget(cfg: TrainConfig, task, warmstart) -> int:
     # The warm start trains on the run's task: its flags are checked under their full names.
     warmstart.check("--warmstart.")
     max_new_tokens = task.max_new_tokens if cfg.max_new_tokens is None else cfg.max_new_tokens
-    probe = task.sample(8, np.random.default_rng([HELD_OUT_SEED, 0]))
+    probe = task.sample(8, held_out_rng())
     needed = max(len(TOKENIZER.encode(task.reference_solution(p), add_eos=True)) for p in probe)
     if max_new_tokens < needed:
         raise ValueError(
@@ -295,6 +320,17 @@ def _check_run_length_and_intervals(cfg: TrainConfig) -> None:
             raise ValueError(f"{name}: expected a positive integer, got {sub}")
 
 
+#: The smallest ``--temperature``: the sampler and the loss divide the logits by it in
+#: float32, so logits of magnitude up to 3.4e8 still give finite scaled logits (below about
+#: 1e-4 sampling is greedy anyway); 1e-40 was inf, and the run failed after it had started.
+TEMPERATURE_MIN = 1e-30
+#: The smallest ``--top-p``: float32's smallest normal value (the nucleus keeps the most
+#: likely token; 1e-46 rounds to 0 in float32, and every token was dropped).
+TOP_P_MIN = float(torch.finfo(torch.float32).tiny)
+#: The most ``--ppo-epochs``: passes over one rollout (PPO's papers take 1 to 10); a stop
+#: (Ctrl-C, SIGTERM) waits for the step in progress, so a step must end.
+PPO_EPOCHS_MAX = 1000
+
 #: The largest ``--lr``: torch's Adam takes a first step of ``lr / (1 − β₁)`` = 10·lr, which
 #: must fit in float32 (a larger one is an overflow traceback, not a diverged run).
 LR_LIMIT = float(torch.finfo(torch.float32).max) * (1 - 0.9)
@@ -315,8 +351,9 @@ def check_threads(threads: int | None, flag: str) -> None:
 # naming the flag and the memory estimate (not killed by the kernel an hour later).
 # ---------------------------------------------------------------------------------------------
 
-#: Rough bytes per held-out problem object (its prompt and answer strings, the numbers).
-PROBLEM_BYTES = 1024
+#: Rough bytes per held-out problem object: the size ``toy_envs`` bounds ``Task.sample`` by,
+#: so a size flag this estimate lets through is one the task draws.
+PROBLEM_BYTES = tasks.PROBLEM_BYTES
 
 
 def memory_budget(device: str) -> tuple[int, str] | None:
@@ -579,7 +616,7 @@ def load_config_file(
     (``apply_algo_config``); a resumed run reads it from its checkpoint instead."""
     path = Path(path)
     try:
-        data = parse_json(path.read_text())
+        data = parse_json(read_text_bounded(path, MAX_SETTINGS_BYTES))
     except FileNotFoundError:
         raise ValueError(f"{flag}: {path}: no such file") from None
     except (ValueError, UnicodeDecodeError):
@@ -638,7 +675,7 @@ def apply_algo_config(cfg: TrainConfig, section: Any, source: str) -> TrainConfi
     args = (*kept, *(f"{k}={_override_text(v)}" for k, v in changed.items()))
     cfg = dataclasses.replace(cfg, algo_args=args)
     try:
-        algorithm_config(cfg, algo, budget)
+        _overridden_config(cfg, algo, budget)
     except ValueError as err:
         raise ValueError(f"{source}: algo_config: {err}") from None
     return cfg

@@ -13,21 +13,27 @@ once its lock is held, so there is no window between a check and the write it al
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import socket
+import stat
 import time
 import warnings
 from pathlib import Path, PurePath
 from typing import Any, NamedTuple
 
+import torch
+
 from refimpl.runs import numerics
 from refimpl.runs.checkpoint import (
     CheckpointError,
     check_deletable,
+    check_replaceable,
     find_checkpoint,
     load_checkpoint,
     prepare_run_dir,
+    read_state,
     save_checkpoint,
     verify_checkpoint,
 )
@@ -35,11 +41,14 @@ from refimpl.runs.config import Plan, TrainConfig, algorithm_config, config_dict
 from refimpl.runs.runlog import (
     LOCK_FILE,
     TornLineWarning,
+    check_regular_file,
     fsync_file,
     is_run_dir,
     read_metrics,
     read_probes,
     read_run_config,
+    read_text_bounded,
+    refuse_links,
     run_dir_damage,
     versions,
     write_jsonl,
@@ -135,12 +144,35 @@ def _name_max(directory: Path) -> int:
         return 255
 
 
+#: The name of the warm-start cache inside a runs directory (``<runs_dir>/warmstart/``):
+#: never a run's, in any runs directory (a later run there would put its cache inside it).
+WARMSTART_DIR = "warmstart"
+
+
+def unprintable(text: str) -> str | None:
+    """The first character of ``text`` that a terminal does not print as itself (a newline,
+    a tab, an escape, a control or format character: ``str.isprintable``), or None."""
+    return next((c for c in text if not c.isprintable()), None)
+
+
 def check_name(name: str | None, runs_dir: Path, flag: str = "--name") -> None:
     """``ValueError`` naming ``flag`` unless ``name`` is one path component: not empty, not
-    ``.`` or ``..``, no ``/`` (or the platform's separator), short enough for the file
-    system. None (the default name) passes."""
+    ``.`` or ``..``, no ``/`` (or the platform's separator), printable (no newline or escape:
+    it is printed), not the warm-start cache's, short enough for the file system. None (the
+    default name) passes."""
     if name is None:
         return
+    bad = unprintable(name)
+    if bad is not None:
+        raise ValueError(
+            f"{flag}: expected a name of printable characters (it is printed, and a newline or "
+            f"an escape would reach the terminal), got {name!r} (with {bad!r})"
+        )
+    if name.casefold() == WARMSTART_DIR:
+        raise ValueError(
+            f"{flag}: expected another name: {name!r} is the warm-start cache's directory in "
+            "every runs directory (<runs_dir>/warmstart/)"
+        )
     separators = {"/", os.sep, os.altsep} - {None}
     if (
         not name.strip()
@@ -164,6 +196,12 @@ def check_name(name: str | None, runs_dir: Path, flag: str = "--name") -> None:
 def check_runs_dir(runs_dir: Path, flag: str = "--runs-dir") -> None:
     """``ValueError`` naming ``flag`` when ``runs_dir`` (or the nearest part of it that
     exists) is a file, or a part of it is too long a name."""
+    bad = unprintable(str(runs_dir))
+    if bad is not None:
+        raise ValueError(
+            f"{flag}: expected a path of printable characters (it is printed, and a newline or "
+            f"an escape would reach the terminal), got {str(runs_dir)!r} (with {bad!r})"
+        )
     path = Path(runs_dir).absolute()
     longest = _name_max(path)
     for part in path.parts[1:]:
@@ -233,8 +271,8 @@ def _try_lock(fd: int) -> bool:
 def _holder(path: Path) -> str:
     """Who holds the lock file ``path``, as its holder wrote it (``pid N on HOST since T``)."""
     try:
-        text = path.read_text().strip()
-    except OSError:
+        text = read_text_bounded(path, 4096).strip()
+    except (OSError, UnicodeDecodeError):
         text = ""
     return text or "a process that did not say which"
 
@@ -252,7 +290,7 @@ class RunLock:
         """Lock ``run_dir`` (which must exist), creating its lock file if need be; a
         ``RunDirLocked`` naming ``flag`` when another process holds it."""
         path = Path(run_dir) / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(path, os.O_RDWR | os.O_CREAT, flag)
         # A few tries: another process's ``check_not_locked`` holds the lock for a moment;
         # a run holds it for as long as it trains.
         for attempt in range(ACQUIRE_TRIES):
@@ -284,6 +322,32 @@ class RunLock:
         self.release()
 
 
+def _open_lock_file(path: Path, flags: int, flag: str) -> int:
+    """A descriptor of the lock file ``path``: never through a symbolic link (the holder
+    writes its pid into the file), never blocking (a FIFO), and only of a regular file;
+    ``ValueError`` naming ``flag`` and the file otherwise."""
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as err:
+        if err.errno == errno.ELOOP or path.is_symlink():
+            raise ValueError(
+                f"{flag}: {path} is a symbolic link (to {os.readlink(path)}), which refimpl "
+                "never writes through: remove it (a run's lock file is its own)"
+            ) from None
+        raise
+    try:
+        check_regular_file(path)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+    except OSError as err:
+        os.close(fd)
+        raise ValueError(
+            f"{flag}: {path} is not a regular file ({err.strerror or err}): remove it"
+        ) from None
+    return fd
+
+
 def _locked_error(run_dir: Path, flag: str) -> RunDirLocked:
     return RunDirLocked(
         f"{flag}: {run_dir} is in use by another refimpl process ({_holder(run_dir / LOCK_FILE)}); "
@@ -299,10 +363,9 @@ def check_not_locked(cfg: TrainConfig) -> None:
     """``RunDirLocked`` when another process holds the run directory's lock; changes
     nothing (the lock file is opened read-only and only if it exists)."""
     path = cfg.run_dir / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # no lock file (a new run, or one of an older version): not locked
-        return
+    if not (path.exists() or path.is_symlink()):
+        return  # no lock file (a new run, or one of an older version): not locked
+    fd = _open_lock_file(path, os.O_RDONLY, _flag_of(cfg))
     try:
         if not _try_lock(fd):
             raise _locked_error(cfg.run_dir, _flag_of(cfg))
@@ -409,9 +472,10 @@ def verify_resume(cfg: TrainConfig, saved: dict[str, Any]) -> None:
     naming the file that is wrong; fills in ``saved["algo_config"]`` from the checkpoint
     when config.json lost it."""
     run_dir = cfg.run_dir
-    logged = _logged_step(run_dir)
-    checkpoint = find_checkpoint(run_dir / "checkpoint", warn=False)
     tc = saved["train_config"]
+    metrics = _read_logs(run_dir)
+    logged = max((r["step"] for r in metrics), default=0)
+    checkpoint = find_checkpoint(run_dir / "checkpoint", warn=False)
     if checkpoint is None:
         every = tc.get("checkpoint_every", cfg.checkpoint_every)
         if logged >= every:
@@ -419,9 +483,19 @@ def verify_resume(cfg: TrainConfig, saved: dict[str, Any]) -> None:
                 f"{run_dir / 'checkpoint'}: missing, although the run logged step {logged} "
                 f"(a checkpoint every {every} steps); --overwrite starts it again"
             )
+        # Nothing to check the settings against: each must be in config.json (the run starts
+        # again from step 0 with them; a key removed would silently become its default).
+        defaults = _flatten(config_dict(TrainConfig()))
+        _check_no_setting_missing(defaults, tc, run_dir, "its default is")
+        _check_steps_within(metrics, tc, run_dir)
         return
     state_file = checkpoint / "state.json"
-    state = verify_checkpoint(checkpoint, optimizer=not cfg.fresh_optimizer)
+    made_with = read_state(checkpoint).get("train_config")
+    if isinstance(made_with, dict):  # first: a setting lost would make the rest look wrong
+        _check_no_setting_missing(_flatten(made_with), tc, run_dir, "the checkpoint was made with")
+    with torch.device("meta"):  # the run's model, its shapes only: no memory, no random draw
+        model = cfg.warmstart.model.build()
+    state = verify_checkpoint(checkpoint, optimizer=not cfg.fresh_optimizer, model=model)
     step, tokens = state.get("step"), state.get("sampled_tokens")
     if not isinstance(step, int) or isinstance(step, bool):
         raise CheckpointError(f"{state_file}: damaged (no step)")
@@ -434,19 +508,62 @@ def verify_resume(cfg: TrainConfig, saved: dict[str, Any]) -> None:
     if cfg.steps < step:
         raise ValueError(f"--steps: the run is already at step {step}; expected ≥ {step}")
     _check_made_with(state, saved, state_file, run_dir / "config.json")
+    _check_steps_within(metrics, tc, run_dir)
 
 
-def _logged_step(run_dir: Path) -> int:
-    """The last step ``metrics.jsonl`` logged (0: none), after reading both logs whole."""
+def _read_logs(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of ``metrics.jsonl``, after reading both logs whole."""
     try:
         metrics = read_metrics(run_dir, missing_ok=True)
         read_probes(run_dir)
     except ValueError as err:  # garbage lines, steps out of order: the history is not readable
-        raise CheckpointError(
-            f"{err}; the run cannot be resumed from it: repair or restore the file, or "
-            "--overwrite starts the run again"
-        ) from None
-    return max((r["step"] for r in metrics), default=0)
+        raise CheckpointError(f"{err}; {_LOG_WAY_OUT}") from None
+    return metrics
+
+
+_LOG_WAY_OUT = (
+    "the run cannot be resumed from it: repair or restore the file, or --overwrite starts "
+    "the run again"
+)
+
+
+def _check_steps_within(metrics: list[dict[str, Any]], tc: dict[str, Any], run_dir: Path) -> None:
+    try:
+        steps_outside(metrics, tc.get("steps", TrainConfig.steps), run_dir / "metrics.jsonl")
+    except ValueError as err:
+        raise CheckpointError(f"{err}; {_LOG_WAY_OUT}") from None
+
+
+def steps_outside(records: list[dict[str, Any]], length: Any, path: Path) -> None:
+    """``ValueError`` naming ``path`` and the record when a step of ``records`` lies outside
+    the run's ``0 … length`` (a run logs step 0's evaluation and steps 1 … its ``--steps``;
+    config.json records a resumed run's new length before it logs a step past the old one):
+    such a line was edited or damaged, and a resume would drop it without a word."""
+    if not isinstance(length, int) or isinstance(length, bool):
+        return  # config.json's length is checked on its own (check_run_length)
+    for n, record in enumerate(records, 1):
+        step = record["step"]
+        if not 0 <= step <= length:
+            raise ValueError(
+                f"{path}: record {n} has step {step}, outside the run's 0…{length} (edited or "
+                "damaged?)"
+            )
+
+
+def _check_no_setting_missing(
+    expected: dict[str, Any], tc: dict[str, Any], run_dir: Path, known: str
+) -> None:
+    """``CheckpointError`` naming config.json and the first key of ``expected`` (dotted) that
+    its ``train_config`` lacks, among those a resumed run may not change: ``--resume`` would
+    otherwise take that setting's default, silently. ``known``: what ``expected``'s values
+    are, for the message."""
+    now = _flatten(tc)
+    for key, value in expected.items():
+        if not _may_differ(key) and key not in now:
+            raise CheckpointError(
+                f"{run_dir / 'config.json'}: train_config.{key} is missing (removed by hand?); "
+                f"restore it ({known} {value!r}), or --overwrite starts the run again"
+            )
 
 
 def _check_checkpoint_step(
@@ -579,6 +696,11 @@ def check_run_dir(
         if not named:
             check_resume_settings(cfg, saved.config["train_config"], run_dir / "config.json")
         _writable(run_dir, "--resume", "the resumed run writes its logs and checkpoints there")
+        refuse_links(run_dir, "--resume")  # the run writes, renames and replaces its files
+        try:  # checkpoint/, .tmp/ and .old/: the saves replace them whole
+            check_replaceable(run_dir / "checkpoint")
+        except CheckpointError as err:
+            raise ValueError(f"--resume: {err}") from None
         verify_resume(cfg, saved.config)
         return
     if not _holds_nothing(run_dir):

@@ -19,9 +19,11 @@ an error naming the file and the line.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
+import stat
 import subprocess
 import warnings
 from collections.abc import Callable
@@ -64,6 +66,112 @@ RUN_SUBDIRS: dict[str, Callable[[str], bool]] = {
 }
 
 
+#: The most bytes a reader takes of a run's log (``metrics.jsonl``, ``probes.jsonl``): a step
+#: writes a few kB, so this is some 300,000 steps; a larger file (a 20 GB sparse one, a link
+#: to ``/dev/zero``) is refused before it is read, not read until the kernel kills refimpl.
+MAX_LOG_BYTES = 1 << 30
+#: The most bytes a reader takes of a settings file (``config.json``, ``--config``,
+#: ``state.json``, the lock file): they hold a few kB.
+MAX_SETTINGS_BYTES = 16 << 20
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def _check_regular(st: os.stat_result, path: Path, limit: int | None) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if not stat.S_ISREG(st.st_mode):
+        kind = _file_kind(st.st_mode)
+        raise OSError(errno.EINVAL, f"not a regular file: {kind}", str(path))
+    if limit is not None and st.st_size > limit:
+        raise OSError(
+            errno.EFBIG,
+            f"{st.st_size:,} bytes, more than the {limit:,} refimpl reads of such a file",
+            str(path),
+        )
+
+
+def check_regular_file(path: Path | str, limit: int | None = None) -> None:
+    """``OSError`` (its ``strerror`` says why) unless ``path`` is a regular file (after links)
+    of at most ``limit`` bytes: a FIFO would block the reader forever, a device
+    (``/dev/zero``) never ends. ``FileNotFoundError`` when it is missing."""
+    _check_regular(os.stat(path), Path(path), limit)
+
+
+def read_bytes_bounded(path: Path | str, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them, else ``OSError``
+    (``check_regular_file``'s): opened without blocking (a FIFO is refused, not waited on)
+    and checked on the open descriptor, so what is read is what was checked."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        _check_regular(os.fstat(fd), Path(path), limit)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew since the check
+        raise OSError(errno.EFBIG, f"more than the {limit:,} bytes refimpl reads", str(path))
+    return data
+
+
+def read_text_bounded(path: Path | str, limit: int) -> str:
+    """``read_bytes_bounded`` decoded as UTF-8 (``UnicodeDecodeError`` when it is not text)."""
+    return read_bytes_bounded(path, limit).decode("utf-8")
+
+
+def open_no_follow(path: Path | str, mode: str = "a"):
+    """``open(path, mode)`` for writing (``"a"`` or ``"w"``) that refuses, naming it, a
+    symbolic link in the last component: a run never writes through a link (the file it
+    points to may be anyone's)."""
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    flags |= os.O_APPEND if mode == "a" else os.O_TRUNC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as err:
+        if err.errno == errno.ELOOP or Path(path).is_symlink():
+            raise OSError(
+                errno.ELOOP, "a symbolic link, which refimpl never writes through", str(path)
+            ) from None
+        raise
+    return os.fdopen(fd, mode)
+
+
+def links_in(run_dir: Path | str) -> list[str]:
+    """Every symbolic link in ``run_dir``, at any depth (links are not followed), as sorted
+    paths relative to it: a run's writers and renames would act on what they point to."""
+    run_dir = Path(run_dir)
+    found: list[str] = []
+    for top, dirs, files in os.walk(run_dir):
+        for name in [*dirs, *files]:
+            if (Path(top) / name).is_symlink():
+                found.append(str((Path(top) / name).relative_to(run_dir)))
+    return sorted(found)
+
+
+def refuse_links(run_dir: Path | str, flag: str) -> None:
+    """``ValueError`` naming ``flag`` and the first link ``links_in`` finds in ``run_dir``."""
+    links = links_in(run_dir)
+    if links:
+        link = Path(run_dir) / links[0]
+        more = f" (and {len(links) - 1} more)" if len(links) > 1 else ""
+        raise ValueError(
+            f"{flag}: {link} is a symbolic link (to {os.readlink(link)}){more}, which refimpl "
+            "never writes, renames or deletes through: replace it by the file itself, or "
+            "remove it"
+        )
+
+
 class TornLineWarning(UserWarning):
     """The last line of a JSON-lines log was cut by a crash mid-write (or zero-filled by a
     power cut) and is ignored."""
@@ -92,7 +200,7 @@ def read_jsonl(path: Path | str, *, missing_ok: bool = False) -> list[dict[str, 
     and the line. ``missing_ok``: a missing file reads as no records."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = read_text_bounded(path, MAX_LOG_BYTES)
     except FileNotFoundError:
         if missing_ok:
             return []
@@ -173,7 +281,7 @@ class MetricsLog:
             self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
 
     def append(self, record: dict[str, Any]) -> None:
-        with open(self.path, "a") as f:
+        with open_no_follow(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
         if self._tb is not None:
@@ -197,15 +305,17 @@ def write_text_atomic(path: Path | str, text: str) -> None:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open(tmp, "w") as f:
+        with open_no_follow(tmp, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        if not tmp.is_symlink():  # a link is left as it is, and named
+            tmp.unlink(missing_ok=True)
+        where = f" ({tmp})" if err.errno == errno.ELOOP else ""
         raise OSError(
             err.errno,
-            f"{err.strerror or err}: {path} was not written (it is as it was)",
+            f"{err.strerror or err}{where}: {path} was not written (it is as it was)",
         ) from None
     os.replace(tmp, path)
 
@@ -221,7 +331,7 @@ def read_run_config(run_dir: Path | str) -> dict[str, Any]:
     damaged or not written by ``refimpl train``."""
     path = Path(run_dir) / "config.json"
     try:
-        state = parse_json(path.read_text())
+        state = parse_json(read_text_bounded(path, MAX_SETTINGS_BYTES))
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file (not a run directory?)") from None
     except (ValueError, UnicodeDecodeError):
@@ -231,6 +341,12 @@ def read_run_config(run_dir: Path | str) -> dict[str, Any]:
     tc = state.get("train_config") if isinstance(state, dict) else None
     if not (isinstance(tc, dict) and "algo" in tc and "task" in tc):
         raise ValueError(f"{path}: not a config.json written by refimpl train")
+    for key in ("algo", "task"):  # what every reader of a run (runs, plot) shows first
+        if not isinstance(tc[key], str):
+            raise ValueError(
+                f"{path}: train_config.{key} is {json.dumps(tc[key])}, expected a string "
+                "(not a config.json written by refimpl train: edited?)"
+            )
     return state
 
 

@@ -26,6 +26,7 @@ import tyro
 from refimpl.model import GPT, GPTConfig
 from refimpl.runs import numerics
 from refimpl.runs.overrides import parse_overrides
+from refimpl.streams import SEED_MAX
 from toy_envs import TASK_NAMES, TOKENIZER, get_task
 
 
@@ -155,8 +156,11 @@ class WarmstartConfig:
                 f"{_flag(prefix, 'lr')}: expected a learning rate ≤ {limit:.3g} (AdamW's first "
                 f"step, lr/(1−β₁), must fit in float32), got {self.lr}"
             )
-        if self.seed < 0:
-            raise ValueError(f"{_flag(prefix, 'seed')}: expected an integer ≥ 0, got {self.seed}")
+        if not 0 <= self.seed <= SEED_MAX:
+            raise ValueError(
+                f"{_flag(prefix, 'seed')}: expected an integer in [0, {SEED_MAX}] (its stream "
+                f"key is one 32-bit word: refimpl.streams), got {self.seed}"
+            )
         if self.threads is not None and self.threads < 1:
             raise ValueError(
                 f"{_flag(prefix, 'threads')}: expected a positive integer (or None), "
@@ -186,9 +190,23 @@ class WarmstartConfig:
 
     def check_writable(self, prefix: str = "--") -> None:
         """Raise ``ValueError`` naming ``runs_dir`` when the model must be trained but its
-        cache cannot be written (a cached model is read without writing anything)."""
+        cache cannot be written: not writable, a symbolic link, or holding what a cache does
+        not (``checkpoint.check_replaceable``). A cached model is read without writing
+        anything (through a link too)."""
         if self.cache_complete() and not self.force:
             return
+        from refimpl.runs.checkpoint import CheckpointError, check_replaceable
+
+        lock = Path(str(self.cache_dir) + ".lock")
+        try:  # the save renames the cache directory: never a link, nothing else inside
+            check_replaceable(self.cache_dir)
+            if lock.is_symlink():  # the lock file is opened for writing (and truncated)
+                raise CheckpointError(f"{lock}: a symbolic link (to {os.readlink(lock)})")
+        except CheckpointError as err:
+            raise ValueError(
+                f"{_flag(prefix, 'runs_dir')}: the warm start has to be trained and cached, "
+                f"but {err}"
+            ) from None
         target = nearest_existing(self.cache_dir)
         if not os.access(target, os.W_OK | os.X_OK):
             raise ValueError(
