@@ -582,10 +582,16 @@ def run_credit(cfg: CreditConfig, log=print) -> dict[str, Any]:
     G = cfg.group_size or train.group_size
     problems, samples, outcome = sample_batch(policy, cfg.prompts, G, cfg.seed)
     lengths = samples.response_mask.sum(1).long().numpy()
-    with torch.no_grad():
-        logp_ref = samples.policy_logprobs(
-            policy.reference, temperature=train.temperature, with_entropy=False
-        )[0]
+    if policy.model is policy.reference:
+        # The warm start is its own reference: the KL terms push nothing. (Recomputing the
+        # log-probs would differ from logp_old in float32's last bits, and the KL gradient of
+        # that rounding, ~1e-9, would pose as within-completion credit.)
+        logp_ref = samples.logp_old.clone()
+    else:
+        with torch.no_grad():
+            logp_ref = samples.policy_logprobs(
+                policy.reference, temperature=train.temperature, with_entropy=False
+            )[0]
     signals = {
         name: algorithm_signals(name, samples, outcome, plan.max_new_tokens, logp_ref)
         for name in cfg.algo_list()
