@@ -3,6 +3,7 @@
 The same measurement as ``refimpl credit`` (refimpl/bench/credit.py), on the chat task of
 docs/scaleup.md § 4 (two-digit addition asked in a chat, replies of at most 12 tokens): one
 batch of ``--prompts`` × ``--group-size`` replies sampled from the untrained model at T = 1,
+its groups the first ones whose replies are neither all right nor all wrong (``mixed_groups``),
 the oracle's true advantage of every reply token from ``--rollouts`` continuations of every
 distinct reply prefix (each continuation with the budget that is left, scored by the task's
 free-text verifier), and every algorithm's advantages and effective credit on that batch,
@@ -127,6 +128,33 @@ def hf_continuations(model, tokenizer, task, problems, prompts, K: int, budget: 
     return continue_prefixes
 
 
+def mixed_groups(model, tokenizer, task, args: argparse.Namespace):
+    """``--prompts`` groups whose ``G`` replies hold both a right and a wrong answer, drawn
+    problem by problem from the training problems of ``--seed`` (as DAPO's dynamic sampling
+    keeps groups: a group whose replies all fail, the common case at a base success of 0.14,
+    gives every group-relative advantage 0 and scores nothing). Returns the problems, their
+    replies as one ``Samples`` batch, the prompts' token ids and how many problems were tried."""
+    import torch
+
+    from refimpl.sampling import concat_samples
+
+    kept, parts, prompts, G = [], [], [], args.group_size
+    candidates = task.training(200, seed=args.seed, n_held_out=100)
+    for tried, problem in enumerate(candidates, start=1):
+        with torch.no_grad():
+            samples, ids = sample_replies(model, tokenizer, task, [problem], G,
+                                          args.max_new_tokens, args.seed * 1_000 + tried)  # fmt: skip
+        texts = [tokenizer.decode(r, skip_special_tokens=True) for r in samples.responses()]
+        wins = sum(task.reward(problem, t) >= 0.5 for t in texts)
+        if 0 < wins < G:
+            kept.append(problem)
+            parts.append(samples)
+            prompts += ids
+        if len(kept) == args.prompts:
+            return kept, concat_samples(parts, tokenizer.pad_token_id), prompts, tried
+    raise ValueError(f"--prompts: only {len(kept)} of 200 problems gave a mixed group")
+
+
 def measure(args: argparse.Namespace) -> dict:
     """The batch, the oracle and every algorithm's signals: what the JSON holds."""
     import torch
@@ -148,10 +176,7 @@ def measure(args: argparse.Namespace) -> dict:
     model, tokenizer = load_smollm2()
     model.eval()
     task, G = ChatTask(), args.group_size
-    problems = task.training(args.prompts, seed=args.seed, n_held_out=100)
-    with torch.no_grad():
-        samples, prompts = sample_replies(model, tokenizer, task, problems, G,
-                                          args.max_new_tokens, args.seed)  # fmt: skip
+    problems, samples, prompts, tried = mixed_groups(model, tokenizer, task, args)
     rows = samples.responses()
     texts = [tokenizer.decode(r, skip_special_tokens=True) for r in rows]
     outcome = torch.tensor([task.reward(problems[i // G], t) for i, t in enumerate(texts)])
@@ -172,7 +197,8 @@ def measure(args: argparse.Namespace) -> dict:
         "settings": {**{n: str(v) if isinstance(v, Path) else v for n, v in vars(args).items()},
                      "task": "chat addition (docs/scaleup.md § 4)", "group_size": G,
                      "model": "SmolLM2-135M-Instruct"},
-        "policy": {"source": "SmolLM2-135M-Instruct, untrained", "step": 0},
+        "policy": {"source": "SmolLM2-135M-Instruct, untrained", "step": 0,
+                   "problems_tried": tried},
         "machine": {**machine_info(), "numerics": numerics.describe()},
         "completions": [
             completion_record(task.question(problems[i // G]), texts[i], r, samples.entropy_old[i],
