@@ -67,10 +67,13 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import os
+import types
 import typing
 import warnings
 from dataclasses import dataclass, fields, replace
-from typing import Literal
+from pathlib import Path
+from typing import Annotated, Literal
 
 import torch
 from jaxtyping import Bool, Float, Float32, Float64, Shaped
@@ -102,30 +105,111 @@ def require(condition: bool, argument: str, expectation: str) -> None:
         raise ValueError(f"{argument}: expected {expectation}")
 
 
+# ---------------------------------------------------------------------------------------------
+# The ranges of Config fields. A Config declares each field's range in its annotation,
+# ``alpha_2: core.Coef = 0.1``: ``Coef`` is ``Annotated[float, Range(0, COEF_LIMIT)]``, a float
+# in that range. ``check_config`` reads the annotation; a numeric field without a range must
+# only be finite. The common kinds of range are below; an algorithm with a range of its own
+# writes ``Annotated[float, core.Range(...)]`` in its file (STEER's token weights).
+#
+# The bounds keep every loss finite: no finite value of a field can make it inf or NaN
+# (``kl_coef=1e300`` did). The loss is a float32 sum over the tokens (at most 2^128 ≈ 3.4e38),
+# and ``check_advantages`` keeps Σ|A| ≤ 2^120:
+#  - the clipped surrogate of a token is at most (1 + ε_high)·|A| where A > 0 (the clip's own
+#    bound), so ``ClipHigh`` ≤ CLIP_HIGH_LIMIT = 10 keeps its sum ≤ 11·2^120 < 2^124 (papers use
+#    0.2-0.28; a clip at 11 × the old probability no longer trusts any region);
+#  - each other term is a coefficient times a per-token factor that is bounded whatever the
+#    batch: k3 ≤ e^20 (its Δ is clamped to ±20), an entropy ≤ log V (< 45 for any vocabulary
+#    that int64 ids can index), KL-Cov's |log w| < 89 wherever w itself fits in float32. With
+#    every coefficient ≤ COEF_LIMIT = 1e4 (``Coef``) a term is ≤ 1e4·e^20 ≈ 4.9e12 per token,
+#    so the sum stays finite up to 3e25 tokens (any batch that fits in memory has fewer);
+#  - the reward weights (GTPO's α, GRPO-S's β, DAPO's overlong penalty scale) are bounded the
+#    same way: their products with float32 rewards stay finite in the float64 advantages.
+# tests/test_safety_library.py computes every loss at these edges (finite) and refuses a value
+# just beyond them.
+# ---------------------------------------------------------------------------------------------
+
+#: The largest loss coefficient and reward weight a Config takes (see above).
+COEF_LIMIT = 1e4
+#: The largest ``clip_eps_high`` (the clip at ``1 + ε_high`` bounds the surrogate by it).
+CLIP_HIGH_LIMIT = 10.0
+#: float32's largest value: a number every loss must be able to hold.
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric field takes: ``low`` to ``high``, each end closed unless it is
+    ``*_open``. ``text`` is how an error states it (default: ``a value in [low, high]``)."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+    text: str = ""
+
+    def __contains__(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return bool(above and below)
+
+    def __str__(self) -> str:
+        left, right = "(["[not self.low_open], ")]"[not self.high_open]
+        return self.text or f"a value in {left}{self.low:g}, {self.high:g}{right}"
+
+
+#: A loss coefficient or reward weight, in [0, COEF_LIMIT].
+Coef = Annotated[float, Range(0.0, COEF_LIMIT)]
+#: A fraction of the batch's tokens, or of L_max, in (0, 1].
+Fraction = Annotated[float, Range(0.0, 1.0, low_open=True, text="a fraction in (0, 1]")]
+#: The lower clip range ε_low, in [0, 1) (the clip at 1 − ε_low stays above 0).
+ClipLow = Annotated[float, Range(0.0, 1.0, high_open=True)]
+#: The upper clip range ε_high, in [0, CLIP_HIGH_LIMIT].
+ClipHigh = Annotated[float, Range(0.0, CLIP_HIGH_LIMIT)]
+#: A value > 0 (an eps in a denominator).
+Positive = Annotated[float, Range(0.0, math.inf, low_open=True, text="a value > 0")]
+#: A finite value ≥ 0 (a tolerance).
+NonNegative = Annotated[float, Range(0.0, math.inf, text="a finite value ≥ 0")]
+#: A length in tokens: a positive int below 2^31.
+Length = Annotated[
+    int, Range(0, 2**31, low_open=True, high_open=True, text="a positive length below 2^31 tokens")
+]
+#: A seed of ``torch.Generator.manual_seed`` or numpy's ``default_rng``: an int ≥ 0.
+Seed = Annotated[int, Range(0, math.inf, text="an integer ≥ 0 (or None)")]
+
+
 class AlgorithmConfig:
     """The contract every algorithm's ``Config`` fulfils: a frozen dataclass that subclasses
     this class and has (at least) the fields annotated here, which every training loop reads
-    directly. Each algorithm declares them with its own defaults and adds its own fields.
+    directly. Each algorithm declares them with its own defaults and adds its own fields; a
+    field it annotates with a plain type keeps the range annotated here.
 
-    The six methods answer, for one configuration, what a training loop must provide; an
+    The methods answer, for one configuration, what a training loop must provide; an
     algorithm whose answer differs from the default here overrides them (TEPO: the reference
-    and the current entropy, in float32; Dr. GRPO: the generation budget; the entropy bonus:
-    the gradient through the entropy; GPG: the batch-wide advantage scale α). A training loop
-    reads them and never an algorithm's name.
+    and the current entropy, in float32; GTPO: the rollout's entropies in its advantages;
+    Dr. GRPO: the generation budget; the entropy bonus: the gradient through the entropy; GPG:
+    the batch-wide advantage scale α). A training loop reads them and never an algorithm's
+    name.
     """
 
-    kl_coef: float  # β of a k3 KL term (0: none)
+    kl_coef: Coef  # β of a k3 KL term (0: none)
     loss_agg_mode: str  # one of AGG_MODES the algorithm's loss supports
     success_threshold: float  # r ≥ this counts as a success (dynamic sampling, O⁺/O⁻ splits)
     dynamic_sampling: bool  # DAPO's filter: train on groups with 0 < #successful < G only
     overlong_shaping: bool  # DAPO's soft length penalty added to the reward (Eq. 13)
-    overlong_cache_frac: float  # its band L_cache as a fraction of L_max
-    overlong_penalty_scale: float  # its weight (half the reward range)
+    overlong_cache_frac: Fraction  # its band L_cache as a fraction of L_max
+    overlong_penalty_scale: Annotated[float, Range(0.0, COEF_LIMIT, low_open=True)]  # its weight
     overlong_filter: bool  # DAPO's truncation mask: rows without EOS leave the loss
 
     def needs_reference(self) -> bool:
         """Whether the loss reads ``batch.logp_ref`` (a KL term to the frozen reference)."""
         return self.kl_coef > 0
+
+    def reads_rollout_entropy(self) -> bool:
+        """Whether the advantages read ``batch.entropy_old``, the rollout's per-token
+        entropies (a loop that computes advantages without them, as verl's estimators are
+        called, must hand them over)."""
+        return False
 
     def reads_current_entropy(self) -> bool:
         """Whether the loss compares the current policy's entropy with the rollout's."""
@@ -166,140 +250,100 @@ class AlgorithmConfig:
 CONFIG_FIELDS: tuple[str, ...] = tuple(AlgorithmConfig.__annotations__)
 
 
-# Every field of every algorithm's ``Config`` is checked by ``check_config`` (called from each
-# ``__post_init__``), in three parts:
-#
-# 1. its type, read from the dataclass annotation: a ``bool`` field takes only ``True`` or
-#    ``False`` (never ``"no"``, which is truthy, or ``1``), an ``int`` field an int that is not a
-#    bool, a ``float`` field an int or a float that is not a bool and is finite, a ``str`` field
-#    a string; ``X | None`` also takes None;
-# 2. its range, from ``FIELD_RULES`` below, by field name (the algorithms share most names;
-#    a numeric field not listed must only be finite). An algorithm checks its own choices
-#    (``require_choice``) and cross-field constraints next to the call;
-# 3. an upper bound on every coefficient, so that a finite value cannot make the loss inf or
-#    NaN (``kl_coef=1e300`` did). The loss is a float32 sum over the tokens (at most 2^128 ≈
-#    3.4e38), and ``check_advantages`` keeps Σ|A| ≤ 2^120:
-#    - the clipped surrogate of a token is at most (1 + ε_high)·|A| where A > 0 (the clip's
-#      own bound), so ``clip_eps_high ≤ CLIP_HIGH_LIMIT`` = 10 keeps its sum ≤ 11·2^120 < 2^124
-#      (papers use 0.2-0.28; a clip at 11 × the old probability no longer trusts any region);
-#    - each other term is a coefficient times a per-token factor that is bounded whatever the
-#      batch: k3 ≤ e^20 (its Δ is clamped to ±20), an entropy ≤ log V (< 45 for any vocabulary
-#      that int64 ids can index), KL-Cov's |log w| < 89 wherever w itself fits in float32. With
-#      every coefficient ≤ ``COEF_LIMIT`` = 1e4 a term is ≤ 1e4·e^20 ≈ 4.9e12 per token, so the
-#      sum stays finite up to 3e25 tokens (any batch that fits in memory has fewer);
-#    - the reward weights (GTPO's α, GRPO-S's β, DAPO's overlong penalty scale) are bounded the
-#      same way: their products with float32 rewards stay finite in the float64 advantages.
-#    - STEER's token weights λ ≤ ``LAMBDA_LIMIT`` = 10 multiply a token's surrogate, which its
-#      dual clip ``c ≤ CLIP_HIGH_LIMIT + 1`` = 11 bounds by c·|A| where A < 0 (and the clip by
-#      (1 + ε_high)·|A| where A > 0): at most 110·2^120 < 2^127 summed. Its |Ω| floor lies in
-#      [``OMEGA_FLOOR_MIN``, 1e30]: the exponential map's slope −ln λ_min / max(max|Ω|, floor)
-#      then stays finite in float32 (−ln λ_min < 745 for any λ_min > 0), also on a batch whose
-#      every |Ω| is 0; its |Ω| range fits in float32.
-#    tests/test_safety_library.py computes every loss at these edges (finite) and refuses a
-#    value just beyond them.
-# 4. its size as a number: an int given for a float field must be one that a float holds (it
-#    is stored as that float, so no tensor operation meets a Python int beyond int64), and an
-#    int field takes an int64.
-#
-# A wrong value is one ``ValueError`` naming ``Config.<field>``, so a typo in ``--algo-args``
-# or a hand-edited config.json never trains silently with a value that means something else.
+# ---------------------------------------------------------------------------------------------
+# Types from annotations: the one check of a value against its annotation, for a Config's
+# fields (``check_config``) and for the settings of a run read from config.json or the
+# command line (``refimpl.settings``).
+# ---------------------------------------------------------------------------------------------
 
-#: The largest loss coefficient and reward weight a Config takes (see above).
-COEF_LIMIT = 1e4
-#: The largest ``clip_eps_high`` (the clip at ``1 + ε_high`` bounds the surrogate by it).
-CLIP_HIGH_LIMIT = 10.0
-#: The largest STEER token weight λ (``lambda_min``, ``lambda_max``).
-LAMBDA_LIMIT = 10.0
-#: The smallest and largest |Ω| floor of STEER's exponential map (see above).
-OMEGA_FLOOR_MIN, OMEGA_FLOOR_MAX = 1e-30, 1e30
-#: float32's largest value: a number every loss must be able to hold.
-FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
-_COEF = (lambda v: 0.0 <= v <= COEF_LIMIT, f"a value in [0, {COEF_LIMIT:g}]")
+def type_options(hint: object) -> tuple[tuple[object, ...], bool]:
+    """The types the annotation ``hint`` allows besides None, and whether it allows None:
+    ``float | None`` → ``((float,), True)``, ``Literal["a", "b"]`` → one option."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return tuple(a for a in args if a is not type(None)), type(None) in args
+    return (hint,), False
 
-FIELD_RULES: dict[str, tuple[object, str]] = {
-    # shared by several algorithms
-    "clip_eps_low": (lambda v: 0.0 <= v < 1.0, "a value in [0, 1)"),
-    "clip_eps_high": (
-        lambda v: 0.0 <= v <= CLIP_HIGH_LIMIT,
-        f"a value in [0, {CLIP_HIGH_LIMIT:g}]",
-    ),
-    "kl_coef": _COEF,
-    "eps": (lambda v: v > 0.0, "a value > 0"),
-    "entropy_eps": (lambda v: v > 0.0, "a value > 0"),
-    "success_threshold": (lambda v: True, "a finite value"),
-    "max_len": (lambda v: 0 < v < 2**31, "a positive length below 2^31 tokens"),
-    "overlong_cache_frac": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
-    "overlong_penalty_scale": (
-        lambda v: 0.0 < v <= COEF_LIMIT,
-        f"a value in (0, {COEF_LIMIT:g}]",
-    ),
-    # GTPO, GRPO-S: the weights of the outcome and of the entropy-shaped part
-    "alpha_1": _COEF,
-    "alpha_2": _COEF,
-    "beta_1": _COEF,
-    "beta_2": _COEF,
-    # TEPO
-    "entropy_decrease_tol": (lambda v: v >= 0.0, "a finite value ≥ 0"),
-    # STEER: the token weights' range, the dual clip, the |Ω| floor and range
-    "lambda_min": (lambda v: 0.0 < v <= LAMBDA_LIMIT, f"a value in (0, {LAMBDA_LIMIT:g}]"),
-    "lambda_max": (lambda v: 0.0 < v <= LAMBDA_LIMIT, f"a value in (0, {LAMBDA_LIMIT:g}]"),
-    "clip_ratio_c": (
-        lambda v: 1.0 < v <= CLIP_HIGH_LIMIT + 1,
-        f"a value in (1, {CLIP_HIGH_LIMIT + 1:g}] (the dual clip's c)",
-    ),
-    "omega_power": (lambda v: v in (1, 2), "1 or 2 (the exponent p of (1 − π)^p)"),
-    "omega_floor": (
-        lambda v: OMEGA_FLOOR_MIN <= v <= OMEGA_FLOOR_MAX,
-        f"a value in [{OMEGA_FLOOR_MIN:g}, {OMEGA_FLOOR_MAX:g}]",
-    ),
-    "omega_abs_min": (lambda v: 0.0 <= v <= FLOAT32_MAX, "a value in [0, 3.4e38] (or None)"),
-    "omega_abs_max": (lambda v: 0.0 <= v <= FLOAT32_MAX, "a value in [0, 3.4e38] (or None)"),
-    # the entropy interventions
-    "clip_cov_ratio": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
-    "kl_cov_ratio": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
-    "kl_cov_coef": _COEF,
-    "top_entropy_frac": (lambda v: 0.0 < v <= 1.0, "a fraction in (0, 1]"),
-    "entropy_coef": _COEF,
-    # a seed of torch.Generator.manual_seed / numpy's default_rng: a non-negative integer
-    "seed": (lambda v: v >= 0, "an integer ≥ 0 (or None)"),
-}
+
+def _fits(value: object, kind: object) -> bool:
+    origin = typing.get_origin(kind)
+    if origin is Literal:  # its choices are checked where the setting is (naming them)
+        return isinstance(value, str)
+    if origin is tuple:  # tuple[str, ...]: a list of strings in JSON
+        return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    if kind is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):  # a bool is an int to Python, never to a setting
+        return False
+    if kind is int:
+        return isinstance(value, numbers.Integral)
+    if kind is float:
+        return isinstance(value, numbers.Real)
+    if kind is str:
+        return isinstance(value, str)
+    if kind is Path:
+        return isinstance(value, (str, os.PathLike))
+    return True  # a type this check does not know: left to the setting's own check
+
+
+def fits_type(value: object, hint: object) -> bool:
+    """Whether ``value`` fits the annotation ``hint``: a bool for ``bool`` (never 1 or
+    ``"no"``, which is truthy), an int that is not a bool for ``int``, a number that is not a
+    bool for ``float``, a string for ``str``, a ``Literal`` (its choices are the setting's own
+    check) and ``Path``, a list or tuple of strings for ``tuple[str, ...]``; None where the
+    annotation allows it. A type it does not know fits."""
+    options, optional = type_options(hint)
+    if value is None and optional:
+        return True
+    return any(_fits(value, kind) for kind in options)
+
 
 _TYPE_NAMES = {bool: "a bool (True or False)", int: "an int", float: "a float", str: "a string"}
+_JSON_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def expected_type(hint: object, *, json: bool = False) -> str:
+    """What ``fits_type`` expects of ``hint``, as an error says it: in Python's words (``a
+    float``), or with ``json`` in JSON's (``a number or null``)."""
+    options, optional = type_options(hint)
+    if not json:
+        return _TYPE_NAMES.get(options[0], "a string")  # type: ignore[call-overload]
+    names = [
+        "a list of strings"
+        if typing.get_origin(o) is tuple
+        else _JSON_TYPE_NAMES.get(o, "a string")  # type: ignore[call-overload]
+        for o in options
+    ]
+    return " or ".join(names) + (" or null" if optional else "")
+
+
+def _split_range(hint: object) -> tuple[object, Range | None]:
+    """An annotation without its ``Range`` (``Annotated[float, Range(...)] | None`` →
+    ``float | None``), and the range."""
+    if typing.get_origin(hint) is Annotated:
+        base, *extras = typing.get_args(hint)
+        return base, next((e for e in extras if isinstance(e, Range)), None)
+    options, optional = type_options(hint)
+    if len(options) == 1 and options[0] is not hint:
+        base, found = _split_range(options[0])
+        return (base | None if optional else base), found  # type: ignore[operator]
+    return hint, None
 
 
 @functools.cache
-def _field_types(cls: type) -> dict[str, tuple[type | None, bool]]:
-    """``{field: (type, may be None)}`` from the dataclass annotations of ``cls``; the type
-    is one of bool, int, float, str, or None when it is something else (not checked)."""
-    hints = typing.get_type_hints(cls)
-    out: dict[str, tuple[type | None, bool]] = {}
+def _field_specs(cls: type) -> dict[str, tuple[object, Range | None]]:
+    """``{field: (annotation, range)}`` of the dataclass ``cls``: its own annotation's range,
+    else the contract's (``AlgorithmConfig``'s annotation of a shared field)."""
+    own = typing.get_type_hints(cls, include_extras=True)
+    contract = typing.get_type_hints(AlgorithmConfig, include_extras=True)
+    out = {}
     for f in fields(cls):
-        hint = hints.get(f.name)
-        args = typing.get_args(hint)
-        optional = type(None) in args
-        if args and typing.get_origin(hint) is not Literal:
-            rest = [a for a in args if a is not type(None)]
-            hint = rest[0] if len(rest) == 1 else None
-        out[f.name] = (hint if hint in _TYPE_NAMES else None, optional)
+        hint, found = _split_range(own[f.name])
+        if found is None and f.name in contract:
+            found = _split_range(contract[f.name])[1]
+        out[f.name] = (hint, found)
     return out
-
-
-def _has_type(value: object, kind: type) -> bool:
-    if kind is bool:
-        return isinstance(value, bool)
-    if isinstance(value, bool):  # a bool is an int to Python, never to a Config
-        return False
-    if kind is int:  # an int64: what a tensor operation takes
-        return isinstance(value, numbers.Integral) and -(2**63) <= value < 2**63
-    if kind is float:
-        if not isinstance(value, numbers.Real):
-            return False
-        try:
-            return math.isfinite(float(value))
-        except OverflowError:  # an int that no float holds (2**1100)
-            return False
-    return isinstance(value, kind)
 
 
 def _shown(value: object) -> str:
@@ -309,18 +353,35 @@ def _shown(value: object) -> str:
     return repr(value)
 
 
+def _is_number(value: object, kind: object) -> bool:
+    """A Config's numbers fit a tensor operation: an int an int64, a float finite (an int
+    given for a float field one that a float holds: it is stored as that float)."""
+    if kind is int:
+        return -(2**63) <= value < 2**63  # type: ignore[operator]
+    if kind is float:
+        try:
+            return math.isfinite(float(value))  # type: ignore[arg-type]
+        except OverflowError:  # an int that no float holds (2**1100)
+            return False
+    return True
+
+
 def check_config(cfg: object, agg_modes: tuple[str, ...] = AGG_MODES) -> None:
-    """Validate every field of an algorithm ``Config``: its type (from the annotation), its
-    range (``FIELD_RULES``), and ``loss_agg_mode`` in ``agg_modes`` (the modes the
-    algorithm's loss supports). Raises ``ValueError`` naming ``Config.<field>``. An int given
-    for a float field is stored as that float (``eps=1`` is ``eps=1.0``): a Python int
-    beyond int64 (``2**70``) would otherwise overflow in the first tensor operation."""
+    """Validate every field of an algorithm ``Config``: its type (``fits_type`` of its
+    annotation; numbers finite and within int64), its range (the annotation's ``Range``), and
+    ``loss_agg_mode`` in ``agg_modes`` (the modes the algorithm's loss supports). Raises
+    ``ValueError`` naming ``Config.<field>``; the file's own checks (choices, cross-field
+    rules) come after this call. An int given for a float field is stored as that float
+    (``eps=1`` is ``eps=1.0``): a Python int beyond int64 (``2**70``) would otherwise overflow
+    in the first tensor operation."""
     cls = type(cfg).__qualname__
-    for name, (kind, optional) in _field_types(type(cfg)).items():
+    for name, (hint, found) in _field_specs(type(cfg)).items():
         value = getattr(cfg, name)
         argument = f"{cls}.{name}"
+        options, optional = type_options(hint)
         if value is None and optional:
             continue
+        kind = options[0] if len(options) == 1 and options[0] in _TYPE_NAMES else None
         if kind is not None:
             got = f"got {_shown(value)}"
             if isinstance(value, bool) and kind is not bool:
@@ -329,16 +390,16 @@ def check_config(cfg: object, agg_modes: tuple[str, ...] = AGG_MODES) -> None:
                 got += " (finite values only)"
             elif kind is int and isinstance(value, numbers.Integral):
                 got += " (an int64 only)"
-            require(_has_type(value, kind), argument, f"{_TYPE_NAMES[kind]}, {got}")
+            ok = fits_type(value, kind) and _is_number(value, kind)
+            require(ok, argument, f"{expected_type(kind)}, {got}")
             if kind is float and not isinstance(value, float):
                 object.__setattr__(cfg, name, float(value))  # a frozen dataclass: its own field
                 value = getattr(cfg, name)
         if name == "loss_agg_mode":
             require(value in agg_modes, argument, f"one of {agg_modes}, got {value!r}")
-        elif name in FIELD_RULES:
-            rule, expectation = FIELD_RULES[name]
-            ok = _has_type(value, float) and rule(value)  # type: ignore[operator]
-            require(ok, argument, f"{expectation}, got {_shown(value)}")
+        elif found is not None:
+            ok = fits_type(value, float) and _is_number(value, float) and value in found
+            require(ok, argument, f"{found}, got {_shown(value)}")
 
 
 def check_config_type(cfg: object, config_class: type) -> None:
@@ -876,14 +937,6 @@ def aggregate(
         f"a per-sequence [B] loss for seq-mean, got shape {list(loss.shape)}",
     )
     return masked_sum(loss, nonempty) / n_seq
-
-
-def gpg_alpha(rewards: Float[Tensor, " B"], group_size: int) -> float:
-    """GPG's ``α = B / (B − M)`` (GPG §3), ``M`` the rows whose group has all-equal rewards
-    (they carry no gradient); 1 when every group is flat (every advantage is 0 then)."""
-    n_rows = rewards.shape[0]
-    n_flat = int(group_degenerate(rewards, group_size).sum())
-    return n_rows / (n_rows - n_flat) if n_rows > n_flat else 1.0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,16 +33,16 @@ from refimpl import algorithms, mechanisms
 from refimpl.model import GPT
 from refimpl.sampling import Samples, concat_samples, sample_groups, seeded_generator
 from refimpl.streams import training_rng  # the prompts of step s, round r: their own stream
-from toy_envs import TOKENIZER, get_task
+from toy_envs import DEFAULT_TASK, TOKENIZER, get_task
 
 
 @dataclass
 class LoopConfig:
     """The settings that change what a step computes (the Trainer's of the same names)."""
 
-    algo: str = "grpo"  # one of refimpl.algorithms.NAMES
+    algo: str = algorithms.BASELINE  # one of refimpl.algorithms.NAMES
     algo_cfg: Any = None  # that algorithm's Config (None: its defaults)
-    task: str = "chain"  # one of toy_envs.TASK_NAMES
+    task: str = DEFAULT_TASK  # one of toy_envs.TASK_NAMES
     task_knobs: dict[str, Any] = field(default_factory=dict)  # e.g. {"num_ops": 1}
     seed: int = 0
     steps: int = 20

@@ -117,3 +117,140 @@ def test_no_module_re_exports_another_modules_names(tmp_path):
     hub = "from refimpl.runs.config import (  # noqa: F401\n    TrainConfig,\n)\n"
     (tmp_path / "refimpl" / "hub.py").write_text(hub)
     assert re_exports(tmp_path) == ["refimpl/hub.py:1"]
+
+
+#: The files that drive every algorithm through the contract: none of them names one.
+ALGORITHM_FREE = ("refimpl/core.py", "refimpl/train.py", "refimpl/loop.py", "refimpl/mechanisms.py")
+ALGORITHM_FREE_PACKAGES = ("refimpl/scaleup",)
+
+
+def algorithm_words() -> tuple[frozenset[str], frozenset[str]]:
+    """The registry's names, and every ``Config``'s fields outside the contract
+    (``core.CONFIG_FIELDS``) that are not also a setting of the loops themselves
+    (``LoopConfig``, ``TrainConfig``: the run's ``seed`` is the loop's, whatever Clip-Cov's
+    Config calls its own)."""
+    import dataclasses
+
+    from refimpl import algorithms, core
+    from refimpl.loop import LoopConfig
+    from refimpl.runs.config import TrainConfig
+
+    loops = {f.name for cls in (LoopConfig, TrainConfig) for f in dataclasses.fields(cls)}
+    fields = {
+        f.name
+        for name in algorithms.NAMES
+        for f in dataclasses.fields(algorithms.get(name).Config)
+        if f.name not in core.CONFIG_FIELDS and f.name not in loops
+    }
+    return frozenset(algorithms.NAMES), frozenset(fields)
+
+
+#: A string that equals an algorithm field by coincidence, with the reason (a metric's key).
+COINCIDENCES = {"entropy_mean": "the step metric (the mean token entropy), not GTPO's field"}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the string constants that are docstrings (of a module, class or function,
+    or an attribute's docstring: any string that is a statement of its own)."""
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+
+
+def _parameters(tree: ast.AST) -> dict[int, set[str]]:
+    """For every string constant inside a function: the function's parameter names (a string
+    that names its own parameter, ``require(max_len > 0, "max_len", ...)``, names no Config's
+    field)."""
+    out: dict[int, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            params = {
+                a.arg for a in [*node.args.args, *node.args.kwonlyargs, *node.args.posonlyargs]
+            }
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Constant):
+                    out.setdefault(id(inner), set()).update(params)
+    return out
+
+
+def algorithm_mentions(path: Path, names: frozenset[str], fields: frozenset[str]) -> list[str]:
+    """``path:line what`` of every place the code of ``path`` (not its docstrings or comments)
+    names an algorithm or one of its own fields: an import or a name of an algorithm module,
+    an attribute of an algorithm field (``cfg.alpha_2``), a string that is an algorithm's name
+    or field, or holds an algorithm's name as a word of a dotted path
+    (``"refimpl.algorithms.gtpo"``)."""
+    import re
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs, params = _docstrings(tree), _parameters(tree)
+    rel = path.relative_to(ROOT)
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        what = None
+        if isinstance(node, ast.Name) and node.id in names:
+            what = f"name {node.id}"
+        elif isinstance(node, ast.alias) and node.name.split(".")[-1] in names:
+            what = f"import {node.name}"
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] in names:
+            what = f"import from {node.module}"
+        elif isinstance(node, ast.Attribute) and (node.attr in fields or node.attr in names):
+            what = f"attribute .{node.attr}"
+        elif (
+            isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+        ):
+            text = node.value.strip()
+            words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", node.value))
+            own = params.get(id(node), set())
+            if text in (fields | names) - own - set(COINCIDENCES):
+                what = f"string {node.value!r}"
+            elif words & names:
+                what = f"string {node.value!r} (names {sorted(words & names)})"
+        if what is not None:
+            out.append((node.lineno, f"{rel}:{node.lineno} {what}"))
+    return [m for _, m in sorted(out)]
+
+
+def algorithm_free_files() -> list[Path]:
+    files = [ROOT / p for p in ALGORITHM_FREE]
+    for package in ALGORITHM_FREE_PACKAGES:
+        files += sorted((ROOT / package).rglob("*.py"))
+    return files
+
+
+def test_no_loop_names_an_algorithm_or_its_fields():
+    """What an algorithm needs of a loop its Config declares or answers (``reads_*``,
+    ``needs_*``, ``for_*``, the ranges in its annotations), so core, the loops, the
+    mechanisms and the scale-up adapters name no algorithm and none of an algorithm's own
+    fields, as a name or a string (docstrings and comments may use them as examples; the
+    contract's fields are everyone's). An entry point that defaults to an algorithm defaults
+    to ``algorithms.BASELINE``."""
+    names, fields = algorithm_words()
+    found = [m for path in algorithm_free_files() for m in algorithm_mentions(path, names, fields)]
+    assert found == []
+
+
+def test_the_name_check_sees_each_kind_of_mention(tmp_path, monkeypatch):
+    names, fields = algorithm_words()
+    (tmp_path / "m.py").write_text(
+        '"""Docstring: gtpo, alpha_2."""\n'
+        "from refimpl.algorithms import gtpo\n"
+        "x = cfg.alpha_2\n"
+        'y = getattr(cfg, "stats")\n'
+        'z = "refimpl.algorithms.tepo"\n'
+        "w = name in ('gtpo',)\n"
+        "def f(max_len):\n"
+        '    require(max_len > 0, "max_len", "positive")  # its own parameter: fine\n'
+        'v = "entropy_mean"  # a metric\n'
+        "u = cfg.seed  # the loop's own setting\n"
+    )
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    found = [m.split(" ", 1)[1] for m in algorithm_mentions(tmp_path / "m.py", names, fields)]
+    assert found == [
+        "import gtpo",
+        "attribute .alpha_2",
+        "string 'stats'",
+        "string 'refimpl.algorithms.tepo' (names ['tepo'])",
+        "string 'gtpo'",
+    ], found

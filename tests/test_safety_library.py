@@ -422,7 +422,7 @@ def test_steer_s_coefficients_are_bounded(changes, field):
 
 
 def test_steer_at_its_bounds_gives_a_finite_loss():
-    """STEER's token weights (λ ≤ ``core.LAMBDA_LIMIT``) and dual clip (c ≤
+    """STEER's token weights (λ ≤ ``steer.LAMBDA_LIMIT``) and dual clip (c ≤
     ``core.CLIP_HIGH_LIMIT + 1``) at their bounds, with ratios of e^19 on every token (the
     dual clip holds the negative-advantage ones at c) and advantages summing to 3/4 of
     ``ADVANTAGE_TOTAL_LIMIT``: a finite loss and gradient, for both maps; the exponential
@@ -433,8 +433,8 @@ def test_steer_at_its_bounds_gives_a_finite_loss():
     for mapping in ("linear", "exponential"):
         cfg = steer.Config(
             mapping=mapping,
-            lambda_min=1.0 if mapping == "exponential" else core.LAMBDA_LIMIT,
-            lambda_max=core.LAMBDA_LIMIT,
+            lambda_min=1.0 if mapping == "exponential" else steer.LAMBDA_LIMIT,
+            lambda_max=steer.LAMBDA_LIMIT,
             clip_eps_high=core.CLIP_HIGH_LIMIT,
             clip_ratio_c=core.CLIP_HIGH_LIMIT + 1,
         )
@@ -443,7 +443,7 @@ def test_steer_at_its_bounds_gives_a_finite_loss():
         loss.backward()
         assert math.isfinite(loss.item()) and bool(torch.isfinite(x.grad).all()), loss
     flat = batch([1.0, 1.0, 0.0, 0.0], 2)
-    cfg = steer.Config(mapping="exponential", omega_floor=core.OMEGA_FLOOR_MIN)
+    cfg = steer.Config(mapping="exponential", omega_floor=steer.OMEGA_FLOOR_MIN)
     adv = call(steer.advantages, flat, cfg)
     loss, _ = call(steer.loss, flat, flat.logp_old.clone().requires_grad_(True), adv, cfg)
     assert math.isfinite(loss.item()), loss

@@ -41,6 +41,10 @@ NAMES: tuple[str, ...] = (
     "steer",
 )
 
+#: The algorithm every other is compared against (``diff grpo.py <other>.py``), and the one an
+#: entry point that takes an algorithm uses when none is named.
+BASELINE = "grpo"
+
 
 def get(name: str) -> ModuleType:
     """The algorithm module called ``name`` (one of ``NAMES``); ``-`` is read as ``_``."""

@@ -79,15 +79,15 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 class Config(core.AlgorithmConfig):
     """Clip-Cov hyper-parameters: DAPO's, plus r and the band; defaults from the paper/verl."""
 
-    clip_cov_ratio: float = 2e-4  # r, fraction of the batch's tokens to switch off [C]
+    clip_cov_ratio: core.Fraction = 2e-4  # r, fraction of the batch's tokens to switch off [C]
     clip_cov_lb: float = 1.0  # ω_low, lower end of the covariance band [C]
     clip_cov_ub: float = 5.0  # ω_high, upper end of the covariance band [C]
-    seed: int | None = 0  # the random subset: seeded by (seed, batch); None: torch's RNG [A]
-    clip_eps_low: float = 0.2  # ε_low (§3.1, clip-higher) [C]
-    clip_eps_high: float = 0.28  # ε_high > ε_low: clip-higher (§3.1) [C]
+    seed: core.Seed | None = 0  # the random subset: seeded by (seed, batch); None: torch's RNG [A]
+    clip_eps_low: core.ClipLow = 0.2  # ε_low (§3.1, clip-higher) [C]
+    clip_eps_high: core.ClipHigh = 0.28  # ε_high > ε_low: clip-higher (§3.1) [C]
     kl_coef: float = 0.0  # β: the KL term is removed (§2.3) [C]
     loss_agg_mode: str = "token-mean"  # token-level policy gradient loss (§3.3, Eq. 12) [C]
-    eps: float = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    eps: core.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling (Eq. 11) [A]
     dynamic_sampling: bool = True  # keep groups with 0 < #successful < G (§3.2, Eq. 11) [C]
     overlong_shaping: bool = True  # soft overlong punishment added to r (§3.4, Eq. 13) [C]
@@ -99,21 +99,11 @@ class Config(core.AlgorithmConfig):
     def __post_init__(self) -> None:
         core.check_config(self, LOSS_AGG_MODES)
         core.require(
-            isinstance(self.clip_cov_ratio, (int, float)) and 0.0 < self.clip_cov_ratio <= 1.0,
-            "Config.clip_cov_ratio",
-            f"a fraction in (0, 1], got {self.clip_cov_ratio!r}",
-        )
-        core.require(
             isinstance(self.clip_cov_lb, (int, float))
             and isinstance(self.clip_cov_ub, (int, float))
             and self.clip_cov_lb < self.clip_cov_ub,
             "Config.clip_cov_lb",
             f"ω_low < ω_high, got {self.clip_cov_lb!r} and {self.clip_cov_ub!r}",
-        )
-        core.require(
-            self.seed is None or (isinstance(self.seed, int) and not isinstance(self.seed, bool)),
-            "Config.seed",
-            f"an int or None, got {self.seed!r}",
         )
 
 

@@ -69,11 +69,11 @@ LOSS_AGG_MODES = ("seq-mean-token-sum-norm", "seq-mean-token-mean", "token-mean"
 class Config(core.AlgorithmConfig):
     """Dr. GRPO hyper-parameters; defaults from the paper unless marked."""
 
-    clip_eps_low: float = 0.2  # ε, symmetric clip (§4, PPO default) [C]
-    clip_eps_high: float = 0.2  # ε [C]
+    clip_eps_low: core.ClipLow = 0.2  # ε, symmetric clip (§4, PPO default) [C]
+    clip_eps_high: core.ClipHigh = 0.2  # ε [C]
     kl_coef: float = 0.0  # β: no KL term in the R1-Zero recipe (§4) [C]
     loss_agg_mode: str = "seq-mean-token-sum-norm"  # §3.2: constant normaliser, no 1/|o_i| [C]
-    max_len: int | None = None  # L_max, the generation budget; None → the batch's T [A]
+    max_len: core.Length | None = None  # L_max, the generation budget; None → the batch's T [A]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; not part of Dr. GRPO [C]
     overlong_shaping: bool = False  # DAPO's length penalty; not part of Dr. GRPO [C]

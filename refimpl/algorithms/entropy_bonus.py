@@ -73,12 +73,12 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 class Config(core.AlgorithmConfig):
     """Entropy-bonus hyper-parameters: DAPO's, plus β_H; defaults from the sources unless marked."""
 
-    entropy_coef: float = 1e-3  # β_H, weight of the entropy bonus (Cui et al.'s middle value) [S]
-    clip_eps_low: float = 0.2  # ε_low (§3.1, clip-higher) [C]
-    clip_eps_high: float = 0.28  # ε_high > ε_low: clip-higher (§3.1) [C]
+    entropy_coef: core.Coef = 1e-3  # β_H, weight of the bonus (Cui et al.'s middle value) [S]
+    clip_eps_low: core.ClipLow = 0.2  # ε_low (§3.1, clip-higher) [C]
+    clip_eps_high: core.ClipHigh = 0.28  # ε_high > ε_low: clip-higher (§3.1) [C]
     kl_coef: float = 0.0  # β: the KL term is removed (§2.3) [C]
     loss_agg_mode: str = "token-mean"  # token-level policy gradient loss (§3.3, Eq. 12) [C]
-    eps: float = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    eps: core.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling (Eq. 11) [A]
     dynamic_sampling: bool = True  # keep groups with 0 < #successful < G (§3.2, Eq. 11) [C]
     overlong_shaping: bool = True  # soft overlong punishment added to r (§3.4, Eq. 13) [C]

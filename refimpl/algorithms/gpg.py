@@ -79,7 +79,7 @@ class Config(core.AlgorithmConfig):
     kl_coef: float = 0.0  # β: no KL and no reference model (§3) [C]
     loss_agg_mode: str = "token-mean"  # 1/Σ|o_i| Σ_i Σ_t (§3; verl's gpg loss) [C]
     normalize_std: bool = False  # F_norm = std_G r instead of 1 (§3, off by default) [C]
-    eps: float = core.EPS  # in the std denominator when normalize_std is on (verl's) [C]
+    eps: core.Positive = core.EPS  # in the std denominator when normalize_std is on (verl's) [C]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; GPG keeps all groups and rescales by α [C]
     overlong_shaping: bool = False  # DAPO's length penalty; not part of GPG [C]
@@ -92,7 +92,15 @@ class Config(core.AlgorithmConfig):
 
     def advantage_scale(self, batch: RolloutBatch) -> float:
         """§3: α = B / (B − M), M = rows of zero-variance groups (they carry no gradient)."""
-        return core.gpg_alpha(batch.rewards, batch.group_size)
+        return alpha(batch.rewards, batch.group_size)
+
+
+def alpha(rewards: Float[Tensor, " B"], group_size: int) -> float:
+    """``α = B / (B − M)`` (§3), ``M`` the rows whose group has all-equal rewards (they carry
+    no gradient); 1 when every group is flat (every advantage is 0 then)."""
+    n_rows = rewards.shape[0]
+    n_flat = int(core.group_degenerate(rewards, group_size).sum())
+    return n_rows / (n_rows - n_flat) if n_rows > n_flat else 1.0
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:

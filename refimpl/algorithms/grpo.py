@@ -63,11 +63,11 @@ LOSS_AGG_MODES = ("seq-mean-token-mean", "token-mean")
 class Config(core.AlgorithmConfig):
     """GRPO hyper-parameters; defaults from DeepSeekMath unless marked."""
 
-    clip_eps_low: float = 0.2  # ε, symmetric clip (§4.1, PPO default) [C]
-    clip_eps_high: float = 0.2  # ε [C]
+    clip_eps_low: core.ClipLow = 0.2  # ε, symmetric clip (§4.1, PPO default) [C]
+    clip_eps_high: core.ClipHigh = 0.2  # ε [C]
     kl_coef: float = 0.04  # β, KL penalty to the reference policy (§4.2) [C]
     loss_agg_mode: str = "seq-mean-token-mean"  # Eq. 3: 1/G Σ_i 1/|o_i| Σ_t [C]
-    eps: float = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    eps: core.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; not part of GRPO [C]
     overlong_shaping: bool = False  # DAPO's length penalty; not part of GRPO [C]

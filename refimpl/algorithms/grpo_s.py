@@ -105,18 +105,18 @@ LOSS_AGG_MODES = ("seq-mean",)
 class Config(core.AlgorithmConfig):
     """GRPO-S hyper-parameters; defaults from the paper (v5) unless marked."""
 
-    beta_1: float = 1.0  # β₁, weight of the outcome reward in Eq. 6 (§3.1) [C]
-    beta_2: float = 0.1  # β₂, weight of the entropy-shaped part (§3.1) [C]
+    beta_1: core.Coef = 1.0  # β₁, weight of the outcome reward in Eq. 6 (§3.1) [C]
+    beta_2: core.Coef = 0.1  # β₂, weight of the entropy-shaped part (§3.1) [C]
     stats: str = "joint"  # one z-score of r̂ over the group (§2.3) [C]; group/subgroup [A]
     entropy_mean: str = "arithmetic"  # Eq. 6; "geometric" = §2.4.1's means [C]
     negative_shaping: str = "paper"  # "paper" = r̂⁻ of Eq. 6; "none" = r̂⁻ ≡ 0 [A]
     ratio: str = "geometric"  # ŵ_i: §2.4.1 / Algorithm 1 [C]; "arithmetic" = Eq. 8 [C]
-    entropy_eps: float = core.EPS  # H̃_i = Ĥ_i + eps_H, so 1/H̃ is finite [A]
-    clip_eps_low: float = 0.2  # ε_low of the ratio clip (§3.1; Eq. 7 writes one ε) [C]
-    clip_eps_high: float = 0.28  # ε_high of the ratio clip, clip-higher (§3.1) [C]
+    entropy_eps: core.Positive = core.EPS  # H̃_i = Ĥ_i + eps_H, so 1/H̃ is finite [A]
+    clip_eps_low: core.ClipLow = 0.2  # ε_low of the ratio clip (§3.1; Eq. 7 writes one ε) [C]
+    clip_eps_high: core.ClipHigh = 0.28  # ε_high of the ratio clip, clip-higher (§3.1) [C]
     kl_coef: float = 0.0  # β: no KL term in Eq. 7 [C]
     loss_agg_mode: str = "seq-mean"  # Eq. 7: 1/G Σ_i ℓ_i, one loss per sequence [C]
-    eps: float = core.EPS  # in the std denominators (verl's; TRL uses 1e-4) [C]
+    eps: core.Positive = core.EPS  # in the std denominators (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r_i ≥ this ⇒ i ∈ O⁺, and for dynamic sampling [A]
     dynamic_sampling: bool = True  # DAPO's filter 0 < #successful < G, as GTPO [A]
     overlong_shaping: bool = False  # DAPO's length penalty; not used by the paper [A]
@@ -125,12 +125,16 @@ class Config(core.AlgorithmConfig):
     overlong_filter: bool = False  # DAPO's truncated-sample masking; off [A]
 
     def __post_init__(self) -> None:
-        # Every field's type and range (beta_1, beta_2 ≥ 0; entropy_eps > 0): core.FIELD_RULES.
+        # Every field's type and range (beta_1, beta_2 ≥ 0; entropy_eps > 0): its annotation.
         core.check_config(self, LOSS_AGG_MODES)
         core.require_choice(self.stats, "Config.stats", STATS)
         core.require_choice(self.entropy_mean, "Config.entropy_mean", ENTROPY_MEANS)
         core.require_choice(self.negative_shaping, "Config.negative_shaping", NEGATIVE_SHAPING)
         core.require_choice(self.ratio, "Config.ratio", RATIOS)
+
+    def reads_rollout_entropy(self) -> bool:
+        # Eq. 6: the sequence rewards are shaped by the rollout's mean entropies Ĥ_i.
+        return True
 
 
 def sequence_rewards(

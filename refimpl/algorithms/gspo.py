@@ -74,11 +74,11 @@ LOSS_AGG_MODES = ("seq-mean", "seq-mean-token-mean", "token-mean")
 class Config(core.AlgorithmConfig):
     """GSPO hyper-parameters; defaults from the GSPO paper unless marked."""
 
-    clip_eps_low: float = 3e-4  # left clip range of s_i (§5.1) [C]
-    clip_eps_high: float = 4e-4  # right clip range of s_i (§5.1) [C]
+    clip_eps_low: core.ClipLow = 3e-4  # left clip range of s_i (§5.1) [C]
+    clip_eps_high: core.ClipHigh = 4e-4  # right clip range of s_i (§5.1) [C]
     kl_coef: float = 0.0  # β: no KL term (Eq. 5) [C]
     loss_agg_mode: str = "seq-mean"  # Eq. 5: 1/G Σ_i; a token mode selects GSPO-token [C]
-    eps: float = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    eps: core.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; not part of GSPO [C]
     overlong_shaping: bool = False  # DAPO's length penalty; not part of GSPO [C]

@@ -127,17 +127,17 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 class Config(core.AlgorithmConfig):
     """GTPO hyper-parameters; defaults from the paper (v5) unless marked."""
 
-    alpha_1: float = 1.0  # α₁, weight of the outcome reward in Eq. 2/3 (§3.1) [C]
-    alpha_2: float = 0.1  # α₂, weight of the entropy-shaped part (§3.1); α₁+α₂ ≠ 1 here [C]
+    alpha_1: core.Coef = 1.0  # α₁, weight of the outcome reward in Eq. 2/3 (§3.1) [C]
+    alpha_2: core.Coef = 0.1  # α₂, weight of the entropy-shaped part (§3.1); α₁+α₂ ≠ 1 here [C]
     stats: str = "group"  # set of mean/std(R⁺, R⁻) in Eq. 4; "batch" is §2.2's [departure]
     entropy_mean: str = "arithmetic"  # Eq. 2/3; "geometric" = §2.4.1's weights [C]
     negative_shaping: str = "paper"  # "paper" = Eq. 3; "none" = early form, r⁻ ≡ 0 [A]
-    entropy_eps: float = core.EPS  # H̃ = H + eps_H, so 1/H̃ is finite [A]
-    clip_eps_low: float = 0.2  # ε_low of the ratio clip (§3.1; Eq. 5 writes one ε) [C]
-    clip_eps_high: float = 0.28  # ε_high of the ratio clip, clip-higher (§3.1) [C]
+    entropy_eps: core.Positive = core.EPS  # H̃ = H + eps_H, so 1/H̃ is finite [A]
+    clip_eps_low: core.ClipLow = 0.2  # ε_low of the ratio clip (§3.1; Eq. 5 writes one ε) [C]
+    clip_eps_high: core.ClipHigh = 0.28  # ε_high of the ratio clip, clip-higher (§3.1) [C]
     kl_coef: float = 0.0  # β: no KL term in Eq. 5 [C]
     loss_agg_mode: str = "token-mean"  # Eq. 5: 1/Σ_k |o_k| Σ_i Σ_t, token-level [C]
-    eps: float = core.EPS  # in the std denominators of Eq. 4 (verl's; TRL uses 1e-4) [C]
+    eps: core.Positive = core.EPS  # in the std denominators of Eq. 4 (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r_i ≥ this ⇒ i ∈ O⁺, and for dynamic sampling [A]
     dynamic_sampling: bool = True  # DAPO's filter 0 < #successful < G, as in DAPO [A]
     overlong_shaping: bool = False  # DAPO's length penalty; not used by the paper [A]
@@ -146,11 +146,15 @@ class Config(core.AlgorithmConfig):
     overlong_filter: bool = False  # DAPO's truncated-sample masking; off [A]
 
     def __post_init__(self) -> None:
-        # Every field's type and range (alpha_1, alpha_2 ≥ 0; entropy_eps > 0): core.FIELD_RULES.
+        # Every field's type and range (alpha_1, alpha_2 ≥ 0; entropy_eps > 0): its annotation.
         core.check_config(self, LOSS_AGG_MODES)
         core.require_choice(self.stats, "Config.stats", STATS)
         core.require_choice(self.entropy_mean, "Config.entropy_mean", ENTROPY_MEANS)
         core.require_choice(self.negative_shaping, "Config.negative_shaping", NEGATIVE_SHAPING)
+
+    def reads_rollout_entropy(self) -> bool:
+        # Eq. 2/3: the token rewards are shaped by the rollout's entropies H_old.
+        return True
 
 
 def token_rewards(

@@ -81,11 +81,11 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 class Config(core.AlgorithmConfig):
     """KL-Cov hyper-parameters: DAPO's without the clip, plus k and β; from the paper/verl."""
 
-    kl_cov_ratio: float = 2e-4  # k, fraction of the batch's tokens that get the penalty [C]
-    kl_cov_coef: float = 1.0  # β, weight of |log π_θ − log π_old| on those tokens [C]
+    kl_cov_ratio: core.Fraction = 2e-4  # k, fraction of the batch's tokens that get the penalty [C]
+    kl_cov_coef: core.Coef = 1.0  # β, weight of |log π_θ − log π_old| on those tokens [C]
     kl_coef: float = 0.0  # β: the KL term is removed (§2.3) [C]
     loss_agg_mode: str = "token-mean"  # token-level policy gradient loss (§3.3, Eq. 12) [C]
-    eps: float = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    eps: core.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling (Eq. 11) [A]
     dynamic_sampling: bool = True  # keep groups with 0 < #successful < G (§3.2, Eq. 11) [C]
     overlong_shaping: bool = True  # soft overlong punishment added to r (§3.4, Eq. 13) [C]
@@ -96,11 +96,6 @@ class Config(core.AlgorithmConfig):
 
     def __post_init__(self) -> None:
         core.check_config(self, LOSS_AGG_MODES)
-        core.require(
-            isinstance(self.kl_cov_ratio, (int, float)) and 0.0 < self.kl_cov_ratio <= 1.0,
-            "Config.kl_cov_ratio",
-            f"a fraction in (0, 1], got {self.kl_cov_ratio!r}",
-        )
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:

@@ -71,8 +71,8 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 class Config(core.AlgorithmConfig):
     """RLOO hyper-parameters; the advantage from the paper, the loss from verl's recipe."""
 
-    clip_eps_low: float = 0.2  # ε, symmetric clip (verl's default clip_ratio) [S]
-    clip_eps_high: float = 0.2  # ε [S]
+    clip_eps_low: core.ClipLow = 0.2  # ε, symmetric clip (verl's default clip_ratio) [S]
+    clip_eps_high: core.ClipHigh = 0.2  # ε [S]
     kl_coef: float = 0.0  # β: no KL term in the loss (the paper puts it in the reward) [A]
     loss_agg_mode: str = "token-mean"  # verl's default loss_agg_mode [S]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]

@@ -102,6 +102,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Annotated
 
 import torch
 from jaxtyping import Float, Shaped
@@ -121,26 +122,55 @@ NORMALISE_SETS = ("micro-batch", "batch")
 #: Clamp of π and floor of π_old in Ω (``compute_token_weights``) [C].
 PROB_FLOOR = 1e-8
 
+# The ranges of STEER's own fields (``core.check_config`` reads them from the annotations):
+# with them, as with core's ranges, no finite value makes the loss inf or NaN. The token weights
+# λ ≤ LAMBDA_LIMIT = 10 multiply a token's surrogate, which the dual clip c ≤ CLIP_HIGH_LIMIT + 1
+# = 11 bounds by c·|A| where A < 0 (and the clip by (1 + ε_high)·|A| where A > 0): at most
+# 110·2^120 < 2^127 summed. The |Ω| floor lies in [OMEGA_FLOOR_MIN, OMEGA_FLOOR_MAX]: the
+# exponential map's slope −ln λ_min / max(max|Ω|, floor) then stays finite in float32
+# (−ln λ_min < 745 for any λ_min > 0), also on a batch whose every |Ω| is 0; the |Ω| range fits
+# in float32. tests/test_safety_library.py computes the loss at these edges.
+
+#: The largest token weight λ (``lambda_min``, ``lambda_max``).
+LAMBDA_LIMIT = 10.0
+#: The smallest and largest |Ω| floor of the exponential map.
+OMEGA_FLOOR_MIN, OMEGA_FLOOR_MAX = 1e-30, 1e30
+Lambda = Annotated[float, core.Range(0.0, LAMBDA_LIMIT, low_open=True)]
+DualClip = Annotated[
+    float,
+    core.Range(
+        1.0,
+        core.CLIP_HIGH_LIMIT + 1,
+        low_open=True,
+        text=f"a value in (1, {core.CLIP_HIGH_LIMIT + 1:g}] (the dual clip's c)",
+    ),
+]
+Power = Annotated[int, core.Range(1, 2, text="1 or 2 (the exponent p of (1 − π)^p)")]
+OmegaFloor = Annotated[float, core.Range(OMEGA_FLOOR_MIN, OMEGA_FLOOR_MAX)]
+OmegaAbs = Annotated[
+    float, core.Range(0.0, core.FLOAT32_MAX, text="a value in [0, 3.4e38] (or None)")
+]
+
 
 @dataclass(frozen=True)
 class Config(core.AlgorithmConfig):
     """STEER hyper-parameters; defaults from the authors' code and run scripts unless marked."""
 
     mapping: str = "linear"  # |Ω| → λ: linear (run_linear.sh) or exponential (run_exp.sh) [C]
-    lambda_min: float = 0.8  # λ_min, token_weight_min in run/*.sh [C]
-    lambda_max: float = 1.2  # λ_max, token_weight_max in run_linear.sh; exponential: 1 [C]
-    omega_power: int = 2  # p of (1 − π)^p: 2 in the paper's compiled code, 1 in the source [C]
-    omega_floor: float = 0.02  # exponential: k = −ln λ_min / max(max|Ω|, 0.02) [C]
+    lambda_min: Lambda = 0.8  # λ_min, token_weight_min in run/*.sh [C]
+    lambda_max: Lambda = 1.2  # λ_max, token_weight_max in run_linear.sh; exponential: 1 [C]
+    omega_power: Power = 2  # p of (1 − π)^p: 2 in the paper's compiled code, 1 in the source [C]
+    omega_floor: OmegaFloor = 0.02  # exponential: k = −ln λ_min / max(max|Ω|, 0.02) [C]
     normalise: str = "micro-batch"  # the |Ω| range over the loss call's tokens [C] or the
     #                                 whole rollout's at θ_old ("batch") [A]
-    omega_abs_min: float | None = None  # the rollout's min |Ω|: set by for_update when
-    omega_abs_max: float | None = None  # normalise="batch"; None: the loss call's tokens [A]
-    clip_eps_low: float = 0.2  # ε_low, clip_ratio_low in run/*.sh [C]
-    clip_eps_high: float = 0.28  # ε_high, clip_ratio_high in run/*.sh (clip-higher) [C]
-    clip_ratio_c: float = 10.0  # c of the dual clip for A < 0, clip_ratio_c in run/*.sh [C]
+    omega_abs_min: OmegaAbs | None = None  # the rollout's min |Ω|: set by for_update when
+    omega_abs_max: OmegaAbs | None = None  # normalise="batch"; None: the loss call's tokens [A]
+    clip_eps_low: core.ClipLow = 0.2  # ε_low, clip_ratio_low in run/*.sh [C]
+    clip_eps_high: core.ClipHigh = 0.28  # ε_high, clip_ratio_high in run/*.sh (clip-higher) [C]
+    clip_ratio_c: DualClip = 10.0  # c of the dual clip for A < 0, clip_ratio_c in run/*.sh [C]
     kl_coef: float = 0.0  # β: use_kl_loss=False, use_kl_in_reward=False in run/*.sh [C]
     loss_agg_mode: str = "token-mean"  # verl's default, not overridden in run/*.sh [C]
-    eps: float = core.EPS  # in the std denominator (verl's) [C]
+    eps: core.Positive = core.EPS  # in the std denominator (verl's) [C]
     success_threshold: float = 0.5  # r ≥ this is a success (read by no mechanism here) [A]
     dynamic_sampling: bool = False  # no algorithm.filter_groups in run/*.sh [C]
     overlong_shaping: bool = False  # no overlong reward buffer in run/*.sh [C]

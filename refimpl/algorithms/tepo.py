@@ -107,17 +107,17 @@ class Config(core.AlgorithmConfig):
 
     advantage: str = "grpo"  # A_i: GRPO's z-score; "centred" = r − mean (Dr. GRPO's) [A]
     ratio: str = "gspo_token"  # s[i,t] = sg[s_i]·π_θ/sg[π_θ]; "token" = w[i,t] [A]
-    clip_eps_low: float = 0.2  # ε_low of the clip on s[i,t] (DAPO's) [A]
-    clip_eps_high: float = 0.28  # ε_high, clip-higher (DAPO's) [A]
+    clip_eps_low: core.ClipLow = 0.2  # ε_low of the clip on s[i,t] (DAPO's) [A]
+    clip_eps_high: core.ClipHigh = 0.28  # ε_high, clip-higher (DAPO's) [A]
     kl_coef: float = 0.04  # β, weight of the masked KL term (GRPO's value) [A]
     kl_anchor: str = "ref"  # KL to π_ref ("ref") or to π_old ("old") [A]
     kl_mask: bool = True  # M[i,t] = 1[A>0]·1[entropy decreased]; False = KL on every token [C]
     kl_denominator: str = "all"  # β·Σ M·kl / Σ m ("all") or / Σ M ("masked") [A]
     entropy_source: str = "current"  # H_θ vs H_old; "sequence": H_old[t] vs H_old[t−1] [A]
     entropy_strict: bool = True  # "decreasing" is H < H' − τ; False: H ≤ H' − τ [A]
-    entropy_decrease_tol: float = 1e-4  # τ in nats: smaller falls are float noise [A]
+    entropy_decrease_tol: core.NonNegative = 1e-4  # τ in nats: smaller falls are float noise [A]
     loss_agg_mode: str = "token-mean"  # "token-level aggregation" (abstract) [C]/[A]
-    eps: float = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    eps: core.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; not stated for TEPO [A]
     overlong_shaping: bool = False  # DAPO's length penalty; not stated for TEPO [A]
@@ -132,15 +132,6 @@ class Config(core.AlgorithmConfig):
         core.require_choice(self.kl_anchor, "Config.kl_anchor", KL_ANCHORS)
         core.require_choice(self.kl_denominator, "Config.kl_denominator", KL_DENOMINATORS)
         core.require_choice(self.entropy_source, "Config.entropy_source", ENTROPY_SOURCES)
-        for name in ("kl_mask", "entropy_strict"):
-            value = getattr(self, name)
-            core.require(isinstance(value, bool), f"Config.{name}", f"a bool, got {value!r}")
-        core.require(
-            isinstance(self.entropy_decrease_tol, (int, float))
-            and 0.0 <= self.entropy_decrease_tol < float("inf"),
-            "Config.entropy_decrease_tol",
-            f"a finite value ≥ 0, got {self.entropy_decrease_tol!r}",
-        )
 
     def needs_reference(self) -> bool:
         # The KL term reads π_ref only when anchored there (kl_anchor="old" uses π_old).

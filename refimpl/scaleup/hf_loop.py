@@ -100,8 +100,8 @@ def update(model, optimizer, algo, algo_cfg, batch, seqs, prompt_mask, forward_m
     model.eval()
 
 
-def train_hf_loop(model, tok, task, problems, algorithm="gtpo", prompts_per_step=8, group_size=8,
-                  rollouts=4, minibatches=4, max_new_tokens=12, lr=2e-5, cfg=None,
+def train_hf_loop(model, tok, task, problems, algorithm=algorithms.BASELINE, prompts_per_step=8,
+                  group_size=8, rollouts=4, minibatches=4, max_new_tokens=12, lr=2e-5, cfg=None,
                   progress=False, *, ppo_epochs=1, grad_clip=1.0, temperature=1.0):  # fmt: skip
     """Train ``model`` in place on ``rollouts`` rollouts of ``prompts_per_step`` problems each;
     return one dict of metrics per optimizer step (``progress``: also print each one)."""

@@ -56,7 +56,7 @@ class RefimplGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose advantages and loss come from ``refimpl.algorithms.<algorithm>``.
 
     Args:
-        algorithm: one of ``refimpl.algorithms.NAMES``.
+        algorithm: one of ``refimpl.algorithms.NAMES`` (default: the baseline, GRPO).
         algorithm_config: that module's ``Config`` (default: the paper defaults).
         *args, **kwargs: as ``trl.GRPOTrainer`` (``model``, ``reward_funcs``, ``args``, ...).
             ``args.beta`` only decides whether TRL loads a reference model: it is set to the
@@ -65,7 +65,11 @@ class RefimplGRPOTrainer(GRPOTrainer):
     """
 
     def __init__(
-        self, *args: Any, algorithm: str = "gtpo", algorithm_config: object = None, **kwargs: Any
+        self,
+        *args: Any,
+        algorithm: str = algorithms.BASELINE,
+        algorithm_config: object = None,
+        **kwargs: Any,
     ) -> None:
         self.algorithm = algorithms.get(algorithm)
         self.algorithm_config = (

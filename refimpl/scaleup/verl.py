@@ -7,10 +7,10 @@ Load it in every verl process (driver and Ray workers) with::
 and select an algorithm with ``algorithm.adv_estimator=refimpl_<name>`` and
 ``actor_rollout_ref.actor.policy_loss.loss_mode=refimpl_<name>`` (``docs/scaleup.md`` has a
 full command). Every algorithm in ``refimpl.algorithms.NAMES`` is registered as
-``refimpl_<name>``; the six verl lacks are also registered under their plain names
-(``gtpo``, ``grpo_s``, ``tepo``, ``forking_tokens``, ``entropy_bonus``, ``steer``;
-``clip_cov`` and ``kl_cov`` are verl's own names and stay verl's). Hyper-parameters come
-from each module's ``Config``;
+``refimpl_<name>``; those whose name verl's registries do not hold are also registered
+under their plain names (``PLAIN_NAMES``: ``gtpo``, ``tepo``, ``steer``, ...; ``grpo``,
+``rloo``, ``gspo``, ``gpg``, ``clip_cov`` and ``kl_cov`` are verl's own names and stay
+verl's). Hyper-parameters come from each module's ``Config``;
 override them with the environment variable ``REFIMPL_CONFIG`` (JSON, e.g.
 ``{"gtpo": {"alpha_2": 0.2}}``), which Ray forwards to the workers through
 ``runtime_env``. Our ``Config`` decides clip ranges and aggregation, not verl's
@@ -68,28 +68,32 @@ from refimpl.scaleup.hf import loss_batch, normaliser_count
 
 #: Registry name of each algorithm in verl.
 REGISTERED: dict[str, str] = {name: f"refimpl_{name}" for name in algorithms.NAMES}
-#: Plain aliases for the algorithms verl does not ship.
-ALIASES: dict[str, str] = {
-    "gtpo": "gtpo",
-    "grpo_s": "grpo_s",
-    "tepo": "tepo",
-    "forking_tokens": "forking_tokens",
-    "entropy_bonus": "entropy_bonus",
-    "steer": "steer",
-}
-#: Algorithms whose advantages read the rollout entropies.
-NEEDS_ROLLOUT_ENTROPY = frozenset({"gtpo", "grpo_s"})
+
+
+def _verl_own(name: str) -> bool:
+    """Whether verl has an advantage estimator or a policy loss of its own called ``name``."""
+    found = (core_algos.ADV_ESTIMATOR_REGISTRY.get(name), core_algos.POLICY_LOSS_REGISTRY.get(name))
+    return any(fn is not None and fn.__module__ != __name__ for fn in found)
+
+
+#: The algorithms also registered under their plain name: those whose name verl's registries do
+#: not hold (verl's own estimators and losses keep their names: ``grpo``, ``rloo``, ``gspo``,
+#: ``gpg``, ``clip_cov``, ``kl_cov``).
+PLAIN_NAMES: tuple[str, ...] = tuple(n for n in algorithms.NAMES if not _verl_own(n))
 
 # Tensors handed to our functions for the duration of one verl call (see module docstring).
 _ROLLOUT_ENTROPY: list[Tensor] = []
 _LOSS_INPUTS: list[dict[str, Tensor | None]] = []
 
 
+def overrides(name: str) -> dict[str, Any]:
+    """The settings ``$REFIMPL_CONFIG`` (JSON) gives the ``Config`` of ``name``."""
+    return json.loads(os.environ.get("REFIMPL_CONFIG", "{}") or "{}").get(name, {})
+
+
 def algorithm_config(name: str) -> Any:
     """The ``Config`` of ``name`` with the overrides in ``$REFIMPL_CONFIG`` (JSON) applied."""
-    module = algorithms.get(name)
-    overrides = json.loads(os.environ.get("REFIMPL_CONFIG", "{}") or "{}").get(name, {})
-    return module.Config(**overrides)
+    return algorithms.get(name).Config(**overrides(name))
 
 
 @contextlib.contextmanager
@@ -160,7 +164,7 @@ def _make_estimator(name: str):
         B = token_level_rewards.shape[0]
         if entropy_old is None and _ROLLOUT_ENTROPY:
             entropy_old = _ROLLOUT_ENTROPY[-1]
-        if name in NEEDS_ROLLOUT_ENTROPY:
+        if cfg.reads_rollout_entropy():
             core.require(
                 entropy_old is not None,
                 "entropy_old",
@@ -238,7 +242,7 @@ def _make_policy_loss(name: str):
             cfg.for_update(batch, padded["adv"].float()) == cfg,
             "REFIMPL_CONFIG",
             f"a {name} Config whose loss reads no constant of the whole rollout batch (verl's "
-            "policy losses see micro-batches only; for STEER: normalise='micro-batch')",
+            f"policy losses see micro-batches only); it has {json.dumps(overrides(name))}",
         )
         entropy = padded.get("entropy")
         if entropy is not None and not cfg.differentiates_entropy():
@@ -274,7 +278,7 @@ POLICY_LOSSES = {name: _make_policy_loss(name) for name in algorithms.NAMES}
 def register() -> None:
     """Register every estimator and loss with verl (idempotent: safe to import twice)."""
     for name, key in REGISTERED.items():
-        for registry_name in {key, ALIASES.get(name, key)}:
+        for registry_name in {key, name if name in PLAIN_NAMES else key}:
             current = core_algos.ADV_ESTIMATOR_REGISTRY.get(registry_name)
             core.require(
                 current in (None, ESTIMATORS[name]),

@@ -82,7 +82,7 @@ def test_overlong_filter_removes_truncated_rows_only_when_asked():
     ],
 )
 def test_gpg_alpha_by_hand(rewards, alpha):
-    assert core.gpg_alpha(torch.tensor(rewards, dtype=torch.float32), G) == alpha
+    assert gpg.alpha(torch.tensor(rewards, dtype=torch.float32), G) == alpha
 
 
 def test_kept_group_advantages_zero_the_dropped_groups():
