@@ -464,10 +464,15 @@ def score_signals(signals: dict, values: TokenValues, first_wrong: dict[int, int
         pivots = _pivots(truth, lengths, failed)
         wrong = {i: t for i, t in first_wrong.items() if i in set(failed)}
         out[name] = {"trained_completions": len(trained), "failed_completions": len(failed)}
+        won = [i for i in trained if success[i]]
         for kind in ("advantages", "credit"):
             s = sig[kind].numpy()
             out[name][kind] = {
                 "within": within_completion(s, truth, lengths, trained),
+                # The same, split by outcome: credit on successes and blame on failures can
+                # agree with A* in one and disagree in the other (GTPO weights them apart).
+                "within_success": within_completion(s, truth, lengths, won),
+                "within_failure": within_completion(s, truth, lengths, failed),
                 "pooled": pooled(s, truth, mask, trained) if trained else None,
                 "blame_pivot": blame_shares(s, pivots, lengths),
                 "blame_first_wrong": blame_shares(s, wrong, lengths) if wrong else None,
@@ -501,6 +506,7 @@ def oracle_record(values: TokenValues, lengths: np.ndarray, peak_share: float | 
         "value_se_before": _rounded(values.se_before, lengths),
         "value_se": _rounded(values.se_after, lengths),
         "true_advantage": _rounded(values.true_advantage, lengths),
+        "half_advantages": [_rounded(h, lengths) for h in values.half_advantages],
         "prefixes": values.prefixes,
         "sampled_tokens": values.sampled_tokens,
         "seconds": round(values.seconds, 2),
@@ -541,6 +547,42 @@ def completion_record(prompt: str, text: str, tokens: list, entropy, outcome: fl
         "success": bool(outcome >= 0.5),
         **extra,
     }
+
+
+def rescore(result: dict, k: str) -> dict:
+    """Criteria 1-3 and the oracle's noise recomputed from what a result file stores (values
+    rounded to 5 digits): the metrics of ``metrics_record``, for analyses added after a file
+    was written. The signals' ``trained`` rows, the completions' entropies and outcomes and the
+    oracle's values and half-estimates are all it needs."""
+    comps, o = result["completions"], result["oracle"][k]
+    B, T = len(comps), max(len(c["token"]) for c in comps)
+
+    def grid(rows) -> torch.Tensor:
+        out = torch.zeros(B, T, dtype=torch.float64)
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
+        return out
+
+    mask = grid([[1.0] * len(c["token"]) for c in comps]).bool()
+    values = TokenValues(
+        value_before=grid(o["value_before"]), value_after=grid(o["value_after"]),
+        se_before=grid(o["value_se_before"]), se_after=grid(o["value_se"]),
+        true_advantage=grid(o["true_advantage"]),
+        success=torch.tensor([c["success"] for c in comps]), mask=mask,
+        half_advantages=torch.stack([grid(h) for h in o["half_advantages"]]),
+        rollouts=int(k), prefixes=o["prefixes"], sampled_tokens=o["sampled_tokens"],
+        seconds=o["seconds"],
+    )  # fmt: skip
+    signals = {
+        name: {"advantages": grid(s["advantages"]), "credit": grid(s["credit"]),
+               "trained": torch.tensor(s["trained"])}
+        for name, s in result["signals"].items()
+    }  # fmt: skip
+    first_wrong = {
+        i: c["first_wrong"] for i, c in enumerate(comps) if c.get("first_wrong") is not None
+    }
+    entropy = grid([c["entropy_old"] for c in comps])
+    return metrics_record(signals, values, entropy, first_wrong, result["settings"]["seed"])
 
 
 def _first_wrong_tokens(task, problems, responses, outcome, G: int) -> dict[int, int]:
