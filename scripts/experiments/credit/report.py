@@ -33,13 +33,13 @@ MAIN_K = "32"
 #: The batches, in the order of the page: (file stem, label).
 BATCHES = (
     ("longchain_step0", "long chain, warm start"),
-    ("longchain_step50", "long chain, GRPO step 50"),
-    ("longchain_step150", "long chain, GRPO step 150"),
+    ("longchain_step40", "long chain, GRPO step 40"),
+    ("longchain_step100", "long chain, GRPO step 100"),
     ("countdown_step0", "countdown, warm start"),
     ("countdown_step50", "countdown, GRPO step 50"),
     ("countdown_step200", "countdown, GRPO step 200"),
 )
-REAL = ("real_smollm2", "SmolLM2-135M, untrained")
+REALS = (("real_smollm2", "SmolLM2-135M, untrained"), ("real_smollm2_k32", "SmolLM2-135M, untrained"))
 #: Algorithms drawn in the token figure (the issue's four: the baseline and the three papers').
 FIGURE_ALGOS = ("grpo", "gtpo", "grpo_s", "tepo")
 LEARNING_ALGOS = ("grpo", "dapo", "gtpo", "gtpo alpha_2=0.0", "grpo_s", "tepo", "forking_tokens")
@@ -50,11 +50,26 @@ def load(stem: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+_METRICS: dict[tuple[int, str], dict] = {}
+
+
+def metrics(d: dict, k: str) -> dict:
+    """The metrics of one oracle estimate, recomputed from the file's values
+    (``refimpl.bench.credit.rescore``: the analyses of the current code, whatever version
+    wrote the file); the stored ones for a file without the oracle's half-estimates."""
+    key = (id(d), k)
+    if key not in _METRICS:
+        from refimpl.bench.credit import rescore
+
+        has_halves = "half_advantages" in d["oracle"][k]
+        _METRICS[key] = rescore(d, k) if has_halves else d["metrics"][k]
+    return _METRICS[key]
+
+
 def batches() -> list[tuple[str, dict]]:
     """The batches that exist, with their labels (real model last)."""
-    out = [(label, d) for stem, label in BATCHES if (d := load(stem)) is not None]
-    real = load(REAL[0])
-    return out + ([(REAL[1], real)] if real is not None else [])
+    both = (*BATCHES, *REALS)
+    return [(label, d) for stem, label in both if (d := load(stem)) is not None]
 
 
 # --------------------------------------------------------------------------------------------
@@ -84,7 +99,7 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 def within_text(w: dict, key: str = "pearson") -> str:
     """A within-completion correlation, or what the signal is when it has none."""
     if w["no_within_credit"]:
-        return "none: constant in every completion"
+        return "none (constant)"
     text = fmt_mse(w[key])
     if w["constant"]:
         text += f"; constant in {w['constant']}/{w['completions']}"
@@ -103,7 +118,7 @@ def oracle_table() -> str:
         lengths = [len(c["token"]) for c in comps]
         success = np.mean([c["success"] for c in comps])
         for k, o in sorted(d["oracle"].items(), key=lambda kv: int(kv[0])):
-            noise = d["metrics"][k]["noise"]
+            noise = metrics(d, k)["noise"]
             share = o.get("peak_share")
             rows.append([
                 label, k, str(len(comps)), f"{min(lengths)}–{max(lengths)}", f"{success:.2f}",
@@ -120,10 +135,10 @@ def oracle_table() -> str:
 
 def agreement_table(stem: str, label: str, k: str = MAIN_K) -> str:
     """Criteria 1 and 2 for every algorithm on one batch."""
-    d = load(stem) if stem != REAL[0] else load(REAL[0])
-    if d is None or k not in d["metrics"]:
+    d = load(stem)
+    if d is None or k not in d["oracle"]:
         return f"*{label}: not measured yet.*\n"
-    sig = d["metrics"][k]["signals"]
+    sig = metrics(d, k)["signals"]
     rows = []
     for name, m in sig.items():
         if name.startswith("_"):
@@ -132,6 +147,8 @@ def agreement_table(stem: str, label: str, k: str = MAIN_K) -> str:
         fw = c["blame_first_wrong"]
         rows.append([
             name, f"{m['trained_completions']}", within_text(a["within"]),
+            within_text(a["within_success"]) if "within_success" in a else "–",
+            within_text(a["within_failure"]) if "within_failure" in a else "–",
             within_text(c["within"]), within_text(c["within"], "spearman"),
             fmt(c["pooled"]["pearson"], 2) if c["pooled"] else "–",
             fmt_mse(c["blame_pivot"]["pivot"], sign=False),
@@ -139,13 +156,14 @@ def agreement_table(stem: str, label: str, k: str = MAIN_K) -> str:
         ])  # fmt: skip
     oracle = sig["_oracle"]
     uniform = oracle["blame_pivot"]["uniform_pivot"]
-    rows.append(["*a constant signal*", "", "", "", "", "", fmt_mse(uniform, sign=False), ""])
-    rows.append(["*A\\* itself*", "", "", "", "", "", fmt_mse(oracle["blame_pivot"]["pivot"], sign=False),
+    rows.append(["*a constant signal*", "", "", "", "", "", "", "", fmt_mse(uniform, sign=False), ""])
+    rows.append(["*A\\* itself*", "", "", "", "", "", "", "", fmt_mse(oracle["blame_pivot"]["pivot"], sign=False),
                  fmt_mse(oracle["blame_first_wrong"]["pivot"], sign=False)
                  if oracle.get("blame_first_wrong") else ""])  # fmt: skip
     return table(
-        ["algorithm", "completions trained", "advantage: r within", "credit: r within",
-         "credit: ρ within", "credit: pooled r", "blame on the pivot", "blame on the first wrong token"],
+        ["algorithm", "completions trained", "advantage: r within", "on successes",
+         "on failures", "credit: r within", "credit: ρ within", "credit: pooled r",
+         "blame on the pivot", "blame on the first wrong token"],
         rows,
     )  # fmt: skip
 
@@ -153,8 +171,8 @@ def agreement_table(stem: str, label: str, k: str = MAIN_K) -> str:
 def entropy_table() -> str:
     rows = []
     for label, d in batches():
-        for k in sorted(d["metrics"], key=int):
-            e = d["metrics"][k]["entropy"]
+        for k in sorted(d["oracle"], key=int):
+            e = metrics(d, k)["entropy"]
             r = e["random20_share_abs"]
             rows.append([
                 label, k, fmt(e["pooled_pearson"], 2), fmt(e["pooled_spearman"], 2),
@@ -181,9 +199,9 @@ def sensitivity_table() -> str:
     K: does a verdict hold across them?"""
     rows = []
     for label, d in batches():
-        for k in sorted(d["metrics"], key=int):
-            sig = d["metrics"][k]["signals"]
-            e = d["metrics"][k]["entropy"]
+        for k in sorted(d["oracle"], key=int):
+            sig = metrics(d, k)["signals"]
+            e = metrics(d, k)["entropy"]
             cells = []
             for name, kind in SENSITIVITY:
                 w = sig.get(name, {}).get(kind, {}).get("within") if name in sig else None
@@ -204,7 +222,7 @@ def learning_table() -> str:
     if learn is None or d is None:
         return "*Not measured yet.*\n"
     res = next(iter(learn["results"].values()))
-    sig = d["metrics"][MAIN_K]["signals"]
+    sig = metrics(d, MAIN_K)["signals"]
     rows = []
     for label in LEARNING_ALGOS:
         if label not in res["summary"]:
@@ -253,8 +271,9 @@ def write_blocks(page: str, blocks: dict[str, str]) -> str:
 def blocks() -> dict[str, str]:
     out = {"oracle": oracle_table(), "entropy": entropy_table(),
            "sensitivity": sensitivity_table(), "learning": learning_table()}  # fmt: skip
-    for stem, label in (*BATCHES, REAL):
+    for stem, label in BATCHES:
         out[f"agreement-{stem}"] = agreement_table(stem, label)
+    out["agreement-real_smollm2"] = agreement_table("real_smollm2_k32", REALS[1][1], "32")
     return out
 
 
