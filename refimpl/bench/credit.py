@@ -387,10 +387,12 @@ def entropy_hypothesis(
     top = np.argsort(-h, kind="mergesort")[:n_top]
     rng = np.random.default_rng(seed)
     total = a.sum() if a.sum() > 0 else math.nan
-    random_share = np.array(
-        [a[rng.choice(h.size, n_top, replace=False)].sum() / total for _ in range(1000)]
-    )
+    subsets = [rng.choice(h.size, n_top, replace=False) for _ in range(1000)]
+    random_share = np.array([a[idx].sum() / total for idx in subsets])
     top_share = float(a[top].sum() / total)
+    sq_total = sq.sum() if sq.sum() > 0 else math.nan
+    random_sq = np.array([sq[idx].sum() / sq_total for idx in subsets])
+    top_sq = float(sq[top].sum() / sq_total)
     lengths = mask.sum(1)
     within = within_completion(
         np.where(mask, entropy, 0.0), np.abs(values.true_advantage.numpy()), lengths,
@@ -401,7 +403,12 @@ def entropy_hypothesis(
         "pooled_spearman": spearman(h, a),
         "within": {k: within[k] for k in ("pearson", "spearman", "completions", "constant")},
         "top20_share_abs": top_share,
-        "top20_share_sq": float(sq[top].sum() / sq.sum()) if sq.sum() > 0 else math.nan,
+        "top20_share_sq": top_sq,
+        "random20_share_sq": {
+            "mean": float(random_sq.mean()),
+            "sd": float(random_sq.std(ddof=1)),
+            "p_at_least": float((random_sq >= top_sq).mean()),
+        },
         # The null: the share of random 20 % subsets (its mean is 0.2 in expectation), their
         # spread, and how often one reaches the entropy subset's share.
         "random20_share_abs": {
