@@ -340,7 +340,7 @@ def pooled(signal: np.ndarray, truth: np.ndarray, mask: np.ndarray, rows) -> dic
 def blame_shares(signal: np.ndarray, pivots: dict[int, int], lengths: np.ndarray) -> dict:
     """Criterion 2: per failed completion ``i`` with pivot token ``pivots[i]``, the share of its
     negative signal mass ``Σ_t max(−s, 0)`` on the pivot and on the tokens before it."""
-    on_pivot, on_prefix, uniform_pivot, uniform_prefix = [], [], [], []
+    on_pivot, on_prefix, uniform_pivot, uniform_prefix, excess = [], [], [], [], []
     for i, t in pivots.items():
         L = int(lengths[i])
         neg = np.maximum(-signal[i, :L], 0.0)
@@ -351,11 +351,14 @@ def blame_shares(signal: np.ndarray, pivots: dict[int, int], lengths: np.ndarray
         on_prefix.append(float(neg[:t].sum()) / total)
         uniform_pivot.append(1.0 / L)
         uniform_prefix.append(t / L)
+        excess.append(on_pivot[-1] - uniform_pivot[-1])
     return {
         "pivot": mean_se(on_pivot),
         "prefix": mean_se(on_prefix),
         "uniform_pivot": mean_se(uniform_pivot),
         "uniform_prefix": mean_se(uniform_prefix),
+        # Paired per completion: the pivot's share beyond a constant signal's 1/|o|.
+        "pivot_excess": mean_se(excess),
     }
 
 
