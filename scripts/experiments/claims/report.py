@@ -769,17 +769,138 @@ def row_grpo_s_entropy(real, toy):
                      "as above (v5 §3.3, App. D.1)", "grpo_s", "grpo_s", "entropy")  # fmt: skip
 
 
+# --------------------------------------------------------------------------------------------
+# Token credit against the oracle (docs/credit.md, scripts/experiments/credit/)
+# --------------------------------------------------------------------------------------------
+CREDIT = ROOT / "scripts" / "experiments" / "credit" / "results"
+CREDIT_CMD = ("`bash scripts/experiments/credit/run.sh` (docs/credit.md; `OUT=/tmp/credit` "
+              "reruns it into an empty directory)")  # fmt: skip
+#: The batches the credit rows judge: (file, label, K). The toy's are the two warm starts
+#: (the policy RL starts from) at the oracle's largest K; the real model's at K = 32.
+CREDIT_TOY = (("longchain_step0", "long chain", "64"), ("countdown_step0", "countdown", "64"))
+CREDIT_REAL = (("real_smollm2_k32", "SmolLM2", "32"),)
+
+
+def credit_metrics(stem: str, k: str) -> dict | None:
+    path = CREDIT / f"{stem}.json"
+    if not path.exists():
+        return None
+    d = json.loads(path.read_text())
+    return d["metrics"].get(k)
+
+
+def t_test(m: dict | None, claimed: int = +1) -> tuple[str, str]:
+    """A mean over completions (``{"mean", "se", "n"}``) against 0 by Student's t at n − 1
+    degrees of freedom: (verdict, ``+0.17 ± 0.02 over 80 completions (df 79, MDD 0.04)``)."""
+    if not m or m.get("n", 0) < 2 or not math.isfinite(m.get("se", math.nan)):
+        return "not measured", "not measured"
+    df = m["n"] - 1
+    text = (f"{m['mean']:+.3f} ± {m['se']:.3f} over {m['n']} completions (df {df}, "
+            f"MDD {st.mdd(m['se'], df):.3f})")  # fmt: skip
+    return st.verdict(m["mean"], m["se"], df, claimed), text
+
+
+def share_test(null: dict, share: float) -> str:
+    """The top-20 % share against random 20 % subsets: beyond 97.5 % of them holds, below
+    97.5 % of them contradicts (the two-sided 5 % of the t rule)."""
+    p = null["p_at_least"]
+    return "holds" if p < 0.025 else "contradicted" if p > 0.975 else "not shown"
+
+
+def both(*verdicts: str) -> str:
+    """One verdict from several that must agree (else the weaker, "not shown")."""
+    vs = [v for v in verdicts if v != "not measured"]
+    if not vs:
+        return "not measured"
+    return vs[0] if all(v == vs[0] for v in vs) else "not shown"
+
+
+def _credit_batches(batches, judge) -> tuple[str, list[str]]:
+    verdicts, numbers = [], []
+    for stem, label, k in batches:
+        m = credit_metrics(stem, k)
+        if m is None:
+            verdicts.append("not measured")
+            numbers.append(f"{label}: not measured")
+            continue
+        v, text = judge(m)
+        verdicts.append(v)
+        numbers.append(f"{label} (K = {k}): {text}")
+    return both(*verdicts), numbers
+
+
+def judge_entropy(m: dict) -> tuple[str, str]:
+    e = m["entropy"]
+    v_rho, rho = t_test(e["within"]["spearman"])
+    null = e.get("random20_share_sq")
+    v_share = share_test(null, e["top20_share_sq"]) if null else "not measured"
+    share = (f"top-20 % by entropy carry {e['top20_share_sq']:.2f} of ΣA*² (random 20 %: "
+             f"{null['mean']:.2f}, sd {null['sd']:.3f}) and {e['top20_share_abs']:.2f} of Σ|A*|"
+             if null else "")  # fmt: skip
+    return both(v_rho, v_share), "; ".join(
+        x for x in (f"ρ(H, |A*|) within completions {rho}", share) if x
+    )
+
+
+def row_entropy_marks_pivots(real, toy):
+    toy_v, toy_n = _credit_batches(CREDIT_TOY, judge_entropy)
+    real_v, real_n = _credit_batches(CREDIT_REAL, judge_entropy)
+    return ["High entropy marks the pivotal tokens (GTPO's founding hypothesis)",
+            "“high policy entropy within a reasoning path is a powerful heuristic for "
+            "‘cognitive effort’ at pivotal junctures” (v5 abstract)", toy_v, real_v,
+            "; ".join(toy_n + real_n), CREDIT_CMD]  # fmt: skip
+
+
+def judge_gtpo_credit(m: dict) -> tuple[str, str]:
+    c = m["signals"]["gtpo"]["credit"]
+    v_r, r = t_test(c["within"]["pearson"])
+    v_b, b = t_test(c["blame_pivot"].get("pivot_excess"))
+    return both(v_r, v_b), (f"GTPO's credit r(c, A*) within completions {r} (a uniform "
+                            f"advantage has none); its blame on the pivot beyond 1/|o| {b}")  # fmt: skip
+
+
+def row_gtpo_credit(real, toy):
+    toy_v, toy_n = _credit_batches(CREDIT_TOY, judge_gtpo_credit)
+    real_v, real_n = _credit_batches(CREDIT_REAL, judge_gtpo_credit)
+    return ["GTPO's token rewards assign credit better than a uniform advantage",
+            "GRPO and DAPO are “constrained by a coarse-grained credit assignment paradigm, "
+            "where all tokens within the same response receive the identical reward” (v6 "
+            "abstract); GTPO “assigns an entropy-weighted reward to each token” (v6 abstract)",
+            toy_v, real_v,
+            "; ".join(toy_n + real_n), CREDIT_CMD]  # fmt: skip
+
+
+def long_chain_runs() -> dict | None:
+    path = CREDIT / "longchain_learning.json"
+    if not path.exists():
+        return None
+    return next(iter(json.loads(path.read_text())["results"].values()))["runs"]
+
+
 def row_long_cot(real, toy):
+    runs = long_chain_runs()
     lengths = [final(v)["mean_tokens"] for v in real.values()]
-    budget = real[("dapo", 0)]["args"]["max_new_tokens"] if ("dapo", 0) in real else "?"
-    numbers = ("no chain of thought to be long: countdown answers are a few tokens, the real "
-               f"model's held-out replies {min(lengths):.1f}–{max(lengths):.1f} tokens (budget "
-               f"{budget}); §3.4's “settings” are α/β values, which the paper's defaults fix "
-               "here; no s.e., df or MDD: nothing is compared" if lengths else "")  # fmt: skip
-    return ["GRPO-S is more stable on long chains of thought",
+    if runs is None or "grpo_s" not in runs:
+        return ["GRPO-S is more stable on long chains of thought",
+                "“exhibits superior stability in long Chain-of-Thought (CoT) reasoning tasks” "
+                "(v6 abstract)", "not measured", "not testable here", "", CREDIT_CMD]  # fmt: skip
+    verdicts, numbers = [], []
+    for base in ("dapo", "grpo"):
+        seeds = [s for s in runs["grpo_s"] if s in runs.get(base, {})]
+        fall = over_seeds({int(s): worst_drop(runs["grpo_s"][s]["curve_success"])
+                           - worst_drop(runs[base][s]["curve_success"]) for s in seeds})  # fmt: skip
+        end = over_seeds({int(s): runs["grpo_s"][s]["final"] - runs[base][s]["final"]
+                          for s in seeds})  # fmt: skip
+        verdicts.append(fall.verdict(-1))
+        numbers += [describe(fall, f"long chain worst fall of held-out success GRPO-S − {NAMES[base]}"),
+                    describe(end, f"final GRPO-S − {NAMES[base]}")]  # fmt: skip
+    real_note = (f"real: the replies are {min(lengths):.1f}–{max(lengths):.1f} tokens, no chain "
+                 "of thought" if lengths else "")  # fmt: skip
+    return ["GRPO-S is more stable on long chains of thought (smaller falls than DAPO, GRPO)",
             "“exhibits superior stability in long Chain-of-Thought (CoT) reasoning tasks” (v6 "
             "abstract); “GRPO-S exhibits higher stability across settings” (v5 §3.4)",
-            "not testable here", "not testable here", numbers, "—"]  # fmt: skip
+            both(*verdicts), "not testable here", "; ".join([*numbers, real_note]),
+            "`refimpl bench-learning --preset longchain` (" + CREDIT_CMD + ")"]  # fmt: skip
 
 
 def row_eq4_literal(real, toy):
@@ -900,8 +1021,9 @@ def row_tepo_sota(real, toy):
 
 
 LEDGER = (row_gtpo_beats_dapo, row_grpo_s_beats_dapo, row_entropy_driver, row_gtpo_entropy,
-          row_grpo_s_entropy, row_long_cot, row_eq4_literal, row_tepo_speed,
-          row_tepo_stability, row_tepo_entropy, row_tepo_mask, row_tepo_sota)  # fmt: skip
+          row_grpo_s_entropy, row_entropy_marks_pivots, row_gtpo_credit, row_long_cot,
+          row_eq4_literal, row_tepo_speed, row_tepo_stability, row_tepo_entropy, row_tepo_mask,
+          row_tepo_sota)  # fmt: skip
 
 
 def ledger_rows(real: dict, toy: dict | None) -> list[list[str]]:

@@ -53,16 +53,29 @@ def load(stem: str) -> dict | None:
 _METRICS: dict[tuple[int, str], dict] = {}
 
 
+def current(m: dict) -> bool:
+    """Whether stored metrics hold every analysis of the current code (the outcome split,
+    the noise-free share's null)."""
+    signals = [v for n, v in m["signals"].items() if not n.startswith("_")]
+    return "random20_share_sq" in m["entropy"] and all(
+        "within_success" in v["credit"] and "pivot_excess" in v["credit"]["blame_pivot"]
+        for v in signals
+    )
+
+
 def metrics(d: dict, k: str) -> dict:
-    """The metrics of one oracle estimate, recomputed from the file's values
-    (``refimpl.bench.credit.rescore``: the analyses of the current code, whatever version
-    wrote the file); the stored ones for a file without the oracle's half-estimates."""
+    """The metrics of one oracle estimate: the file's own (computed from the exact values when
+    it was written), or, for a file written before an analysis existed, recomputed from its
+    values (``refimpl.bench.credit.rescore``; it needs the oracle's half-estimates)."""
     key = (id(d), k)
     if key not in _METRICS:
-        from refimpl.bench.credit import rescore
+        stored = d["metrics"][k]
+        if current(stored) or "half_advantages" not in d["oracle"][k]:
+            _METRICS[key] = stored
+        else:
+            from refimpl.bench.credit import rescore
 
-        has_halves = "half_advantages" in d["oracle"][k]
-        _METRICS[key] = rescore(d, k) if has_halves else d["metrics"][k]
+            _METRICS[key] = rescore(d, k)
     return _METRICS[key]
 
 
