@@ -39,7 +39,10 @@ BATCHES = (
     ("countdown_step50", "countdown, GRPO step 50"),
     ("countdown_step200", "countdown, GRPO step 200"),
 )
-REALS = (("real_smollm2", "SmolLM2-135M, untrained"), ("real_smollm2_k32", "SmolLM2-135M, untrained"))
+REALS = (
+    ("real_smollm2", "SmolLM2-135M, untrained"),
+    ("real_smollm2_k32", "SmolLM2-135M, untrained"),
+)
 #: Algorithms drawn in the token figure (the issue's four: the baseline and the three papers').
 FIGURE_ALGOS = ("grpo", "gtpo", "grpo_s", "tepo")
 LEARNING_ALGOS = ("grpo", "dapo", "gtpo", "gtpo alpha_2=0.0", "grpo_s", "tepo", "forking_tokens")
@@ -124,6 +127,34 @@ def within_text(w: dict, key: str = "pearson") -> str:
 # --------------------------------------------------------------------------------------------
 
 
+def calibration_table() -> str:
+    """The long-chain warm start (calibrate.py) and the RL regime (regime_probes.sh)."""
+    cal, probes = load("calibration"), load("regime_probes")
+    out = []
+    if cal is not None:
+        rows = []
+        for m in cal["models"].values():
+            for e in m["evaluations"]:
+                cells = [f"{e[r]['greedy']:.3f} / {e[r]['sampled']:.3f}"
+                         for r in ("10-12", "8-12", "10-10", "12-12")]  # fmt: skip
+                rows.append([f"{m['n_layer']} × {m['n_embd']} ({m['params'] / 1e3:.0f}k)",
+                             f"{e['step']:,} of {m['steps']:,}", f"{e['loss']:.3f}", *cells,
+                             f"{e['train_s']:,.0f}"])  # fmt: skip
+        out.append(table(
+            ["model", "steps", "loss", "10–12 operators (greedy / sampled)", "8–12", "10", "12",
+             "training seconds"], rows))  # fmt: skip
+    if probes is not None:
+        rows = []
+        for p in probes.values():
+            s = p["settings"]
+            curve = ", ".join(f"{g:.3f}" for g in p["heldout_greedy"])
+            rows.append([f"N = {s['prompts_per_step']}, lr {s['lr']:g}", str(s["steps"]),
+                         curve, f"{p['heldout_pass@1'][0]:.3f} → {p['heldout_pass@1'][-1]:.3f}"])  # fmt: skip
+        out.append(table(["GRPO, seed 0", "steps", "held-out greedy success at each evaluation",
+                          "pass@1 start → end"], rows))  # fmt: skip
+    return "\n".join(out) if out else "*Not measured yet.*\n"
+
+
 def oracle_table() -> str:
     rows = []
     for label, d in batches():
@@ -169,7 +200,9 @@ def agreement_table(stem: str, label: str, k: str = MAIN_K) -> str:
         ])  # fmt: skip
     oracle = sig["_oracle"]
     uniform = oracle["blame_pivot"]["uniform_pivot"]
-    rows.append(["*a constant signal*", "", "", "", "", "", "", "", fmt_mse(uniform, sign=False), ""])
+    rows.append(
+        ["*a constant signal*", "", "", "", "", "", "", "", fmt_mse(uniform, sign=False), ""]
+    )
     rows.append(["*A\\* itself*", "", "", "", "", "", "", "", fmt_mse(oracle["blame_pivot"]["pivot"], sign=False),
                  fmt_mse(oracle["blame_first_wrong"]["pivot"], sign=False)
                  if oracle.get("blame_first_wrong") else ""])  # fmt: skip
@@ -282,7 +315,7 @@ def write_blocks(page: str, blocks: dict[str, str]) -> str:
 
 
 def blocks() -> dict[str, str]:
-    out = {"oracle": oracle_table(), "entropy": entropy_table(),
+    out = {"calibration": calibration_table(), "oracle": oracle_table(), "entropy": entropy_table(),
            "sensitivity": sensitivity_table(), "learning": learning_table()}  # fmt: skip
     for stem, label in BATCHES:
         out[f"agreement-{stem}"] = agreement_table(stem, label)

@@ -49,6 +49,9 @@ for spec in "longchain 50 150" "collapse 50 200"; do
   done
 done
 
+# How the regime was chosen (GRPO with one setting changed at a time).
+[[ -e "$OUT/regime_probes.json" ]] || RUNS="$RUNS" OUT="$OUT" bash scripts/experiments/credit/regime_probes.sh
+
 if [[ ! -e "$OUT/longchain_learning.json" ]]; then
   refimpl bench-learning --preset longchain --runs-dir "$RUNS" --out "$RUNS/bench/longchain" \
     --workers "${WORKERS:-1}"
