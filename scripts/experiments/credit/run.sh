@@ -49,6 +49,11 @@ for spec in "longchain 50 150" "collapse 50 200"; do
   done
 done
 
+# The oracle's cost target (64 completions of the long chain at K = 32, 2 threads): time it
+# on an otherwise idle machine (the batch is the warm start's first 8 prompts).
+[[ -e "$OUT/cost_longchain.json" ]] || refimpl credit --preset longchain --train.runs-dir "$RUNS" \
+  --prompts 8 --rollouts 32 --threads 2 --out "$OUT/cost_longchain.json"
+
 # How the regime was chosen (GRPO with one setting changed at a time).
 [[ -e "$OUT/regime_probes.json" ]] || RUNS="$RUNS" OUT="$OUT" bash scripts/experiments/credit/regime_probes.sh
 
