@@ -29,12 +29,16 @@ try:
     from refimpl.bench.credit import CreditConfig
     from refimpl.bench.learning import LearningConfig
     from refimpl.bench.speed import SpeedConfig
+    from refimpl.compare import CompareConfig, compare
     from refimpl.runs.checkpoint import CheckpointError
-    from refimpl.runs.compare import CompareConfig, compare
-    from refimpl.runs.config import TrainConfig, config_from_record, load_config_file
     from refimpl.runs.divergence import NonFiniteLossError
-    from refimpl.runs.presets import explicit_fields
-    from refimpl.runs.rundir import SavedRun, check_name, read_saved_run, steps_outside
+    from refimpl.runs.rundir import (
+        SavedRun,
+        check_name,
+        load_config_file,
+        read_saved_run,
+        steps_outside,
+    )
     from refimpl.runs.runlog import (
         find_runs,
         is_run_dir,
@@ -42,7 +46,10 @@ try:
         read_run_config,
         run_dir_damage,
     )
-    from refimpl.runs.settings import WarmstartConfig
+    from refimpl.settings.presets import explicit_fields
+    from refimpl.settings.record import config_from_record
+    from refimpl.settings.train import TrainConfig
+    from refimpl.settings.warmstart import WarmstartConfig
     from refimpl.train import train
     from refimpl.warmstart import train_warmstart
 except KeyboardInterrupt:

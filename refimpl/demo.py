@@ -37,11 +37,12 @@ import numpy as np
 import torch
 import tyro
 
+from refimpl.compare import CompareConfig, compare
 from refimpl.evaluate import solved
 from refimpl.plots import group_runs
 from refimpl.runs.checkpoint import load_model_weights
-from refimpl.runs.compare import CompareConfig, compare
-from refimpl.runs.config import TrainConfig, build_task, run_warmstart
+from refimpl.settings.plan import build_task, run_warmstart
+from refimpl.settings.train import TrainConfig
 from refimpl.streams import held_out_rng
 from refimpl.warmstart import train_warmstart
 

@@ -2,18 +2,70 @@
 
 Used by the warm start, the trainer and the notebooks alike, so that "success rate" means one
 thing everywhere: the fraction of problems whose completion earns reward ≥ 0.5.
+
+pass@k (Chen et al., "Evaluating Large Language Models Trained on Code", arXiv 2107.03374)
+--------------------------------------------------------------------------------------------
+Draw ``n`` completions of a problem, ``c`` of them correct. The probability that at least one
+of ``k`` completions drawn *without replacement* from those ``n`` is correct is
+
+    pass@k = 1 − C(n−c, k) / C(n, k)                                    (Chen et al., Eq. 1)
+
+an unbiased estimator of the probability that ``k`` fresh samples contain a right answer.
+``pass@1`` is the mean success of one sample; large ``k`` measures how much of the problem set
+the policy can reach at all. RL that only *sharpens* the policy raises pass@1 and can lower
+pass@k for large ``k`` (Yue et al., arXiv 2504.13837): the curve of pass@k against ``k``
+flattens.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from refimpl.diagnostics.metrics import PASS_AT_K, mean_pass_at_k
+from refimpl.core import require
 from refimpl.sampling import Samples, sample_groups
 from toy_envs import TOKENIZER
+
+#: The k of every pass@k the trainer logs (the evaluation draws at least max(K) samples).
+PASS_AT_K: tuple[int, ...] = (1, 2, 4, 8, 16)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples of which ``c`` are correct (Chen et al., Eq. 1).
+
+    ``1 − C(n−c, k)/C(n, k)``, computed as ``1 − Π_{j=n−c+1}^{n} (1 − k/j)``, the product form
+    that never builds a large binomial coefficient. Requires ``0 ≤ c ≤ n`` and ``1 ≤ k ≤ n``.
+    """
+    for name, value in (("n", n), ("c", c), ("k", k)):
+        require(
+            isinstance(value, int) and not isinstance(value, bool),
+            name,
+            f"an int, got {value!r}",
+        )
+    require(n >= 1, "n", f"at least one sample, got {n}")
+    require(0 <= c <= n, "c", f"a count in [0, n={n}], got {c}")
+    require(1 <= k <= n, "k", f"1 ≤ k ≤ n={n} (pass@k needs at least k samples), got {k}")
+    if n - c < k:  # every k-subset holds a correct sample
+        return 1.0
+    # C(n−c, k)/C(n, k) = Π_{j=n−c+1}^{n} (j − k)/j
+    miss = 1.0
+    for j in range(n - c + 1, n + 1):
+        miss *= 1.0 - k / j
+    return 1.0 - miss
+
+
+def mean_pass_at_k(
+    correct_counts: Sequence[int], n: int, ks: Sequence[int] = PASS_AT_K
+) -> dict[int, float]:
+    """Mean pass@k over problems, each with ``n`` samples and ``correct_counts[p]`` correct."""
+    require(len(correct_counts) > 0, "correct_counts", "at least one problem")
+    return {
+        k: math.fsum(pass_at_k(n, int(c), k) for c in correct_counts) / len(correct_counts)
+        for k in ks
+    }
 
 
 def encode_prompts(problems: Sequence) -> list[list[int]]:
@@ -83,7 +135,7 @@ def correct_counts(
     batch_rows: int = 1024,
 ) -> list[int]:
     """For each problem, how many of ``n`` completions sampled at T = 1 earn reward ≥ 0.5
-    (the ``c`` of the unbiased pass@k, ``refimpl.diagnostics.metrics.pass_at_k``)."""
+    (the ``c`` of the unbiased pass@k, ``pass_at_k``)."""
     budget = max_new_tokens or task.max_new_tokens
     per_call = max(1, batch_rows // n)  # problems per sampling call
     counts: list[int] = []

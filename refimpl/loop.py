@@ -10,7 +10,7 @@ runs. ``refimpl.train.Trainer`` is this same loop plus what a long run needs aro
 ``tests/test_loop.py`` checks that the two compute the same losses and the same weights.
 
     from refimpl.loop import LoopConfig, train
-    from refimpl.runs.settings import WarmstartConfig
+    from refimpl.settings.warmstart import WarmstartConfig
     from refimpl.warmstart import train_warmstart
     train(train_warmstart(WarmstartConfig()), LoopConfig(algo="dapo", steps=20))
 

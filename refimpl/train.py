@@ -15,11 +15,10 @@ algorithm contract (``tests/test_loop.py`` checks that both train the same weigh
 
 What an algorithm needs of the loop (a reference model, the current entropy, in float32,
 with gradient) its ``Config`` declares (``core.AlgorithmConfig``); no algorithm is named
-here. The run is resolved once (``refimpl.runs.config.Plan``, from ``preflight``). The
-diagnostics are observers of the step (``refimpl.diagnostics.observers``). Around the steps,
-``run`` holds the run directory's lock, logs one JSON line per step, stops on NaN
-(``refimpl.runs.divergence``) or Ctrl-C (``refimpl.runs.stop``) and checkpoints every
-``checkpoint_every`` steps (``refimpl.runs.rundir``).
+here. The run is resolved once (``refimpl.settings.plan.Plan``, by ``preflight``), the
+diagnostics observe the step (``refimpl.diagnostics.observers``). Around the steps, ``run``
+holds the run directory's lock, logs one JSON line per step, stops on NaN (``runs.divergence``)
+or Ctrl-C (``runs.stop``) and checkpoints every ``checkpoint_every`` steps (``runs.rundir``).
 
 Determinism and resuming
 ------------------------
@@ -46,13 +45,14 @@ from refimpl.diagnostics.metrics import entropy_stats
 from refimpl.diagnostics.observers import Observer, default_observers
 from refimpl.evaluate import encode_prompts, score_samples
 from refimpl.model import GPT
-from refimpl.runs.config import Plan, TrainConfig, config_dict
 from refimpl.runs.divergence import DivergenceGuard, NonFiniteLossError
 from refimpl.runs.progress import progress
 from refimpl.runs.rundir import SavedRun, claim_run_dir, open_run_dir, preflight, save_run
 from refimpl.runs.runlog import MetricsLog
 from refimpl.runs.stop import StopRequest, report_interrupt
 from refimpl.sampling import Samples, concat_samples, sample_groups, seeded_generator
+from refimpl.settings.plan import Plan
+from refimpl.settings.train import TrainConfig, config_dict
 from refimpl.streams import training_rng
 from refimpl.warmstart import base_model
 from toy_envs import TOKENIZER
@@ -102,7 +102,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
         self.step = 0
         self.sampled_tokens = 0
-        self.run_dir = cfg.run_dir
+        self.run_dir = self.plan.run_dir
         self.divergence = DivergenceGuard(self)  # NaN/inf in any step stops the run
         self.observers = default_observers(self) if observers is None else list(observers)
 

@@ -30,9 +30,11 @@ from filelock import FileLock
 from refimpl.evaluate import success_rate
 from refimpl.model import GPT
 from refimpl.runs import numerics
+from refimpl.runs.cache import cache_complete, cache_dir, cache_key, check_cache_writable
 from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.runs.progress import progress
-from refimpl.runs.settings import WARMSTART_MIX, ModelConfig, WarmstartConfig, _flag
+from refimpl.settings.limits import flag
+from refimpl.settings.warmstart import WARMSTART_MIX, ModelConfig, WarmstartConfig
 from refimpl.streams import held_out_rng, warmstart_rng
 from toy_envs import TOKENIZER, get_task
 
@@ -63,19 +65,19 @@ def train_warmstart(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
     ``make demo``, say) train it once: the second waits, then loads the first one's cache.
     ``prefix``: how the flags are spelled in error messages (``--warmstart.`` for a run)."""
     cfg.check(prefix)
-    cfg.check_writable(prefix)
+    check_cache_writable(cfg, prefix)
     return base_model(cfg, prefix)
 
 
 def base_model(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
     """``train_warmstart`` of settings that are already checked (an RL run's, by its
     preflight): the cached model, or the model trained and cached."""
-    cache = cfg.cache_dir
-    if cfg.cache_complete() and not cfg.force:
+    cache = cache_dir(cfg)
+    if cache_complete(cache) and not cfg.force:
         return _load(cfg, cache, prefix)
     cache.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache) + ".lock"):
-        if cfg.cache_complete() and not cfg.force:  # trained by another process meanwhile
+        if cache_complete(cache) and not cfg.force:  # trained by another process meanwhile
             return _load(cfg, cache, prefix)
         previous = torch.get_num_threads()
         if cfg.threads:
@@ -94,7 +96,7 @@ def _load(cfg: WarmstartConfig, cache: Path, prefix: str) -> GPT:
         load_model_weights(cache, model, state=state)  # its sha256, finite, fits the model
     except CheckpointError as err:
         raise CheckpointError(
-            f"warm start cache: {err}; retrain it with {_flag(prefix, 'force')} (which "
+            f"warm start cache: {err}; retrain it with {flag('force', prefix)} (which "
             f"replaces {cache}), or delete that directory"
         ) from None
     print(f"warm start: reusing {cache} ({_format_report(state.get('report', {}))})")
@@ -130,12 +132,12 @@ def verify_cache(cfg: WarmstartConfig, cache: Path) -> dict:
                 "runs_dir": Path(cfg.runs_dir),
             }
         )
-        key = trained.cache_key()
+        key = cache_key(trained)
     except Exception:  # not a dict, unknown fields, a task that does not exist, ...
         raise CheckpointError(
             f"{file}: records no settings of a warm start (damaged or edited?)"
         ) from None
-    if key != cfg.cache_key():
+    if key != cache_key(cfg):
         ours, theirs = dataclasses.asdict(cfg), dataclasses.asdict(trained)
         ours["task_args"], theirs["task_args"] = (
             cfg.canonical_task_args(),

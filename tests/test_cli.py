@@ -39,7 +39,7 @@ def no_side_effects(monkeypatch):
 
     monkeypatch.setattr("refimpl.warmstart._train", forbidden)
     monkeypatch.setattr("refimpl.train.base_model", forbidden)
-    monkeypatch.setattr("refimpl.runs.compare.train_warmstart", forbidden)
+    monkeypatch.setattr("refimpl.compare.train_warmstart", forbidden)
     monkeypatch.setattr("refimpl.runs.rundir.prepare_run_dir", forbidden)
 
 
@@ -255,9 +255,9 @@ def test_an_empty_path_is_refused_not_read_as_this_directory(
 
 def test_negative_workers_are_refused_by_every_runner(tmp_path, capsys, no_side_effects):
     """``--workers -1`` (compare refuses it, see COMPARE_BAD_FLAGS) was taken by
-    ``bench-learning`` and by ``refimpl.runs.compare.run_in_workers``, which ran the runs one
+    ``bench-learning`` and by ``refimpl.compare.run_in_workers``, which ran the runs one
     after another as if it were 1."""
-    from refimpl.runs.compare import run_in_workers
+    from refimpl.compare import run_in_workers
 
     out = tmp_path / "bench"
     code, _, err = run_cli(["bench-learning", "--workers", "-1", "--out", str(out)], capsys)

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from refimpl.diagnostics.credit_oracle import reference_values, token_values
-from refimpl.runs.settings import ModelConfig, WarmstartConfig
 from refimpl.sampling import sample_groups, seeded_generator
+from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
 from refimpl.warmstart import train_warmstart
 from toy_envs import TOKENIZER, get_task
 

@@ -1,4 +1,5 @@
-"""pass@k and the log-prob/advantage covariance (``refimpl/diagnostics/metrics.py``)."""
+"""pass@k (``refimpl/evaluate.py``) and the log-prob/advantage covariance
+(``refimpl/diagnostics/metrics.py``)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refimpl.diagnostics.metrics import (
-    PASS_AT_K,
-    logp_advantage_covariance,
-    mean_pass_at_k,
-    pass_at_k,
-)
+from refimpl.diagnostics.metrics import logp_advantage_covariance
+from refimpl.evaluate import PASS_AT_K, mean_pass_at_k, pass_at_k
 
 
 @st.composite

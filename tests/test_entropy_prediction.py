@@ -23,8 +23,9 @@ import torch.nn.functional as F
 from refimpl.diagnostics import entropy_attribution as ea
 from refimpl.diagnostics.metrics import logp_advantage_covariance
 from refimpl.model import GPT, GPTConfig
-from refimpl.runs.config import TrainConfig, resolve
 from refimpl.runs.runlog import read_metrics
+from refimpl.settings.plan import resolve
+from refimpl.settings.train import TrainConfig
 from refimpl.train import train
 from tests.tiny import tiny_train
 

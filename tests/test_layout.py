@@ -83,8 +83,9 @@ def test_the_trainer_names_no_algorithm():
 
 
 #: The top level of ``refimpl/`` shows the architecture: the algorithms' support, the loop, the
-#: Trainer and the entry points; run management and diagnostics are packages of their own.
-MAX_TOP_LEVEL_MODULES = 14
+#: Trainer and the entry points; the settings, run management and diagnostics are packages of
+#: their own.
+MAX_TOP_LEVEL_MODULES = 15
 TRAIN_MAX_LINES = 400
 
 
@@ -92,8 +93,87 @@ def test_the_top_level_is_small_and_the_trainer_fits_in_a_sitting():
     modules = sorted(p.name for p in (ROOT / "refimpl").glob("*.py"))
     assert len(modules) <= MAX_TOP_LEVEL_MODULES, modules
     assert len((ROOT / "refimpl" / "train.py").read_text().splitlines()) <= TRAIN_MAX_LINES
-    for package in ("runs", "diagnostics"):
+    for package in ("settings", "runs", "diagnostics"):
         assert (ROOT / "refimpl" / package / "__init__.py").is_file()
+
+
+#: The layers of the code, from the bottom up (``docs/design.md`` draws them): a module imports
+#: only from its own unit (a module, or a package) or from a layer below its own, never from
+#: its own layer's other units or from above. ``refimpl/__init__.py`` is outside the order: it
+#: pins the numeric path (``refimpl.runs.numerics``) before anything loads torch.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("toy_envs",),
+    ("refimpl.core", "refimpl.model", "refimpl.streams"),
+    ("refimpl.algorithms", "refimpl.mechanisms", "refimpl.sampling"),
+    ("refimpl.loop", "refimpl.evaluate"),
+    ("refimpl.settings", "refimpl.scaleup"),
+    ("refimpl.runs",),
+    ("refimpl.diagnostics",),
+    ("refimpl.warmstart", "refimpl.plots"),
+    ("refimpl.train", "refimpl.nbplots"),
+    ("refimpl.compare",),
+    ("refimpl.bench",),
+    ("refimpl.cli", "refimpl.demo"),
+)
+
+
+def _unit(module: str) -> tuple[str, int] | None:
+    """The unit of the layer order a module belongs to, and its layer (None: the root)."""
+    found = [
+        (unit, i)
+        for i, units in enumerate(LAYERS)
+        for unit in units
+        if module == unit or module.startswith(unit + ".")
+    ]
+    return max(found, key=lambda f: len(f[0])) if found else None
+
+
+def upward_imports(root: Path = ROOT) -> list[str]:
+    """``importer -> imported`` for every import of ours (at module level or inside a
+    function) that does not point down the layer order."""
+    out = []
+    for package in ("refimpl", "toy_envs"):
+        for path in sorted((root / package).rglob("*.py")):
+            rel = path.relative_to(root).with_suffix("")
+            name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+            here = _unit(name)
+            if here is None:  # refimpl/__init__.py
+                continue
+            for imported in sorted(own_imports(path)):
+                there = _unit(imported)
+                if there is None or there[0] == here[0]:
+                    continue
+                if there[1] >= here[1]:
+                    out.append(f"{name} -> {imported}")
+    return out
+
+
+def test_every_module_is_in_the_layer_order():
+    for package in ("refimpl", "toy_envs"):
+        for path in (ROOT / package).rglob("*.py"):
+            rel = path.relative_to(ROOT).with_suffix("")
+            name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+            assert name == "refimpl" or _unit(name) is not None, name
+
+
+def test_no_import_points_up():
+    assert upward_imports() == []
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path):
+    """An import from above, and one from the same layer's other unit, are both found."""
+    for name, text in {
+        "refimpl/core.py": "from refimpl.settings.train import TrainConfig\n",
+        "refimpl/evaluate.py": "def f():\n    from refimpl.loop import LoopConfig\n",
+        "refimpl/loop.py": "from refimpl import core\n",
+        "toy_envs/tasks.py": "",
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert upward_imports(tmp_path) == [
+        "refimpl.core -> refimpl.settings.train.TrainConfig",
+        "refimpl.evaluate -> refimpl.loop.LoopConfig",
+    ]
 
 
 def re_exports(root: Path = ROOT) -> list[str]:
@@ -114,7 +194,7 @@ def re_exports(root: Path = ROOT) -> list[str]:
 def test_no_module_re_exports_another_modules_names(tmp_path):
     assert re_exports() == []
     (tmp_path / "refimpl").mkdir()
-    hub = "from refimpl.runs.config import (  # noqa: F401\n    TrainConfig,\n)\n"
+    hub = "from refimpl.settings.train import (  # noqa: F401\n    TrainConfig,\n)\n"
     (tmp_path / "refimpl" / "hub.py").write_text(hub)
     assert re_exports(tmp_path) == ["refimpl/hub.py:1"]
 
@@ -133,7 +213,7 @@ def algorithm_words() -> tuple[frozenset[str], frozenset[str]]:
 
     from refimpl import algorithms, core
     from refimpl.loop import LoopConfig
-    from refimpl.runs.config import TrainConfig
+    from refimpl.settings.train import TrainConfig
 
     loops = {f.name for cls in (LoopConfig, TrainConfig) for f in dataclasses.fields(cls)}
     fields = {
@@ -254,3 +334,20 @@ def test_the_name_check_sees_each_kind_of_mention(tmp_path, monkeypatch):
         "string 'refimpl.algorithms.tepo' (names ['tepo'])",
         "string 'gtpo'",
     ], found
+
+
+def test_the_design_page_draws_the_tree_and_the_layers():
+    """``docs/design.md``'s map names every top-level module and package of ``refimpl/``, and
+    its table of layers is ``LAYERS``."""
+    import re
+
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    section = text.split("## Layers", 1)[1].split("## Where each file lives", 1)[0]
+    drawn = section.split("```", 2)[1]
+    named = set(re.findall(r"refimpl/(\w+)", drawn)) | set(re.findall(r"\b(\w+)\.py\b", drawn))
+    tree = {p.stem for p in (ROOT / "refimpl").glob("*.py")} - {"__init__"}
+    tree |= {p.parent.name for p in (ROOT / "refimpl").glob("*/__init__.py")}
+    assert tree - named == set()
+    rows = re.findall(r"^\| (\d+) \| (.+) \|$", section, re.M)
+    table = tuple(tuple(re.findall(r"`([\w.]+)`", units)) for _, units in rows)
+    assert table == LAYERS

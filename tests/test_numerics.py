@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 from refimpl.runs import numerics
-from refimpl.runs.settings import WarmstartConfig
+from refimpl.runs.cache import cache_dir
+from refimpl.settings.warmstart import WarmstartConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")
@@ -156,9 +157,9 @@ def test_a_bad_mode_is_an_error_naming_the_variable(monkeypatch):
 
 def test_the_warm_start_cache_is_keyed_by_the_numeric_path(monkeypatch, tmp_path):
     cfg = WarmstartConfig(runs_dir=tmp_path)
-    pinned = cfg.cache_dir
+    pinned = cache_dir(cfg)
     monkeypatch.setattr(numerics, "cache_tag", lambda: "native-x86_64-avx512")
-    assert cfg.cache_dir != pinned
+    assert cache_dir(cfg) != pinned
 
 
 @pytest.mark.parametrize("branch", ["AVX2,STRICT", "AUTO,STRICT", None])

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from refimpl.diagnostics.observers import Observer
-from refimpl.runs.config import TrainConfig
 from refimpl.runs.runlog import read_metrics
+from refimpl.settings.train import TrainConfig
 from refimpl.train import Trainer
 from tests.tiny import tiny_train
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from refimpl.diagnostics.metrics import PASS_AT_K
-from refimpl.runs.config import TrainConfig
+from refimpl.evaluate import PASS_AT_K
 from refimpl.runs.runlog import read_metrics
+from refimpl.settings.train import TrainConfig
 from refimpl.train import train
 from tests.tiny import tiny_warmstart
 

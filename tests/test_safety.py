@@ -25,7 +25,7 @@ import torch
 
 from refimpl.cli import main as cli_main
 from refimpl.runs import checkpoint as ckpt
-from refimpl.runs.config import load_config_file
+from refimpl.runs.rundir import load_config_file
 from refimpl.runs.runlog import TornLineWarning, read_jsonl, read_metrics
 from refimpl.train import Trainer
 from tests.safety_helpers import ROOT, cli, records, resume, snapshot

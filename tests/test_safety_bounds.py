@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from refimpl.runs.config import load_config_file, resolve
+from refimpl.runs.cache import cache_dir, cache_key
+from refimpl.runs.rundir import load_config_file
+from refimpl.settings.plan import resolve
 from tests.safety_helpers import cli, error_lines, tiny_flags
 
 
@@ -32,7 +34,7 @@ def no_side_effects(monkeypatch):
 
     monkeypatch.setattr("refimpl.warmstart._train", forbidden)
     monkeypatch.setattr("refimpl.train.base_model", forbidden)
-    monkeypatch.setattr("refimpl.runs.compare.train_warmstart", forbidden)
+    monkeypatch.setattr("refimpl.compare.train_warmstart", forbidden)
     monkeypatch.setattr("refimpl.runs.rundir.prepare_run_dir", forbidden)
     monkeypatch.setattr("torch.set_num_threads", forbidden)
 
@@ -186,8 +188,8 @@ def planned(monkeypatch, no_side_effects):
     def record_run(cfg):
         runs.append(cfg)
 
-    monkeypatch.setattr("refimpl.runs.compare.preflight", record_run)
-    monkeypatch.setattr("refimpl.runs.compare.train_warmstart", record_warmstart)
+    monkeypatch.setattr("refimpl.compare.preflight", record_run)
+    monkeypatch.setattr("refimpl.compare.train_warmstart", record_warmstart)
     monkeypatch.setattr("refimpl.train.base_model", record_warmstart)
 
     def run(argv: list, capsys) -> tuple[list, list]:
@@ -227,16 +229,16 @@ def test_the_warm_start_cache_follows_runs_dir(tmp_path, capsys, planned, monkey
     monkeypatch.chdir(cwd)
     flags = tiny_flags(elsewhere, warmstart=False)
     _, (ws,) = planned(["train", *flags, "--name", "run"], capsys)
-    assert Path(ws.cache_dir).parent == elsewhere / "warmstart"
+    assert cache_dir(ws).parent == elsewhere / "warmstart"
     train = [f.replace("--", "--train.", 1) if f.startswith("--") else f for f in flags]
     i = train.index("--train.runs-dir")
     del train[i : i + 2]  # compare's runs go to --runs-dir, its progress bars are its own
     train.remove("--train.no-progress")
     _, (ws,) = planned(["compare", "--algos", "grpo", "--runs-dir", elsewhere, *train], capsys)
-    assert Path(ws.cache_dir).parent == elsewhere / "warmstart"
+    assert cache_dir(ws).parent == elsewhere / "warmstart"
     # --warmstart.runs-dir, when given, says where the cache is.
     _, (ws,) = planned(["train", *flags, "--name", "run", "--warmstart.runs-dir", cwd], capsys)
-    assert Path(ws.cache_dir).parent == cwd / "warmstart"
+    assert cache_dir(ws).parent == cwd / "warmstart"
     assert not (cwd / "runs").exists() and not any(cwd.iterdir())
 
 
@@ -246,7 +248,7 @@ def test_bench_learning_preset_never_overrides_a_typed_flag():
     and the typed ablation, and takes the rest (eval every 50, the six algorithms) from the
     preset."""
     from refimpl.bench.learning import LearningConfig
-    from refimpl.runs.presets import explicit_fields
+    from refimpl.settings.presets import explicit_fields
 
     argv = ["--preset", "collapse", "--budget-steps", "150", "--ablations", "gtpo alpha_2=0.0"]
     cfg = LearningConfig(preset="collapse", budget_steps=150, ablations="gtpo alpha_2=0.0")
@@ -279,7 +281,7 @@ def test_bench_learning_runs_take_the_presets_task_knobs_and_warm_start():
     on those problems; the collapse preset's warm start is the default one (its cache key is
     what it was before presets could set a warm start)."""
     from refimpl.bench.learning import LearningConfig, _warmstart, plan
-    from refimpl.runs.settings import WarmstartConfig
+    from refimpl.settings.warmstart import WarmstartConfig
 
     cfg = LearningConfig(preset="longchain").with_preset(frozenset())
     runs, budgets = plan(cfg)
@@ -291,7 +293,7 @@ def test_bench_learning_runs_take_the_presets_task_knobs_and_warm_start():
     assert budgets["chain"] > 150 * 16 * 8 * 25
     collapse = LearningConfig(preset="collapse").with_preset(frozenset())
     default = WarmstartConfig(task="countdown", runs_dir=collapse.runs_dir)
-    assert _warmstart(collapse, "countdown").cache_key() == default.cache_key()
+    assert cache_key(_warmstart(collapse, "countdown")) == cache_key(default)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,10 +350,10 @@ def test_steer_s_unbounded_coefficient_in_a_config_file_is_one_line(
 
 
 def test_the_smallest_temperature_and_top_p_still_train(tmp_path, capsys):
-    """At the bounds (``refimpl.runs.config.TEMPERATURE_MIN``, ``TOP_P_MIN``) float32 still
+    """At the bounds (``refimpl.settings.train.TEMPERATURE_MIN``, ``TOP_P_MIN``) float32 still
     computes: a tiny run trains its steps with finite metrics."""
-    from refimpl.runs.config import TEMPERATURE_MIN, TOP_P_MIN
     from refimpl.runs.runlog import read_metrics
+    from refimpl.settings.train import TEMPERATURE_MIN, TOP_P_MIN
 
     argv = ["train", *tiny_flags(tmp_path, steps=2), "--name", "edge"]
     argv += ["--temperature", repr(TEMPERATURE_MIN), "--top-p", repr(TOP_P_MIN)]

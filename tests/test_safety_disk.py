@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from refimpl.runs import checkpoint as ckpt
+from refimpl.runs.cache import cache_dir
 from tests.safety_helpers import (
     ROOT,
     cli,
@@ -234,19 +235,19 @@ def test_a_symlinked_warm_start_cache_is_refused_before_training(tmp_path, capsy
     ws = dataclasses.replace(tiny_warmstart(ws_runs), task_args=("num_ops=1",))
     empty = tmp_path / "empty"
     empty.mkdir()
-    ws.cache_dir.parent.mkdir(parents=True)
-    ws.cache_dir.symlink_to(empty)
+    cache_dir(ws).parent.mkdir(parents=True)
+    cache_dir(ws).symlink_to(empty)
     flags = [*tiny_flags(tmp_path / "runs", warmstart=False), "--warmstart.runs-dir", ws_runs]
     code, _, err = cli(["train", *flags, "--name", "a"], capsys)
     assert code == 2 and len(error_lines(err)) == 1, err
-    assert "--warmstart.runs-dir" in err and f"{ws.cache_dir}: a symbolic link" in err, err
-    assert ws.cache_dir.is_symlink() and not any(empty.iterdir())
+    assert "--warmstart.runs-dir" in err and f"{cache_dir(ws)}: a symbolic link" in err, err
+    assert cache_dir(ws).is_symlink() and not any(empty.iterdir())
     assert not (tmp_path / "runs" / "a").exists()
     # A link to a cache that holds the model: read through it (nothing is written there).
-    shared = dataclasses.replace(ws, runs_dir=warmstart_dir()).cache_dir
+    shared = cache_dir(dataclasses.replace(ws, runs_dir=warmstart_dir()))
     cli(["train", *tiny_flags(tmp_path / "runs"), "--name", "warm", "--steps", 1], capsys)
-    ws.cache_dir.unlink()
-    ws.cache_dir.symlink_to(shared)
+    cache_dir(ws).unlink()
+    cache_dir(ws).symlink_to(shared)
     before = snapshot(shared)
     code, _, err = cli(["train", *flags, "--name", "b", "--steps", 1], capsys)
     assert code == 0, err

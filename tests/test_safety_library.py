@@ -21,6 +21,7 @@ import torch
 
 from refimpl import algorithms, core
 from refimpl.core import RolloutBatch
+from refimpl.runs.cache import cache_dir
 
 MODULES = {name: algorithms.get(name) for name in algorithms.NAMES}
 
@@ -264,7 +265,7 @@ def test_seed_10000_never_trains_on_the_held_out_problems(tmp_path, monkeypatch)
     import numpy as np
 
     from refimpl import loop
-    from refimpl.runs.settings import ModelConfig
+    from refimpl.settings.warmstart import ModelConfig
     from refimpl.train import Trainer
     from tests.safety_helpers import warmstart_dir
     from tests.tiny import tiny_train, tiny_warmstart
@@ -334,7 +335,7 @@ def test_seed_10000_never_trains_on_the_held_out_problems(tmp_path, monkeypatch)
     monkeypatch.setattr(warmstart, "get_task", lambda *a, **k: Mix(real_get_task(*a, **k)))
     ws = dataclasses.replace(tiny_warmstart(tmp_path / "ws"), seed=10_000, batch_size=64)
     with pytest.raises(Drawn):
-        warmstart._train(ws, ws.cache_dir)
+        warmstart._train(ws, cache_dir(ws))
     mix = real_get_task("chain", min_ops=1)
     assert captured != mix.sample(64, np.random.default_rng([10_000, 0]))
     assert len(captured) == 64
@@ -536,8 +537,8 @@ def test_the_hf_path_refuses_what_are_no_token_ids_and_no_tokenizer(monkeypatch)
     AttributeError. Each is refused, naming the argument."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     pytest.importorskip("transformers")
-    from refimpl.runs.settings import ModelConfig
     from refimpl.scaleup import hf
+    from refimpl.settings.warmstart import ModelConfig
 
     torch.manual_seed(0)
     twin = hf.to_hf_gpt2(ModelConfig(n_layer=1, n_embd=32, n_head=2).build()).eval()

@@ -1,7 +1,7 @@
 """Settings are resolved once: ``--task-args`` is parsed one time per command, whatever reads it
 (the task, the warm start's checks, its cache key, its training, the run's records); a run
 builds its task, its warm start's settings, its device and its algorithm Config once
-(``config.Plan``), and a resumed run reads its config.json once."""
+(``refimpl.settings.plan.Plan``), and a resumed run reads its config.json once."""
 
 from __future__ import annotations
 
@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 
-import refimpl.runs.config as config
 import refimpl.runs.rundir as rundir
 import refimpl.runs.runlog as runlog
-import refimpl.runs.settings as settings
+import refimpl.settings.memory as memory
+import refimpl.settings.plan as plan_module
+import refimpl.settings.train as train_settings
+import refimpl.settings.warmstart as settings
 from refimpl.algorithms import grpo
 from refimpl.cli import main
-from refimpl.runs.config import TrainConfig, load_config_file
+from refimpl.runs.rundir import load_config_file
 from refimpl.runs.runlog import read_metrics
+from refimpl.settings.train import TrainConfig
 
 #: A one-step GRPO run with a 5-step 1-layer warm start (trained in the test's directory).
 TINY = [
@@ -63,14 +66,17 @@ def test_a_bad_task_arg_is_still_refused_by_name_after_a_good_parse(count_task_a
 
 
 def test_preflight_of_a_resume_checks_the_saved_settings_once(tmp_path, monkeypatch):
-    """``preflight`` checks a resumed run's settings first (the clearest error) and does not
-    check them again in ``check_run_dir``; the check under the run's lock is separate."""
+    """``preflight`` resolves the plan, then checks the run directory against it: a resumed
+    run's settings are checked once, by ``resolve``, before the flags' own checks (the
+    clearest error)."""
     argv = ["train", *TINY, "--runs-dir", str(tmp_path), "--name", "r"]
     assert main(argv) == 0
     calls = []
-    real = rundir.check_resume_settings
+    real = plan_module.check_resume_settings
     monkeypatch.setattr(
-        rundir, "check_resume_settings", lambda *a, **k: (calls.append(a[2]), real(*a, **k))[1]
+        plan_module,
+        "check_resume_settings",
+        lambda *a, **k: (calls.append(a[2]), real(*a, **k))[1],
     )
     cfg = load_config_file(tmp_path / "r" / "config.json")
     rundir.preflight(dataclasses.replace(cfg, resume=True, steps=2))
@@ -93,8 +99,9 @@ def count_resolutions(monkeypatch):
 
         monkeypatch.setattr(module, name, wrapper)
 
-    for name in ("build_task", "run_warmstart", "check_device", "algorithm_config"):
-        counted(config, name)
+    for name in ("build_task", "run_warmstart", "algorithm_config"):
+        counted(plan_module, name)
+    counted(train_settings, "check_device")
     counted(settings.WarmstartConfig, "check")
     real_post_init = grpo.Config.__post_init__
     monkeypatch.setattr(
@@ -151,14 +158,14 @@ def test_the_memory_estimate_sees_the_algo_args(monkeypatch):
     """The memory estimate counts the frozen reference only when the run's own algorithm
     Config needs one (it once built a default Config that ignored --algo-args)."""
     seen = []
-    real = config.memory_estimates
+    real = memory.memory_estimates
 
     def spy(cfg, task, max_new_tokens, algo_cfg):
         seen.append(algo_cfg)
         return real(cfg, task, max_new_tokens, algo_cfg)
 
-    monkeypatch.setattr(config, "memory_estimates", spy)
-    plan = config.resolve(TrainConfig(algo="grpo", algo_args=("kl_coef=0",)))
+    monkeypatch.setattr(memory, "memory_estimates", spy)
+    plan = plan_module.resolve(TrainConfig(algo="grpo", algo_args=("kl_coef=0",)))
     assert seen == [plan.algo_cfg] and not seen[0].needs_reference()
     model = [spy(TrainConfig(), plan.task, plan.max_new_tokens, c)[0][1] for c in (
         grpo.Config(kl_coef=0.0), grpo.Config())]  # fmt: skip
@@ -168,8 +175,9 @@ def test_the_memory_estimate_sees_the_algo_args(monkeypatch):
 def test_a_run_whose_config_json_lost_its_algo_config_resumes_with_the_checkpoints(
     tmp_path, monkeypatch
 ):
-    """The checkpoint's algorithm settings, once the checkpoint is found to belong to the run,
-    are the ones the run continues with (not this version's defaults with the flags)."""
+    """The checkpoint's algorithm settings are the ones the run continues with (not this
+    version's defaults with the flags): read with config.json, the Config built once, and the
+    checkpoint found to belong to the run before anything trains."""
     argv = ["train", *TINY, "--runs-dir", str(tmp_path), "--name", "r", "--no-plot"]
     assert main([*argv, "--algo-args", "clip_eps_high=0.3"]) == 0
     path = tmp_path / "r" / "config.json"
@@ -178,8 +186,10 @@ def test_a_run_whose_config_json_lost_its_algo_config_resumes_with_the_checkpoin
     path.write_text(json.dumps(record))
     state = json.loads((tmp_path / "r" / "checkpoint" / "state.json").read_text())
     built = []
-    real = rundir.algorithm_config
-    monkeypatch.setattr(rundir, "algorithm_config", lambda *a: (built.append(a[3]), real(*a))[1])
+    real = plan_module.algorithm_config
+    monkeypatch.setattr(
+        plan_module, "algorithm_config", lambda *a: (built.append(a[3]), real(*a))[1]
+    )
     cfg = load_config_file(path)
     plan = rundir.preflight(dataclasses.replace(cfg, resume=True, steps=2))
     assert built == [state["algo_config"]]

@@ -16,11 +16,12 @@ import torch
 
 from refimpl import algorithms
 from refimpl.cli import main as cli_main
+from refimpl.runs.cache import cache_key
 from refimpl.runs.checkpoint import load_model_weights
-from refimpl.runs.config import TrainConfig
 from refimpl.runs.divergence import NonFiniteLossError
 from refimpl.runs.runlog import read_metrics
-from refimpl.runs.settings import WarmstartConfig
+from refimpl.settings.train import TrainConfig
+from refimpl.settings.warmstart import WarmstartConfig
 from refimpl.train import Trainer, train
 from tests.tiny import tiny_warmstart
 
@@ -224,9 +225,9 @@ def test_equivalent_task_args_share_one_warm_start_cache(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("warm start: trained") == 1 and out.count("warm start: reusing") == 3
     # Same knobs, same key; different knobs (num_ops=2 also moves min_ops), another key.
-    key = WarmstartConfig(task="chain", task_args=("num_ops=2",)).cache_key()
-    assert key == WarmstartConfig(task="chain", task_args=("min_ops=2", "num_ops=2")).cache_key()
-    assert key != WarmstartConfig(task="chain").cache_key()
+    key = cache_key(WarmstartConfig(task="chain", task_args=("num_ops=2",)))
+    assert key == cache_key(WarmstartConfig(task="chain", task_args=("min_ops=2", "num_ops=2")))
+    assert key != cache_key(WarmstartConfig(task="chain"))
 
 
 def test_cli_help_and_bad_flags(capsys):
@@ -283,8 +284,8 @@ def test_a_warm_start_can_stop_a_longer_schedule_early(tmp_path):
     keeps the cache key warm starts always had; a schedule shorter than the run is refused;
     stopping early trains another model than the whole (shorter) schedule."""
     base = WarmstartConfig(task="chain", steps=600)
-    assert dataclasses.replace(base, schedule_steps=600).cache_key() == base.cache_key()
-    assert dataclasses.replace(base, schedule_steps=2400).cache_key() != base.cache_key()
+    assert cache_key(dataclasses.replace(base, schedule_steps=600)) == cache_key(base)
+    assert cache_key(dataclasses.replace(base, schedule_steps=2400)) != cache_key(base)
     with pytest.raises(ValueError, match="--schedule-steps"):
         dataclasses.replace(base, schedule_steps=599).check()
     from refimpl.warmstart import train_warmstart

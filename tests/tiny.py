@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from refimpl.runs.config import TrainConfig
-from refimpl.runs.settings import ModelConfig, WarmstartConfig
+from refimpl.settings.train import TrainConfig
+from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
 
 
 def tiny_warmstart(runs: Path) -> WarmstartConfig:

@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from toy_envs.tasks import Problem, Task, get_task
+from toy_envs.tasks import DEFAULT_TASK, Problem, Task, get_task
 from toy_envs.tokenizer import TOKENIZER
 
 #: The largest completion budget an env takes (``max_new_tokens``), as the CLI bounds its size
@@ -64,7 +64,7 @@ class TextArithmeticEnv(gym.Env[dict[str, Any], int]):
 
     def __init__(
         self,
-        task: Task | str = "chain",
+        task: Task | str = DEFAULT_TASK,
         max_new_tokens: int | None = None,
         render_mode: str | None = None,
         task_kwargs: dict[str, Any] | None = None,

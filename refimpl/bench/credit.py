@@ -52,13 +52,13 @@ from torch import Tensor
 
 from refimpl import algorithms, mechanisms
 from refimpl.diagnostics.credit_oracle import TokenValues, token_values
-from refimpl.runs.config import TrainConfig
-from refimpl.runs.presets import PresetName
 from refimpl.sampling import Samples, sample_groups, seeded_generator
+from refimpl.settings.presets import PresetName
+from refimpl.settings.train import TrainConfig
 from toy_envs import TOKENIZER
 
 #: The batch's prompts come from ``default_rng([HELD_OUT_SEED, CREDIT_STREAM, seed])``: a key
-#: whose first word is the evaluation streams' (``refimpl.runs.config.HELD_OUT_SEED``), which no
+#: whose first word is the evaluation streams' (``refimpl.streams.HELD_OUT_SEED``), which no
 #: training or warm-start stream uses, and whose second word is not the held-out set's 0.
 CREDIT_STREAM = 1
 #: The forking-tokens share: the top 20 % of tokens by entropy (Wang et al., arXiv 2506.01939).
@@ -77,7 +77,7 @@ class CreditConfig:
     """a run directory: score the policy of its last checkpoint, sampled with the run's own
     settings (task, temperature, budget, model); None: the warm start of --train's settings"""
     preset: PresetName = "default"
-    """a named regime from refimpl.runs.presets (its training settings: task, knobs, warm
+    """a named regime from refimpl.settings.presets (its training settings: task, knobs, warm
     start) for the fields of --train you leave at their defaults; ignored with --run"""
     train: TrainConfig = field(default_factory=TrainConfig)
     """the policy's task, sampling and warm start settings when no --run is given
@@ -171,9 +171,10 @@ class Policy:
 
 def load_policy(cfg: CreditConfig) -> Policy:
     """The policy of ``--run`` (its last checkpoint) or the warm start of ``--train``."""
-    from refimpl.runs import presets
     from refimpl.runs.checkpoint import find_checkpoint, load_model_weights, read_state
-    from refimpl.runs.config import load_config_file, resolve
+    from refimpl.runs.rundir import load_config_file
+    from refimpl.settings import presets
+    from refimpl.settings.plan import resolve
     from refimpl.warmstart import base_model
 
     if cfg.run is not None:

@@ -38,6 +38,7 @@ import json
 import math
 import os
 import time
+import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,8 +55,8 @@ from refimpl.diagnostics.entropy_attribution import (
     attribution_table,
     prediction_table,
 )
-from refimpl.runs.presets import PresetName
 from refimpl.runs.runlog import read_metrics
+from refimpl.settings.presets import PresetName
 
 #: The entropy claim "holds" only when the end entropy is at least this much above DAPO's
 #: (mean of the paired ratios) and higher in every paired seed.
@@ -68,12 +69,12 @@ def parse_variant(label: str) -> tuple[str, tuple[str, ...], dict[str, Any]]:
     """``"tepo kl_mask=False minibatches=1"`` → ``("tepo", ("kl_mask=False",),
     {"minibatches": 1})``: the algorithm, its Config overrides (``--algo-args``) and the
     ``TrainConfig`` overrides (any FIELD=VALUE whose field belongs to TrainConfig)."""
-    from refimpl.runs.config import TrainConfig
-    from refimpl.runs.overrides import parse_overrides
+    from refimpl.settings.overrides import parse_overrides
+    from refimpl.settings.train import TrainConfig
 
     algo, *pairs = label.split()
     algorithms.get(algo)  # ValueError listing the names
-    train_fields = {f.name: getattr(TrainConfig(), f.name) for f in dataclasses.fields(TrainConfig)}
+    train_fields = typing.get_type_hints(TrainConfig)
     algo_args = tuple(p for p in pairs if p.split("=", 1)[0] not in train_fields)
     train_pairs = tuple(p for p in pairs if p.split("=", 1)[0] in train_fields)
     train_args = parse_overrides(train_pairs, train_fields, f"--ablations ({label!r})")
@@ -85,7 +86,7 @@ class LearningConfig:
     """Learning benchmark: every algorithm × seeds × tasks at the same sampled-token budget."""
 
     preset: PresetName = "default"
-    """a named regime from refimpl.runs.presets (default, onpolicy, collapse): it sets the training
+    """a named regime from refimpl.settings.presets (default, onpolicy, collapse): it sets the training
     settings and the benchmark's tasks, algorithms, seeds, ablations and budget that you leave
     at their defaults"""
     tasks: str = "countdown"
@@ -154,14 +155,14 @@ class LearningConfig:
         """This config with its preset's benchmark settings on the fields the command line did
         not set (``explicit``: ``presets.explicit_fields`` of the argv; None: the fields still
         at their default)."""
-        from refimpl.runs import presets
+        from refimpl.settings import presets
 
         return presets.fill_defaults(self, presets.get(self.preset).bench, explicit)
 
     def train_defaults(self):
         """The TrainConfig every run starts from: the preset's regime plus --lr/-N/-G."""
-        from refimpl.runs import presets
-        from refimpl.runs.config import TrainConfig
+        from refimpl.settings import presets
+        from refimpl.settings.train import TrainConfig
 
         train = presets.fill_defaults(TrainConfig(), presets.get(self.preset).train)
         changes = {
@@ -235,7 +236,7 @@ def _task_args(cfg: LearningConfig, task: str) -> tuple[str, ...]:
 
 
 def _warmstart(cfg: LearningConfig, task: str):
-    from refimpl.runs.settings import ModelConfig, WarmstartConfig
+    from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
 
     # The preset's warm start (its steps, its model) on the runs' task and knobs.
     preset_ws = dataclasses.asdict(cfg.train_defaults().warmstart)
@@ -259,7 +260,7 @@ def _warmstart(cfg: LearningConfig, task: str):
 
 def token_budget(cfg: LearningConfig, task_name: str) -> tuple[int, float]:
     """``(budget, ℓ)``: tokens per run, and the mean reference completion length ℓ."""
-    from refimpl.runs.settings import parse_task_args
+    from refimpl.settings.warmstart import parse_task_args
     from refimpl.streams import held_out_rng
     from toy_envs import TOKENIZER, get_task
 
@@ -275,7 +276,7 @@ def token_budget(cfg: LearningConfig, task_name: str) -> tuple[int, float]:
 
 def plan(cfg: LearningConfig) -> tuple[list[Run], dict[str, int]]:
     """Every run of the benchmark (not yet trained), and each task's token budget."""
-    from refimpl.runs.config import resolve
+    from refimpl.settings.plan import resolve
 
     tasks, algos, seeds = cfg.task_list(), cfg.algo_list(), cfg.seed_list()
     ablation_tasks = (
@@ -331,7 +332,7 @@ def finished(run: Run) -> bool:
 
 def run_all(cfg: LearningConfig, runs: list[Run]) -> float:
     """Train the runs that have not finished (in parallel); return the wall time."""
-    from refimpl.runs.compare import run_in_workers
+    from refimpl.compare import run_in_workers
     from refimpl.runs.progress import progress
     from refimpl.warmstart import train_warmstart
 

@@ -39,7 +39,7 @@ import torch
 from refimpl import algorithms
 from refimpl.bench import format_machine, machine_info, markdown_table
 from refimpl.core import RolloutBatch
-from refimpl.runs.config import check_threads
+from refimpl.settings.limits import check_threads
 
 TARGETS = {"kv_cache_speedup": 3.0, "algo_overhead_frac": 0.05, "trl_speedup": 3.0}
 #: The sizes ``SpeedConfig`` fills in when they are not given: (full, ``--quick``).
@@ -215,8 +215,8 @@ def bench_sampling(cfg: SpeedConfig, model_size: dict[str, int]) -> list[dict[st
 
 
 def _train_config(cfg: SpeedConfig, **changes):
-    from refimpl.runs.config import TrainConfig
-    from refimpl.runs.settings import ModelConfig, WarmstartConfig
+    from refimpl.settings.train import TrainConfig
+    from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
 
     ws = WarmstartConfig(runs_dir=cfg.runs_dir, progress=False, threads=cfg.threads)
     if cfg.quick:

@@ -1,20 +1,7 @@
-"""Measurements that explain a run: pass@k and the covariance that drives entropy.
+"""Measurements that explain a run: the covariance that drives entropy, entropy percentiles.
 
-Neither changes training; the trainer logs both (and the entropy percentiles of
-``entropy_stats``), the plots and notebooks read them back.
-
-pass@k (Chen et al., "Evaluating Large Language Models Trained on Code", arXiv 2107.03374)
---------------------------------------------------------------------------------------------
-Draw ``n`` completions of a problem, ``c`` of them correct. The probability that at least one
-of ``k`` completions drawn *without replacement* from those ``n`` is correct is
-
-    pass@k = 1 − C(n−c, k) / C(n, k)                                    (Chen et al., Eq. 1)
-
-an unbiased estimator of the probability that ``k`` fresh samples contain a right answer.
-``pass@1`` is the mean success of one sample; large ``k`` measures how much of the problem set
-the policy can reach at all. RL that only *sharpens* the policy raises pass@1 and can lower
-pass@k for large ``k`` (Yue et al., arXiv 2504.13837): the curve of pass@k against ``k``
-flattens.
+Neither changes training; the trainer logs both (``entropy_stats``), the plots and notebooks
+read them back. pass@k, the evaluation's own measure, is ``refimpl.evaluate``'s.
 
 Entropy covariance (Cui et al., "The Entropy Mechanism of RL for Reasoning LMs", arXiv 2505.22617)
 ----------------------------------------------------------------------------------------------------
@@ -36,51 +23,10 @@ advantage it is trained with. A positive ``cov`` predicts falling entropy.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-
 import torch
 from torch import Tensor
 
 from refimpl.core import masked_mean, require
-
-#: The k of every pass@k the trainer logs (the evaluation draws at least max(K) samples).
-PASS_AT_K: tuple[int, ...] = (1, 2, 4, 8, 16)
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from ``n`` samples of which ``c`` are correct (Chen et al., Eq. 1).
-
-    ``1 − C(n−c, k)/C(n, k)``, computed as ``1 − Π_{j=n−c+1}^{n} (1 − k/j)``, the product form
-    that never builds a large binomial coefficient. Requires ``0 ≤ c ≤ n`` and ``1 ≤ k ≤ n``.
-    """
-    for name, value in (("n", n), ("c", c), ("k", k)):
-        require(
-            isinstance(value, int) and not isinstance(value, bool),
-            name,
-            f"an int, got {value!r}",
-        )
-    require(n >= 1, "n", f"at least one sample, got {n}")
-    require(0 <= c <= n, "c", f"a count in [0, n={n}], got {c}")
-    require(1 <= k <= n, "k", f"1 ≤ k ≤ n={n} (pass@k needs at least k samples), got {k}")
-    if n - c < k:  # every k-subset holds a correct sample
-        return 1.0
-    # C(n−c, k)/C(n, k) = Π_{j=n−c+1}^{n} (j − k)/j
-    miss = 1.0
-    for j in range(n - c + 1, n + 1):
-        miss *= 1.0 - k / j
-    return 1.0 - miss
-
-
-def mean_pass_at_k(
-    correct_counts: Sequence[int], n: int, ks: Sequence[int] = PASS_AT_K
-) -> dict[int, float]:
-    """Mean pass@k over problems, each with ``n`` samples and ``correct_counts[p]`` correct."""
-    require(len(correct_counts) > 0, "correct_counts", "at least one problem")
-    return {
-        k: math.fsum(pass_at_k(n, int(c), k) for c in correct_counts) / len(correct_counts)
-        for k in ks
-    }
 
 
 def logp_advantage_covariance(logp: Tensor, adv: Tensor, mask: Tensor) -> float:

@@ -43,13 +43,13 @@ from safetensors.torch import load_file, save_file
 from refimpl.runs.runlog import (
     CHECKPOINT_FILES,
     LOCK_FILE,
-    MAX_SETTINGS_BYTES,
     RUN_FILES,
+    JSONFileError,
     check_regular_file,
     foreign_files,
+    fsync_file,
     is_run_dir,
-    parse_json,
-    read_text_bounded,
+    read_json,
     run_dir_damage,
 )
 
@@ -104,11 +104,6 @@ def check_weights_file(path: Path) -> None:
             f.keys()
     except Exception as err:  # safetensors raises its own error types for damaged files
         raise CheckpointError(f"{file}: damaged ({_one_line(err)})") from None
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
 
 
 def _os_error(err: BaseException) -> tuple[int | None, str] | None:
@@ -184,7 +179,7 @@ def save_checkpoint(
         file.write_text(json.dumps({**state, "checksums": checksums}, indent=2, default=str))
         for f in tmp.iterdir():
             file = f
-            _fsync(f)
+            fsync_file(f)
     except Exception as err:
         shutil.rmtree(tmp, ignore_errors=True)
         cause = _os_error(err)
@@ -349,13 +344,10 @@ def read_state(path: Path) -> dict[str, Any]:
     """The ``state.json`` of the checkpoint directory ``path``."""
     file = Path(path) / "state.json"
     try:
-        state = parse_json(read_text_bounded(file, MAX_SETTINGS_BYTES))
-    except FileNotFoundError:
-        raise CheckpointError(f"{file}: missing") from None
-    except (ValueError, UnicodeDecodeError):
-        raise CheckpointError(f"{file}: damaged (not valid JSON)") from None
-    except OSError as err:  # a directory, a FIFO, too large, unreadable
-        raise CheckpointError(f"{file}: damaged ({err.strerror or err})") from None
+        state = read_json(file)
+    except JSONFileError as err:
+        how = {"missing": "missing", "invalid": "damaged (not valid JSON)"}
+        raise CheckpointError(f"{file}: {how.get(err.kind, f'damaged ({err.detail})')}") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{file}: damaged (not a JSON object)")
     return state

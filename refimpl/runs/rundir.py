@@ -1,5 +1,7 @@
 """Run directories: a new run, ``--overwrite`` and ``--resume`` (the run directory is the
-source of truth). ``check_run_dir`` checks them all before anything is written.
+source of truth). ``preflight`` is a run's two steps before anything is written: the run
+resolved from its settings (``refimpl.settings.plan.resolve``), then the run directory and the
+warm-start cache checked against that plan (``check_run_dir``).
 
 A run directory is owned by one process at a time. ``refimpl train`` takes an exclusive OS
 lock (``flock``) on ``<run>/run.lock`` before it writes anything there and holds it until the
@@ -26,6 +28,7 @@ from typing import Any, NamedTuple
 import torch
 
 from refimpl.runs import numerics
+from refimpl.runs.cache import check_cache_writable
 from refimpl.runs.checkpoint import (
     CheckpointError,
     check_deletable,
@@ -37,13 +40,15 @@ from refimpl.runs.checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
-from refimpl.runs.config import Plan, TrainConfig, algorithm_config, config_dict, resolve
 from refimpl.runs.runlog import (
     LOCK_FILE,
+    JSONFileError,
     TornLineWarning,
     check_regular_file,
     fsync_file,
     is_run_dir,
+    nearest_existing,
+    read_json,
     read_metrics,
     read_probes,
     read_run_config,
@@ -54,81 +59,16 @@ from refimpl.runs.runlog import (
     write_jsonl,
     write_text_atomic,
 )
-from refimpl.runs.settings import nearest_existing
+from refimpl.settings.limits import flag
+from refimpl.settings.plan import RESUME_RECORDED, Plan, flatten, may_differ, resolve
+from refimpl.settings.record import config_from_record
+from refimpl.settings.train import TrainConfig, config_dict
 
 try:  # POSIX
     import fcntl
 except ImportError:  # Windows: a lock on the file's first byte
     fcntl = None  # type: ignore[assignment]
     import msvcrt
-
-#: The settings a resumed run may change (dotted field names): how long it goes and how it is
-#: watched, never what a step computes. Any other difference from the run's config.json is an
-#: error naming the flag. The warm-start fields here are those outside its cache key.
-RESUME_MAY_CHANGE = frozenset(
-    {
-        "steps",  # extend the run (not below the step it has reached)
-        "max_sampled_tokens",  # extend or set the token budget
-        "checkpoint_every",
-        "progress",
-        "plot",
-        "tensorboard",
-        "threads",
-        "device",
-        "runs_dir",  # where the run is now
-        "name",
-        "resume",
-        "overwrite",
-        "fresh_optimizer",
-        "config",
-        "warmstart.runs_dir",
-        "warmstart.threads",
-        "warmstart.progress",
-        "warmstart.force",
-        "warmstart.eval_problems",
-    }
-)
-#: Of those, the settings config.json records when a resumed run changes them (they say how
-#: long the run is, so that a later --resume or --config gets them back).
-RESUME_RECORDED = ("steps", "max_sampled_tokens")
-
-
-def _flag(dotted: str) -> str:
-    return "--" + dotted.replace("_", "-")
-
-
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = v
-    return out
-
-
-def _may_differ(key: str) -> bool:
-    # warmstart.task/task_args: the trainer uses --task/--task-args
-    return key in RESUME_MAY_CHANGE or key.startswith("warmstart.task")
-
-
-def check_resume_settings(cfg: TrainConfig, saved: dict[str, Any], source: Path) -> None:
-    """Raise ``ValueError`` naming the first flag whose value differs from the saved run's,
-    unless it is one a resumed run may change (``RESUME_MAY_CHANGE``)."""
-    now = _flatten(config_dict(cfg))
-    defaults = _flatten(config_dict(TrainConfig()))
-    was = _flatten(saved)
-    for key, value in now.items():
-        if _may_differ(key):
-            continue
-        before = was.get(key, defaults.get(key))
-        if value != before:
-            raise ValueError(
-                f"{_flag(key)}: the run in {source.parent} was made with {before!r}, got "
-                f"{value!r}; a resumed run keeps its settings (start a new one with --config "
-                f"{source} --name NEW to change them)"
-            )
-
 
 # ---------------------------------------------------------------------------------------------
 # Paths: a name is one directory inside --runs-dir, and --runs-dir is a directory.
@@ -359,16 +299,16 @@ def _flag_of(cfg: TrainConfig) -> str:
     return "--resume" if cfg.resume else "--overwrite" if cfg.overwrite else "--name"
 
 
-def check_not_locked(cfg: TrainConfig) -> None:
+def check_not_locked(plan: Plan) -> None:
     """``RunDirLocked`` when another process holds the run directory's lock; changes
     nothing (the lock file is opened read-only and only if it exists)."""
-    path = cfg.run_dir / LOCK_FILE
+    path = plan.run_dir / LOCK_FILE
     if not (path.exists() or path.is_symlink()):
         return  # no lock file (a new run, or one of an older version): not locked
-    fd = _open_lock_file(path, os.O_RDONLY, _flag_of(cfg))
+    fd = _open_lock_file(path, os.O_RDONLY, _flag_of(plan.cfg))
     try:
         if not _try_lock(fd):
-            raise _locked_error(cfg.run_dir, _flag_of(cfg))
+            raise _locked_error(plan.run_dir, _flag_of(plan.cfg))
     finally:
         os.close(fd)  # also releases the probe's own lock
 
@@ -378,8 +318,7 @@ def claim_run_dir(plan: Plan) -> RunLock:
     check it again under the lock (``check_run_dir``): what the plan says may be written is
     what this process may write, and no other refimpl process changes it until ``release``
     (``with claim_run_dir(plan): ...`` releases it at the end of the block)."""
-    cfg = plan.cfg
-    run_dir = cfg.run_dir
+    cfg, run_dir = plan.cfg, plan.run_dir
     if not cfg.resume:
         try:
             run_dir.mkdir(parents=True)
@@ -389,7 +328,7 @@ def claim_run_dir(plan: Plan) -> RunLock:
     try:
         with warnings.catch_warnings():  # the trainer warns when it reads the files
             warnings.simplefilter("ignore")
-            check_run_dir(cfg, plan.warmstart, plan.saved)
+            check_run_dir(plan, locked=True)
     except BaseException:
         lock.release()
         raise
@@ -440,14 +379,40 @@ def _stamp(path: Path) -> tuple[int, int, int]:
 
 def read_saved_run(run_dir: Path) -> SavedRun:
     """The config.json of the run to resume in ``run_dir``, read once: ``ValueError`` unless
-    it is a run (``check_resumable``'s message says how to recover a damaged one)."""
+    it is a run (``check_resumable``'s message says how to recover a damaged one), and
+    ``CheckpointError`` naming the file when its length is no positive integer (edited: no
+    flag is to blame). When config.json has lost its ``algo_config``, the last checkpoint's is
+    taken once the checkpoint is found to belong to the run (``_check_made_with``): the run
+    continues with the settings it was made with."""
     path = Path(run_dir) / "config.json"
     try:
         stamp = _stamp(path)  # before the read: a file replaced after it no longer matches
-        return SavedRun(read_run_config(run_dir), stamp)
+        config = read_run_config(run_dir)
     except (ValueError, OSError):
         check_resumable(run_dir)  # raises, saying what is wrong
         raise
+    check_run_length(config["train_config"], path)
+    checkpoint = find_checkpoint(Path(run_dir) / "checkpoint", warn=False)
+    if not isinstance(config.get("algo_config"), dict) and checkpoint is not None:
+        try:  # fills config["algo_config"] with the checkpoint's, when it is this run's
+            _check_made_with(read_state(checkpoint), config, checkpoint / "state.json", path)
+        except CheckpointError:
+            pass  # not this run's, or damaged: check_run_dir refuses it, naming the file
+    return SavedRun(config, stamp)
+
+
+def load_config_file(path: Path | str, flag: str = "--config", *, algo_config: bool = True):
+    """The settings in a config.json (a run's, or a bare ``train_config`` object), as a
+    ``TrainConfig`` with ``resume``, ``overwrite`` and ``config`` reset: a saved file never
+    deletes anything (``refimpl.settings.record.config_from_record``). ``flag``: the flag that
+    names the file in error messages (``--resume`` for a run's own config.json).
+    ``algo_config``: read the file's ``algo_config`` section too; a resumed run reads it from
+    its checkpoint instead."""
+    try:
+        data = read_json(path)
+    except JSONFileError as err:
+        raise ValueError(f"{flag}: {err}") from None
+    return config_from_record(data, f"{flag}: {path}", algo_config=algo_config)
 
 
 def config_unchanged(run_dir: Path, saved: SavedRun) -> None:
@@ -465,13 +430,12 @@ def config_unchanged(run_dir: Path, saved: SavedRun) -> None:
         )
 
 
-def verify_resume(cfg: TrainConfig, saved: dict[str, Any]) -> None:
-    """Read everything a resumed run depends on before it changes anything: the logs, and
-    the whole checkpoint against ``config.json``: its files (checksums, finite weights), its
-    step (within the run and the logs), its algorithm and settings. ``CheckpointError``
-    naming the file that is wrong; fills in ``saved["algo_config"]`` from the checkpoint
-    when config.json lost it."""
-    run_dir = cfg.run_dir
+def verify_resume(plan: Plan) -> None:
+    """Read everything the resumed run ``plan`` depends on before it changes anything: the
+    logs, and the whole checkpoint against ``config.json``: its files (checksums, finite
+    weights), its step (within the run and the logs), its algorithm and settings.
+    ``CheckpointError`` naming the file that is wrong."""
+    cfg, run_dir, saved = plan.cfg, plan.run_dir, plan.saved.config
     tc = saved["train_config"]
     metrics = _read_logs(run_dir)
     logged = max((r["step"] for r in metrics), default=0)
@@ -485,14 +449,14 @@ def verify_resume(cfg: TrainConfig, saved: dict[str, Any]) -> None:
             )
         # Nothing to check the settings against: each must be in config.json (the run starts
         # again from step 0 with them; a key removed would silently become its default).
-        defaults = _flatten(config_dict(TrainConfig()))
+        defaults = flatten(config_dict(TrainConfig()))
         _check_no_setting_missing(defaults, tc, run_dir, "its default is")
         _check_steps_within(metrics, tc, run_dir)
         return
     state_file = checkpoint / "state.json"
     made_with = read_state(checkpoint).get("train_config")
     if isinstance(made_with, dict):  # first: a setting lost would make the rest look wrong
-        _check_no_setting_missing(_flatten(made_with), tc, run_dir, "the checkpoint was made with")
+        _check_no_setting_missing(flatten(made_with), tc, run_dir, "the checkpoint was made with")
     with torch.device("meta"):  # the run's model, its shapes only: no memory, no random draw
         model = cfg.warmstart.model.build()
     state = verify_checkpoint(checkpoint, optimizer=not cfg.fresh_optimizer, model=model)
@@ -557,9 +521,9 @@ def _check_no_setting_missing(
     its ``train_config`` lacks, among those a resumed run may not change: ``--resume`` would
     otherwise take that setting's default, silently. ``known``: what ``expected``'s values
     are, for the message."""
-    now = _flatten(tc)
+    now = flatten(tc)
     for key, value in expected.items():
-        if not _may_differ(key) and key not in now:
+        if not may_differ(key) and key not in now:
             raise CheckpointError(
                 f"{run_dir / 'config.json'}: train_config.{key} is missing (removed by hand?); "
                 f"restore it ({known} {value!r}), or --overwrite starts the run again"
@@ -631,11 +595,11 @@ def _check_made_with(
     (those a resumed run may change aside); fills in a lost ``saved["algo_config"]``."""
     made_with = state.get("train_config")
     if isinstance(made_with, dict):
-        now = _flatten(saved["train_config"])
-        for key, value in _flatten(made_with).items():
-            if not _may_differ(key) and key in now and now[key] != value:
+        now = flatten(saved["train_config"])
+        for key, value in flatten(made_with).items():
+            if not may_differ(key) and key in now and now[key] != value:
                 raise CheckpointError(
-                    f"{state_file}: the checkpoint was made with {_flag(key)} {value!r}, but "
+                    f"{state_file}: the checkpoint was made with {flag(key)} {value!r}, but "
                     f"{config_file} says {now[key]!r} (edited?): restore config.json, or "
                     "start the run again with --overwrite"
                 )
@@ -657,27 +621,41 @@ def _check_made_with(
             )
 
 
-def check_run_dir(
-    cfg: TrainConfig, warmstart, saved: SavedRun | None = None, *, named: bool = False
-) -> None:
-    """Check the run directory before anything is written: a valid ``--name``, ``--resume``
-    only of a run (with the same settings, see ``RESUME_MAY_CHANGE``, and a whole
-    checkpoint, ``verify_resume``), ``--overwrite`` only of a run, never an existing
-    directory otherwise, writable directories, away from the warm-start cache
-    (``warmstart``: the run's warm-start settings).
+def check_run_dir(plan: Plan, *, locked: bool = False) -> None:
+    """Check the run directory against the run ``plan`` before anything is written: a valid
+    ``--runs-dir`` and ``--name``, no link, not in use by another process, ``--resume`` only
+    of a run (with the same settings, see ``RESUME_MAY_CHANGE``, and a whole checkpoint,
+    ``verify_resume``), ``--overwrite`` only of a run, never an existing directory otherwise,
+    writable directories, away from the warm-start cache, and a warm-start cache that can be
+    written when its model has to be trained (``refimpl.runs.cache.check_cache_writable``).
 
-    ``saved``: the run to resume, as ``read_saved_run`` read it (None: a new run, or one that
-    is not a run, which ``--resume`` refuses); its config.json is not read again, only checked
-    to be the same file (``config_unchanged``). ``named=True``: the caller (``preflight``) has
-    just checked ``--runs-dir``, ``--name`` and a resumed run's settings, so they are not
-    checked twice. Under the run's lock (``claim_run_dir``) everything is checked again on
-    purpose: the directory may have changed while it was not locked."""
-    runs_dir, run_dir = Path(cfg.runs_dir), cfg.run_dir
-    if not named:
-        check_runs_dir(runs_dir)
-        check_name(cfg.name, runs_dir)
+    ``plan.saved``: the run to resume, as ``read_saved_run`` read it (None: a new run, or one
+    that is not a run, which ``--resume`` refuses; its settings were checked against the
+    flags by ``resolve``); its config.json is not read again, only checked to be the same file
+    (``config_unchanged``). ``locked``: the caller holds the run's lock (``claim_run_dir``,
+    after the warm start), which checks everything again on purpose: the directory may have
+    changed while it was not locked."""
+    cfg, run_dir = plan.cfg, plan.run_dir
+    check_runs_dir(Path(cfg.runs_dir))
+    if cfg.warmstart.runs_dir is not None:
+        check_runs_dir(Path(cfg.warmstart.runs_dir), "--warmstart.runs-dir")
+    check_name(cfg.name, Path(cfg.runs_dir))
     check_not_a_link(run_dir)
-    cache_root = (Path(warmstart.runs_dir) / "warmstart").resolve()
+    if not locked:
+        check_not_locked(plan)  # a run in use by another process: refused before the rest
+    with warnings.catch_warnings():  # a torn last line: the trainer warns when it reads it
+        warnings.simplefilter("ignore", TornLineWarning)
+        _check_contents(plan)
+    if not locked:  # under the lock, the warm start has been trained (or loaded) already
+        check_cache_writable(plan.warmstart, "--warmstart.")
+
+
+def _check_contents(plan: Plan) -> None:
+    """``check_run_dir``'s checks of what the run directory holds, and of what the run will
+    write there."""
+    cfg, run_dir, saved = plan.cfg, plan.run_dir, plan.saved
+    runs_dir = Path(cfg.runs_dir)
+    cache_root = (Path(plan.warmstart.runs_dir) / "warmstart").resolve()
     here = run_dir.resolve()
     if here == cache_root or cache_root in here.parents or here in cache_root.parents:
         raise ValueError(
@@ -693,15 +671,13 @@ def check_run_dir(
             check_resumable(run_dir)  # raises: nothing, or a damaged run, to resume
             raise ValueError(f"--resume: {run_dir}: the run's config.json was not read")
         config_unchanged(run_dir, saved)
-        if not named:
-            check_resume_settings(cfg, saved.config["train_config"], run_dir / "config.json")
         _writable(run_dir, "--resume", "the resumed run writes its logs and checkpoints there")
         refuse_links(run_dir, "--resume")  # the run writes, renames and replaces its files
         try:  # checkpoint/, .tmp/ and .old/: the saves replace them whole
             check_replaceable(run_dir / "checkpoint")
         except CheckpointError as err:
             raise ValueError(f"--resume: {err}") from None
-        verify_resume(cfg, saved.config)
+        verify_resume(plan)
         return
     if not _holds_nothing(run_dir):
         damage = run_dir_damage(run_dir)
@@ -723,39 +699,21 @@ def check_run_dir(
 
 
 def preflight(cfg: TrainConfig, saved: SavedRun | None = None) -> Plan:
-    """Every check a run makes before it writes anything or trains its warm start, and the
-    run resolved once (``config.Plan``): the run directory's lock (a run in use by another
-    process is refused first), the flags (``resolve``), the run directory
-    (``check_run_dir``) and the warm-start cache. ``saved``: a resumed run's config.json when
-    the caller has read it already (``read_saved_run``; the command line does, to take the
-    run's settings as its flags' defaults): it is not read again."""
-    check_runs_dir(Path(cfg.runs_dir))
-    if cfg.warmstart.runs_dir is not None:
-        check_runs_dir(Path(cfg.warmstart.runs_dir), "--warmstart.runs-dir")
-    check_name(cfg.name, Path(cfg.runs_dir))
-    check_not_a_link(cfg.run_dir)
-    check_not_locked(cfg)
+    """Every check a run makes before it writes anything or trains its warm start, in two
+    steps: the run resolved once from its settings (``refimpl.settings.plan.resolve``: every
+    flag), then its run directory and warm-start cache checked against that plan
+    (``check_run_dir``). ``saved``: a resumed run's config.json when the caller has read it
+    already (``read_saved_run``; the command line does, to take the run's settings as its
+    flags' defaults): it is not read again."""
     if cfg.resume and saved is None:
         try:
             saved = read_saved_run(cfg.run_dir)
+        except CheckpointError:
+            raise  # its config.json was edited: named, whatever the flags
         except ValueError:
-            saved = None  # not a run: refused by check_run_dir, after the flags
-    lost = saved is not None and not isinstance(saved.config.get("algo_config"), dict)
-    if saved is not None:  # a changed setting is the clearest error: before the flags'
-        check_run_length(saved.config["train_config"], cfg.run_dir / "config.json")
-        check_resume_settings(cfg, saved.config["train_config"], cfg.run_dir / "config.json")
+            pass  # not a run: check_run_dir refuses it, after the flags
     plan = resolve(cfg, saved)
-    with warnings.catch_warnings():  # a torn last line: the trainer warns when it reads it
-        warnings.simplefilter("ignore", TornLineWarning)
-        check_run_dir(cfg, plan.warmstart, saved, named=True)
-    if lost and isinstance(saved.config.get("algo_config"), dict):
-        # config.json had lost its algo_config: verify_resume took the checkpoint's, once the
-        # checkpoint was found to belong to this run, and the run continues with it.
-        algo_cfg = algorithm_config(
-            cfg, plan.algo, plan.max_new_tokens, saved.config["algo_config"]
-        )
-        plan = plan._replace(algo_cfg=algo_cfg)
-    plan.warmstart.check_writable("--warmstart.")
+    check_run_dir(plan)
     return plan
 
 
@@ -803,14 +761,14 @@ def open_run_dir(plan: Plan, model, optimizer) -> tuple[int, int]:
     (``restore_run``), then record in config.json the new length of the run
     (``RESUME_RECORDED``) and when it was resumed. Returns ``(step, sampled_tokens)``, where
     the run continues from."""
-    cfg = plan.cfg
+    cfg, run_dir = plan.cfg, plan.run_dir
     if plan.saved is None:
         # Checked again here: the warm start may have taken minutes since preflight.
-        prepare_run_dir(cfg.run_dir, resume=False, overwrite=cfg.overwrite)
-        write_new_run(cfg.run_dir, cfg, plan.algo_cfg)
+        prepare_run_dir(run_dir, resume=False, overwrite=cfg.overwrite)
+        write_new_run(run_dir, cfg, plan.algo_cfg)
         return 0, 0
-    step, sampled_tokens = restore_run(cfg.run_dir, model, optimizer, cfg.fresh_optimizer)
-    record_resume(cfg.run_dir, plan.saved.config, cfg, step)
+    step, sampled_tokens = restore_run(run_dir, model, optimizer, cfg.fresh_optimizer)
+    record_resume(run_dir, plan.saved.config, cfg, step)
     return step, sampled_tokens
 
 
@@ -849,15 +807,15 @@ def restore_run(run_dir: Path, model, optimizer, fresh_optimizer: bool) -> tuple
 def save_run(plan: Plan, model, optimizer, step: int, sampled_tokens: int) -> None:
     """The run's atomic checkpoint after ``step``, with what a resume checks it against,
     after the log lines up to it are on the disk: a power cut then never leaves a checkpoint
-    ahead of its log (one fsync per checkpoint, not per line: ``scripts/log_fsync_cost.py``
+    ahead of its log (one fsync per checkpoint, not per line: ``scripts/costs/log_fsync.py``
     measures it)."""
     for log in ("metrics.jsonl", "probes.jsonl"):
-        if (plan.cfg.run_dir / log).exists():
-            fsync_file(plan.cfg.run_dir / log)
+        if (plan.run_dir / log).exists():
+            fsync_file(plan.run_dir / log)
     state = {
         "step": step,
         "sampled_tokens": sampled_tokens,
         "train_config": config_dict(plan.cfg),
         "algo_config": dataclasses.asdict(plan.algo_cfg),
     }
-    save_checkpoint(plan.cfg.run_dir / "checkpoint", model, optimizer, state)
+    save_checkpoint(plan.run_dir / "checkpoint", model, optimizer, state)

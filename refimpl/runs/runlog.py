@@ -186,6 +186,35 @@ def parse_json(text: str) -> Any:
         raise ValueError("nested too deeply") from None
 
 
+class JSONFileError(ValueError):
+    """``read_json`` could not read a file: one line naming it and why. ``kind`` is
+    ``"missing"``, ``"invalid"`` (not valid JSON, or not text) or ``"unreadable"`` (a
+    directory, a FIFO, too large, no permission: ``detail`` says which), for a caller that
+    words its own message."""
+
+    def __init__(self, path: Path | str, kind: str, detail: str = "") -> None:
+        self.path, self.kind, self.detail = Path(path), kind, detail
+        why = {"missing": "no such file", "invalid": "not valid JSON"}.get(
+            kind, f"not readable ({detail})"
+        )
+        super().__init__(f"{path}: {why}")
+
+
+def read_json(path: Path | str, limit: int = MAX_SETTINGS_BYTES) -> Any:
+    """The JSON value in the regular file ``path`` (at most ``limit`` bytes, read as
+    ``read_text_bounded`` reads: a FIFO or a device is refused, not waited on), else a
+    ``JSONFileError``: the one reader of the settings files (config.json, ``--config``, a
+    checkpoint's state.json)."""
+    try:
+        return parse_json(read_text_bounded(path, limit))
+    except FileNotFoundError:
+        raise JSONFileError(path, "missing") from None
+    except (ValueError, UnicodeDecodeError):
+        raise JSONFileError(path, "invalid") from None
+    except OSError as err:  # a directory, a FIFO, too large, unreadable
+        raise JSONFileError(path, "unreadable", str(err.strerror or err)) from None
+
+
 def fsync_file(path: Path | str) -> None:
     """Flush ``path``'s bytes to the disk (what a power cut cannot take back)."""
     with open(path, "rb") as f:
@@ -331,13 +360,14 @@ def read_run_config(run_dir: Path | str) -> dict[str, Any]:
     damaged or not written by ``refimpl train``."""
     path = Path(run_dir) / "config.json"
     try:
-        state = parse_json(read_text_bounded(path, MAX_SETTINGS_BYTES))
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file (not a run directory?)") from None
-    except (ValueError, UnicodeDecodeError):
-        raise ValueError(f"{path}: not valid JSON (damaged?)") from None
-    except OSError as err:  # a directory where the file should be, unreadable, ...
-        raise ValueError(f"{path}: not readable ({err.strerror or err}; damaged?)") from None
+        state = read_json(path)
+    except JSONFileError as err:
+        how = {
+            "missing": "no such file (not a run directory?)",
+            "invalid": "not valid JSON (damaged?)",
+            "unreadable": f"not readable ({err.detail}; damaged?)",
+        }[err.kind]
+        raise ValueError(f"{path}: {how}") from None
     tc = state.get("train_config") if isinstance(state, dict) else None
     if not (isinstance(tc, dict) and "algo" in tc and "task" in tc):
         raise ValueError(f"{path}: not a config.json written by refimpl train")
@@ -420,6 +450,15 @@ def find_runs(root: Path | str, *, damaged: bool = False) -> list[Path]:
 
     walk(root)
     return found
+
+
+def nearest_existing(path: Path | str) -> Path:
+    """``path`` itself if it exists, else its nearest existing parent (what decides whether
+    ``path`` can be created)."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from transformers import TrainerCallback
 
 import toy_envs
 from refimpl.core import require
-from refimpl.diagnostics.metrics import mean_pass_at_k
+from refimpl.evaluate import mean_pass_at_k
 from toy_envs import Problem
 from toy_envs.freeform import freeform_reward
 

@@ -32,7 +32,7 @@ import torch
 
 from refimpl.runs.checkpoint import save_checkpoint
 from refimpl.runs.runlog import fsync_file
-from refimpl.runs.settings import ModelConfig
+from refimpl.settings.warmstart import ModelConfig
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from refimpl.diagnostics.metrics import pass_at_k
+from refimpl.evaluate import pass_at_k
 from refimpl.scaleup.hf import char_tokenizer, token_logprobs_and_entropy
 from refimpl.scaleup.real_task import (
     HELD_OUT_SEED,

@@ -29,9 +29,10 @@ from pathlib import Path
 import numpy as np
 import tyro
 
-from refimpl.runs.compare import run_in_workers
-from refimpl.runs.config import TrainConfig, run_warmstart
-from refimpl.runs.settings import ModelConfig, WarmstartConfig
+from refimpl.compare import run_in_workers
+from refimpl.settings.plan import run_warmstart
+from refimpl.settings.train import TrainConfig
+from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
 
 
 def _ws(**changes) -> WarmstartConfig:

@@ -24,12 +24,13 @@ import tyro
 
 from refimpl import algorithms
 from refimpl.plots import format_table, plot_compare, summary_table
-from refimpl.runs import presets
-from refimpl.runs.config import AlgoName, TrainConfig, run_warmstart
 from refimpl.runs.progress import progress
 from refimpl.runs.rundir import check_name, check_runs_dir, preflight
 from refimpl.runs.runlog import is_run_dir, open_no_follow, read_metrics
 from refimpl.runs.stop import Interrupted, StopRequest
+from refimpl.settings import presets
+from refimpl.settings.plan import run_warmstart
+from refimpl.settings.train import AlgoName, TrainConfig
 from refimpl.streams import SEED_MAX
 from refimpl.train import train
 from refimpl.warmstart import train_warmstart
@@ -40,7 +41,7 @@ class CompareTrainConfig(TrainConfig):
     """The settings every run of a comparison shares. Compare sets each run's algorithm,
     seed, name, runs directory and progress bar itself, so those are not flags here."""
 
-    algo: tyro.conf.Suppress[AlgoName] = "grpo"
+    algo: tyro.conf.Suppress[AlgoName] = algorithms.BASELINE
     seed: tyro.conf.Suppress[int] = 0
     runs_dir: tyro.conf.Suppress[Path] = Path("runs")
     name: tyro.conf.Suppress[str | None] = None
@@ -65,7 +66,7 @@ class CompareConfig:
     target: float = 0.5
     """held-out greedy success whose first-reach step the table reports"""
     preset: presets.PresetName = "default"
-    """a named regime from refimpl.runs.presets (default, onpolicy, collapse); it sets the fields
+    """a named regime from refimpl.settings.presets (default, onpolicy, collapse); it sets the fields
     you leave at their defaults, so explicit flags win"""
     train: CompareTrainConfig = field(default_factory=CompareTrainConfig)
     """settings shared by every run (--train.steps, --train.lr, ...); --train.resume continues

@@ -1,8 +1,9 @@
 """The settings of a warm start: the model's size, the supervised run, and the task's knobs.
 
-Types only, and their checks: this module trains nothing. ``refimpl.warmstart`` (the
-supervised loop) and ``refimpl.runs.config`` (an RL run's settings, which embed a warm start's)
-both read it, so the settings sit below every piece of code that trains.
+Types only, and their checks: this module trains nothing and touches no file.
+``refimpl.warmstart`` (the supervised loop) and ``refimpl.settings.train`` (an RL run's
+settings, which embed a warm start's) both read it; where its model is cached is
+``refimpl.runs.cache``'s.
 
 ``--task-args`` strings are parsed here once per process (``parse_task_args``, cached): the
 task, the warm start's checks, its cache key and its training all read the same parse.
@@ -10,24 +11,19 @@ task, the warm start's checks, its cache key and its training all read the same 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import hashlib
-import json
-import math
-import os
+import inspect
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import torch
 import tyro
 
 from refimpl.model import GPT, GPTConfig
-from refimpl.runs import numerics
-from refimpl.runs.overrides import parse_overrides
-from refimpl.streams import SEED_MAX
-from toy_envs import TASK_NAMES, TOKENIZER, get_task
+from refimpl.settings.limits import check_lr, check_positive, check_seed, check_threads, flag
+from refimpl.settings.overrides import parse_overrides
+from toy_envs import DEFAULT_TASK, TASK_NAMES, TOKENIZER, get_task
 
 
 @functools.lru_cache(maxsize=64)
@@ -36,8 +32,19 @@ def parse_task_args(task: str, task_args: tuple[str, ...]) -> tuple[tuple[str, o
     as sorted ``(knob, value)`` pairs: the one parse of a command, cached, so every reader of
     the same arguments gets the same values (a bad argument raises ``ValueError`` each time,
     naming ``--task-args``)."""
-    knobs = parse_overrides(tuple(task_args), get_task(task).knobs(), "--task-args")
+    knobs = parse_overrides(tuple(task_args), task_knob_types(task), "--task-args")
     return tuple(sorted(knobs.items()))
+
+
+def task_knob_types(task: str) -> dict[str, object]:
+    """The annotation of each knob of ``task`` (its constructor's arguments)."""
+    init = type(get_task(task)).__init__
+    hints = typing.get_type_hints(init)
+    return {
+        name: hints.get(name, object)
+        for name in inspect.signature(init).parameters
+        if name != "self"
+    }
 
 
 #: ``--task`` choices, listed by ``--help`` (built from the registry: new tasks appear).
@@ -71,10 +78,10 @@ class ModelConfig:
         for name, low in (("n_layer", 1), ("n_embd", 1), ("n_head", 1), ("block_size", 2)):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= low):
-                raise ValueError(f"{_flag(prefix, name)}: expected an integer ≥ {low}, got {value}")
+                raise ValueError(f"{flag(name, prefix)}: expected an integer ≥ {low}, got {value}")
         if self.n_embd % self.n_head:
             raise ValueError(
-                f"{_flag(prefix, 'n_head')}: expected a divisor of {_flag(prefix, 'n_embd')}="
+                f"{flag('n_head', prefix)}: expected a divisor of {flag('n_embd', prefix)}="
                 f"{self.n_embd}, got {self.n_head}"
             )
 
@@ -94,7 +101,7 @@ class ModelConfig:
 class WarmstartConfig:
     """Supervised warm start on reference solutions (AdamW, cosine schedule)."""
 
-    task: TaskName = "chain"
+    task: TaskName = DEFAULT_TASK
     """task whose base model is trained (its easier mix, see WARMSTART_MIX)"""
     task_args: tuple[str, ...] = ()
     """task knobs as KNOB=VALUE (the RL run passes its own --task-args); the mix applies on top"""
@@ -132,91 +139,36 @@ class WarmstartConfig:
         ``refimpl warmstart``, ``--warmstart.`` inside ``refimpl train``."""
         if self.task not in TASK_NAMES:
             raise ValueError(
-                f"{_flag(prefix, 'task')}: expected one of {', '.join(TASK_NAMES)}, "
+                f"{flag('task', prefix)}: expected one of {', '.join(TASK_NAMES)}, "
                 f"got {self.task!r}"
             )
         for name in ("steps", "batch_size", "eval_problems"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value > 0):
-                raise ValueError(f"{_flag(prefix, name)}: expected a positive integer, got {value}")
+            check_positive(getattr(self, name), flag(name, prefix))
         if self.schedule_steps is not None and not (
             isinstance(self.schedule_steps, int) and self.schedule_steps >= self.steps
         ):
             raise ValueError(
-                f"{_flag(prefix, 'schedule_steps')}: expected an integer ≥ "
-                f"{_flag(prefix, 'steps')}={self.steps} (or None), got {self.schedule_steps}"
+                f"{flag('schedule_steps', prefix)}: expected an integer ≥ "
+                f"{flag('steps', prefix)}={self.steps} (or None), got {self.schedule_steps}"
             )
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(
-                f"{_flag(prefix, 'lr')}: expected a positive learning rate, got {self.lr}"
-            )
-        limit = float(torch.finfo(torch.float32).max) * (1 - 0.9)  # AdamW's first step: 10·lr
-        if self.lr > limit:
-            raise ValueError(
-                f"{_flag(prefix, 'lr')}: expected a learning rate ≤ {limit:.3g} (AdamW's first "
-                f"step, lr/(1−β₁), must fit in float32), got {self.lr}"
-            )
-        if not 0 <= self.seed <= SEED_MAX:
-            raise ValueError(
-                f"{_flag(prefix, 'seed')}: expected an integer in [0, {SEED_MAX}] (its stream "
-                f"key is one 32-bit word: refimpl.streams), got {self.seed}"
-            )
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(
-                f"{_flag(prefix, 'threads')}: expected a positive integer (or None), "
-                f"got {self.threads}"
-            )
-        if self.threads is not None and self.threads > (os.cpu_count() or 1):
-            raise ValueError(
-                f"{_flag(prefix, 'threads')}: expected at most {os.cpu_count() or 1} (the CPU "
-                f"cores of this machine), got {self.threads}"
-            )
+        check_lr(self.lr, flag("lr", prefix), "AdamW")
+        check_seed(self.seed, flag("seed", prefix))
+        check_threads(self.threads, flag("threads", prefix))
         self.model.check(prefix + "model.")
         # The mix's sequences, <bos> prompt answer <eos>, must fit the model's positions.
         task = get_task(self.task, **self.task_knobs())
         longest = task.max_prompt_tokens + task.max_new_tokens
         if longest > self.model.block_size:
             raise ValueError(
-                f"{_flag(prefix, 'model.block_size')}: {self.model.block_size} is too small for "
+                f"{flag('model.block_size', prefix)}: {self.model.block_size} is too small for "
                 f"{self.task} {' '.join(self.task_args)}".rstrip()
                 + f" (prompts up to {task.max_prompt_tokens} tokens + answers up to "
-                f"{task.max_new_tokens}): pass {_flag(prefix, 'model.block_size')} {longest} "
+                f"{task.max_new_tokens}): pass {flag('model.block_size', prefix)} {longest} "
                 "or more, or make the task smaller"
             )
 
-    def cache_complete(self) -> bool:
-        """The cache holds a whole trained model (saves are atomic: present means whole)."""
-        return (self.cache_dir / "model.safetensors").exists()
-
-    def check_writable(self, prefix: str = "--") -> None:
-        """Raise ``ValueError`` naming ``runs_dir`` when the model must be trained but its
-        cache cannot be written: not writable, a symbolic link, or holding what a cache does
-        not (``checkpoint.check_replaceable``). A cached model is read without writing
-        anything (through a link too)."""
-        if self.cache_complete() and not self.force:
-            return
-        from refimpl.runs.checkpoint import CheckpointError, check_replaceable
-
-        lock = Path(str(self.cache_dir) + ".lock")
-        try:  # the save renames the cache directory: never a link, nothing else inside
-            check_replaceable(self.cache_dir)
-            if lock.is_symlink():  # the lock file is opened for writing (and truncated)
-                raise CheckpointError(f"{lock}: a symbolic link (to {os.readlink(lock)})")
-        except CheckpointError as err:
-            raise ValueError(
-                f"{_flag(prefix, 'runs_dir')}: the warm start has to be trained and cached, "
-                f"but {err}"
-            ) from None
-        target = nearest_existing(self.cache_dir)
-        if not os.access(target, os.W_OK | os.X_OK):
-            raise ValueError(
-                f"{_flag(prefix, 'runs_dir')}: {target} is not writable, and the warm start "
-                f"{self.cache_dir} has to be trained and cached there; choose a writable "
-                f"{_flag(prefix, 'runs_dir')}"
-            )
-
     def task_knobs(self) -> dict[str, object]:
-        """The knobs that ``task_args`` sets (typed like the task's defaults; mix not included),
+        """The knobs that ``task_args`` sets (typed by the task's annotations; mix not included),
         from the command's one parse (``parse_task_args``)."""
         return dict(parse_task_args(self.task, tuple(self.task_args)))
 
@@ -234,50 +186,16 @@ class WarmstartConfig:
         knobs = get_task(self.task, **self.task_knobs()).knobs()
         return tuple(f"{k}={v}" for k, v in sorted(knobs.items()) if v != defaults[k])
 
-    def cache_key(self) -> str:
-        """A hash of every setting that changes the trained weights (the task's knobs as
-        ``canonical_task_args``, not as typed)."""
-        keep = {
-            k: v
-            for k, v in dataclasses.asdict(self).items()
-            if k not in ("runs_dir", "eval_problems", "threads", "force", "progress")
-        }
-        if self.schedule_steps in (None, self.steps):  # the same schedule: the key it always had
-            keep.pop("schedule_steps")
-        keep["task_args"] = list(self.canonical_task_args())
-        keep["mix"] = WARMSTART_MIX.get(self.task, {})
-        keep["vocab"] = TOKENIZER.itos
-        keep["numerics"] = numerics.cache_tag()  # another kernel path trains another model
-        blob = json.dumps(keep, sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()[:10]
-
-    @property
-    def cache_dir(self) -> Path:
-        return Path(self.runs_dir) / "warmstart" / f"{self.task}-{self.cache_key()}"
-
 
 @dataclass
 class RunWarmstartConfig(WarmstartConfig):
     """The warm start of an RL run: its task and task knobs are the run's (``--task``,
     ``--task-args``) and its progress bar follows ``--progress``, so those three fields are
     not flags of ``refimpl train``; its cache follows the run's ``--runs-dir`` unless
-    ``--warmstart.runs-dir`` is given (``refimpl.runs.config.run_warmstart`` resolves it)."""
+    ``--warmstart.runs-dir`` is given (``refimpl.settings.plan.run_warmstart`` resolves it)."""
 
-    task: tyro.conf.Suppress[TaskName] = "chain"
+    task: tyro.conf.Suppress[TaskName] = DEFAULT_TASK
     task_args: tyro.conf.Suppress[tuple[str, ...]] = ()
     progress: tyro.conf.Suppress[bool] = True
     runs_dir: Path | None = None  # type: ignore[assignment]
     """where the cache lives (<runs_dir>/warmstart/...; None: the run's --runs-dir)"""
-
-
-def _flag(prefix: str, name: str) -> str:
-    return prefix + name.replace("_", "-")
-
-
-def nearest_existing(path: Path) -> Path:
-    """``path`` itself if it exists, else its nearest existing parent (what decides whether
-    ``path`` can be created)."""
-    path = Path(path).absolute()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path

@@ -1,0 +1,67 @@
+"""How a flag is spelled, and the limits an RL run's flags and its warm start's share.
+
+A setting is refused at start-up with one line naming its flag, ``flag("schedule_steps",
+"--warmstart.")`` → ``--warmstart.schedule-steps``: ``--`` for a command's own flags, the
+prefix of the nested settings inside another (``--warmstart.`` in ``refimpl train``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from refimpl.streams import SEED_MAX
+
+#: The largest learning rate: torch's Adam (and AdamW) takes a first step of
+#: ``lr / (1 − β₁)`` = 10·lr, which must fit in float32 (a larger one is an overflow
+#: traceback, not a diverged run).
+LR_LIMIT = float(torch.finfo(torch.float32).max) * (1 - 0.9)
+
+
+def flag(name: str, prefix: str = "--") -> str:
+    """The flag of the setting ``name`` (a field, or a dotted path of fields)."""
+    return prefix + name.replace("_", "-")
+
+
+def check_positive(value: object, flag: str) -> None:
+    """``ValueError`` naming ``flag`` unless ``value`` is a positive integer."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        raise ValueError(f"{flag}: expected a positive integer, got {value}")
+
+
+def check_lr(lr: float, flag: str, optimizer: str = "Adam") -> None:
+    """``ValueError`` naming ``flag`` unless ``lr`` is a positive learning rate whose first
+    step (``optimizer``'s, ``lr/(1−β₁)``) fits in float32."""
+    if not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"{flag}: expected a positive learning rate, got {lr}")
+    if lr > LR_LIMIT:
+        raise ValueError(
+            f"{flag}: expected a learning rate ≤ {LR_LIMIT:.3g} ({optimizer}'s first step, "
+            f"lr/(1−β₁), must fit in float32), got {lr}"
+        )
+
+
+def check_seed(seed: int, flag: str) -> None:
+    """``ValueError`` naming ``flag`` unless ``seed`` is in ``[0, SEED_MAX]``."""
+    if not 0 <= seed <= SEED_MAX:
+        raise ValueError(
+            f"{flag}: expected an integer in [0, {SEED_MAX}] (its stream key is one 32-bit "
+            f"word: refimpl.streams), got {seed}"
+        )
+
+
+def check_threads(threads: int | None, flag: str) -> None:
+    """``ValueError`` naming ``flag`` unless ``threads`` is None (torch's default) or a
+    positive integer, at most the CPU count: torch segfaults on 100000 threads, and more
+    threads than cores only slow a run down."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise ValueError(f"{flag}: expected a positive integer (or None), got {threads}")
+    cores = os.cpu_count() or 1
+    if threads > cores:
+        raise ValueError(
+            f"{flag}: expected at most {cores} (the CPU cores of this machine), got {threads}"
+        )

@@ -1,0 +1,122 @@
+"""Size bounds: a size flag too large for the machine is refused before anything is created,
+naming the flag and the memory estimate (not killed by the kernel an hour later).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from refimpl.settings.train import TrainConfig
+from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
+from toy_envs import TOKENIZER, tasks
+
+#: Rough bytes per held-out problem object: the size ``toy_envs`` bounds ``Task.sample`` by,
+#: so a size flag this estimate lets through is one the task draws.
+PROBLEM_BYTES = tasks.PROBLEM_BYTES
+
+
+def memory_budget(device: str) -> tuple[int, str] | None:
+    """The memory a run on ``device`` can use: the GPU's for CUDA, else this machine's
+    physical memory (``(bytes, where)``; None when the platform does not say)."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(dev.index or 0)
+        return int(props.total_memory), f"of {device}"
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "of this machine"
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_estimates(
+    cfg: TrainConfig, task, max_new_tokens: int, algo_cfg
+) -> list[tuple[str, int, list]]:
+    """The largest allocations of a run, estimated from its settings and its algorithm's
+    ``Config`` (on the low side: a setting is refused only when it certainly cannot fit):
+    ``(what, bytes, factors)`` where ``factors`` are the ``(flag, value, default)`` the size
+    grows with."""
+    m, ws = cfg.warmstart.model, cfg.warmstart
+    d0, w0, m0 = TrainConfig(), WarmstartConfig(), ModelConfig()  # the defaults
+    f32 = 4
+    d, layers, heads, vocab = m.n_embd, m.n_layer, m.n_head, TOKENIZER.vocab_size
+    T = task.max_prompt_tokens + max_new_tokens  # one sequence of a run
+    decode = f32 * (2 * layers * d + 6)  # per position: KV cache, ids, masks, logp, entropy
+    train = f32 * (layers * (16 * d + heads * T) + 3 * vocab)  # kept for the backward pass
+    params = layers * 12 * d * d + (vocab + m.block_size) * d
+    copies = 4 + (1 if algo_cfg.needs_reference() else 0)  # + the frozen reference
+    rows = cfg.prompts_per_step * cfg.group_size
+    n_eval = cfg.eval_samples
+    N = ("--prompts-per-step", cfg.prompts_per_step, d0.prompts_per_step)
+    G = ("--group-size", cfg.group_size, d0.group_size)
+    model = [
+        ("--warmstart.model.n-embd", d, m0.n_embd),
+        ("--warmstart.model.n-layer", layers, m0.n_layer),
+        ("--warmstart.model.block-size", m.block_size, m0.block_size),
+    ]
+    return [
+        ("the model, its gradient and Adam's moments", f32 * params * copies, model),
+        (
+            "the rollout (KV cache and per-token records)",
+            rows * T * (decode + f32 * cfg.resample_rounds),
+            [N, G, ("--resample-rounds", max(cfg.resample_rounds, 1), d0.resample_rounds)],
+        ),
+        (
+            "the update's activations",
+            max(1, rows // cfg.minibatches) * T * train,
+            [N, G],
+        ),
+        (
+            "the held-out sampling",
+            max(n_eval, min(1024, n_eval * cfg.eval_problems)) * T * decode,
+            [("--eval-samples", n_eval, d0.eval_samples)],
+        ),
+        (
+            "the held-out problems",
+            cfg.eval_problems * PROBLEM_BYTES,
+            [("--eval-problems", cfg.eval_problems, d0.eval_problems)],
+        ),
+        (
+            "the probe prompts",
+            cfg.probe_prompts * (PROBLEM_BYTES + T * decode),
+            [("--probe-prompts", cfg.probe_prompts, d0.probe_prompts)],
+        ),
+        (
+            "the warm start's batch",
+            ws.batch_size * m.block_size * train,
+            [("--warmstart.batch-size", ws.batch_size, w0.batch_size), *model],
+        ),
+        (
+            "the warm start's held-out problems",
+            ws.eval_problems * PROBLEM_BYTES,
+            [("--warmstart.eval-problems", ws.eval_problems, w0.eval_problems)],
+        ),
+    ]
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def check_memory(cfg: TrainConfig, task, max_new_tokens: int, algo_cfg) -> None:
+    """Refuse a size flag whose estimated memory (``memory_estimates``) exceeds the
+    machine's (``memory_budget``), naming the flag that grew most, the estimate, and about
+    the largest value that fits."""
+    budget = memory_budget(cfg.device)
+    if budget is None:
+        return
+    limit, where = budget
+    for what, need, factors in memory_estimates(cfg, task, max_new_tokens, algo_cfg):
+        if need <= limit:
+            continue
+        flag, value, _ = max(factors, key=lambda f: f[1] / max(f[2], 1))
+        most = max(1, int(value * limit / need))
+        raise ValueError(
+            f"{flag}: {value} needs about {_human(need)} for {what} (an estimate), more than "
+            f"the {_human(limit)} of memory {where}; expected at most about {most}"
+        )

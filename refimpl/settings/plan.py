@@ -1,0 +1,185 @@
+"""A run resolved once from its settings: ``resolve(cfg)`` → ``Plan``.
+
+``resolve`` checks every flag of a ``TrainConfig`` before anything is written or trained,
+and decides, once, what the run is made of: the algorithm and its ``Config``, the task,
+L_max, the warm start's settings, the device, the run directory. Everything after it (the
+run directory's checks, the Trainer) reads the plan and derives nothing again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+from types import ModuleType
+from typing import Any, NamedTuple
+
+import torch
+
+from refimpl import algorithms
+from refimpl.settings.limits import flag
+from refimpl.settings.memory import check_memory
+from refimpl.settings.overrides import parse_overrides
+from refimpl.settings.train import TrainConfig, check_train_config, config_dict
+from refimpl.settings.warmstart import RunWarmstartConfig, parse_task_args
+from toy_envs import TASK_NAMES, get_task
+
+
+class Plan(NamedTuple):
+    """A run resolved once from its ``TrainConfig`` (``resolve``; ``refimpl.runs.rundir``
+    checks the run directory against it): everything after consumes it and derives nothing
+    again."""
+
+    cfg: TrainConfig
+    """the settings as given (flags, or a resumed run's config.json with the flags typed)"""
+    algo: ModuleType
+    """the algorithm module (``refimpl.algorithms.<name>``)"""
+    algo_cfg: Any
+    """the algorithm's ``Config``: a resumed run's own, else the defaults with --algo-args"""
+    task: Any
+    """the task, with its ``--task-args``"""
+    max_new_tokens: int
+    """the completion budget L_max in tokens (``--max-new-tokens`` or the task's default)"""
+    warmstart: RunWarmstartConfig
+    """the warm start's settings on the run's task, cache and progress (``run_warmstart``)"""
+    device: torch.device
+    """the torch device, checked to exist"""
+    run_dir: Path
+    """the run directory, ``<--runs-dir>/<--name>``"""
+    saved: Any = None
+    """the run to resume (``rundir.SavedRun``: its config.json, read once), None for a new run"""
+
+
+def resolve(cfg: TrainConfig, saved=None) -> Plan:
+    """Check every flag of ``cfg`` without training and resolve the run once. Raises
+    ``ValueError`` naming the flag (unknown names list the valid ones). ``saved``: the run
+    to resume (``refimpl.runs.rundir.SavedRun``, its config.json as read), whose settings the
+    run keeps: a flag that differs from them is refused first (``check_resume_settings``,
+    the clearest error), and its algorithm's Config is its own."""
+    if saved is not None:
+        check_resume_settings(cfg, saved.config["train_config"], cfg.run_dir / "config.json")
+    algo = algorithms.get(cfg.algo)
+    task = build_task(cfg)
+    warmstart = dataclasses.replace(run_warmstart(cfg), progress=cfg.progress)
+    max_new_tokens, device = check_train_config(cfg, task, warmstart)
+    saved_algo = saved.config.get("algo_config") if saved is not None else None
+    saved_algo = saved_algo if isinstance(saved_algo, dict) else None
+    algo_cfg = algorithm_config(cfg, algo, max_new_tokens, saved_algo)
+    check_memory(cfg, task, max_new_tokens, algo_cfg)
+    return Plan(cfg, algo, algo_cfg, task, max_new_tokens, warmstart, device, cfg.run_dir, saved)
+
+
+def build_task(cfg: TrainConfig):
+    """The task with its ``--task-args`` overrides (validated by the task itself)."""
+    if cfg.task not in TASK_NAMES:
+        raise ValueError(f"--task: expected one of {', '.join(TASK_NAMES)}, got {cfg.task!r}")
+    return get_task(cfg.task, **dict(parse_task_args(cfg.task, tuple(cfg.task_args))))
+
+
+def run_warmstart(cfg: TrainConfig) -> RunWarmstartConfig:
+    """The warm start of the run ``cfg``: its ``--warmstart.*`` settings on the run's task,
+    cached under ``--warmstart.runs-dir``, or the run's own ``--runs-dir`` when that is not
+    given (a run in /tmp/x never writes a cache into ./runs)."""
+    ws = cfg.warmstart
+    runs_dir = ws.runs_dir if ws.runs_dir is not None else cfg.runs_dir
+    return dataclasses.replace(ws, task=cfg.task, task_args=cfg.task_args, runs_dir=runs_dir)
+
+
+def algorithm_config(
+    cfg: TrainConfig, algo: ModuleType, max_new_tokens: int, saved: dict | None = None
+):
+    """The algorithm's ``Config`` of the run: a resumed run's own (``saved``, the
+    ``algo_config`` of its config.json: it continues with the settings it was made with, even
+    if this version of refimpl has other defaults); else the defaults with the command-line
+    overrides applied (validated by the Config), for completions of at most
+    ``max_new_tokens`` tokens (Dr. GRPO's L_max)."""
+    if saved is not None:
+        try:
+            return algo.Config(**saved)
+        except (TypeError, ValueError) as err:
+            raise ValueError(
+                f"{cfg.run_dir / 'config.json'}: algo_config does not fit {cfg.algo}.Config ({err})"
+            ) from None
+    try:
+        return overridden_config(cfg, algo, max_new_tokens)
+    except ValueError as err:  # the Config's own check names its field: name the flag too
+        message = str(err)
+        raise ValueError(
+            message if message.startswith("--") else f"--algo-args: {message}"
+        ) from None
+
+
+def overridden_config(cfg: TrainConfig, algo: ModuleType, max_new_tokens: int):
+    """The algorithm's defaults with ``--algo-args`` applied (``algorithm_config``)."""
+    overrides = parse_overrides(cfg.algo_args, typing.get_type_hints(algo.Config), "--algo-args")
+    return algo.Config(**overrides).for_generation_budget(max_new_tokens)
+
+
+# ---------------------------------------------------------------------------------------------
+# A resumed run keeps its settings.
+# ---------------------------------------------------------------------------------------------
+
+#: The settings a resumed run may change (dotted field names): how long it goes and how it is
+#: watched, never what a step computes. Any other difference from the run's config.json is an
+#: error naming the flag. The warm-start fields here are those outside its cache key.
+RESUME_MAY_CHANGE = frozenset(
+    {
+        "steps",  # extend the run (not below the step it has reached)
+        "max_sampled_tokens",  # extend or set the token budget
+        "checkpoint_every",
+        "progress",
+        "plot",
+        "tensorboard",
+        "threads",
+        "device",
+        "runs_dir",  # where the run is now
+        "name",
+        "resume",
+        "overwrite",
+        "fresh_optimizer",
+        "config",
+        "warmstart.runs_dir",
+        "warmstart.threads",
+        "warmstart.progress",
+        "warmstart.force",
+        "warmstart.eval_problems",
+    }
+)
+#: Of those, the settings config.json records when a resumed run changes them (they say how
+#: long the run is, so that a later --resume or --config gets them back).
+RESUME_RECORDED = ("steps", "max_sampled_tokens")
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested record as dotted keys: ``{"warmstart": {"steps": 5}}`` → ``{"warmstart.steps": 5}``."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def may_differ(key: str) -> bool:
+    """Whether a resumed run may change the dotted setting ``key`` (``RESUME_MAY_CHANGE``;
+    warmstart.task/task_args: the trainer uses --task/--task-args)."""
+    return key in RESUME_MAY_CHANGE or key.startswith("warmstart.task")
+
+
+def check_resume_settings(cfg: TrainConfig, saved: dict[str, Any], source: Path) -> None:
+    """Raise ``ValueError`` naming the first flag whose value differs from the saved run's,
+    unless it is one a resumed run may change (``RESUME_MAY_CHANGE``)."""
+    now = flatten(config_dict(cfg))
+    defaults = flatten(config_dict(TrainConfig()))
+    was = flatten(saved)
+    for key, value in now.items():
+        if may_differ(key):
+            continue
+        before = was.get(key, defaults.get(key))
+        if value != before:
+            raise ValueError(
+                f"{flag(key)}: the run in {source.parent} was made with {before!r}, got "
+                f"{value!r}; a resumed run keeps its settings (start a new one with --config "
+                f"{source} --name NEW to change them)"
+            )
