@@ -67,14 +67,14 @@ PRESETS: dict[str, Preset] = {
         "steps of a 2,400-step run on the 1-to-12-operator mix, on a 96-position model "
         "(docs/credit.md has the calibration: the full run solves 91 % greedily, past RL's "
         "working band)",
-        # N = 16 prompts (not 64): a long-chain step samples ~6x the tokens of a countdown
-        # step; 4 minibatches of 4 groups keep the clip and TEPO's mask acting.
+        # The default regime's 64 prompts × G = 8 in 4 minibatches: with 16 prompts GRPO did
+        # not move held-out success in 150 steps; larger learning rates collapse it (docs/credit.md,
+        # "The long-chain regime": scripts/experiments/credit/regime_probes.sh).
         train=dict(
             task="chain",
             task_args=("num_ops=12", "min_ops=10"),
-            prompts_per_step=16,
-            steps=150,
-            eval_every=25,
+            steps=100,
+            eval_every=20,
             warmstart={"steps": 1800, "schedule_steps": 2400, "model": {"block_size": 96}},
         ),
         compare=dict(algos="grpo,dapo,gtpo,grpo_s,tepo,forking_tokens", seeds="0,1,2,3,4"),
@@ -84,8 +84,8 @@ PRESETS: dict[str, Preset] = {
             seeds="0,1,2,3,4",
             ablations="gtpo alpha_2=0.0",
             ablation_tasks="chain",
-            budget_steps=150,
-            eval_every=25,
+            budget_steps=100,
+            eval_every=20,
         ),
     ),
 }
