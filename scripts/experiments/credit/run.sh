@@ -6,7 +6,7 @@
 #
 # 1. Two tasks, three batches each (16 prompts × G = 8, the oracle at K = 16, 32 and 64):
 #    - the long chain (`--preset longchain`: chain with 10-12 operators) at its warm start,
-#      and after 50 and 150 GRPO steps of one run (`refimpl compare`, resumed);
+#      and after 40 and 100 GRPO steps of one run (`refimpl compare`, resumed);
 #    - countdown (`--preset collapse`) at its warm start, after 50 and 200 GRPO steps.
 # 2. The long-chain learning benchmark: GRPO, DAPO, GTPO, GTPO with α₂ = 0, GRPO-S, TEPO
 #    and forking tokens × 5 paired seeds at one sampled-token budget (35 runs).
@@ -37,7 +37,7 @@ grpo_to() {  # grpo_to PRESET NAME STEPS: one GRPO run of the preset, trained (o
     --workers 1 --train.steps "$steps" --train.threads 1 --train.no-plot "${resume[@]}"
 }
 
-for spec in "longchain 50 150" "collapse 50 200"; do
+for spec in "longchain 40 100" "collapse 50 200"; do
   read -r preset first last <<<"$spec"
   task=$([[ $preset == longchain ]] && echo longchain || echo countdown)
   credit "$OUT/${task}_step0.json" --preset "$preset" --train.runs-dir "$RUNS"
