@@ -231,7 +231,8 @@ def probes(name: str, cfg=None) -> dict[str, bool]:
     mask = batch.response_mask.bool()
     adv = algo.advantages(batch, cfg)
     spread = [float(adv[i][mask[i]].max() - adv[i][mask[i]].min()) for i in range(8)]
-    logp = batch.logp_old + 0.3 * torch.randn(8, 6, generator=torch.Generator().manual_seed(1))
+    moved = 0.3 * torch.randn(8, 6, generator=torch.Generator().manual_seed(1))
+    logp = (batch.logp_old + moved).clamp(max=0.0)  # still log-probs: the losses refuse others
     current = batch.entropy_old * 0.9  # H_θ, the same in both calls
     loss_a, _ = algo.loss(batch, logp, adv, cfg, entropy=current)
     loss_b, _ = algo.loss(other, logp, adv, cfg, entropy=current)

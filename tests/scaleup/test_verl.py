@@ -33,7 +33,8 @@ def _inputs(seed: int = 0) -> dict:
     tlr[torch.arange(B), mask.sum(1).long() - 1] = rewards
     index = np.array(["p", "q", "p", "q", "p", "q", "p", "q"], dtype=object)
     old = -torch.rand(B, T, generator=gen) * 2
-    new = old + 0.2 * torch.randn(B, T, generator=gen)
+    # the current policy's log-probs stay log-probs (≤ 0): the losses refuse others
+    new = (old + 0.2 * torch.randn(B, T, generator=gen)).clamp(max=0.0)
     return {
         "tlr": tlr,
         "mask": mask,
@@ -214,6 +215,7 @@ def test_dapo_loss_equals_verl_vanilla_with_token_mean() -> None:
     torch.testing.assert_close(b["log_prob"].grad, a["log_prob"].grad)
     assert "actor/refimpl/clip_frac_high" in metrics
 
+    x["old"] = x["old"] - 2.0  # room below 0 for the move up
     x["new"] = x["old"] + 2.0 * (adv < 0)  # ratio e² ≈ 7.4 on negative-advantage tokens
     theirs, _ = core_algos.compute_policy_loss_vanilla(
         **_loss_args(x, adv), loss_agg_mode="token-mean", config=cfg

@@ -29,7 +29,7 @@ B, T = 8, 12
 
 
 def _inputs(seed: int = 0):
-    """Ragged rows, old log-probs in [−4, 0], the current policy moved by N(0, 0.3) (some
+    """Ragged rows, old log-probs in [−4, 0], the current policy moved by N(0, 0.3) and kept ≤ 0 (some
     ratios leave the clip range), advantages ±N(1, 0.5) per row (as GRPO's, one per row):
     many tokens have |cov| above 1."""
     gen = torch.Generator().manual_seed(seed)
@@ -37,7 +37,7 @@ def _inputs(seed: int = 0):
     for i, n in enumerate([12, 7, 12, 3, 9, 12, 5, 10]):
         mask[i, n:] = 0
     old = -4 * torch.rand(B, T, generator=gen)
-    new = old + 0.3 * torch.randn(B, T, generator=gen)
+    new = (old + 0.3 * torch.randn(B, T, generator=gen)).clamp(max=0.0)  # log-probs ≤ 0
     sign = torch.tensor([1.0, -1.0] * (B // 2))
     adv = (sign * (1 + 0.5 * torch.randn(B, generator=gen).abs()))[:, None].expand(B, T)
     adv = torch.where(mask.bool(), adv, 0.0).contiguous()
