@@ -82,6 +82,7 @@ def test_notebooks_exist() -> None:
         "03_entropy_dynamics.ipynb",
         "04_token_credit_on_a_real_model.ipynb",
         "05_entropy_interventions.ipynb",
+        "06_token_credit.ipynb",
     ):
         assert expected in names
 

@@ -130,7 +130,19 @@ def within_text(w: dict, key: str = "pearson") -> str:
 def calibration_table() -> str:
     """The long-chain warm start (calibrate.py) and the RL regime (regime_probes.sh)."""
     cal, probes = load("calibration"), load("regime_probes")
+    warm = load("warmstart_longchain")  # the preset's own warm start: its cache's state.json
     out = []
+    if warm is not None:
+        c, r = warm["config"], warm["report"]
+        m = c["model"]
+        out.append(table(
+            ["warm start", "task", "steps", "held-out greedy / sampled success",
+             "training seconds", "machine"],
+            [[f"{m['n_layer']} × {m['n_embd']}, block {m['block_size']}",
+              f"{c['task']} {' '.join(c['task_args'])}",
+              f"{c['steps']:,} of a {c['schedule_steps']:,}-step schedule",
+              f"{r['greedy_success']:.3f} / {r['sampled_success']:.3f}",
+              f"{r['train_seconds']:,.0f}", warm["numerics"]["cpu"]]]))  # fmt: skip
     if cal is not None:
         rows = []
         for m in cal["models"].values():
@@ -261,33 +273,110 @@ def sensitivity_table() -> str:
     return table(["batch", "K", *head, "top-20 % H share of ΣA*²"], rows)
 
 
-def learning_table() -> str:
-    """Does credit agreement predict learning speed? The long-chain benchmark's learning
-    figures beside each algorithm's credit agreement on the long-chain warm-start batch."""
+def learning_rows() -> list[dict] | None:
+    """Per benchmark variant: its learning figures over seeds and its credit agreement on the
+    long-chain warm-start batch (an ablation's own Config is not scored by the oracle run:
+    its credit cells are empty)."""
     learn, d = load("longchain_learning"), load("longchain_step0")
     if learn is None or d is None:
-        return "*Not measured yet.*\n"
+        return None
     res = next(iter(learn["results"].values()))
     sig = metrics(d, MAIN_K)["signals"]
     rows = []
     for label in LEARNING_ALGOS:
         if label not in res["summary"]:
             continue
-        s = res["summary"][label]
-        algo = label.split()[0]
-        c = sig[algo]["credit"]  # the ablation's Config differs: its own row below
+        per_seed = res["runs"][label]
+        gains = np.array([r["gain"] for r in per_seed.values()], dtype=float)
+        credit = None if " " in label else sig[label]["credit"]
+        rows.append({"label": label, "summary": res["summary"][label], "credit": credit,
+                     "gain_mean": float(gains.mean()),
+                     "gain_se": float(gains.std(ddof=1) / math.sqrt(gains.size)) if gains.size > 1 else math.nan,
+                     "seeds": sorted(per_seed, key=int)})  # fmt: skip
+    return rows
+
+
+def credit_r(row: dict) -> float:
+    """The within-completion Pearson r of a variant's credit (0 where it is constant)."""
+    w = row["credit"]["within"]
+    return 0.0 if w["no_within_credit"] else float(w["pearson"]["mean"])
+
+
+def exact_spearman(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Spearman's ρ (average ranks for ties) and its exact two-sided permutation p-value."""
+    import itertools
+
+    from scipy.stats import rankdata
+
+    rx, ry = rankdata(xs), rankdata(ys)
+
+    def rho(a, b):
+        a, b = a - a.mean(), b - b.mean()
+        return float((a * b).sum() / math.sqrt((a * a).sum() * (b * b).sum()))
+
+    r = rho(rx, ry)
+    null = [rho(rx, ry[list(perm)]) for perm in itertools.permutations(range(len(ry)))]
+    return r, float(np.mean([abs(v) >= abs(r) - 1e-12 for v in null]))
+
+
+def learning_table() -> str:
+    """Does credit agreement predict learning speed? The long-chain benchmark's learning
+    figures beside each algorithm's credit agreement on the long-chain warm-start batch."""
+    rows_in = learning_rows()
+    if rows_in is None:
+        return "*Not measured yet.*\n"
+    rows = []
+    for row in rows_in:
+        s, c = row["summary"], row["credit"]
         t = s["tokens_to_target"]
+        reached = (f"{t['median'] / 1e3:.0f}k ({t['reached']}/{s['seeds']})"
+                   if math.isfinite(t["median"]) else f"not reached ({t['reached']}/{s['seeds']})")  # fmt: skip
         rows.append([
-            label, str(s["seeds"]), f"{s['final']['mean']:.3f} ± {s['final']['std']:.3f}",
-            f"{s['auc']['mean']:.3f}",
-            f"{t['median'] / 1e3:.0f}k ({t['reached']}/{s['seeds']})" if math.isfinite(t["median"]) else f"not reached ({t['reached']}/{s['seeds']})",
-            within_text(c["within"]), fmt_mse(c["blame_pivot"]["pivot"], sign=False),
+            row["label"], str(s["seeds"]), f"{s['final']['mean']:.3f} ± {s['final']['std']:.3f}",
+            f"{row['gain_mean']:+.3f} ± {row['gain_se']:.3f}", f"{s['auc']['mean']:.3f}", reached,
+            f"{s['pass1_end']['mean']:.3f}", f"{s['pass16_end']['mean']:.3f}",
+            f"{s['entropy_start']['mean']:.3f} → {s['entropy_end']['mean']:.3f}",
+            within_text(c["within"]) if c else "(ablation: not scored)",
+            fmt_mse(c["blame_pivot"]["pivot"], sign=False) if c else "",
+            f"{s['time_s']['mean'] / 60:.1f}",
         ])  # fmt: skip
+    scored = [r for r in rows_in if r["credit"]]
+    xs, ys = [credit_r(r) for r in scored], [r["gain_mean"] for r in scored]
+    rho, p = exact_spearman(xs, ys)
+    text = (f"\nAcross the {len(scored)} algorithms the oracle scored, Spearman's ρ between the "
+            f"credit's within-completion r and the mean gain is {rho:+.2f} (exact permutation "
+            f"p = {p:.2f}, two-sided, over all {math.factorial(len(scored)):,} orderings).\n")  # fmt: skip
     return table(
-        ["algorithm", "seeds", "final greedy (mean ± sd)", "AUC", "tokens to target, median",
-         "credit: r within (warm start)", "blame on the pivot"],
+        ["algorithm", "seeds", "final greedy (mean ± sd)", "gain (mean ± s.e.)", "AUC",
+         "tokens to target, median", "pass@1 end", "pass@16 end", "entropy start → end",
+         "credit: r within (warm start)", "blame on the pivot", "minutes per run"],
         rows,
-    )  # fmt: skip
+    ) + text  # fmt: skip
+
+
+def learning_figure(out: Path) -> Path | None:
+    """The scatter of the learning table: credit agreement (x) against gain (y, ± s.e.)."""
+    rows = [r for r in learning_rows() or [] if r["credit"]]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        x = credit_r(r)
+        ax.errorbar(x, r["gain_mean"], yerr=r["gain_se"], fmt="o", capsize=3)
+        ax.annotate(r["label"], (x, r["gain_mean"]), textcoords="offset points", xytext=(5, 4))
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.axvline(0, color="grey", lw=0.5)
+    ax.set_xlabel("credit: within-completion r with A* (warm start; 0 = constant)")
+    ax.set_ylabel(f"held-out greedy gain over the budget (± s.e., {len(rows[0]['seeds'])} seeds)")
+    ax.set_title("Long chain: does credit agreement predict learning?")
+    fig.savefig(out, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     PAGE.write_text(new)
     if not args.no_figure and (d := load("longchain_step0")) is not None:
         print(token_figure(d, FIGURES / "credit_tokens_longchain.png"))
+    if not args.no_figure and (f := learning_figure(FIGURES / "credit_learning_longchain.png")):
+        print(f)
     return 0
 
 
