@@ -56,34 +56,95 @@ from torch import Tensor, nn
 KVCache = list[tuple[Tensor, Tensor]]
 
 
-class StaticKVCache:
-    """A KV cache preallocated for ``max_len`` positions, written in place.
+class SharedPrefixKVCache:
+    """The KV cache of groups of rows that continue one shared prefix, one token at a time.
 
-    The list cache above grows by ``torch.cat``, which copies every cached key and value at
-    every decoded token: for thousands of rows of ~100 positions (the credit oracle's
-    rollouts) that copying, not the matmuls, is where decoding spends its time. Here each new
-    key and value is written into its slot and attention reads a view of the filled part:
-    the same keys, values and mask, so the same logits (``tests/test_model.py``). Built from
-    a filled list cache (a prefill); ``forward`` extends it in place and returns it."""
+    Group sampling continues every prompt ``G`` times (the credit oracle every prefix ``K``
+    times). The list cache above would hold the prompt's keys and values once *per row*, ``G``
+    identical copies, and each decoded token would read all of them: a matrix-vector product per
+    row, bound by memory, not arithmetic. Here the prefix is stored **once per group** and each
+    row's generated tokens in a preallocated buffer (written in place, never concatenated), and
+    attention splits its keys in two::
 
-    def __init__(self, cache: KVCache, max_len: int) -> None:
-        B, H, S, D = cache[0][0].shape
-        if max_len < S:
-            raise ValueError(f"max_len: expected at least the {S} cached positions, got {max_len}")
-        self.length = S
-        self.keys = [k.new_empty(B, H, max_len, D) for k, _ in cache]
-        self.values = [v.new_empty(B, H, max_len, D) for _, v in cache]
-        for buf_k, buf_v, (k, v) in zip(self.keys, self.values, cache):
-            buf_k[:, :, :S] = k
-            buf_v[:, :, :S] = v
+        scores = [ q·k_prefix / √d   |   q·k_generated / √d ]     one softmax over both parts
+        out    = p_prefix · v_prefix  +  p_generated · v_generated
 
-    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write the new ``k``, ``v`` ``[B, H, L, d]`` of ``layer`` after the cached positions;
-        return every position's keys and values so far (views)."""
-        end = self.length + k.shape[2]
+    The ``G`` queries of a group meet their one prefix copy as a matrix product ``[G, d] × [d, P]``:
+    the same arithmetic as ``G`` separate rows, with ``G``-fold less memory read. (This is the
+    shared-prefix attention of Hydragen, Juravsky et al., arXiv 2402.05099.) Padding on the left
+    of a prompt is removed with a ``−inf`` bias on its keys; generated keys are all visible (a
+    row that has finished keeps being fed padding, whose outputs are discarded, as with the list
+    cache). ``tests/test_model.py`` checks that the logits equal the list cache's.
+
+    Rows ``g·G … g·G + G − 1`` belong to prefix ``g`` (groups in consecutive rows). Built from
+    the prefill of the ``N`` prefixes (not repeated); ``GPT.forward`` extends it in place.
+    """
+
+    def __init__(
+        self, prefix: KVCache, prefix_mask: Tensor, group_size: int, max_new_tokens: int
+    ) -> None:
+        N, H, P, D = prefix[0][0].shape
+        if tuple(prefix_mask.shape) != (N, P):
+            raise ValueError(
+                f"prefix_mask: expected shape [{N}, {P}], got {list(prefix_mask.shape)}"
+            )
+        if not (isinstance(group_size, int) and group_size >= 1):
+            raise ValueError(f"group_size: expected a positive int, got {group_size!r}")
+        if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+            raise ValueError(f"max_new_tokens: expected a positive int, got {max_new_tokens!r}")
+        self.prefix = prefix  # per layer (k, v), each [N, H, P, d]: one copy per group
+        self.group_size = group_size
+        self.length = 0  # generated positions cached so far
+        # The rows the next call runs (indices, ascending), or None for every row: a sampler
+        # stops running the rows that have finished. The others' slots are left as they are.
+        self.rows: Tensor | None = None
+        real = prefix_mask.bool()[:, None, None, :]  # [N, 1, 1, P]
+        k0 = prefix[0][0]
+        self.prefix_bias = torch.zeros(real.shape, dtype=k0.dtype, device=k0.device).masked_fill(
+            ~real, float("-inf")
+        )
+        # The position of a row's first generated token: its prompt's real-token count.
+        self.first_position = prefix_mask.long().sum(dim=1).repeat_interleave(group_size)
+        B = N * group_size
+        self.keys = [k.new_empty(B, H, max_new_tokens, D) for k, _ in prefix]
+        self.values = [v.new_empty(B, H, max_new_tokens, D) for _, v in prefix]
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Attention of the newest token's ``q`` ``[B, H, 1, d]`` of ``layer`` over its prefix and
+        the tokens generated so far (``k``, ``v`` of the newest token are cached first). With
+        ``rows`` set, ``q``, ``k``, ``v`` and the result hold only those rows."""
+        G = self.group_size
+        B, H, _, D = self.keys[layer].shape
+        N = B // G
+        end = self.length + 1
+        if self.rows is not None:  # lay the running rows out over every row (0 elsewhere)
+            rows = self.rows
+            self.keys[layer][rows, :, self.length] = k[:, :, 0]
+            self.values[layer][rows, :, self.length] = v[:, :, 0]
+            q = q.new_zeros(B, H, 1, D).index_copy_(0, rows, q)
+            return self._attend_all(layer, q, N, end)[rows]
         self.keys[layer][:, :, self.length : end] = k
         self.values[layer][:, :, self.length : end] = v
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        return self._attend_all(layer, q, N, end)
+
+    def _attend_all(self, layer: int, q: Tensor, N: int, end: int) -> Tensor:
+        """Every row's attention (``q`` ``[B, H, 1, d]``) over its prefix and ``end`` generated
+        positions: the two blocks of keys, one softmax."""
+        B, H, _, D = q.shape
+        G = self.group_size
+        k_gen, v_gen = self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        k_pre, v_pre = self.prefix[layer]
+        P = k_pre.shape[2]
+        q = q * (1.0 / math.sqrt(D))
+        # The G queries of group g as the rows of one matrix: [N, H, G, d].
+        q_group = q.view(N, G, H, D).transpose(1, 2)
+        scores_pre = q_group @ k_pre.transpose(-1, -2) + self.prefix_bias  # [N, H, G, P]
+        scores_gen = (q @ k_gen.transpose(-1, -2)).view(N, G, H, end).transpose(1, 2)
+        weights = torch.cat([scores_pre, scores_gen], dim=-1).softmax(dim=-1)  # [N, H, G, P+t]
+        out = weights[..., :P] @ v_pre  # [N, H, G, d]
+        w_gen = weights[..., P:].transpose(1, 2).reshape(B, H, 1, end)
+        out = out.transpose(1, 2).reshape(B, H, 1, D) + w_gen @ v_gen
+        return out
 
 
 @dataclass
@@ -137,9 +198,11 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.c_attn(x).split(C, dim=2)
         # [B, L, C] -> [B, n_head, L, d_head], the head split GPT-2 uses.
         q, k, v = (t.view(B, L, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        if isinstance(past, tuple) and isinstance(past[0], StaticKVCache):
-            k, v = past[0].append(past[1], k, v)  # (cache, layer): written in place
-        elif past is not None:  # incremental decoding: prepend the keys/values already computed
+        if isinstance(past, tuple) and isinstance(past[0], SharedPrefixKVCache):
+            y = past[0].attend(past[1], q, k, v)  # (cache, layer): see SharedPrefixKVCache
+            y = y.transpose(1, 2).reshape(B, L, C)
+            return self.resid_dropout(self.c_proj(y)), (k, v)
+        if past is not None:  # incremental decoding: prepend the keys/values already computed
             k = torch.cat((past[0], k), dim=2)
             v = torch.cat((past[1], v), dim=2)
         y = F.scaled_dot_product_attention(  # softmax(q kᵀ / √d_head + mask) v
@@ -261,11 +324,9 @@ class GPT(nn.Module):
                 f"input_ids: expected a [B, L] tensor, got shape {list(input_ids.shape)}"
             )
         B, L = input_ids.shape
-        static = isinstance(past_key_values, StaticKVCache)
-        if static:
-            past_len = past_key_values.length
-        else:
-            past_len = 0 if past_key_values is None else past_key_values[0][0].shape[2]
+        if isinstance(past_key_values, SharedPrefixKVCache):
+            return self._forward_shared_prefix(input_ids, past_key_values, use_cache)
+        past_len = 0 if past_key_values is None else past_key_values[0][0].shape[2]
         S = past_len + L  # keys visible to the new queries
         device = input_ids.device
         if attention_mask is None:
@@ -277,11 +338,7 @@ class GPT(nn.Module):
             )
         if position_ids is None:
             position_ids = positions_from_mask(attention_mask)[:, past_len:]
-        if int(position_ids.max()) >= self.config.block_size:
-            raise ValueError(
-                f"position_ids: expected positions < block_size={self.config.block_size}, "
-                f"got {int(position_ids.max())}"
-            )
+        self._check_positions(position_ids)
 
         # Who may attend to whom: key j is visible to the query at absolute position i when
         # j ≤ i (causal) and key j is a real token. A query always sees itself as well: a
@@ -296,14 +353,44 @@ class GPT(nn.Module):
         x = self.transformer.drop(x)
         present: KVCache = []
         for i, block in enumerate(self.transformer.h):
-            if static:
-                past = (past_key_values, i)
-            else:
-                past = None if past_key_values is None else past_key_values[i]
+            past = None if past_key_values is None else past_key_values[i]
             x, kv = block(x, allowed, past)
             present.append(kv)
         logits = self.lm_head(self.transformer.ln_f(x))
-        if static:
-            past_key_values.length += L
-            return GPTOutput(logits, past_key_values) if use_cache else logits  # type: ignore[arg-type]
         return GPTOutput(logits, present) if use_cache else logits
+
+    def _check_positions(self, position_ids: Tensor) -> None:
+        if int(position_ids.max()) >= self.config.block_size:
+            raise ValueError(
+                f"position_ids: expected positions < block_size={self.config.block_size}, "
+                f"got {int(position_ids.max())}"
+            )
+
+    def _forward_shared_prefix(
+        self, input_ids: Tensor, cache: SharedPrefixKVCache, use_cache: bool
+    ) -> Tensor | GPTOutput:
+        """One decoding step over a ``SharedPrefixKVCache``: the newest token of every row,
+        at the position after its prompt and the tokens it generated so far (no mask to build:
+        the cache knows which prefix keys are padding)."""
+        first_position = cache.first_position
+        if cache.rows is not None:
+            first_position = first_position[cache.rows]
+        rows = first_position.shape[0]
+        if tuple(input_ids.shape) != (rows, 1):
+            raise ValueError(
+                f"input_ids: expected one new token for each of the {rows} rows of the shared-"
+                f"prefix cache, shape [{rows}, 1], got {list(input_ids.shape)}"
+            )
+        if cache.length >= cache.keys[0].shape[2]:
+            raise ValueError(
+                f"max_new_tokens: the shared-prefix cache is full ({cache.length} tokens)"
+            )
+        position_ids = (first_position + cache.length)[:, None]  # [B, 1]
+        self._check_positions(position_ids)
+        x = self.transformer.wte(input_ids) + self.transformer.wpe(position_ids)
+        x = self.transformer.drop(x)
+        for i, block in enumerate(self.transformer.h):
+            x, _ = block(x, None, (cache, i))  # type: ignore[arg-type]
+        cache.length += input_ids.shape[1]
+        logits = self.lm_head(self.transformer.ln_f(x))
+        return GPTOutput(logits, cache) if use_cache else logits  # type: ignore[arg-type]

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from refimpl.core import RolloutBatch, require
-from refimpl.model import GPT, StaticKVCache, positions_from_mask
+from refimpl.model import GPT, SharedPrefixKVCache, positions_from_mask
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
@@ -234,16 +234,18 @@ def _truncate(logits: Tensor, top_k: int | None, top_p: float | None) -> Tensor:
     return logits
 
 
-def _draw(probs: Tensor, generator: torch.Generator | None) -> Tensor:
-    """One token per row by inverse-CDF sampling: the first token whose cumulative probability
-    exceeds a uniform draw ``u·Σp``.
+def _uniforms(rows: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
+    """``[rows, 1]`` uniform draws from ``generator`` on *its* device, moved to ``device``: a
+    seeded CPU generator drives sampling on any device, and the random stream does not depend
+    on where the model runs. One draw per row at every step, whether the row is still
+    generating or not, so the stream does not depend on which rows finished."""
+    rng_device = generator.device if generator is not None else device
+    return torch.rand(rows, 1, generator=generator, device=rng_device).to(device)
 
-    Equivalent to ``torch.multinomial``, but the uniforms come from ``generator`` on *its*
-    device, so a seeded CPU generator drives sampling on any device and the random stream does
-    not depend on where the model runs.
-    """
-    rng_device = generator.device if generator is not None else probs.device
-    u = torch.rand(probs.shape[0], 1, generator=generator, device=rng_device).to(probs.device)
+
+def _draw(probs: Tensor, u: Tensor) -> Tensor:
+    """One token per row by inverse-CDF sampling: the first token whose cumulative probability
+    exceeds the row's uniform draw ``u·Σp`` (equivalent to ``torch.multinomial``)."""
     cdf = probs.cumsum(dim=-1)
     # right=True: first index with cdf > u·total, which skips zero-probability tokens.
     token = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
@@ -267,16 +269,23 @@ def _left_pad(prompts: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
 
 
 def _prefill(
-    model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, group_size: int
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    group_size: int,
+    max_new_tokens: int,
+    shared_cache: bool,
 ) -> tuple[Tensor, object]:
     """Run the prompts through the model, returning the last logits and the filled cache.
 
     The ``G`` copies of a prompt have identical prefixes, so with our ``GPT`` (whose cache is
     a plain list of tensors) each prompt is run once and its cache repeated ``G`` times: the
     prefill, otherwise the largest single cost of cached sampling, shrinks ``G``-fold.
-    Other models prefill every row.
+    Other models prefill every row. With ``shared_cache`` (our ``GPT`` only) the prompts'
+    keys and values are not repeated at all: they go into a ``SharedPrefixKVCache``, which keeps
+    one copy per group and lets the ``G`` rows of a group attend to it together.
     """
-    share = isinstance(model, GPT) and group_size > 1
+    share = isinstance(model, GPT) and (group_size > 1 or shared_cache)
     if share:
         prompt_ids, prompt_mask = prompt_ids[::group_size], prompt_mask[::group_size]
     output = model(
@@ -289,6 +298,9 @@ def _prefill(
     logits = logits[:, -1:, :]
     if share:
         logits = logits.repeat_interleave(group_size, dim=0)
+    if share and shared_cache:
+        return logits, SharedPrefixKVCache(cache, prompt_mask, group_size, max_new_tokens)
+    if share:
         cache = [
             (k.repeat_interleave(group_size, 0), v.repeat_interleave(group_size, 0))
             for k, v in cache
@@ -382,21 +394,22 @@ def _sample_token(
     temperature: float,
     top_k: int | None,
     top_p: float | None,
-    generator: torch.Generator | None,
+    u: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Draw one token per row from ``[B, V]`` last-position logits. Returns the ``[B]``
-    tokens, the ``[B, V]`` log-probs of the distribution they were drawn from and the ``[B]``
-    entropies before truncation."""
-    # The temperature-scaled distribution in float32: its entropy before truncation, the
-    # log-prob of the drawn token under the (truncated) distribution sampled from.
+    """Draw one token per row from ``[B, V]`` last-position logits with the ``[B, 1]`` uniform
+    draws ``u``. Returns the ``[B]`` tokens, the ``[B, V]`` log-probs of the distribution they
+    were drawn from and the ``[B]`` entropies before truncation."""
+    # The temperature-scaled distribution in float32, from one log-softmax: its entropy
+    # before truncation, the probabilities drawn from, the log-prob of the drawn token.
     scaled = logits.float() / temperature
     logp_all = F.log_softmax(scaled, dim=-1)
-    entropy = _entropy_from_logp(logp_all)
+    probs = logp_all.exp()
+    entropy = (-(probs * logp_all).sum(dim=-1)).clamp(min=0.0)  # as _entropy_from_logp
     truncated = _truncate(scaled, top_k, top_p)  # `scaled` itself without top-k/top-p
-    token = _draw(truncated.softmax(dim=-1), generator)
-    if truncated is not scaled:
-        logp_all = F.log_softmax(truncated, dim=-1)  # μ, the distribution sampled from
-    return token, logp_all, entropy
+    if truncated is scaled:
+        return _draw(probs, u), logp_all, entropy
+    logp_all = F.log_softmax(truncated, dim=-1)  # μ, the distribution sampled from
+    return _draw(logp_all.exp(), u), logp_all, entropy
 
 
 @torch.no_grad()
@@ -413,7 +426,7 @@ def sample_groups(
     top_p: float | None = None,
     generator: torch.Generator | None = None,
     use_cache: bool = True,
-    static_cache: bool = False,
+    shared_prefix_cache: bool = True,
 ) -> Samples:
     """Sample ``group_size`` completions of every prompt in one batched pass.
 
@@ -437,11 +450,12 @@ def sample_groups(
         generator: seeded ``torch.Generator`` (any device) for reproducible sampling.
         use_cache: decode incrementally with the KV cache; ``False`` recomputes the whole
             prefix at every step (slow; kept for the benchmark and as a test oracle).
-        static_cache: with our ``GPT``, decode into a preallocated cache
-            (``model.StaticKVCache``) instead of growing it by concatenation, which copies the
-            whole cache at every token: the same distribution, faster for thousands of rows
-            of long sequences (the credit oracle's rollouts). Off by default: training keeps
-            the path its documented figures were measured on.
+        shared_prefix_cache: with our ``GPT``, decode into a ``model.SharedPrefixKVCache``:
+            each prompt's keys and values stored once for its ``G`` rows, generated ones in a
+            preallocated buffer. The same distribution as the list cache that repeats the
+            prompt per row and grows by concatenation (``False``, the plain reference path,
+            and the only one for other models), up to float rounding, several times faster
+            at thousands of rows (``tests/test_sampling.py``, ``docs/benchmarks.md`` § 4).
     """
     _check_sampling_args(
         model, prompts, group_size, max_new_tokens, eos_id, pad_id, temperature, top_k, top_p
@@ -463,7 +477,7 @@ def sample_groups(
             pad_id=pad_id,
             sampling=(temperature, top_k, top_p, generator),
             use_cache=use_cache,
-            static_cache=static_cache and use_cache and isinstance(model, GPT),
+            shared_cache=shared_prefix_cache and use_cache and isinstance(model, GPT),
         )
     finally:
         model.train(was_training)
@@ -491,13 +505,14 @@ def _decode(
     pad_id: int,
     sampling: tuple[float, int | None, float | None, torch.Generator | None],
     use_cache: bool,
-    static_cache: bool = False,
+    shared_cache: bool = False,
 ) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor], Tensor]:
     """The decoding loop of :func:`sample_groups` over the ``[B, P]`` repeated prompts: per
     step the ``[B]`` sampled tokens, whether each row was still generating, their log-probs
     and entropies (0 on finished rows), then the ``[B]`` rows that emitted ``eos_id``.
     ``sampling``: ``(temperature, top_k, top_p, generator)``."""
     B, device = prompt_ids.shape[0], prompt_ids.device
+    generator = sampling[3]
     tokens: list[Tensor] = []  # one [B] tensor per step
     alive_steps: list[Tensor] = []  # [B] bool: the row was still generating at that step
     logps: list[Tensor] = []
@@ -506,31 +521,55 @@ def _decode(
     ones = torch.ones(B, 1, dtype=prompt_mask.dtype, device=device)
     # Rows that finished keep being fed (pad) tokens so the batch stays rectangular; their
     # outputs are discarded. Marking them as real in the mask is harmless: a real token never
-    # sees a later position.
+    # sees a later position. The shared-prefix cache instead runs only the rows still
+    # generating (``live``) through the model: the same outputs for them, less arithmetic.
     mask = prompt_mask
     cache = None
+    live: Tensor | None = None  # indices of the rows run through the model; None: all
     for step in range(max_new_tokens):
         if not use_cache:  # the slow path: recompute the whole sequence so far
             input_ids = torch.cat([prompt_ids, *(t[:, None] for t in tokens)], dim=1)
             logits, _ = _forward(model, input_ids, mask)
         elif step == 0:
-            logits, cache = _prefill(model, prompt_ids, prompt_mask, group_size)
-            if static_cache:
-                cache = StaticKVCache(cache, prompt_ids.shape[1] + max_new_tokens)
+            logits, cache = _prefill(
+                model, prompt_ids, prompt_mask, group_size, max_new_tokens, shared_cache
+            )
+        elif shared_cache:  # the cache knows every row's position and its prompt's padding
+            cache.rows = live
+            newest = tokens[-1] if live is None else tokens[-1][live]
+            logits, cache = _logits_and_cache(
+                model(newest[:, None], past_key_values=cache, use_cache=True)
+            )
         else:  # feed only the newest token; the cache holds everything before it
             logits, cache = _forward(model, tokens[-1][:, None], mask, cache)
-        token, logp_all, entropy = _sample_token(logits[:, -1, :], *sampling)
+        u = _uniforms(B, generator, device)  # every row's draw, live or not
+        if live is None:
+            token, logp_all, entropy = _sample_token(logits[:, -1, :], *sampling[:3], u)
+            logp = logp_all.gather(-1, token[:, None]).squeeze(-1)
+        else:  # the live rows' draws, laid back out over every row (0 / pad elsewhere)
+            token_live, logp_all, entropy_live = _sample_token(
+                logits[:, -1, :], *sampling[:3], u[live]
+            )
+            token = torch.full((B,), pad_id, dtype=torch.long, device=device)
+            token[live] = token_live
+            logp = torch.zeros(B, device=device)
+            logp[live] = logp_all.gather(-1, token_live[:, None]).squeeze(-1)
+            entropy = torch.zeros(B, device=device)
+            entropy[live] = entropy_live
 
         alive = ~finished
         token = torch.where(alive, token, torch.full_like(token, pad_id))
         tokens.append(token)
         alive_steps.append(alive)
-        logps.append(torch.where(alive, logp_all.gather(-1, token[:, None]).squeeze(-1), 0.0))
+        logps.append(torch.where(alive, logp, 0.0))
         entropies.append(torch.where(alive, entropy, 0.0))
         finished = finished | (token == eos_id)
-        mask = torch.cat([mask, ones], dim=1)
         if bool(finished.all()):
             break
+        if shared_cache:
+            live = None if not bool(finished.any()) else (~finished).nonzero().squeeze(1)
+        else:
+            mask = torch.cat([mask, ones], dim=1)
     return tokens, alive_steps, logps, entropies, finished
 
 

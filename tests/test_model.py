@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refimpl.model import GPT, GPTConfig, GPTOutput, StaticKVCache, positions_from_mask
+from refimpl.model import GPT, GPTConfig, GPTOutput, SharedPrefixKVCache, positions_from_mask
 
 VOCAB = 20
 PAD = 19
@@ -161,36 +161,60 @@ def test_incremental_decoding_matches_full_forward(
     assert torch.allclose(incremental[real], full[real], atol=1e-5)
 
 
+#: How far the shared-prefix cache's logits may be from the list cache's: float32 rounding of
+#: a different order of summation (the softmax over two blocks of keys), on logits of order 1.
+SHARED_PREFIX_ATOL = 1e-5
+
+
 @settings(deadline=None, max_examples=20)
 @given(
     lengths=st.lists(st.integers(1, 10), min_size=1, max_size=4),
+    group_size=st.integers(1, 5),
     new_tokens=st.integers(1, 8),
     seed=st.integers(0, 2**16),
 )
-def test_static_cache_decodes_like_the_growing_cache(
-    model: GPT, lengths: list[int], new_tokens: int, seed: int
+def test_shared_prefix_cache_decodes_like_the_list_cache(
+    model: GPT, lengths: list[int], group_size: int, new_tokens: int, seed: int
 ) -> None:
-    """Decoding into a preallocated ``StaticKVCache`` gives the logits of the cache that grows
-    by concatenation (the same keys, values and mask), for ragged left-padded prompts; the
-    static cache fills one slot per token and stops at its length."""
+    """Decoding ``G`` rows per prompt into a ``SharedPrefixKVCache`` (the prompt's keys and
+    values stored once per group) gives the logits of the list cache that holds the prompt
+    once per row and grows by concatenation, for ragged left-padded prompts and different
+    tokens in every row: the same attention over the same keys, split in two blocks."""
     g = torch.Generator().manual_seed(seed)
     rows = [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in lengths]
     prompt, prompt_mask = left_padded(rows)
-    continuation = torch.randint(0, VOCAB, (len(rows), new_tokens), generator=g)
-    mask = torch.cat([prompt_mask, torch.ones_like(continuation)], dim=1)
+    B = len(rows) * group_size
+    continuation = torch.randint(0, VOCAB, (B, new_tokens), generator=g)
+    repeated_mask = prompt_mask.repeat_interleave(group_size, 0)
+    mask = torch.cat([repeated_mask, torch.ones_like(continuation)], dim=1)
     P = prompt.shape[1]
     first = model(prompt, prompt_mask, use_cache=True)
-    growing = first.past_key_values
-    static = StaticKVCache(growing, P + new_tokens)
+    listed = [(k.repeat_interleave(group_size, 0), v.repeat_interleave(group_size, 0))
+              for k, v in first.past_key_values]  # fmt: skip
+    shared = SharedPrefixKVCache(first.past_key_values, prompt_mask, group_size, new_tokens)
     for t in range(new_tokens):
-        args = (continuation[:, t : t + 1], mask[:, : P + t + 1])
-        a = model(*args, past_key_values=growing, use_cache=True)
-        b = model(*args, past_key_values=static, use_cache=True)
-        growing = a.past_key_values
-        assert b.past_key_values is static and static.length == P + t + 1
-        assert torch.allclose(a.logits, b.logits, atol=1e-6, rtol=0)
-    with pytest.raises(ValueError, match="max_len"):
-        StaticKVCache(first.past_key_values, P - 1)
+        a = model(continuation[:, t : t + 1], mask[:, : P + t + 1], past_key_values=listed,
+                  use_cache=True)  # fmt: skip
+        b = model(continuation[:, t : t + 1], past_key_values=shared, use_cache=True)
+        listed = a.past_key_values
+        assert b.past_key_values is shared and shared.length == t + 1
+        assert torch.allclose(a.logits, b.logits, atol=SHARED_PREFIX_ATOL, rtol=0)
+
+
+def test_shared_prefix_cache_refuses_what_it_cannot_hold(model: GPT) -> None:
+    prompt, prompt_mask = left_padded([[1, 2, 3], [4]])
+    first = model(prompt, prompt_mask, use_cache=True)
+    cache = SharedPrefixKVCache(first.past_key_values, prompt_mask, group_size=2, max_new_tokens=1)
+    model(torch.zeros(4, 1, dtype=torch.long), past_key_values=cache)
+    with pytest.raises(ValueError, match="max_new_tokens"):  # the buffer is full
+        model(torch.zeros(4, 1, dtype=torch.long), past_key_values=cache)
+    fresh = SharedPrefixKVCache(first.past_key_values, prompt_mask, group_size=2, max_new_tokens=4)
+    with pytest.raises(ValueError, match="one new token for each"):  # 3 rows for 2 prompts × 2
+        model(torch.zeros(3, 1, dtype=torch.long), past_key_values=fresh)
+    with pytest.raises(ValueError, match="one new token for each"):  # two tokens at once
+        model(torch.zeros(4, 2, dtype=torch.long), past_key_values=fresh)
+    with pytest.raises(ValueError, match="prefix_mask"):
+        SharedPrefixKVCache(first.past_key_values, prompt_mask[:, 1:], 2, 4)
 
 
 def test_forward_validates_inputs(model: GPT) -> None:

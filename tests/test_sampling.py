@@ -169,6 +169,72 @@ def test_cached_and_uncached_sampling_agree(model: GPT) -> None:
     assert torch.allclose(cached.entropy_old, uncached.entropy_old, atol=1e-5)
 
 
+class EosBiasedGPT(GPT):
+    """Our ``GPT`` (so sampling takes the shared-prefix path) with the EOS logit raised by
+    ``bias``: rows finish at ragged lengths and the sampler stops running them."""
+
+    bias = 2.5
+
+    def forward(self, input_ids: Tensor, *args: object, **kwargs: object) -> object:
+        out = super().forward(input_ids, *args, **kwargs)
+        logits = out if isinstance(out, Tensor) else out.logits
+        logits[..., EOS] += self.bias
+        return out
+
+
+@pytest.fixture(scope="module")
+def eos_model() -> EosBiasedGPT:
+    torch.manual_seed(0)
+    return EosBiasedGPT(GPTConfig(vocab_size=VOCAB, block_size=64)).eval()
+
+
+#: How far the shared-prefix path's records may be from a fresh forward pass over the same
+#: tokens: float32 rounding of a different summation order (tests/test_model.py bounds the
+#: logits by 1e-5 as well).
+FAST_PATH_ATOL = 1e-5
+
+
+@pytest.mark.parametrize("prompts, group_size", [(PROMPTS, G), ([[3, 4, 5, 6, 7], [8]] * 16, 32)])
+def test_shared_prefix_path_records_the_reference_log_probs(
+    eos_model: EosBiasedGPT, prompts: list[list[int]], group_size: int
+) -> None:
+    """At the test size and at an oracle-sized batch (32 prompts × K = 32 = 1,024 rows, rows
+    finishing at ragged lengths, so finished rows are dropped), the fast path's ``logp_old``
+    and ``entropy_old`` are the plain forward pass's over the same tokens, within
+    ``FAST_PATH_ATOL``; its tokens are the list cache's draws from the same stream (checked
+    at the small size, where a rounding-level tie is improbable)."""
+    kwargs = dict(group_size=group_size, max_new_tokens=20, eos_id=EOS, pad_id=PAD)
+    fast = sample_groups(eos_model, prompts, generator=torch.Generator().manual_seed(1), **kwargs)
+    lengths = fast.lengths
+    assert lengths.min() < lengths.max()  # ragged: the row-dropping path ran
+    with torch.no_grad():
+        logp, entropy = fast.policy_logprobs(eos_model)
+    assert torch.allclose(fast.logp_old, logp, atol=FAST_PATH_ATOL, rtol=0)
+    assert torch.allclose(fast.entropy_old, entropy, atol=FAST_PATH_ATOL, rtol=0)
+    if len(prompts) * group_size <= 64:
+        reference = sample_groups(eos_model, prompts, generator=torch.Generator().manual_seed(1),
+                                  shared_prefix_cache=False, **kwargs)  # fmt: skip
+        assert torch.equal(fast.response_ids, reference.response_ids)
+        assert torch.allclose(fast.logp_old, reference.logp_old, atol=FAST_PATH_ATOL, rtol=0)
+
+
+def test_finished_rows_stop_running_through_the_model(eos_model: EosBiasedGPT) -> None:
+    """Once a row has emitted EOS the shared-prefix path runs only the rows still generating:
+    each call's batch is the count of rows that had not finished before it."""
+    seen: list[int] = []
+    handle = eos_model.transformer.wte.register_forward_hook(
+        lambda _m, args, _out: seen.append(args[0].shape[0])
+    )
+    try:
+        s = sample(eos_model, seed=2)
+    finally:
+        handle.remove()
+    running = [int((s.response_mask[:, t] > 0).sum()) for t in range(s.response_ids.shape[1])]
+    assert seen[0] == len(PROMPTS)  # the prefill: each prompt once
+    assert seen[1:] == running[1:]  # then one row per unfinished completion
+    assert running[-1] < running[0]
+
+
 def test_shared_prefill_matches_per_row_prefill(model: GPT) -> None:
     """GPT prompts are prefilled once per group and the cache repeated G times; any other
     module (here a no-op wrapper) is prefilled row by row. Same tokens either way."""

@@ -661,7 +661,7 @@ def run_credit(cfg: CreditConfig, log=print) -> dict[str, Any]:
             policy.model, plan.task, problems, samples, outcome, rollouts=k,
             max_new_tokens=plan.max_new_tokens, temperature=train.temperature,
             top_k=train.top_k, top_p=train.top_p, seed=cfg.seed, max_rows=cfg.max_rows,
-            static_cache=True, progress=True,
+            progress=True,
         )  # fmt: skip
         share = values.sampled_tokens / max(values.seconds, 1e-9) * flops_per_token / peak
         oracle[str(k)] = oracle_record(values, lengths, share)

@@ -129,7 +129,7 @@ ContinueFn = Callable[[list[tuple[int, tuple[int, ...]]], int], tuple[np.ndarray
 
 def toy_continuations(
     model, task, problems: Sequence, *, rollouts: int, max_new_tokens: int, sampling: dict,
-    success_threshold: float, seed: int, max_rows: int, static_cache: bool,
+    success_threshold: float, seed: int, max_rows: int,
 ) -> ContinueFn:  # fmt: skip
     """The ``ContinueFn`` of a toy policy: each prefix (prompt and response tokens so far) is
     one "prompt" of ``sample_groups`` with ``group_size = K``, so its KV cache is computed once
@@ -150,7 +150,6 @@ def toy_continuations(
                 eos_id=TOKENIZER.eos_id,
                 pad_id=TOKENIZER.pad_id,
                 generator=seeded_generator(seed, ORACLE_STREAM, t, chunk_index),
-                static_cache=static_cache,
                 **sampling,
             )
             sampled += int(conts.response_mask.sum())
@@ -218,7 +217,6 @@ def token_values(
     success_threshold: float = 0.5,
     seed: int = 0,
     max_rows: int = 4096,
-    static_cache: bool = True,
     progress: bool = False,
 ) -> TokenValues:
     """The oracle's ``V̂`` before and after every token of ``samples`` and the true advantages
@@ -238,8 +236,6 @@ def token_values(
         seed: seed of the rollouts' random streams (deterministic for a given batch).
         max_rows: rollout rows per ``sample_groups`` call (memory: about 0.2 MB per row at
             100 positions for the 2-layer model).
-        static_cache: decode into a preallocated KV cache (``model.StaticKVCache``; the same
-            distribution, about 3× faster at thousands of rows of ~80 positions).
         progress: show a progress bar over the prefixes.
     """
     if not (isinstance(rollouts, int) and rollouts >= 2 and rollouts % 2 == 0):
@@ -256,7 +252,6 @@ def token_values(
         model, task, problems, rollouts=rollouts, max_new_tokens=max_new_tokens,
         sampling={"temperature": temperature, "top_k": top_k, "top_p": top_p},
         success_threshold=success_threshold, seed=seed, max_rows=max_rows,
-        static_cache=static_cache,
     )  # fmt: skip
     return estimate_values(
         samples.responses(), [i // G for i in range(B)],
