@@ -228,13 +228,24 @@ WORKLOADS = {"oracle": workload_oracle, "sample": workload_sample, "step": workl
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--workloads", default="oracle,sample,step",
-                        help="comma-separated, from: oracle, sample, step (default: all)")
+    parser.add_argument(
+        "--workloads",
+        default="oracle,sample,step",
+        help="comma-separated, from: oracle, sample, step (default: all)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"),
-                        help="where the warm starts are cached (default: runs)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="write the stage table as JSON here (default: print only)")
+    parser.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=Path("runs"),
+        help="where the warm starts are cached (default: runs)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write the stage table as JSON here (default: print only)",
+    )
     args = parser.parse_args(argv)
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in names if w not in WORKLOADS]
