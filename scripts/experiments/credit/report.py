@@ -296,6 +296,11 @@ def learning_rows() -> list[dict] | None:
     learn, d = load("longchain_learning"), load("longchain_step0")
     if learn is None or d is None:
         return None
+    from refimpl.bench.resultfiles import expect
+
+    path = RESULTS / "longchain_learning.json"
+    expect(isinstance(learn["results"], dict) and learn["results"], path,
+           "results: expected the benchmark's task (refimpl bench-learning's results.json)")  # fmt: skip
     res = next(iter(learn["results"].values()))
     sig = metrics(d, MAIN_K)["signals"]
     rows = []
