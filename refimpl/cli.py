@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import os
 import re
 import signal
 import sys
@@ -359,6 +360,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # outside a command (which reports its own interruption)
         print("refimpl: interrupted while starting (nothing was written)", file=sys.stderr)
         return 128 + signal.SIGINT
+    except BrokenPipeError:
+        return _closed_stdout()
+
+
+def _closed_stdout() -> int:
+    """The reader of stdout went away (``refimpl credit --help | head``): what is left of
+    the output is dropped, quietly, as other Unix tools do (Python's exit would otherwise
+    try to flush stdout again and print a traceback); exit code 128 + SIGPIPE."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file descriptor (captured): nothing to flush
+        pass
+    return 128 + int(getattr(signal, "SIGPIPE", 13))
 
 
 def _main(argv: list[str] | None) -> int:
@@ -412,7 +427,8 @@ def _main(argv: list[str] | None) -> int:
             elif isinstance(cmd, CreditConfig):
                 from refimpl.bench.credit import main as credit
 
-                credit(cmd)
+                typed = explicit_fields(args[args.index("credit") + 1 :], CreditConfig)
+                credit(cmd, typed)  # the preset leaves typed flags alone, as compare's
         except (CheckpointError, NonFiniteLossError) as err:
             print(f"refimpl: error: {err}", file=sys.stderr)
             return 1

@@ -24,7 +24,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from refimpl.algorithms import NAMES  # noqa: E402
-from refimpl.runs.runlog import read_metrics, read_probes, read_run_config  # noqa: E402
+from refimpl.runs.runlog import (  # noqa: E402
+    read_metrics,
+    read_probes,
+    read_run_config,
+    write_bytes_atomic,
+)
 
 #: Line colours, one per position in ``refimpl.algorithms.NAMES`` (matplotlib's tab10 in the
 #: order the algorithms got them, then tab20's light shades): a new algorithm gets the next one.
@@ -103,6 +108,20 @@ def refuse_link(out: Path) -> None:
             f"{out}: a symbolic link (to {os.readlink(out)}), which refimpl never writes "
             "through: remove it"
         )
+
+
+def save_figure(fig, out: Path | str, **savefig_kwargs: Any) -> Path:
+    """Write the figure ``fig`` to ``out`` (its format from the suffix) the way refimpl
+    writes every file: whole or not at all, never through a symbolic link
+    (``refimpl.runs.runlog.write_bytes_atomic``), the directory made if need be."""
+    import io
+
+    out = Path(out)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=out.suffix.lstrip(".") or "png", **savefig_kwargs)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(out, buffer.getvalue())
+    return out
 
 
 #: Metrics computed from logged ones: name -> the logged keys it sums.
@@ -294,7 +313,7 @@ def plot_run(
     fig.tight_layout()
     out = Path(out) if out else run_dir / "curves.png"
     refuse_link(out)
-    fig.savefig(out, dpi=110)
+    save_figure(fig, out, dpi=110)
     plt.close(fig)
     return out
 
@@ -392,8 +411,7 @@ def plot_compare(
     fig.tight_layout()
     out = Path(out)
     refuse_link(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    save_figure(fig, out, dpi=110)
     plt.close(fig)
     return out
 

@@ -124,8 +124,13 @@ class CreditConfig:
             raise ValueError(f"--algos: {self.algos!r} repeats an algorithm")
         return names
 
-    def check(self) -> None:
-        """Every flag, before anything is loaded, sampled or written."""
+    def check(self, typed: frozenset[str] | None = None) -> None:
+        """Every flag, before anything is loaded, sampled or written. ``typed``: the fields
+        the command line set (``presets.explicit_fields``; None: those that differ from
+        their defaults), so that a ``--train.*`` flag or ``--preset`` given with ``--run``,
+        which scores the run's own settings, is refused rather than ignored."""
+        from refimpl.runs.runlog import check_output_file
+
         self.rollout_list()
         self.algo_list()
         if not (isinstance(self.prompts, int) and 1 <= self.prompts <= 4096):
@@ -144,12 +149,42 @@ class CreditConfig:
             raise ValueError(
                 f"--threads: expected an integer in [1, {os.cpu_count() or 1}], got {self.threads}"
             )
-        if self.out.exists() and not self.overwrite:
-            raise ValueError(f"--out: {self.out} exists (--overwrite replaces it)")
-        if self.out.is_symlink() or self.out.exists() and not self.out.is_file():
-            raise ValueError(f"--out: {self.out} is not a regular file")
-        if self.run is not None and not (Path(self.run) / "config.json").is_file():
-            raise ValueError(f"--run: {self.run} is not a run directory (no config.json)")
+        check_output_file(self.out, "--out", self.overwrite)
+        if self.run is not None:
+            if not (Path(self.run) / "config.json").is_file():
+                raise ValueError(f"--run: {self.run} is not a run directory (no config.json)")
+            unused = sorted(self._train_flags(typed))
+            if unused:
+                raise ValueError(
+                    f"{unused[0]}: not used with --run, which scores the run's checkpoint with "
+                    "the run's own settings (its config.json: task, sampling, model); drop "
+                    f"{', '.join(unused)}, or leave out --run to score a warm start"
+                )
+
+    def _train_flags(self, typed: frozenset[str] | None) -> set[str]:
+        """The flags of ``--train`` and ``--preset`` given (``typed``), or, without
+        ``typed``, those whose value differs from the default."""
+        if typed is not None:
+            names = {n for n in typed if n == "preset" or n.startswith("train.")}
+        else:
+            base = CreditConfig()
+            names = {"preset"} if self.preset != base.preset else set()
+            names |= {
+                f"train.{k}"
+                for k, v in _flat(dataclasses.asdict(self.train)).items()
+                if v != _flat(dataclasses.asdict(base.train)).get(k)
+            }
+        return {"--" + n.replace("_", "-") for n in names}
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out |= _flat(v, prefix + k + ".")
+        else:
+            out[prefix + k] = v
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,30 +204,96 @@ class Policy:
     step: int
 
 
-def load_policy(cfg: CreditConfig) -> Policy:
-    """The policy of ``--run`` (its last checkpoint) or the warm start of ``--train``."""
-    from refimpl.runs.checkpoint import find_checkpoint, load_model_weights, read_state
+#: The flags of ``TrainConfig`` (first components): a message of its checks names
+#: ``--temperature``; ``refimpl credit`` takes it as ``--train.temperature``.
+_TRAIN_FLAGS = frozenset(f.name.replace("_", "-") for f in dataclasses.fields(TrainConfig))
+
+
+def as_train_flags(message: str) -> str:
+    """``message`` (a ``TrainConfig`` check's) with each of its flags spelled as ``refimpl
+    credit`` takes it: ``--temperature`` → ``--train.temperature``."""
+    import re
+
+    def spell(m: re.Match) -> str:
+        name = m.group(1)
+        return f"--train.{name}" if name.split(".")[0] in _TRAIN_FLAGS else m.group(0)
+
+    return re.sub(r"(?<![\w.])--([a-z][\w-]*(?:\.[\w-]+)*)", spell, message)
+
+
+def train_settings(cfg: CreditConfig, typed: frozenset[str] | None = None) -> TrainConfig:
+    """The settings of the policy scored: the run's config.json (``--run``; where the run is
+    now, whatever directory it was trained from), or ``--train`` with ``--preset``'s values
+    on the fields not typed (``typed``, as ``compare`` keeps them; None: the fields still at
+    their defaults)."""
     from refimpl.runs.rundir import load_config_file
     from refimpl.settings import presets
-    from refimpl.settings.plan import resolve
-    from refimpl.warmstart import base_model
 
     if cfg.run is not None:
-        train = load_config_file(Path(cfg.run) / "config.json", "--run", algo_config=False)
-        train = dataclasses.replace(train, progress=False)
-    else:
-        train = presets.fill_defaults(cfg.train, presets.get(cfg.preset).train)
-    plan = resolve(train)
+        run = Path(cfg.run)
+        train = load_config_file(run / "config.json", "--run", algo_config=True)
+        # config.json keeps --runs-dir as typed (relative to where the run was trained): the
+        # run is where it was found now, and so is the warm-start cache beside it.
+        return dataclasses.replace(train, progress=False, runs_dir=run.parent, name=run.name)
+    explicit = None
+    if typed is not None:
+        explicit = frozenset(n.removeprefix("train.") for n in typed if n.startswith("train."))
+    return presets.fill_defaults(cfg.train, presets.get(cfg.preset).train, explicit)
+
+
+def plan_policy(cfg: CreditConfig, typed: frozenset[str] | None = None):
+    """``(plan, checkpoint, state)``: the settings resolved and checked (flags named as
+    ``credit`` takes them), and with ``--run`` its checkpoint verified, before any warm start
+    is trained or loaded."""
+    from refimpl.runs.rundir import verify_run_checkpoint
+    from refimpl.settings.plan import resolve
+
+    train = train_settings(cfg, typed)
+    try:
+        plan = resolve(train)
+    except ValueError as err:
+        message = str(err) if cfg.run is not None else as_train_flags(str(err))
+        raise ValueError(message) from None
+    if cfg.run is None:
+        return plan, None, None
+    checkpoint, state = verify_run_checkpoint(Path(cfg.run), train, "--run")
+    return plan, checkpoint, state
+
+
+def load_policy(cfg: CreditConfig, typed: frozenset[str] | None = None, planned=None) -> Policy:
+    """The policy of ``--run`` (its last checkpoint) or the warm start of ``--train``."""
+    from refimpl.runs.checkpoint import load_model_weights
+    from refimpl.warmstart import base_model
+
+    plan, checkpoint, state = planned or plan_policy(cfg, typed)
     reference = base_model(plan.warmstart, "--train.warmstart.").eval()
     if cfg.run is None:
         return Policy(reference, reference, plan, "warm start", 0)
-    checkpoint = find_checkpoint(Path(cfg.run) / "checkpoint")
-    if checkpoint is None:
-        raise ValueError(f"--run: {cfg.run} has no checkpoint")
-    state = read_state(checkpoint)
     model = plan.warmstart.model.build()
     load_model_weights(checkpoint, model, state=state)
     return Policy(model.eval(), reference, plan, str(cfg.run), int(state.get("step", -1)))
+
+
+def oracle_memory(cfg: CreditConfig, plan, G: int) -> list[tuple[str, int, list]]:
+    """The largest allocations of the benchmark (``refimpl.settings.memory``'s form): the
+    batch's ``N·G`` rows and the oracle's rollout rows per sampling call (``--max-rows``, or
+    ``K·N·G`` when fewer), each a row of ``L_prompt + L_max`` positions as ``train``
+    estimates a sampled row."""
+    from refimpl.settings.memory import decode_bytes
+
+    d = CreditConfig()
+    T = plan.task.max_prompt_tokens + plan.max_new_tokens
+    per_row = T * decode_bytes(plan.warmstart.model)
+    K, N = max(cfg.rollout_list()), cfg.prompts
+    rows = min(cfg.max_rows, K * N * G)
+    N_f = ("--prompts", N, d.prompts)
+    G_f = ("--group-size", G, TrainConfig().group_size)
+    oracle_f = [("--max-rows", cfg.max_rows, d.max_rows)] if rows == cfg.max_rows else [
+        ("--rollouts", K, 32), N_f, G_f]  # fmt: skip
+    return [
+        ("the batch's completions", N * G * per_row, [N_f, G_f]),
+        ("the oracle's rollouts (one sampling call)", rows * per_row, oracle_f),
+    ]
 
 
 def sample_batch(policy: Policy, n_prompts: int, group_size: int, seed: int):
@@ -620,19 +721,41 @@ def _settings(cfg: CreditConfig, plan, G: int) -> dict:
     }
 
 
-def run_credit(cfg: CreditConfig, log=print) -> dict[str, Any]:
+def algorithm_configs(cfg: CreditConfig, plan) -> dict[str, Any]:
+    """Each scored algorithm's ``Config``: the policy's own algorithm (``--train.algo``, or
+    the run's) gets the settings's (``--train.algo-args``, or the run's ``algo_config``),
+    every other one its defaults (None). ``--train.algo-args`` for an algorithm ``--algos``
+    does not score would be recorded and not used: refused."""
+    names = cfg.algo_list()
+    own = plan.cfg.algo
+    if plan.cfg.algo_args and own not in names and cfg.run is None:
+        raise ValueError(
+            f"--train.algo-args: sets the Config of {own} ({' '.join(plan.cfg.algo_args)}), which --algos "
+            f"({cfg.algos}) does not score: add {own} to --algos, or name the algorithm the "
+            "settings are for with --train.algo"
+        )
+    return {name: plan.algo_cfg if name == own else None for name in names}
+
+
+def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None) -> dict[str, Any]:
     """The benchmark on one batch: the oracle at each K, every algorithm's signals, the
-    metrics; returns what ``main`` writes."""
+    metrics; returns what ``main`` writes. ``typed``: the fields the command line set
+    (``presets.explicit_fields``), which ``--preset`` leaves alone."""
     from refimpl.bench import machine_info
     from refimpl.bench.speed import matmul_peak
     from refimpl.runs import numerics
+    from refimpl.settings.memory import refuse_over_budget
 
-    cfg.check()
+    cfg.check(typed)
+    planned = plan_policy(cfg, typed)
+    plan = planned[0]
+    G = cfg.group_size or plan.cfg.group_size
+    refuse_over_budget(oracle_memory(cfg, plan, G), plan.cfg.device)
+    algo_cfgs = algorithm_configs(cfg, plan)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    policy = load_policy(cfg)
-    plan, train = policy.plan, policy.plan.cfg
-    G = cfg.group_size or train.group_size
+    policy = load_policy(cfg, typed, planned)
+    train = plan.cfg
     problems, samples, outcome = sample_batch(policy, cfg.prompts, G, cfg.seed)
     lengths = samples.response_mask.sum(1).long().numpy()
     if policy.model is policy.reference:
@@ -646,7 +769,9 @@ def run_credit(cfg: CreditConfig, log=print) -> dict[str, Any]:
                 policy.reference, temperature=train.temperature, with_entropy=False
             )[0]
     signals = {
-        name: algorithm_signals(name, samples, outcome, plan.max_new_tokens, logp_ref)
+        name: algorithm_signals(
+            name, samples, outcome, plan.max_new_tokens, logp_ref, algo_cfgs[name]
+        )
         for name in cfg.algo_list()
     }
     responses = samples.responses()
@@ -672,7 +797,10 @@ def run_credit(cfg: CreditConfig, log=print) -> dict[str, Any]:
             signals, values, samples.entropy_old, first_wrong, cfg.seed
         )
     return {
-        "settings": _settings(cfg, plan, G),
+        "settings": {**_settings(cfg, plan, G), "algo_configs": {
+            name: json.loads(json.dumps(dataclasses.asdict(c or algorithms.get(name).Config()),
+                                        default=str))
+            for name, c in algo_cfgs.items()}},
         "policy": {"source": policy.source, "step": policy.step},
         "machine": {**machine_info(), "numerics": numerics.describe(),
                     "matmul_peak_flops_per_s": peak, "flops_per_token": flops_per_token},
@@ -689,14 +817,17 @@ def run_credit(cfg: CreditConfig, log=print) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def main(cfg: CreditConfig) -> Path:
-    """``refimpl credit``: run the benchmark on one batch and write ``--out`` (atomically)."""
+def main(cfg: CreditConfig, typed: frozenset[str] | None = None) -> Path:
+    """``refimpl credit``: run the benchmark on one batch and write ``--out`` (atomically,
+    never through a link: ``refimpl.runs.runlog.write_text_atomic``). ``typed``: the fields
+    the command line set, which ``--preset`` leaves alone."""
+    from refimpl.runs.runlog import check_output_file, write_text_atomic
+
     start = time.perf_counter()
-    result = run_credit(cfg)
+    result = run_credit(cfg, typed=typed)
     result["wall_s"] = round(time.perf_counter() - start, 1)
+    check_output_file(cfg.out, "--out", cfg.overwrite)  # again: the oracle ran for a while
     cfg.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cfg.out.with_name(cfg.out.name + ".tmp")
-    tmp.write_text(json.dumps(result, allow_nan=True) + "\n")
-    os.replace(tmp, cfg.out)
+    write_text_atomic(cfg.out, json.dumps(result, allow_nan=True) + "\n")
     print(f"credit: wrote {cfg.out} ({result['wall_s']:.0f} s)")
     return cfg.out

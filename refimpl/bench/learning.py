@@ -55,7 +55,7 @@ from refimpl.diagnostics.entropy_attribution import (
     attribution_table,
     prediction_table,
 )
-from refimpl.runs.runlog import read_metrics
+from refimpl.runs.runlog import check_output_file, read_metrics, write_text_atomic
 from refimpl.settings.presets import PresetName
 
 #: The entropy claim "holds" only when the end entropy is at least this much above DAPO's
@@ -146,6 +146,23 @@ class LearningConfig:
             raise ValueError(
                 f"--workers: expected an integer ≥ 0 (0: one per core), got {self.workers}"
             )
+        cores = os.cpu_count() or 1
+        if self.workers > cores:  # as compare --workers
+            raise ValueError(
+                f"--workers: expected at most {cores} (the CPU cores of this machine: each "
+                f"worker is a process training one run on one thread), got {self.workers}"
+            )
+        if not (math.isfinite(self.target_gain) and -1 < self.target_gain <= 1):
+            raise ValueError(
+                "--target-gain: expected a finite gain in (-1, 1] of held-out success (a "
+                f"success rate is in [0, 1]), got {self.target_gain}"
+            )
+        if not (math.isfinite(self.collapse_ratio) and 0 < self.collapse_ratio <= 1):
+            raise ValueError(
+                "--collapse-ratio: expected a ratio in (0, 1] (collapsed: the end entropy "
+                "below this × the start entropy; above 1 an entropy that rose would count), "
+                f"got {self.collapse_ratio}"
+            )
         if self.prompts_per_step is not None and self.prompts_per_step <= 0:
             raise ValueError("--prompts-per-step: expected a positive integer")
         if self.group_size is not None and self.group_size < 2:
@@ -181,12 +198,15 @@ class LearningConfig:
         return self.out or Path("runs/bench") / f"learning-{self.preset}"
 
     def ablation_list(self) -> list[str]:
-        return [a.strip() for a in self.ablations.split(",") if a.strip()]
+        return self._list(self.ablations, "ablations") if self.ablations.strip() else []
 
     def _list(self, text: str, flag: str) -> list[str]:
         items = [s.strip() for s in text.split(",") if s.strip()]
         if not items:
             raise ValueError(f"--{flag}: expected a comma-separated list")
+        repeated = sorted({i for i in items if items.count(i) > 1})
+        if repeated:  # two runs would share one run directory
+            raise ValueError(f"--{flag}: {text!r} repeats {', '.join(repeated)}")
         return items
 
     def task_list(self) -> list[str]:
@@ -206,11 +226,12 @@ class LearningConfig:
 
     def seed_list(self) -> list[int]:
         try:
-            return [int(s) for s in self._list(self.seeds, "seeds")]
+            seeds = [int(s) for s in self.seeds.split(",") if s.strip()]
         except ValueError:
             raise ValueError(
                 f"--seeds: expected comma-separated integers, got {self.seeds!r}"
             ) from None
+        return [int(s) for s in self._list(",".join(map(str, seeds)), "seeds")]
 
 
 @dataclass
@@ -750,7 +771,7 @@ def plot_task(
     # notebook that called this (its inline figures would stop showing).
     from matplotlib.figure import Figure
 
-    from refimpl.plots import ALGO_COLORS
+    from refimpl.plots import ALGO_COLORS, save_figure
 
     grid = np.linspace(0, budget, 101)
     panels = (
@@ -788,9 +809,7 @@ def plot_task(
     axes[0].legend(fontsize=7)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    return out
+    return save_figure(fig, out, dpi=100)
 
 
 def _fmt_q(q: dict[str, float], scale: float = 1.0, unit: str = "") -> str:
@@ -926,6 +945,8 @@ def run_learning(
     ``explicit``: the fields the command line set, which the preset leaves alone."""
     cfg = cfg.with_preset(explicit)
     runs, budgets = plan(cfg)
+    for path in output_files(cfg):  # before any run: a link or a file in the way
+        check_output_file(path, "--out")
     info = machine_info()
     if cfg.report_only:
         runs = [r for r in runs if finished(r)]
@@ -977,10 +998,21 @@ def run_learning(
         "results": results,
     }
     cfg.out_dir().mkdir(parents=True, exist_ok=True)
-    (cfg.out_dir() / "results.json").write_text(json.dumps(payload, indent=2, default=str))
+    write_text_atomic(cfg.out_dir() / "results.json", json.dumps(payload, indent=2, default=str))
     report = cfg.out_dir() / "report.md"
-    report.write_text(format_report(cfg, results, info, wall, figures))
+    write_text_atomic(report, format_report(cfg, results, info, wall, figures))
     return payload, report
+
+
+def output_files(cfg: LearningConfig) -> list[Path]:
+    """The files the benchmark writes beside its runs (``--out``): the report, the results,
+    the figures of each task (checked before any run is trained)."""
+    figures = cfg.out_dir() / "figures"
+    return [cfg.out_dir() / "results.json", cfg.out_dir() / "report.md"] + [
+        figures / f"bench_{kind}_{task}.png"
+        for task in cfg.task_list()
+        for kind in ("learning", "ablation")
+    ]
 
 
 def main(cfg: LearningConfig, explicit: frozenset[str] | None = None) -> Path:

@@ -39,6 +39,7 @@ import torch
 from refimpl import algorithms
 from refimpl.bench import format_machine, machine_info, markdown_table
 from refimpl.core import RolloutBatch
+from refimpl.runs.runlog import check_output_file, write_text_atomic
 from refimpl.settings.limits import check_threads
 
 TARGETS = {"kv_cache_speedup": 3.0, "algo_overhead_frac": 0.05, "trl_speedup": 3.0}
@@ -523,6 +524,8 @@ def bench_trl(cfg: SpeedConfig) -> dict[str, Any]:
 
 def run_speed(cfg: SpeedConfig) -> tuple[dict[str, Any], Path]:
     """Run every measurement; write ``results.json`` and ``report.md`` under ``cfg.out``."""
+    for name in ("results.json", "report.md"):  # before an hour of measurement
+        check_output_file(cfg.out / name, "--out")
     torch.set_num_threads(cfg.threads)
     cfg.out.mkdir(parents=True, exist_ok=True)
     info = machine_info()
@@ -550,9 +553,9 @@ def run_speed(cfg: SpeedConfig) -> tuple[dict[str, Any], Path]:
         results["trl"] = bench_trl(cfg)
     results["machine_after"] = machine_info()
     results["wall_s"] = time.perf_counter() - started
-    (cfg.out / "results.json").write_text(json.dumps(results, indent=2))
+    write_text_atomic(cfg.out / "results.json", json.dumps(results, indent=2))
     report = cfg.out / "report.md"
-    report.write_text(format_speed(results))
+    write_text_atomic(report, format_speed(results))
     return results, report
 
 

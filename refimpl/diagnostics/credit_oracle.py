@@ -65,6 +65,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from refimpl.core import require
 from refimpl.runs.progress import progress as _progress
 from refimpl.sampling import Samples, _truncate, sample_groups, seeded_generator
 from toy_envs import TOKENIZER
@@ -115,6 +116,43 @@ class TokenValues:
         return self.value_before[:, 0]
 
 
+def _is_int(x: object) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """``ValueError`` naming the argument unless the sampling distribution is one a run can
+    have: the bounds of ``refimpl train`` (``refimpl.settings.train``), so that ``logits / τ``
+    and the nucleus stay finite and non-empty in float32. (The sampler itself,
+    ``refimpl.sampling``, takes what it is given: the oracle checks before it calls it.)"""
+    from refimpl.settings.train import TEMPERATURE_MIN, TOP_P_MIN
+
+    ok = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
+    require(
+        ok and math.isfinite(temperature) and temperature >= TEMPERATURE_MIN,
+        "temperature",
+        f"a finite value ≥ {TEMPERATURE_MIN:g} (refimpl train's bound), got {temperature!r}",
+    )
+    require(top_k is None or (_is_int(top_k) and top_k >= 1), "top_k",
+            f"an integer ≥ 1 or None, got {top_k!r}")  # fmt: skip
+    require(
+        top_p is None or (isinstance(top_p, (int, float)) and not isinstance(top_p, bool)
+                          and TOP_P_MIN <= top_p <= 1),
+        "top_p", f"a value in [{TOP_P_MIN:.3g}, 1] or None, got {top_p!r}",
+    )  # fmt: skip
+
+
+def _check_rollouts(rollouts: int) -> None:
+    require(_is_int(rollouts) and rollouts >= 2 and rollouts % 2 == 0, "rollouts",
+            f"an even integer ≥ 2, got {rollouts!r}")  # fmt: skip
+
+
+def _check_threshold(success_threshold: float) -> None:
+    ok = isinstance(success_threshold, (int, float)) and not isinstance(success_threshold, bool)
+    require(ok and math.isfinite(success_threshold), "success_threshold",
+            f"a finite number, got {success_threshold!r}")  # fmt: skip
+
+
 def _binomial_se(counts: np.ndarray, k: int) -> np.ndarray:
     """``√(V̂ (1 − V̂) / K)`` with ``V̂ = counts / K`` (Eq. 3)."""
     value = counts / k
@@ -135,6 +173,14 @@ def toy_continuations(
     one "prompt" of ``sample_groups`` with ``group_size = K``, so its KV cache is computed once
     and repeated ``K`` times; the continuations get the budget that is left and the task's
     verifier scores the whole response text."""
+    _check_rollouts(rollouts)
+    check_sampling(sampling.get("temperature", 1.0), sampling.get("top_k"), sampling.get("top_p"))
+    _check_threshold(success_threshold)
+    require(_is_int(max_new_tokens) and max_new_tokens >= 1, "max_new_tokens",
+            f"a positive integer, got {max_new_tokens!r}")  # fmt: skip
+    require(_is_int(max_rows) and max_rows >= rollouts, "max_rows",
+            f"an integer ≥ rollouts ({rollouts}), got {max_rows!r}")  # fmt: skip
+    require(_is_int(seed) and seed >= 0, "seed", f"an integer ≥ 0, got {seed!r}")
     prompts = [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems]
     per_call = max(1, max_rows // rollouts)
 
@@ -180,6 +226,17 @@ def estimate_values(
     ``t`` in one call, since they share the budget that is left), laid out as ``[B, width]``
     tensors (Eqs. 1-4). ``success[i]``: the outcome of row ``i``, its value after the last
     token."""
+    _check_rollouts(rollouts)
+    B = len(rows)
+    require(
+        len(prompt_of) == B, "prompt_of", f"one prompt index per row ({B}), got {len(prompt_of)}"
+    )
+    require(len(success) == B, "success", f"one outcome per row ({B}), got {len(success)}")
+    require(all(_is_int(g) and g >= 0 for g in prompt_of), "prompt_of",
+            "integers ≥ 0 (the prompt of each row)")  # fmt: skip
+    longest = max((len(r) for r in rows), default=0)
+    require(_is_int(width) and width >= longest, "width",
+            f"an integer ≥ the longest row ({longest}), got {width!r}")  # fmt: skip
     start = time.perf_counter()
     by_length: dict[int, set[tuple[int, tuple[int, ...]]]] = {}
     for tokens, g in zip(rows, prompt_of):
@@ -194,12 +251,26 @@ def estimate_values(
         for t in sorted(by_length):
             keys = sorted(by_length[t])
             wins, n = continue_prefixes(keys, t)
+            wins = _checked_wins(wins, n, len(keys), rollouts)
             sampled += n
             for key, row_wins in zip(keys, wins):
                 counts[key] = (int(row_wins[:half].sum()), int(row_wins[half:].sum()))
             bar.update(len(keys))
     return _assemble(rows, prompt_of, counts, success, width, rollouts, sampled,
                      time.perf_counter() - start)  # fmt: skip
+
+
+def _checked_wins(wins: object, sampled: object, n_keys: int, rollouts: int) -> np.ndarray:
+    """What a ``ContinueFn`` returned, checked: a bool array ``[len(keys), K]`` (a count of
+    successes, or one array too few, would give values outside [0, 1] or capped at 1/2)
+    and a count of sampled tokens."""
+    arr = np.asarray(wins)
+    require(arr.dtype == np.bool_ and arr.shape == (n_keys, rollouts), "continue_prefixes",
+            f"a bool array of shape [{n_keys}, {rollouts}] (one win or loss per prefix and "
+            f"rollout), got {arr.dtype} of shape {list(arr.shape)}")  # fmt: skip
+    require(_is_int(sampled) and sampled >= 0, "continue_prefixes",
+            f"the number of tokens sampled (an integer ≥ 0) second, got {sampled!r}")  # fmt: skip
+    return arr
 
 
 def token_values(
@@ -238,16 +309,27 @@ def token_values(
             100 positions for the 2-layer model).
         progress: show a progress bar over the prefixes.
     """
-    if not (isinstance(rollouts, int) and rollouts >= 2 and rollouts % 2 == 0):
-        raise ValueError(f"rollouts: expected an even integer ≥ 2, got {rollouts!r}")
-    if not (isinstance(max_rows, int) and max_rows >= rollouts):
-        raise ValueError(f"max_rows: expected an integer ≥ rollouts ({rollouts}), got {max_rows!r}")
+    _check_rollouts(rollouts)
+    require(_is_int(max_rows) and max_rows >= rollouts, "max_rows",
+            f"an integer ≥ rollouts ({rollouts}), got {max_rows!r}")  # fmt: skip
+    check_sampling(temperature, top_k, top_p)
     G = samples.group_size
     B, T = samples.response_ids.shape
-    if len(problems) * G != B:
-        raise ValueError(f"problems: expected {B // G} (one per group of {G}), got {len(problems)}")
-    if tuple(outcome.shape) != (B,):
-        raise ValueError(f"outcome: expected shape [{B}]")
+    require(len(problems) * G == B, "problems",
+            f"{B // G} (one per group of {G}), got {len(problems)}")  # fmt: skip
+    require(tuple(outcome.shape) == (B,), "outcome", f"shape [{B}]")
+    require(bool(torch.isfinite(outcome).all()), "outcome", "finite rewards")
+    # The budget the completions were drawn with: a row that used it up (truncated) has
+    # exactly that length, and none is longer; another budget would give the rollouts
+    # another length than the completions had (V would be another policy's).
+    lengths = samples.response_mask.sum(1).long()
+    cut = lengths[samples.truncated.bool()]
+    longest = int(lengths.max()) if lengths.numel() else 0
+    require(_is_int(max_new_tokens) and max_new_tokens >= max(longest, 1)
+            and bool((cut == max_new_tokens).all()), "max_new_tokens",
+            "the budget the samples were drawn with (their truncated rows have "
+            f"{sorted(set(cut.tolist())) or 'none'}, the longest {longest} "
+            f"tokens), got {max_new_tokens!r}")  # fmt: skip
     continue_prefixes = toy_continuations(
         model, task, problems, rollouts=rollouts, max_new_tokens=max_new_tokens,
         sampling={"temperature": temperature, "top_k": top_k, "top_p": top_p},
@@ -326,6 +408,10 @@ def reference_values(
     ``max_new_tokens`` enumerated with its probability under ``softmax(logits / τ)`` (top-k /
     top-p truncated and renormalised as the sampler draws), breadth first, one forward pass
     per depth. ``V^(budget − |prefix|)`` leaves: tiny budgets only."""
+    check_sampling(temperature, top_k, top_p)
+    _check_threshold(success_threshold)
+    require(_is_int(max_new_tokens) and max_new_tokens >= 1, "max_new_tokens",
+            f"a positive integer, got {max_new_tokens!r}")  # fmt: skip
     prompt = TOKENIZER.encode(problem.prompt, add_bos=True)
     remaining = max_new_tokens - len(prefix)
     if remaining < 0:

@@ -475,6 +475,31 @@ def verify_resume(plan: Plan) -> None:
     _check_steps_within(metrics, tc, run_dir)
 
 
+def verify_run_checkpoint(run_dir: Path, cfg: TrainConfig, flag: str) -> tuple[Path, dict]:
+    """The last checkpoint of the run ``run_dir`` (made with ``cfg``, its config.json's
+    settings) and its state, checked as ``--resume`` checks it before anything else is
+    loaded or trained: ``ValueError`` naming ``flag`` when there is none, ``CheckpointError``
+    naming the file when it is damaged, does not fit the run's model, or was made with other
+    settings than config.json's (another task: a checkpoint copied in from another run)."""
+    run_dir = Path(run_dir)
+    config_file = run_dir / "config.json"
+    checkpoint = find_checkpoint(run_dir / "checkpoint", warn=False)
+    if checkpoint is None:
+        raise ValueError(f"{flag}: {run_dir} has no checkpoint (nothing to score)")
+    saved = read_run_config(run_dir)
+    state_file = checkpoint / "state.json"
+    made_with = read_state(checkpoint).get("train_config")
+    if isinstance(made_with, dict):
+        _check_no_setting_missing(
+            flatten(made_with), saved["train_config"], run_dir, "the checkpoint was made with"
+        )
+    with torch.device("meta"):  # shapes only: no memory, no random draw
+        model = cfg.warmstart.model.build()
+    state = verify_checkpoint(checkpoint, optimizer=False, model=model)
+    _check_made_with(state, saved, state_file, config_file)
+    return checkpoint, state
+
+
 def _read_logs(run_dir: Path) -> list[dict[str, Any]]:
     """The records of ``metrics.jsonl``, after reading both logs whole."""
     try:
@@ -588,6 +613,10 @@ def _check_log_reaches(metrics: Path, logged: int, step: int, tc: dict[str, Any]
         )
 
 
+#: A key absent from a settings dict (``None`` is a value a setting can have).
+_ABSENT = object()
+
+
 def _check_made_with(
     state: dict[str, Any], saved: dict[str, Any], state_file: Path, config_file: Path
 ) -> None:
@@ -611,8 +640,14 @@ def _check_made_with(
             key = next(
                 k
                 for k in sorted({*algo_config, *saved["algo_config"]})
-                if algo_config.get(k) != saved["algo_config"].get(k)
+                if algo_config.get(k, _ABSENT) != saved["algo_config"].get(k, _ABSENT)
             )
+            if key not in saved["algo_config"]:  # a key removed: not a value to compare
+                raise CheckpointError(
+                    f"{config_file}: algo_config.{key} is missing (removed by hand?); restore "
+                    f"it (the checkpoint was made with {key}={algo_config[key]!r}), or start "
+                    "the run again with --overwrite"
+                )
             raise CheckpointError(
                 f"{state_file}: the checkpoint was made with the algorithm setting {key}="
                 f"{algo_config.get(key)!r}, but {config_file} says "

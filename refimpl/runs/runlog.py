@@ -131,11 +131,11 @@ def read_text_bounded(path: Path | str, limit: int) -> str:
 
 
 def open_no_follow(path: Path | str, mode: str = "a"):
-    """``open(path, mode)`` for writing (``"a"`` or ``"w"``) that refuses, naming it, a
+    """``open(path, mode)`` for writing (``"a"``, ``"w"`` or ``"wb"``) that refuses, naming it, a
     symbolic link in the last component: a run never writes through a link (the file it
     points to may be anyone's)."""
     flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-    flags |= os.O_APPEND if mode == "a" else os.O_TRUNC
+    flags |= os.O_APPEND if mode.startswith("a") else os.O_TRUNC
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as err:
@@ -170,6 +170,52 @@ def refuse_links(run_dir: Path | str, flag: str) -> None:
             "never writes, renames or deletes through: replace it by the file itself, or "
             "remove it"
         )
+
+
+def check_output_file(path: Path | str, flag: str, overwrite: bool = True) -> None:
+    """``ValueError`` naming ``flag`` unless a command can write the file ``path`` (through
+    ``write_text_atomic``) when it ends; checked before the command does any work, and
+    changing nothing. Refused: a symbolic link at ``path`` or at its temporary ``path.tmp``
+    (refimpl never writes through one), ``path`` that is not a regular file, an existing
+    ``path`` without ``overwrite``, and a directory that cannot be made or written (a file
+    in its place, a read-only or virtual file system such as ``/proc``)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    for p in (path, tmp):
+        if p.is_symlink():
+            raise ValueError(
+                f"{flag}: {p} is a symbolic link (to {os.readlink(p)}), which refimpl never "
+                "writes through: remove it, or choose another path"
+            )
+    if path.exists() and not overwrite:
+        raise ValueError(f"{flag}: {path} exists (--overwrite replaces it)")
+    for p in (path, tmp):
+        if p.exists() and not p.is_file():
+            raise ValueError(f"{flag}: {p} exists and is not a regular file")
+    parent = path.parent if str(path.parent) else Path(".")
+    ancestor = parent
+    while not ancestor.exists() and not ancestor.is_symlink():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{flag}: {ancestor} is not a directory, so {path} cannot be written")
+    if not os.access(ancestor, os.W_OK | os.X_OK) or _read_only(ancestor):
+        raise ValueError(
+            f"{flag}: {ancestor} is not writable (permissions, or a read-only or virtual file "
+            f"system), so {path} cannot be written"
+        )
+
+
+def _read_only(directory: Path) -> bool:
+    """Whether ``directory`` is on a file system that takes no new files although
+    ``os.access`` says yes (root on a read-only mount, ``/proc``, ``/sys``)."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return False
+    if st.f_flag & getattr(os, "ST_RDONLY", 1):
+        return True
+    # proc and sysfs report no blocks at all: nothing can be created there.
+    return st.f_blocks == 0 and st.f_files == 0
 
 
 class TornLineWarning(UserWarning):
@@ -331,11 +377,19 @@ def write_jsonl(path: Path | str, records: list[dict[str, Any]]) -> None:
 def write_text_atomic(path: Path | str, text: str) -> None:
     """Write ``text`` to ``path`` through ``path.tmp`` and a rename. A failed write (a full
     disk) removes ``path.tmp``, leaves ``path`` as it was and raises ``OSError`` naming it."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path | str, data: bytes) -> None:
+    """``write_text_atomic`` for bytes (a figure): the one writer of every file refimpl
+    replaces whole (run directories, ``refimpl credit``'s JSON, the benchmarks' and the report
+    generators' files). ``path.tmp`` is opened without following a link (``open_no_follow``),
+    and the rename replaces a link at ``path`` itself, never what it points to."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with open_no_follow(tmp, "w") as f:
-            f.write(text)
+        with open_no_follow(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
     except OSError as err:

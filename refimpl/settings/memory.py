@@ -30,6 +30,12 @@ def memory_budget(device: str) -> tuple[int, str] | None:
         return None
 
 
+def decode_bytes(model: ModelConfig) -> int:
+    """Bytes per position of one sampled row: its KV cache (``2 · n_layer · d`` floats) and
+    its ids, masks, log-prob and entropy."""
+    return 4 * (2 * model.n_layer * model.n_embd + 6)
+
+
 def memory_estimates(
     cfg: TrainConfig, task, max_new_tokens: int, algo_cfg
 ) -> list[tuple[str, int, list]]:
@@ -42,7 +48,7 @@ def memory_estimates(
     f32 = 4
     d, layers, heads, vocab = m.n_embd, m.n_layer, m.n_head, TOKENIZER.vocab_size
     T = task.max_prompt_tokens + max_new_tokens  # one sequence of a run
-    decode = f32 * (2 * layers * d + 6)  # per position: KV cache, ids, masks, logp, entropy
+    decode = decode_bytes(m)  # per position: KV cache, ids, masks, logp, entropy
     train = f32 * (layers * (16 * d + heads * T) + 3 * vocab)  # kept for the backward pass
     params = layers * 12 * d * d + (vocab + m.block_size) * d
     copies = 4 + (1 if algo_cfg.needs_reference() else 0)  # + the frozen reference
@@ -107,11 +113,19 @@ def check_memory(cfg: TrainConfig, task, max_new_tokens: int, algo_cfg) -> None:
     """Refuse a size flag whose estimated memory (``memory_estimates``) exceeds the
     machine's (``memory_budget``), naming the flag that grew most, the estimate, and about
     the largest value that fits."""
-    budget = memory_budget(cfg.device)
+    refuse_over_budget(memory_estimates(cfg, task, max_new_tokens, algo_cfg), cfg.device)
+
+
+def refuse_over_budget(estimates: list[tuple[str, int, list]], device: str) -> None:
+    """``ValueError`` at the first of ``estimates`` (``(what, bytes, factors)``, factors
+    ``(flag, value, default)``) above the memory of ``device`` (``memory_budget``): it names
+    the flag that grew most over its default, the estimate, and about the largest value of
+    that flag that fits. The one rule of every command that sizes an allocation by flags."""
+    budget = memory_budget(device)
     if budget is None:
         return
     limit, where = budget
-    for what, need, factors in memory_estimates(cfg, task, max_new_tokens, algo_cfg):
+    for what, need, factors in estimates:
         if need <= limit:
             continue
         flag, value, _ = max(factors, key=lambda f: f[1] / max(f[2], 1))

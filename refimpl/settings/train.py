@@ -142,10 +142,13 @@ def _jsonable(obj: Any) -> Any:
 # Start-up checks: every flag, naming it, before anything is written or trained.
 # ---------------------------------------------------------------------------------------------
 
-#: The smallest ``--temperature``: the sampler and the loss divide the logits by it in
-#: float32, so logits of magnitude up to 3.4e8 still give finite scaled logits (below about
-#: 1e-4 sampling is greedy anyway); 1e-40 was inf, and the run failed after it had started.
-TEMPERATURE_MIN = 1e-30
+#: The smallest ``--temperature``: where training still means something. The sampler and the
+#: loss take ``softmax(logits / τ)`` in float32, whose smallest normal value is about e^-87:
+#: at τ = 0.01 a gap of 0.87 between the two largest logits already leaves the runner-up
+#: nothing, so a smaller τ samples greedily, records entropy 0, and every gradient (which
+#: scales with 1 − π of the token sampled) is 0: the run updates nothing, silently. (1e-30
+#: was the old bound, where logits / τ still fit float32: it trained nothing.)
+TEMPERATURE_MIN = 0.01
 #: The smallest ``--top-p``: float32's smallest normal value (the nucleus keeps the most
 #: likely token; 1e-46 rounds to 0 in float32, and every token was dropped).
 TOP_P_MIN = float(torch.finfo(torch.float32).tiny)
@@ -207,8 +210,9 @@ def _check_sampling_and_machine(cfg: TrainConfig) -> torch.device:
         raise ValueError(f"--dtype: expected float32 or bfloat16, got {cfg.dtype!r}")
     if not (cfg.temperature >= TEMPERATURE_MIN and math.isfinite(cfg.temperature)):
         raise ValueError(
-            f"--temperature: expected a finite value ≥ {TEMPERATURE_MIN:g} (logits / τ must fit "
-            f"in float32), got {cfg.temperature}"
+            f"--temperature: expected a finite value ≥ {TEMPERATURE_MIN:g} (below it float32 "
+            "sampling is greedy: entropy 0 and every gradient 0, nothing is learnt), got "
+            f"{cfg.temperature}"
         )
     if cfg.top_k is not None and cfg.top_k < 1:
         raise ValueError(f"--top-k: expected an integer ≥ 1 (or None: no top-k), got {cfg.top_k}")

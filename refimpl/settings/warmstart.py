@@ -33,6 +33,10 @@ def parse_task_args(task: str, task_args: tuple[str, ...]) -> tuple[tuple[str, o
     the same arguments gets the same values (a bad argument raises ``ValueError`` each time,
     naming ``--task-args``)."""
     knobs = parse_overrides(tuple(task_args), task_knob_types(task), "--task-args")
+    try:  # the task's own check of its knobs' values ("num_ops must be in [1, 32]")
+        get_task(task, **knobs)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--task-args: {err}") from None
     return tuple(sorted(knobs.items()))
 
 

@@ -22,7 +22,6 @@ threshold) are defined once, in ``stats.py`` beside it.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -97,34 +96,68 @@ REAL_CMD_EMPTY = "OUT=/tmp/claims-real bash scripts/experiments/claims/run_real.
 # --------------------------------------------------------------------------------------------
 # Loading, and the machine of each file
 # --------------------------------------------------------------------------------------------
+def _read(path: Path) -> dict:
+    from refimpl.bench.resultfiles import read_result
+
+    return read_result(path, "docs/claims.md reads it")
+
+
+def _with_samples(result: dict, path: Path) -> dict:
+    """``result`` with each evaluation's ``n_samples`` (the run's ``--eval-samples``); a
+    file without evaluations is refused, naming it."""
+    from refimpl.bench.resultfiles import expect
+
+    evals = result["evals"]
+    expect(isinstance(evals, list) and len(evals) > 0 and all(isinstance(e, dict) for e in evals),
+           path, "evals: expected a non-empty list of evaluations")  # fmt: skip
+    for e in evals:
+        e.setdefault("n_samples", int(result["args"]["eval_samples"]))
+    return result
+
+
 def load_real(directory: Path | None = None) -> dict[tuple[str, int], dict]:
     """``{(arm, seed): result}`` of every ``<arm>_seed<seed>.json`` in ``directory`` (default
-    REAL); each evaluation gets its ``n_samples`` (the run's ``--eval-samples``)."""
+    REAL); each evaluation gets its ``n_samples`` (the run's ``--eval-samples``). A directory
+    without such files, a damaged file, or an arm's seed without the base file it is compared
+    with: ``ResultFileError`` naming it."""
+    from refimpl.bench.resultfiles import ResultFileError
+
+    directory = directory or REAL
+    if not directory.is_dir():
+        raise ResultFileError(f"{directory}: missing (the real-model result files)")
     out = {}
-    for path in sorted((directory or REAL).glob("*_seed*.json")):
+    for path in sorted(directory.glob("*_seed*.json")):
         m = re.fullmatch(r"(.+)_seed(\d+)\.json", path.name)
         if m:
-            result = json.loads(path.read_text())
-            for e in result["evals"]:
-                e.setdefault("n_samples", int(result["args"]["eval_samples"]))
-            out[(m.group(1), int(m.group(2)))] = result
+            out[(m.group(1), int(m.group(2)))] = _with_samples(_read(path), path)
+    if not out:
+        raise ResultFileError(f"{directory}: no <arm>_seed<seed>.json result file")
+    for arm, seed in sorted(out):
+        if ("base", seed) not in out:
+            raise ResultFileError(
+                f"{directory / f'base_seed{seed}.json'}: missing ({arm}_seed{seed}.json is "
+                "compared with the base model of its seed)"
+            )
     return out
 
 
 def load_cross(directory: Path | None = None) -> dict[str, dict]:
     """``{file name: result}`` of the cross-machine reruns (``<arm>_seed<seed>_<machine>.json``)."""
+    from refimpl.bench.resultfiles import ResultFileError
+
+    directory = directory or CROSS
+    if not directory.is_dir():
+        raise ResultFileError(f"{directory}: missing (the cross-machine result files)")
     out = {}
-    for path in sorted((directory or CROSS).glob("*_seed*_*.json")):
-        result = json.loads(path.read_text())
-        for e in result["evals"]:
-            e.setdefault("n_samples", int(result["args"]["eval_samples"]))
-        out[path.name] = result
+    for path in sorted(directory.glob("*_seed*_*.json")):
+        out[path.name] = _with_samples(_read(path), path)
     return out
 
 
-def load_toy(path: Path | None = None) -> dict | None:
-    path = path or TOY
-    return json.loads(path.read_text()) if path.exists() else None
+def load_toy(path: Path | None = None) -> dict:
+    """The collapse benchmark's ``results.json``: ``ResultFileError`` naming it when it is
+    missing or damaged (the page's toy tables are built from it)."""
+    return _read(path or TOY)
 
 
 def machine_of(result: dict, key: tuple[str, int] | None = None) -> str:
@@ -782,11 +815,7 @@ CREDIT_REAL = (("real_smollm2_k32", "SmolLM2", "32"),)
 
 
 def credit_metrics(stem: str, k: str) -> dict | None:
-    path = CREDIT / f"{stem}.json"
-    if not path.exists():
-        return None
-    d = json.loads(path.read_text())
-    return d["metrics"].get(k)
+    return _read(CREDIT / f"{stem}.json")["metrics"].get(k)
 
 
 def t_test(m: dict | None, claimed: int = +1) -> tuple[str, str]:
@@ -871,10 +900,12 @@ def row_gtpo_credit(real, toy):
 
 
 def long_chain_runs() -> dict | None:
+    from refimpl.bench.resultfiles import expect
+
     path = CREDIT / "longchain_learning.json"
-    if not path.exists():
-        return None
-    return next(iter(json.loads(path.read_text())["results"].values()))["runs"]
+    results = _read(path)["results"]
+    expect(isinstance(results, dict) and results, path, "results: expected a task's results")
+    return next(iter(results.values()))["runs"]
 
 
 def row_long_cot(real, toy):
@@ -1179,8 +1210,9 @@ def plot_real_curves(real: dict, path: Path = FIGURE) -> Path | None:
                ncol=min(4, len(handles)), frameon=False)  # fmt: skip
     fig.suptitle("SmolLM2-135M through TRL: held-out success; dotted: base + 0.10", fontsize=10)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    from refimpl.plots import save_figure
+
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -1221,30 +1253,44 @@ def render(page: str, tables: dict[str, str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit 0 (written, or current with ``--check``), 1 (stale, with ``--check``) or 2 (a
+    result file missing or damaged, named on one line: no page is written)."""
+    from refimpl.bench.resultfiles import ResultFileError
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
     parser.add_argument("--print", action="store_true", help="print the blocks")
     parser.add_argument("--no-figure", action="store_true", help="do not redraw the figure")
     args = parser.parse_args(argv)
-    generated = blocks()
+    pages = {"claims": PAGE, "results": RESULTS_PAGE}
+    try:
+        generated = blocks()
+        rendered = {}
+        for key, page_blocks in generated.items():  # every page built before one is written
+            text = pages[key].read_text()
+            rendered[pages[key]] = (text, render(text, page_blocks))
+    except ResultFileError as err:
+        print(f"report.py: error: {err} (the pages are left as they were)", file=sys.stderr)
+        return 2
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as err:
+        print(f"report.py: error: a result file under {HERE / 'results'} or {CREDIT} is not "
+              f"what the tables read ({type(err).__name__}: {err}); the pages are left as they "
+              "were", file=sys.stderr)  # fmt: skip
+        return 2
     if args.print:
         for page_blocks in generated.values():
             for name, body in page_blocks.items():
                 print(f"## {name}\n\n{body}")
         return 0
-    stale = []
-    for key, page_blocks in generated.items():
-        path = {"claims": PAGE, "results": RESULTS_PAGE}[key]
-        text = path.read_text()
-        new = render(text, page_blocks)
-        if new != text:
-            stale.append(path)
-            if not args.check:
-                path.write_text(new)
+    from refimpl.runs.runlog import write_text_atomic
+
+    stale = [path for path, (text, new) in rendered.items() if new != text]
     if args.check:
         for path in stale:
             print(f"{path}: blocks out of date; run python scripts/experiments/claims/report.py")
         return 1 if stale else 0
+    for path in stale:
+        write_text_atomic(path, rendered[path][1])  # whole or not at all, never through a link
     if not args.no_figure:
         plot_real_curves(load_real())
     return 0

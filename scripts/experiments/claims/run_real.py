@@ -118,9 +118,9 @@ def _commit() -> str:
 def _write(path: Path, result: dict) -> None:
     """Write atomically: a killed run leaves the old file or none, never half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, path)
+    from refimpl.runs.runlog import write_text_atomic  # never through a link
+
+    write_text_atomic(path, json.dumps(result, indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> dict:

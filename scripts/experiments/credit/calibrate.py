@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -100,15 +99,15 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--models: expected names from {', '.join(MODELS)}, got {args.models!r}")
     from refimpl.bench import machine_info
     from refimpl.runs import numerics
+    from refimpl.runs.runlog import write_text_atomic
 
     result = json.loads(args.out.read_text()) if args.out.exists() else {"models": {}}
     for name in names:
         result["models"][name] = calibrate(*MODELS[name])
         result["machine"] = {**machine_info(), "numerics": numerics.describe()}
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(json.dumps(result, indent=1) + "\n")
-        os.replace(tmp, args.out)  # after each model: an interrupted run keeps the others
+        # After each model (an interrupted run keeps the others), never through a link.
+        write_text_atomic(args.out, json.dumps(result, indent=1) + "\n")
     return result
 
 

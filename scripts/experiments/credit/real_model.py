@@ -216,14 +216,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     import torch
 
+    from refimpl.runs.runlog import write_text_atomic
+
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
     result = measure(args)
     result["wall_s"] = round(time.perf_counter() - start, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(result) + "\n")
-    os.replace(tmp, args.out)
+    write_text_atomic(args.out, json.dumps(result) + "\n")  # never through a link
     print(f"wrote {args.out} ({result['wall_s']:.0f} s)")
     return result
 

@@ -15,7 +15,6 @@ table into docs/credit.md between its markers ``<!-- credit:NAME -->`` and
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -48,9 +47,26 @@ FIGURE_ALGOS = ("grpo", "gtpo", "grpo_s", "tepo")
 LEARNING_ALGOS = ("grpo", "dapo", "gtpo", "gtpo alpha_2=0.0", "grpo_s", "tepo", "forking_tokens")
 
 
+#: The result files the page may go without ("Not measured yet"): run.sh writes
+#: calibration.json, which is not committed yet. Every other file the page reads is required:
+#: one missing is an error naming it, and the page is left as it was.
+OPTIONAL = frozenset({"calibration"})
+_LOADED: dict[str, dict | None] = {}
+
+
 def load(stem: str) -> dict | None:
+    """The result file ``<stem>.json`` under ``--results`` (None for a missing optional one),
+    read once; ``ResultFileError`` naming the file when it is missing, not JSON, or lacks a
+    key the tables read (``refimpl.bench.resultfiles``)."""
+    from refimpl.bench.resultfiles import read_result
+
     path = RESULTS / f"{stem}.json"  # RESULTS: --results (set by main)
-    return json.loads(path.read_text()) if path.exists() else None
+    if str(path) not in _LOADED:
+        if stem in OPTIONAL and not path.exists():
+            _LOADED[str(path)] = None
+        else:
+            _LOADED[str(path)] = read_result(path, "docs/credit.md reads it")
+    return _LOADED[str(path)]
 
 
 _METRICS: dict[tuple[int, str], dict] = {}
@@ -280,6 +296,11 @@ def learning_rows() -> list[dict] | None:
     learn, d = load("longchain_learning"), load("longchain_step0")
     if learn is None or d is None:
         return None
+    from refimpl.bench.resultfiles import expect
+
+    path = RESULTS / "longchain_learning.json"
+    expect(isinstance(learn["results"], dict) and learn["results"], path,
+           "results: expected the benchmark's task (refimpl bench-learning's results.json)")  # fmt: skip
     res = next(iter(learn["results"].values()))
     sig = metrics(d, MAIN_K)["signals"]
     rows = []
@@ -374,7 +395,9 @@ def learning_figure(out: Path) -> Path | None:
     ax.set_xlabel("credit: within-completion r with A* (warm start; 0 = constant)")
     ax.set_ylabel(f"held-out greedy gain over the budget (± s.e., {len(rows[0]['seeds'])} seeds)")
     ax.set_title("Long chain: does credit agreement predict learning?")
-    fig.savefig(out, dpi=130, bbox_inches="tight")
+    from refimpl.plots import save_figure
+
+    save_figure(fig, out, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return out
 
@@ -388,10 +411,10 @@ def token_figure(d: dict, out: Path, k: str = MAIN_K) -> Path:
     """One failed and one successful completion of a batch, every token coloured by A* and by
     the advantages of GRPO, GTPO, GRPO-S and TEPO (each row its own symmetric scale)."""
     from refimpl.nbplots import plot_completion_credit
+    from refimpl.plots import save_figure
 
     fig = plot_completion_credit(d, k=k, algos=FIGURE_ALGOS)
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    return out
+    return save_figure(fig, out, dpi=130, bbox_inches="tight")
 
 
 def write_blocks(page: str, blocks: dict[str, str]) -> str:
@@ -413,7 +436,11 @@ def blocks() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit 0 (written, or current with ``--check``), 1 (stale, with ``--check``) or 2 (a
+    result file missing or damaged, named on one line: nothing is written)."""
     global RESULTS
+    from refimpl.bench.resultfiles import ResultFileError
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when the page is stale")
     parser.add_argument("--no-figure", action="store_true", help="leave the figures alone")
@@ -425,14 +452,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     RESULTS = args.results
-    page = PAGE.read_text()
-    new = write_blocks(page, blocks())
+    _LOADED.clear()
+    _METRICS.clear()
+    try:
+        if not RESULTS.is_dir():
+            raise ResultFileError(f"--results: {RESULTS} is not a directory of result files")
+        page = PAGE.read_text()
+        new = write_blocks(page, blocks())
+    except ResultFileError as err:
+        print(f"report.py: error: {err} ({PAGE} is left as it was)", file=sys.stderr)
+        return 2
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as err:
+        print(f"report.py: error: a result file under {RESULTS} is not what the tables read "
+              f"({type(err).__name__}: {err}); {PAGE} is left as it was", file=sys.stderr)  # fmt: skip
+        return 2
     if args.check:
         if new != page:
             print(f"{PAGE} is stale: run python scripts/experiments/credit/report.py")
             return 1
         return 0
-    PAGE.write_text(new)
+    from refimpl.runs.runlog import write_text_atomic
+
+    write_text_atomic(PAGE, new)  # whole or not at all, never through a link
     if not args.no_figure and (d := load("longchain_step0")) is not None:
         print(token_figure(d, FIGURES / "credit_tokens_longchain.png"))
     if not args.no_figure and (f := learning_figure(FIGURES / "credit_learning_longchain.png")):
