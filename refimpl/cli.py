@@ -35,6 +35,7 @@ try:
     from refimpl.runs.rundir import (
         SavedRun,
         check_name,
+        is_locked,
         load_config_file,
         read_saved_run,
         steps_outside,
@@ -153,6 +154,7 @@ def run_rows(runs_dir: Path) -> list[dict[str, str]]:
                     "task": damage,
                     "seed": "?",
                     "steps": "?",
+                    "end": "?",
                     "held-out greedy": "?",
                 }
             )
@@ -167,6 +169,7 @@ def _run_row(d: Path, runs_dir: Path, tc: dict, records: list[dict]) -> dict[str
     list of strings)."""
     last = max((r["step"] for r in records), default=0)
     step = f"{last}/{tc.get('steps', '?')}"
+    end = run_end(d, tc, records)
     evals = [(n, r) for n, r in enumerate(records, 1) if "heldout_greedy" in r]
     heldout = "-"
     if evals:
@@ -193,8 +196,57 @@ def _run_row(d: Path, runs_dir: Path, tc: dict, records: list[dict]) -> dict[str
         "task": tc["task"] + args["task_args"],
         "seed": str(tc.get("seed", "?")),
         "steps": step,
+        "end": end,
         "held-out greedy": heldout,
     }
+
+
+#: What ``refimpl runs`` says of how a run ended (its "end" column).
+RUN_ENDS = {
+    "done": "reached its --steps",
+    "done: tokens": "reached its --max-sampled-tokens",
+    "running": "a process holds its lock now",
+    "stopped": "ended before its budget (Ctrl-C, a kill, a non-finite loss): "
+    "`refimpl train --resume --name NAME` continues it",
+}
+
+
+def run_end(run_dir: Path, tc: dict, records: list[dict]) -> str:
+    """How the run in ``run_dir`` ended, from its log, by the rule the trainer stops on
+    (``Trainer.finished``): its last step reached ``steps``, or the completion tokens it
+    sampled reached ``max_sampled_tokens``; else it is running (its lock is held) or stopped
+    early. A key of ``RUN_ENDS``."""
+    last = max(records, key=lambda r: r["step"], default={"step": 0})
+    steps, budget = tc.get("steps"), tc.get("max_sampled_tokens")
+    if isinstance(steps, int) and last["step"] >= steps:
+        return "done"
+    tokens = last.get("sampled_tokens")
+    if isinstance(budget, int) and isinstance(tokens, (int, float)) and tokens >= budget:
+        return "done: tokens"
+    return "running" if is_locked(run_dir) else "stopped"
+
+
+def train_summary(run_dir: Path, cfg: TrainConfig) -> str:
+    """What ``refimpl train`` prints when its run has ended: held-out greedy success at the
+    log's first evaluation (step 0, before any RL) and at its last (the end), where the
+    figures are, and the run directory (last, on a line of its own)."""
+    evals = [r for r in read_metrics(run_dir, missing_ok=True) if "heldout_greedy" in r]
+    if evals:
+        first, last = evals[0], evals[-1]
+        a, b = first["heldout_greedy"], last["heldout_greedy"]
+        success = (
+            f"held-out greedy success on {cfg.eval_problems} problems: {a:.3f} at step "
+            f"{first['step']} → {b:.3f} at step {last['step']} ({b - a:+.3f})"
+        )
+    else:
+        success = "held-out greedy success: not evaluated (no evaluation in metrics.jsonl)"
+    figure = Path(run_dir) / "curves.png"
+    figures = (
+        f"figures: {figure}"
+        if cfg.plot and figure.is_file()
+        else f"figures: none (--no-plot); `refimpl plot {run_dir}` draws them"
+    )
+    return f"{success}\n{figures}\nrun directory: {run_dir}"
 
 
 def _list_runs(cfg: ListRuns) -> None:
@@ -213,6 +265,8 @@ def _list_runs(cfg: ListRuns) -> None:
             print(f"{r['run'].ljust(width['run'])}  damaged: {r['task']}")
         else:
             print("  ".join(r[c].ljust(width[c]) for c in cols).rstrip())
+    for end in sorted({r["end"] for r in whole} - {"done"}):
+        print(f"{end}: {RUN_ENDS[end]}")
     damaged = len(rows) - len(whole)
     if damaged:
         print(
@@ -392,7 +446,7 @@ def _main(argv: list[str] | None) -> int:
                     cmd, saved = _train_defaults(cmd, args[args.index("train") + 1 :])
                 except SystemExit as exit_:
                     return int(exit_.code or 0)
-                print(f"run directory: {train(cmd, saved)}")
+                print(train_summary(train(cmd, saved), cmd))
             elif isinstance(cmd, CompareConfig):
                 typed = explicit_fields(args[args.index("compare") + 1 :], CompareConfig)
                 dirs, figure, table = compare(cmd, typed)  # the preset leaves typed flags alone
