@@ -18,6 +18,7 @@ import typing
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 # Importing torch takes seconds: Ctrl-C then is one line and exit code 130, as later on, when
 # this module is the program (`python -m refimpl.cli`, or the `refimpl` script that imports
@@ -25,7 +26,7 @@ from pathlib import Path
 try:
     import tyro
 
-    from refimpl import algorithms
+    from refimpl import algorithms, core
     from refimpl.bench.credit import CreditConfig
     from refimpl.bench.learning import LearningConfig
     from refimpl.bench.speed import SpeedConfig
@@ -88,7 +89,9 @@ class ListRuns:
 class PlotConfig:
     """Redraw the figures of finished (or interrupted) runs."""
 
-    run_dirs: tyro.conf.Positional[tuple[Path, ...]] = ()
+    run_dirs: Annotated[
+        tyro.conf.Positional[tuple[Path, ...]], tyro.conf.arg(help_behavior_hint="(required)")
+    ] = ()
     """run directories (each with config.json and metrics.jsonl); at least one"""
     out: Path | None = None
     """comparison figure path when several runs are given (default: compare.png next to them)"""
@@ -119,15 +122,27 @@ def _list_tasks() -> None:
 
 
 def _list_algos() -> None:
+    """Each algorithm with its own Config fields; the fields every Config shares
+    (``core.CONFIG_FIELDS``) once, at the top, with GRPO's defaults, and under an algorithm
+    only where it sets them otherwise."""
+    baseline = algorithms.get(algorithms.BASELINE).Config()
+    shared = core.CONFIG_FIELDS
+    print(
+        f"Every Config has these fields ({algorithms.BASELINE}'s defaults; an algorithm lists "
+        "one again where its default differs):"
+    )
+    print("         " + ", ".join(f"{f}={getattr(baseline, f)!r}" for f in shared))
     for name in algorithms.NAMES:
         module = algorithms.get(name)
         summary = (module.__doc__ or "").strip().splitlines()[0]
         print(f"{name:<8} {summary}")
+        cfg = module.Config()
         fields = ", ".join(
-            f"{f.name}={getattr(module.Config(), f.name)!r}"
+            f"{f.name}={getattr(cfg, f.name)!r}"
             for f in dataclasses.fields(module.Config)
+            if f.name not in shared or getattr(cfg, f.name) != getattr(baseline, f.name)
         )
-        print(f"         {fields}")
+        print(f"         {fields or '(the shared fields only, with the defaults above)'}")
 
 
 def run_rows(runs_dir: Path) -> list[dict[str, str]]:
@@ -302,12 +317,42 @@ def _plot(cfg: PlotConfig) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def help_text(doc: str) -> str:
+    """A docstring as ``--help`` prints it: the lines of a paragraph joined into one (tyro
+    keeps a break before every indented continuation line, so a help text broke
+    mid-sentence), a list item (``- ``, ``* ``, ``1. ``) on a line of its own, and reST's
+    ``code`` shown as `code`."""
+    paragraphs = []
+    for paragraph in re.split(r"\n[ \t]*\n", doc.strip("\n")):
+        lines = [line.strip() for line in paragraph.splitlines() if line.strip()]
+        text = lines[0] if lines else ""
+        for line in lines[1:]:
+            text += ("\n" if re.match(r"([-*•]|\d+\.) ", line) else " ") + line
+        paragraphs.append(text)
+    return re.sub(r"``(.+?)``", r"`\1`", "\n\n".join(paragraphs))
+
+
+@contextlib.contextmanager
+def _plain_help():
+    """Every help text tyro formats passes through ``help_text`` (tyro joins a docstring's
+    lines with ``_strings.remove_single_line_breaks``, the one place all of them pass)."""
+    from tyro import _strings
+
+    original = _strings.remove_single_line_breaks
+    _strings.remove_single_line_breaks = help_text
+    try:
+        yield
+    finally:
+        _strings.remove_single_line_breaks = original
+
+
 def _parse(parser, args: list[str], **kwargs):
     """``tyro.cli`` with its error box (bad type, unknown flag, bad choice) turned into one
-    line ``refimpl: error: ...`` and exit code 2; help and completion pass through."""
+    line ``refimpl: error: ...`` and exit code 2; help and completion pass through, with
+    the help texts of ``help_text``."""
     err = io.StringIO()
     try:
-        with contextlib.redirect_stderr(err):
+        with contextlib.redirect_stderr(err), _plain_help():
             return parser(args=args, **kwargs)
     except SystemExit as exit_:
         text = err.getvalue()

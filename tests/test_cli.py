@@ -523,3 +523,64 @@ def test_train_ends_with_success_before_and_after_the_figures_and_the_run(tmp_pa
     code, out, err = run_cli(["train", *tiny_flags(runs, steps=1), "--name", "plain"], capsys)
     assert code == 0, err
     assert f"figures: none (--no-plot); `refimpl plot {runs / 'plain'}` draws them" in out
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_help_shows_no_rest_markup_and_no_empty_default(command, capsys):
+    """The issue's item 10: ``--help`` showed reST's double backquotes and "(default: )" for
+    an empty list; every command's help now shows `code` and "(default: none)"."""
+    code, out, _ = run_cli([command, "--help"], capsys)
+    assert code == 0
+    flat = "".join(ch for ch in out if not ch.isspace() and ch != "│")
+    assert "``" not in flat
+    assert "(default:)" not in flat
+
+
+def test_help_text_joins_a_paragraph_and_keeps_list_items():
+    """A docstring's indented continuation lines join their sentence (tyro broke the line
+    before each); a blank line still separates paragraphs and a list item starts a line."""
+    from refimpl.cli import help_text
+
+    doc = "also stop (None: no budget;\n    dynamic sampling draws more)\n\n    Two:\n    - a\n    - ``b``"
+    assert (
+        help_text(doc)
+        == "also stop (None: no budget; dynamic sampling draws more)\n\nTwo:\n- a\n- `b`"
+    )
+
+
+def test_every_train_flag_help_is_one_paragraph():
+    """What tyro shows for each TrainConfig field (its docstring, through ``help_text``) has
+    no line break, so no flag's help breaks mid-sentence."""
+    import dataclasses
+
+    from tyro import _docstrings
+
+    from refimpl.cli import _plain_help
+    from refimpl.settings.train import TrainConfig
+
+    with _plain_help():
+        for f in dataclasses.fields(TrainConfig):
+            doc = _docstrings.get_field_docstring(TrainConfig, f.name, ()) or ""
+            assert "\n" not in doc, (f.name, doc)
+
+
+def test_algos_lists_the_shared_fields_once(capsys):
+    """The issue's item 10: ``refimpl algos`` repeated the shared Config fields under every
+    algorithm. They are listed once; an algorithm shows one again only where its default
+    differs from GRPO's (DAPO's dynamic sampling), and every own field (GTPO's alpha_2)."""
+    from refimpl import core
+
+    code, out, _ = run_cli(["algos"], capsys)
+    assert code == 0
+    grpo = algorithms.get("grpo").Config()
+    for field in core.CONFIG_FIELDS:
+        differ = [
+            n for n in algorithms.NAMES
+            if getattr(algorithms.get(n).Config(), field) != getattr(grpo, field)
+        ]  # fmt: skip
+        assert out.count(f" {field}=") == 1 + len(differ), field
+    assert out.count("success_threshold=") == 1
+    dapo = out.split("\ndapo ", 1)[1].splitlines()[1]
+    assert "dynamic_sampling=True" in dapo
+    gtpo = out.split("\ngtpo ", 1)[1].splitlines()[1]
+    assert "alpha_2=" in gtpo
