@@ -19,6 +19,7 @@ import typing
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 # Importing torch takes seconds: Ctrl-C then is one line and exit code 130, as later on, when
 # this module is the program (`python -m refimpl.cli`, or the `refimpl` script that imports
@@ -26,7 +27,7 @@ from pathlib import Path
 try:
     import tyro
 
-    from refimpl import algorithms
+    from refimpl import algorithms, core
     from refimpl.bench.credit import CreditConfig
     from refimpl.bench.learning import LearningConfig
     from refimpl.bench.speed import SpeedConfig
@@ -36,6 +37,7 @@ try:
     from refimpl.runs.rundir import (
         SavedRun,
         check_name,
+        is_locked,
         load_config_file,
         read_saved_run,
         steps_outside,
@@ -88,7 +90,9 @@ class ListRuns:
 class PlotConfig:
     """Redraw the figures of finished (or interrupted) runs."""
 
-    run_dirs: tyro.conf.Positional[tuple[Path, ...]] = ()
+    run_dirs: Annotated[
+        tyro.conf.Positional[tuple[Path, ...]], tyro.conf.arg(help_behavior_hint="(required)")
+    ] = ()
     """run directories (each with config.json and metrics.jsonl); at least one"""
     out: Path | None = None
     """comparison figure path when several runs are given (default: compare.png next to them)"""
@@ -119,15 +123,27 @@ def _list_tasks() -> None:
 
 
 def _list_algos() -> None:
+    """Each algorithm with its own Config fields; the fields every Config shares
+    (``core.CONFIG_FIELDS``) once, at the top, with GRPO's defaults, and under an algorithm
+    only where it sets them otherwise."""
+    baseline = algorithms.get(algorithms.BASELINE).Config()
+    shared = core.CONFIG_FIELDS
+    print(
+        f"Every Config has these fields ({algorithms.BASELINE}'s defaults; an algorithm lists "
+        "one again where its default differs):"
+    )
+    print("         " + ", ".join(f"{f}={getattr(baseline, f)!r}" for f in shared))
     for name in algorithms.NAMES:
         module = algorithms.get(name)
         summary = (module.__doc__ or "").strip().splitlines()[0]
         print(f"{name:<8} {summary}")
+        cfg = module.Config()
         fields = ", ".join(
-            f"{f.name}={getattr(module.Config(), f.name)!r}"
+            f"{f.name}={getattr(cfg, f.name)!r}"
             for f in dataclasses.fields(module.Config)
+            if f.name not in shared or getattr(cfg, f.name) != getattr(baseline, f.name)
         )
-        print(f"         {fields}")
+        print(f"         {fields or '(the shared fields only, with the defaults above)'}")
 
 
 def run_rows(runs_dir: Path) -> list[dict[str, str]]:
@@ -154,6 +170,7 @@ def run_rows(runs_dir: Path) -> list[dict[str, str]]:
                     "task": damage,
                     "seed": "?",
                     "steps": "?",
+                    "end": "?",
                     "held-out greedy": "?",
                 }
             )
@@ -168,6 +185,7 @@ def _run_row(d: Path, runs_dir: Path, tc: dict, records: list[dict]) -> dict[str
     list of strings)."""
     last = max((r["step"] for r in records), default=0)
     step = f"{last}/{tc.get('steps', '?')}"
+    end = run_end(d, tc, records)
     evals = [(n, r) for n, r in enumerate(records, 1) if "heldout_greedy" in r]
     heldout = "-"
     if evals:
@@ -194,8 +212,57 @@ def _run_row(d: Path, runs_dir: Path, tc: dict, records: list[dict]) -> dict[str
         "task": tc["task"] + args["task_args"],
         "seed": str(tc.get("seed", "?")),
         "steps": step,
+        "end": end,
         "held-out greedy": heldout,
     }
+
+
+#: What ``refimpl runs`` says of how a run ended (its "end" column).
+RUN_ENDS = {
+    "done": "reached its --steps",
+    "done: tokens": "reached its --max-sampled-tokens",
+    "running": "a process holds its lock now",
+    "stopped": "ended before its budget (Ctrl-C, a kill, a non-finite loss): "
+    "`refimpl train --resume --name NAME` continues it",
+}
+
+
+def run_end(run_dir: Path, tc: dict, records: list[dict]) -> str:
+    """How the run in ``run_dir`` ended, from its log, by the rule the trainer stops on
+    (``Trainer.finished``): its last step reached ``steps``, or the completion tokens it
+    sampled reached ``max_sampled_tokens``; else it is running (its lock is held) or stopped
+    early. A key of ``RUN_ENDS``."""
+    last = max(records, key=lambda r: r["step"], default={"step": 0})
+    steps, budget = tc.get("steps"), tc.get("max_sampled_tokens")
+    if isinstance(steps, int) and last["step"] >= steps:
+        return "done"
+    tokens = last.get("sampled_tokens")
+    if isinstance(budget, int) and isinstance(tokens, (int, float)) and tokens >= budget:
+        return "done: tokens"
+    return "running" if is_locked(run_dir) else "stopped"
+
+
+def train_summary(run_dir: Path, cfg: TrainConfig) -> str:
+    """What ``refimpl train`` prints when its run has ended: held-out greedy success at the
+    log's first evaluation (step 0, before any RL) and at its last (the end), where the
+    figures are, and the run directory (last, on a line of its own)."""
+    evals = [r for r in read_metrics(run_dir, missing_ok=True) if "heldout_greedy" in r]
+    if evals:
+        first, last = evals[0], evals[-1]
+        a, b = first["heldout_greedy"], last["heldout_greedy"]
+        success = (
+            f"held-out greedy success on {cfg.eval_problems} problems: {a:.3f} at step "
+            f"{first['step']} → {b:.3f} at step {last['step']} ({b - a:+.3f})"
+        )
+    else:
+        success = "held-out greedy success: not evaluated (no evaluation in metrics.jsonl)"
+    figure = Path(run_dir) / "curves.png"
+    figures = (
+        f"figures: {figure}"
+        if cfg.plot and figure.is_file()
+        else f"figures: none (--no-plot); `refimpl plot {run_dir}` draws them"
+    )
+    return f"{success}\n{figures}\nrun directory: {run_dir}"
 
 
 def _list_runs(cfg: ListRuns) -> None:
@@ -214,6 +281,8 @@ def _list_runs(cfg: ListRuns) -> None:
             print(f"{r['run'].ljust(width['run'])}  damaged: {r['task']}")
         else:
             print("  ".join(r[c].ljust(width[c]) for c in cols).rstrip())
+    for end in sorted({r["end"] for r in whole} - {"done"}):
+        print(f"{end}: {RUN_ENDS[end]}")
     damaged = len(rows) - len(whole)
     if damaged:
         print(
@@ -249,12 +318,42 @@ def _plot(cfg: PlotConfig) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def help_text(doc: str) -> str:
+    """A docstring as ``--help`` prints it: the lines of a paragraph joined into one (tyro
+    keeps a break before every indented continuation line, so a help text broke
+    mid-sentence), a list item (``- ``, ``* ``, ``1. ``) on a line of its own, and reST's
+    ``code`` shown as `code`."""
+    paragraphs = []
+    for paragraph in re.split(r"\n[ \t]*\n", doc.strip("\n")):
+        lines = [line.strip() for line in paragraph.splitlines() if line.strip()]
+        text = lines[0] if lines else ""
+        for line in lines[1:]:
+            text += ("\n" if re.match(r"([-*•]|\d+\.) ", line) else " ") + line
+        paragraphs.append(text)
+    return re.sub(r"``(.+?)``", r"`\1`", "\n\n".join(paragraphs))
+
+
+@contextlib.contextmanager
+def _plain_help():
+    """Every help text tyro formats passes through ``help_text`` (tyro joins a docstring's
+    lines with ``_strings.remove_single_line_breaks``, the one place all of them pass)."""
+    from tyro import _strings
+
+    original = _strings.remove_single_line_breaks
+    _strings.remove_single_line_breaks = help_text
+    try:
+        yield
+    finally:
+        _strings.remove_single_line_breaks = original
+
+
 def _parse(parser, args: list[str], **kwargs):
     """``tyro.cli`` with its error box (bad type, unknown flag, bad choice) turned into one
-    line ``refimpl: error: ...`` and exit code 2; help and completion pass through."""
+    line ``refimpl: error: ...`` and exit code 2; help and completion pass through, with
+    the help texts of ``help_text``."""
     err = io.StringIO()
     try:
-        with contextlib.redirect_stderr(err):
+        with contextlib.redirect_stderr(err), _plain_help():
             return parser(args=args, **kwargs)
     except SystemExit as exit_:
         text = err.getvalue()
@@ -407,7 +506,7 @@ def _main(argv: list[str] | None) -> int:
                     cmd, saved = _train_defaults(cmd, args[args.index("train") + 1 :])
                 except SystemExit as exit_:
                     return int(exit_.code or 0)
-                print(f"run directory: {train(cmd, saved)}")
+                print(train_summary(train(cmd, saved), cmd))
             elif isinstance(cmd, CompareConfig):
                 typed = explicit_fields(args[args.index("compare") + 1 :], CompareConfig)
                 dirs, figure, table = compare(cmd, typed)  # the preset leaves typed flags alone

@@ -225,6 +225,16 @@ class AlgorithmConfig:
         entropy in float32."""
         return False
 
+    def advantage_std_set(self) -> str | None:
+        """Over which values the advantages are divided by a standard deviation: ``"group"``,
+        the ``G`` rewards (or completions) of a group, as GRPO's z-score; ``"group_tokens"`` or
+        ``"batch_tokens"``, the response tokens of a group or of the whole batch (token
+        rewards normalised per token); ``None``, no std division: the advantage is a reward
+        minus an average of the group's rewards. What it answers bounds every advantage (a
+        z-score among ``L`` values is at most ``(L−1)/√L`` in size, a centred reward at most
+        the group's reward range), which the spec checks for every algorithm."""
+        return "group"
+
     def advantage_scale(self, batch: RolloutBatch) -> float:
         """A constant of the whole batch that the loss multiplies every advantage by (GPG's α;
         1 for every other algorithm). A loop whose loss sees micro-batches that split groups

@@ -301,14 +301,59 @@ def test_runs_lists_runs_at_any_depth_with_their_last_heldout_success(tmp_path, 
     code, out, err = run_cli(["runs", str(tmp_path)], capsys)
     assert code == 0, err
     lines = out.strip().splitlines()
-    assert lines[0].split() == ["run", "algo", "task", "seed", "steps", "held-out", "greedy"]
-    assert lines[1].split() == ["a", "gtpo", "chain", "0", "4/4", "0.625", "@", "4"]
-    assert lines[2].split() == ["cmp/tepo-s1", "tepo", "countdown", "0", "2/2", "0.125", "@", "0"]
+    assert lines[0].split() == [
+        "run", "algo", "task", "seed", "steps", "end", "held-out", "greedy"
+    ]  # fmt: skip
+    assert lines[1].split() == ["a", "gtpo", "chain", "0", "4/4", "done", "0.625", "@", "4"]
+    assert lines[2].split() == [
+        "cmp/tepo-s1", "tepo", "countdown", "0", "2/2", "done", "0.125", "@", "0"
+    ]  # fmt: skip
     assert len(lines) == 3
     code, out, _ = run_cli(["runs", str(tmp_path / "notes")], capsys)
     assert code == 0 and "no runs" in out
     code, _, err = run_cli(["runs", str(tmp_path / "missing")], capsys)
     assert code == 2 and "runs_dir" in err
+
+
+def test_runs_says_whether_a_run_reached_its_budget_or_stopped(tmp_path, capsys):
+    """The issue's "83/4000" against "29/4000": a run that reached its steps or its token
+    budget is ``done``, one that ended before either (Ctrl-C, a kill) ``stopped`` with the
+    command that continues it, and one whose lock a process holds ``running``."""
+    from refimpl.runs.rundir import LOCK_FILE, RunLock
+
+    fake_run(tmp_path / "full", "grpo", "chain", 4, [(0, 0.25)])
+    fake_run(tmp_path / "cut", "grpo", "chain", 4, [(0, 0.25)])
+    fake_run(tmp_path / "live", "grpo", "chain", 4, [(0, 0.25)])
+    for name in ("cut", "live"):  # 2 of 4 steps logged
+        log = tmp_path / name / "metrics.jsonl"
+        log.write_text("".join(log.read_text().splitlines(keepends=True)[:3]))
+    fake_run(tmp_path / "tokens", "grpo", "chain", 4000, [(0, 0.25)])
+    config = json.loads((tmp_path / "tokens" / "config.json").read_text())
+    config["train_config"]["max_sampled_tokens"] = 100
+    (tmp_path / "tokens" / "config.json").write_text(json.dumps(config))
+    records = [{"step": 0, "sampled_tokens": 0}, {"step": 1, "sampled_tokens": 60},
+               {"step": 2, "sampled_tokens": 120}]  # fmt: skip
+    (tmp_path / "tokens" / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in records)
+    )
+    (tmp_path / "cut" / LOCK_FILE).write_text("")  # a lock file nobody holds: not running
+    with RunLock.acquire(tmp_path / "live", "--name"):
+        code, out, err = run_cli(["runs", str(tmp_path)], capsys)
+    assert code == 0, err
+    rows = {line.split()[0]: line.split() for line in out.strip().splitlines()[1:5]}
+    assert rows["full"][4:6] == ["4/4", "done"]
+    assert rows["cut"][4:6] == ["2/4", "stopped"]
+    assert rows["live"][4:6] == ["2/4", "running"]
+    assert (
+        rows["tokens"][4:6]
+        == [
+            "2/4000",
+            "done:",
+        ]
+        and rows["tokens"][6] == "tokens"
+    )
+    assert "stopped: ended before its budget" in out and "train --resume" in out
+    assert "done: tokens: reached its --max-sampled-tokens" in out
 
 
 def test_runs_lists_a_run_whose_config_or_log_is_a_directory_as_damaged(tmp_path, capsys):
@@ -322,7 +367,7 @@ def test_runs_lists_a_run_whose_config_or_log_is_a_directory_as_damaged(tmp_path
     code, out, err = run_cli(["runs", str(tmp_path)], capsys)
     assert code == 0, err
     lines = out.strip().splitlines()
-    assert lines[1].split() == ["a", "gtpo", "chain", "0", "2/2", "0.250", "@", "0"]
+    assert lines[1].split() == ["a", "gtpo", "chain", "0", "2/2", "done", "0.250", "@", "0"]
     assert lines[2].startswith("b ") and "damaged: metrics.jsonl: not readable" in lines[2]
     assert lines[3].startswith("c ") and "damaged: config.json: not readable" in lines[3]
     assert lines[4].startswith("2 damaged run directories: restore the file named"), out
@@ -356,7 +401,7 @@ def test_runs_lists_a_run_whose_last_heldout_value_is_no_number_as_damaged(tmp_p
     code, out, err = run_cli(["runs", str(tmp_path)], capsys)
     assert code == 0, err
     lines = out.strip().splitlines()
-    assert lines[1].split() == ["a", "gtpo", "chain", "0", "2/2", "0.250", "@", "0"]
+    assert lines[1].split() == ["a", "gtpo", "chain", "0", "2/2", "done", "0.250", "@", "0"]
     assert lines[2].startswith("b ") and "damaged: metrics.jsonl: record 3" in lines[2], out
     assert f"heldout_greedy {json.dumps(value)}, not a number" in lines[2], out
 
@@ -449,3 +494,93 @@ def test_ctrl_c_while_the_flags_are_parsed_is_one_line_and_exit_130(capsys, monk
         pytest.fail("KeyboardInterrupt escaped refimpl.cli.main")
     assert code == 130 and out == ""
     assert err == "refimpl: interrupted while starting (nothing was written)\n"
+
+
+def test_train_ends_with_success_before_and_after_the_figures_and_the_run(tmp_path, capsys):
+    """The issue's item 7: ``refimpl train`` ended silently after its progress bar. It ends
+    with held-out greedy success at step 0 and at the end (as its metrics.jsonl logged them),
+    where the figures are (or how to draw them), and the run directory."""
+    from tests.safety_helpers import tiny_flags
+
+    runs = tmp_path / "runs"
+    flags = [f for f in tiny_flags(runs, steps=2) if f != "--no-plot"]
+    code, out, err = run_cli(["train", *flags, "--name", "drawn"], capsys)
+    assert code == 0, err
+    run = runs / "drawn"
+    evals = [
+        r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+        if "heldout_greedy" in r
+    ]  # fmt: skip
+    a, b = evals[0]["heldout_greedy"], evals[-1]["heldout_greedy"]
+    assert evals[0]["step"] == 0 and evals[-1]["step"] == 2
+    lines = out.strip().splitlines()[-3:]
+    assert lines[0] == (
+        f"held-out greedy success on 4 problems: {a:.3f} at step 0 → {b:.3f} at step 2 "
+        f"({b - a:+.3f})"
+    )
+    assert lines[1] == f"figures: {run / 'curves.png'}" and (run / "curves.png").is_file()
+    assert lines[2] == f"run directory: {run}"
+    code, out, err = run_cli(["train", *tiny_flags(runs, steps=1), "--name", "plain"], capsys)
+    assert code == 0, err
+    assert f"figures: none (--no-plot); `refimpl plot {runs / 'plain'}` draws them" in out
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_help_shows_no_rest_markup_and_no_empty_default(command, capsys):
+    """The issue's item 10: ``--help`` showed reST's double backquotes and "(default: )" for
+    an empty list; every command's help now shows `code` and "(default: none)"."""
+    code, out, _ = run_cli([command, "--help"], capsys)
+    assert code == 0
+    flat = "".join(ch for ch in out if not ch.isspace() and ch != "│")
+    assert "``" not in flat
+    assert "(default:)" not in flat
+
+
+def test_help_text_joins_a_paragraph_and_keeps_list_items():
+    """A docstring's indented continuation lines join their sentence (tyro broke the line
+    before each); a blank line still separates paragraphs and a list item starts a line."""
+    from refimpl.cli import help_text
+
+    doc = "also stop (None: no budget;\n    dynamic sampling draws more)\n\n    Two:\n    - a\n    - ``b``"
+    assert (
+        help_text(doc)
+        == "also stop (None: no budget; dynamic sampling draws more)\n\nTwo:\n- a\n- `b`"
+    )
+
+
+def test_every_train_flag_help_is_one_paragraph():
+    """What tyro shows for each TrainConfig field (its docstring, through ``help_text``) has
+    no line break, so no flag's help breaks mid-sentence."""
+    import dataclasses
+
+    from tyro import _docstrings
+
+    from refimpl.cli import _plain_help
+    from refimpl.settings.train import TrainConfig
+
+    with _plain_help():
+        for f in dataclasses.fields(TrainConfig):
+            doc = _docstrings.get_field_docstring(TrainConfig, f.name, ()) or ""
+            assert "\n" not in doc, (f.name, doc)
+
+
+def test_algos_lists_the_shared_fields_once(capsys):
+    """The issue's item 10: ``refimpl algos`` repeated the shared Config fields under every
+    algorithm. They are listed once; an algorithm shows one again only where its default
+    differs from GRPO's (DAPO's dynamic sampling), and every own field (GTPO's alpha_2)."""
+    from refimpl import core
+
+    code, out, _ = run_cli(["algos"], capsys)
+    assert code == 0
+    grpo = algorithms.get("grpo").Config()
+    for field in core.CONFIG_FIELDS:
+        differ = [
+            n for n in algorithms.NAMES
+            if getattr(algorithms.get(n).Config(), field) != getattr(grpo, field)
+        ]  # fmt: skip
+        assert out.count(f" {field}=") == 1 + len(differ), field
+    assert out.count("success_threshold=") == 1
+    dapo = out.split("\ndapo ", 1)[1].splitlines()[1]
+    assert "dynamic_sampling=True" in dapo
+    gtpo = out.split("\ngtpo ", 1)[1].splitlines()[1]
+    assert "alpha_2=" in gtpo

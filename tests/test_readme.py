@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from refimpl import algorithms
-
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MAX_LINES = 150
@@ -47,18 +45,43 @@ def test_opens_with_the_two_commands():
     assert [line.split("#")[0].strip() for line in block] == ["make demo", "make test"]
 
 
-def test_the_algorithm_count_is_the_registrys():
-    """The opening says how many algorithms there are besides GRPO, and the number is the
-    registry's (``refimpl.algorithms.NAMES``), so a new algorithm fails here until it is
-    counted."""
-    words = "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen".split()
-    m = re.search(r"GRPO and (\w+) algorithms that modify it", " ".join(_text().split()))
-    assert m, "README.md no longer says 'GRPO and <n> algorithms that modify it'"
-    others = len(algorithms.NAMES) - 1
-    assert m.group(1) in words, f"{m.group(1)!r}: a number word from ten to eighteen"
-    assert words.index(m.group(1)) + 10 == others, (
-        f"README.md says GRPO and {m.group(1)} others; the registry has {others} besides GRPO"
-    )
+#: How much of the README a newcomer sees first (a laptop screen and a scroll).
+FIRST_SCREEN = 50
+
+
+def test_states_no_count_that_goes_stale():
+    """No count a change elsewhere makes wrong: the README says "GRPO and the algorithms
+    that modify it" (the table lists them, so a new algorithm is one row, docs/
+    adding_an_algorithm.md), and no number of tests."""
+    text = " ".join(_text().split())
+    numbers = r"\b(\d[\d,]*|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|twenty)"
+    assert not re.search(r"GRPO and " + numbers, text, re.I), "a count of the algorithms"
+    assert not re.search(numbers + r" (other )?algorithms (that|besides|here)\b", text, re.I)
+    assert not re.search(r"\b\d[\d,]* (tests|passed)\b", text)
+
+
+def test_first_screen_is_about_the_project():
+    """The first screen holds the two commands, the figure, the table of algorithms and
+    where to start, and no machine, commit or date (those live on docs/benchmarks.md and
+    docs/numerics.md, which it links)."""
+    lines = _text().splitlines()
+    first = "\n".join(lines[:FIRST_SCREEN])
+    assert "![" in first and "(docs/figures/" in first, "no figure on the first screen"
+    assert "(refimpl/algorithms/grpo.py)" in first, "the table of algorithms starts lower"
+    assert "## What to read first" in "\n".join(lines), "no 'What to read first'"
+    text = _text()
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), "a date: it belongs in docs/"
+    assert not re.search(r"\bcommit [0-9a-f]{7,40}\b", text), "a commit: it belongs in docs/"
+    assert not re.search(r"\b(Xeon|EPYC|Ryzen|Core i\d)\b", text), "a machine: docs/numerics.md"
+
+
+def test_what_to_read_first_lists_every_notebook():
+    """Every notebook of notebooks/ is in the reading order, by its number."""
+    section = _text().split("## What to read first", 1)[1].split("\n## ", 1)[0]
+    numbers = sorted(p.name[:2] for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert numbers, "no notebooks found"
+    missing = [n for n in numbers if not re.search(rf"\b{n}\b", section)]
+    assert missing == [], f"'What to read first' leaves out notebooks {missing}"
 
 
 def test_is_short():

@@ -1,5 +1,7 @@
 """Guard: every name in ``refimpl.algorithms.NAMES`` has everything docs/adding_an_algorithm.md
-asks for. Adding a name to ``NAMES`` without one of these fails here, naming what is missing:
+asks for (``scripts/dev/new_algorithm.py`` writes all of it for a new name; its ``PLACES`` are
+the files below). Adding a name to ``NAMES`` without one of these fails here, naming what is
+missing:
 
 * its docs page ``docs/algorithms/<name>.md``, in the site's nav and in the side-by-side table,
   with its sections "What it does to entropy" and "Other implementations", the
@@ -123,3 +125,23 @@ def test_papers_in_references(name):
     assert cited, f"the docstring of {name}.py cites no arXiv id"
     entries = set(re.findall(r"eprint\s*=\s*\{(\d{4}\.\d{4,5})\}", _text("docs/references.md")))
     assert cited <= entries, f"no BibTeX in docs/references.md for {sorted(cited - entries)}"
+
+
+def test_the_scaffold_writes_every_place_checked_here():
+    """``scripts/dev/new_algorithm.py`` (step 1 of the tutorial) touches every file this guard
+    reads, so a name it creates passes here before any prose is written."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "new_algorithm", ROOT / "scripts" / "dev" / "new_algorithm.py"
+    )
+    scaffold = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scaffold)
+    places = {p.replace("{name}", "<name>") for p in scaffold.PLACES}
+    read_here = {
+        "docs/algorithms/<name>.md", "mkdocs.yml", "docs/algorithms.md",
+        "docs/_algorithm_pages.py", "tests/spec/test_<name>.py", "docs/spec.md",
+        "docs/api/algorithms.md", "README.md", "refimpl/algorithms/__init__.py",
+        "refimpl/algorithms/<name>.py",
+    }  # fmt: skip
+    assert read_here <= places, sorted(read_here - places)

@@ -84,6 +84,10 @@ class Config(core.AlgorithmConfig):
     def __post_init__(self) -> None:
         core.check_config(self, LOSS_AGG_MODES)
 
+    def advantage_std_set(self) -> str | None:
+        # §3.2: A_i = r_i − mean_G r, no std division.
+        return None
+
     def for_generation_budget(self, max_new_tokens: int) -> Config:
         # §3.2: the constant L_max is the generation budget, unless max_len sets it.
         return self if self.max_len is not None else replace(self, max_len=max_new_tokens)

@@ -90,6 +90,10 @@ class Config(core.AlgorithmConfig):
     def __post_init__(self) -> None:
         core.check_config(self, LOSS_AGG_MODES)
 
+    def advantage_std_set(self) -> str | None:
+        # §3: F_norm = 1 (no std division) unless normalize_std divides by the group's std.
+        return "group" if self.normalize_std else None
+
     def advantage_scale(self, batch: RolloutBatch) -> float:
         """§3: α = B / (B − M), M = rows of zero-variance groups (they carry no gradient)."""
         return alpha(batch.rewards, batch.group_size)

@@ -1,7 +1,10 @@
 """GRPO: Group Relative Policy Optimization.
 
 Paper: Shao et al., "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open
-Language Models", arXiv 2402.03300 (v3), §4.1. Confidence: [C] throughout.
+Language Models", arXiv 2402.03300 (v3), §4.1. Confidence: [C] throughout. (The marks of
+every file: [C] confirmed by the paper or its official code, [S] by independent
+re-implementations only, [A] assumed here, with the Config field that switches it;
+docs/fidelity.md lists them.)
 
 Idea
 ----

@@ -5,6 +5,8 @@ Entropy", arXiv 2508.04349, cited from the v5 full text (§2.2, §2.4, §3.1; eq
 are v5's). No official code. Confidence: [C] for the token rewards, the hyper-parameters and
 the loss, which v5 states; the normalisation set is the text's "batch" but our default is a
 documented departure from it (below); the rest are [A] choices, each a Config field.
+([C]: confirmed by the paper or its official code; [S]: by independent re-implementations
+only; [A]: assumed here, switchable by a Config field; docs/fidelity.md lists them.)
 
 Idea
 ----
@@ -151,6 +153,11 @@ class Config(core.AlgorithmConfig):
         core.require_choice(self.stats, "Config.stats", STATS)
         core.require_choice(self.entropy_mean, "Config.entropy_mean", ENTROPY_MEANS)
         core.require_choice(self.negative_shaping, "Config.negative_shaping", NEGATIVE_SHAPING)
+
+    def advantage_std_set(self) -> str | None:
+        # Eq. 4: token rewards z-scored over the group's response tokens (stats="batch": the
+        # batch's; a subgroup's set lies inside its group's).
+        return "batch_tokens" if self.stats == "batch" else "group_tokens"
 
     def reads_rollout_entropy(self) -> bool:
         # Eq. 2/3: the token rewards are shaped by the rollout's entropies H_old.

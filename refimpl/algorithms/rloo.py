@@ -85,6 +85,10 @@ class Config(core.AlgorithmConfig):
     def __post_init__(self) -> None:
         core.check_config(self, LOSS_AGG_MODES)
 
+    def advantage_std_set(self) -> str | None:
+        # No std division: r_i minus the mean of the other rewards (Eq. 1).
+        return None
+
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: each reward minus the mean of its siblings' rewards."""

@@ -133,6 +133,10 @@ class Config(core.AlgorithmConfig):
         core.require_choice(self.kl_denominator, "Config.kl_denominator", KL_DENOMINATORS)
         core.require_choice(self.entropy_source, "Config.entropy_source", ENTROPY_SOURCES)
 
+    def advantage_std_set(self) -> str | None:
+        # A_i is GRPO's z-score, or with advantage="centred" r − mean_G r (no std division).
+        return None if self.advantage == "centred" else "group"
+
     def needs_reference(self) -> bool:
         # The KL term reads π_ref only when anchored there (kl_anchor="old" uses π_old).
         return self.kl_coef > 0 and self.kl_anchor == "ref"

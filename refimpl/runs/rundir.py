@@ -313,6 +313,22 @@ def check_not_locked(plan: Plan) -> None:
         os.close(fd)  # also releases the probe's own lock
 
 
+def is_locked(run_dir: Path) -> bool:
+    """Whether a process holds ``run_dir``'s lock now (a run in progress); changes nothing.
+    An unreadable lock file counts as not locked (``refimpl runs`` only reports it)."""
+    path = Path(run_dir) / LOCK_FILE
+    if not path.is_file() or path.is_symlink():
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return False
+    try:
+        return not _try_lock(fd)
+    finally:
+        os.close(fd)  # also releases the probe's own lock
+
+
 def claim_run_dir(plan: Plan) -> RunLock:
     """Create the run directory (one atomic ``mkdir``) when it does not exist, lock it, and
     check it again under the lock (``check_run_dir``): what the plan says may be written is

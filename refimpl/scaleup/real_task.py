@@ -416,15 +416,29 @@ def markdown_table(base: dict | None, runs: list[dict]) -> str:
     return head + "".join("| " + " | ".join(row) + " |\n" for row in rows)
 
 
-class _StepPrinter(TrainerCallback):
-    """Prints reward, entropy, clip and mask fractions and time of each optimizer step."""
+def step_line(step: int, max_steps: int, logs: dict) -> str:
+    """One optimizer step of a TRL run, as ``StepPrinter`` prints it: reward, entropy, clip
+    and mask fractions and time; or, when the step trained on nothing, that, plainly (its
+    entropy and fractions are then means over no token: 0, not a measurement)."""
+    reward = logs.get("reward", float("nan"))
+    if logs.get("refimpl/kept_groups_frac", 1.0) == 0:
+        why = "every group's rewards were equal, so dynamic sampling dropped every group"
+    elif logs.get("refimpl/adv_abs_mean", 1.0) == 0:
+        why = "every group's rewards were equal, so every advantage was 0"
+    else:
+        keys = ("reward", "entropy", "refimpl/clip_frac_low", "refimpl/clip_frac_high",
+                "refimpl/kl_mask_frac", "step_time")  # fmt: skip
+        shown = {k.split("/")[-1]: round(float(logs[k]), 4) for k in keys if k in logs}
+        return f"step {step}/{max_steps} {shown}"
+    return f"step {step}/{max_steps}: trained on nothing ({why}; mean reward {reward:.3f})"
+
+
+class StepPrinter(TrainerCallback):
+    """Prints one line per optimizer step (``step_line``)."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
         if logs and "loss" in logs:
-            keys = ("reward", "entropy", "refimpl/clip_frac_low", "refimpl/clip_frac_high",
-                    "refimpl/kl_mask_frac", "step_time")  # fmt: skip
-            shown = {k.split("/")[-1]: round(float(logs[k]), 4) for k in keys if k in logs}
-            print(f"step {state.global_step}/{state.max_steps}", shown, flush=True)
+            print(step_line(state.global_step, state.max_steps, logs), flush=True)
 
 
 #: The ``GRPOConfig`` settings ``train_trl`` never varies: a constant learning rate without
@@ -522,7 +536,7 @@ def train_trl(
         )
         # disable_tqdm makes the Trainer print every log dict; the caller reports instead.
         trainer.remove_callback(PrinterCallback)
-        for callback in ([_StepPrinter()] if progress else []) + list(callbacks):
+        for callback in ([StepPrinter()] if progress else []) + list(callbacks):
             trainer.add_callback(callback)
         trainer.train()
     return trainer

@@ -11,9 +11,15 @@ task's own check.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import tyro
 
 from refimpl import core
+
+#: A list of KEY=VALUE flags (``--algo-args``, ``--task-args``); its help says "(default: none)"
+#: where tyro would print an empty "(default: )".
+KeyValues = Annotated[tuple[str, ...], tyro.conf.arg(help_behavior_hint="(default: none)")]
 
 
 def parse_value(raw: str, hint: Any) -> Any:

@@ -17,6 +17,7 @@ import torch
 from refimpl import algorithms
 from refimpl.loop import LoopConfig
 from refimpl.settings.limits import check_lr, check_positive, check_seed, check_threads, flag
+from refimpl.settings.overrides import KeyValues
 from refimpl.settings.warmstart import RunWarmstartConfig, TaskName
 from refimpl.streams import held_out_rng
 from toy_envs import TOKENIZER
@@ -34,9 +35,9 @@ class TrainConfig:
     """algorithm (`refimpl algos` lists them with their Config fields)"""
     task: TaskName = LoopConfig.task
     """task (`refimpl tasks` lists them with their knobs)"""
-    algo_args: tuple[str, ...] = ()
+    algo_args: KeyValues = ()
     """algorithm Config overrides as FIELD=VALUE, e.g. --algo-args alpha_2=0.2 stats=subgroup"""
-    task_args: tuple[str, ...] = ()
+    task_args: KeyValues = ()
     """task knob overrides as KNOB=VALUE, e.g. --task-args num_ops=3"""
     seed: int = LoopConfig.seed
     """seed of prompts and completions (the warm start has its own)"""

@@ -22,7 +22,7 @@ import tyro
 
 from refimpl.model import GPT, GPTConfig
 from refimpl.settings.limits import check_lr, check_positive, check_seed, check_threads, flag
-from refimpl.settings.overrides import parse_overrides
+from refimpl.settings.overrides import KeyValues, parse_overrides
 from toy_envs import DEFAULT_TASK, TASK_NAMES, TOKENIZER, get_task
 
 
@@ -107,7 +107,7 @@ class WarmstartConfig:
 
     task: TaskName = DEFAULT_TASK
     """task whose base model is trained (its easier mix, see WARMSTART_MIX)"""
-    task_args: tuple[str, ...] = ()
+    task_args: KeyValues = ()
     """task knobs as KNOB=VALUE (the RL run passes its own --task-args); the mix applies on top"""
     steps: int = 600
     """optimizer steps (600 × 128 lands chain k=3 at ~40 % greedy success)"""

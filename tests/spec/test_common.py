@@ -471,17 +471,19 @@ def test_offpolicy_gradient_closed_form(name, data):
     torch.testing.assert_close(grad.double()[decided], expected[decided], rtol=1e-4, atol=1e-7)
 
 
-def _advantage_bound(name: str, cfg, batch: RolloutBatch) -> torch.Tensor:
-    """``[B, T]`` bound on ``|A[i,t]|`` from the group alone.
+def _advantage_bound(cfg, batch: RolloutBatch) -> torch.Tensor:
+    """``[B, T]`` bound on ``|A[i,t]|`` from the group alone, by the set the Config divides by
+    a std over (``Config.advantage_std_set``).
 
     A z-score of a member of a set of ``L`` values with the unbiased std satisfies
     ``|x − mean| / std ≤ (L − 1)/√L`` (Samuelson's inequality: the other ``L − 1`` deviations
     sum to ``−(x − mean)``, so their squares sum to at least ``(x − mean)²/(L − 1)``); ``+ eps``
-    in the denominator only lowers it. GTPO normalises token rewards over a set of at most the
-    group's active tokens ``L_g`` (of the batch's, with ``stats="batch"``); GRPO-S over at most its ``G`` completions; GRPO, DAPO, GSPO
-    (and TEPO, GPG with a std) over its ``G`` rewards. A centred reward (Dr. GRPO, GPG, TEPO
-    "centred") is bounded by the group's reward range, and so is RLOO's ``r_i`` minus the mean
-    of the other rewards (both lie between the group's smallest and largest reward).
+    in the denominator only lowers it. The set is the group's ``G`` rewards (``"group"``: GRPO,
+    DAPO, GSPO, GRPO-S's completions, ...), at most the group's active tokens ``L_g``
+    (``"group_tokens"``: GTPO's token rewards) or the batch's (``"batch_tokens"``). Without a
+    std division (``None``) the advantage is a reward minus an average of the group's rewards
+    (Dr. GRPO's mean, RLOO's mean of the others): both lie between the group's smallest and
+    largest reward, so the group's reward range bounds it.
     """
     G = batch.group_size
     m = core.group_view(batch.response_mask, G)
@@ -490,16 +492,17 @@ def _advantage_bound(name: str, cfg, batch: RolloutBatch) -> torch.Tensor:
     def samuelson(L):
         return (L - 1).clamp(min=0) / L.clamp(min=1).sqrt()
 
-    if name == "gtpo" and cfg.stats == "batch":  # one set per sign over the whole batch
+    std_set = cfg.advantage_std_set()
+    if std_set == "batch_tokens":  # one set per sign over the whole batch
         bound = samuelson(m.sum().double().expand(r.shape[0]))
-    elif name == "gtpo":
+    elif std_set == "group_tokens":
         bound = samuelson(m.sum(dim=(1, 2)).double())
-    elif name in ("dr_grpo", "rloo") or (name == "gpg" and not cfg.normalize_std):
+    elif std_set is None:
         bound = r.max(dim=1).values - r.min(dim=1).values
-    elif name == "tepo" and cfg.advantage == "centred":
-        bound = r.max(dim=1).values - r.min(dim=1).values
-    else:
+    elif std_set == "group":
         bound = samuelson(torch.full((r.shape[0],), float(G), dtype=torch.float64))
+    else:  # pragma: no cover
+        raise AssertionError(f"advantage_std_set() = {std_set!r}: not one of core's answers")
     return bound.repeat_interleave(G)[:, None].expand_as(batch.response_mask)
 
 
@@ -514,7 +517,7 @@ def test_advantages_bounded_by_their_group(name, data):
     batch = data.draw(rollout_batches(), label="batch")
     adv = mod.advantages(batch, cfg).double()
     assert bool(torch.isfinite(adv).all())
-    bound = _advantage_bound(name, cfg, batch)
+    bound = _advantage_bound(cfg, batch)
     assert bool((adv.abs() <= bound * (1 + 1e-6) + 1e-6).all()), float((adv.abs() - bound).max())
 
 

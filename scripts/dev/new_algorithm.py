@@ -1,0 +1,272 @@
+"""Start a new algorithm: every place ``tests/test_registry.py`` checks, in one command.
+
+    .venv/bin/python scripts/dev/new_algorithm.py NAME --title TITLE --arxiv ID --summary TEXT
+
+copies ``refimpl/algorithms/grpo.py`` (or ``--base``'s file) to ``refimpl/algorithms/NAME.py``
+and registers it everywhere a new algorithm must appear; docs/adding_an_algorithm.md then says
+what to change in each. Every check is done before the first write: a name that is taken (in
+``NAMES``, or by any of the files below) is refused, so nothing is ever overwritten.
+
+The places, in the order ``tests/test_registry.py`` checks them (``PLACES``):
+
+1. ``refimpl/algorithms/NAME.py``: the base's file, its ``NAME`` changed;
+2. ``NAMES`` in ``refimpl/algorithms/__init__.py``: the name appended (the existing algorithms
+   keep their colours in figures; a new one gets the palette's next colour);
+3. ``tests/spec/test_NAME.py``: the spec module, with a ``test_worked_example`` that fails
+   until you write its numbers;
+4. ``docs/algorithms/NAME.md``: the page, with its Quick facts marker and its sections;
+5. ``LOOP`` in ``docs/_algorithm_pages.py``: the page's advantage and loss steps, the base's;
+6. ``mkdocs.yml``: the page in the site's nav;
+7. ``docs/algorithms.md``: a row in the side-by-side table (the base's, to edit) and a line in
+   its list of pages;
+8. ``docs/spec.md``: the index of the spec module;
+9. ``docs/api/algorithms.md``: the API reference entry;
+10. ``README.md``: a row in the table of algorithms.
+
+Then run ``scripts/dev/algorithm_pages.py`` (it writes the page's Quick facts and loop).
+verl and TRL need no line: they register every name in ``NAMES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: What this script writes or edits, relative to the repository root ("{name}": the new one).
+PLACES = (
+    "refimpl/algorithms/{name}.py",
+    "refimpl/algorithms/__init__.py",
+    "tests/spec/test_{name}.py",
+    "docs/algorithms/{name}.md",
+    "docs/_algorithm_pages.py",
+    "mkdocs.yml",
+    "docs/algorithms.md",
+    "docs/spec.md",
+    "docs/api/algorithms.md",
+    "README.md",
+)
+
+SPEC_MODULE = '''"""{title}'s own invariants (the common ones, in ``test_common.py``, run on it already).
+
+Each test states its invariant and the equation it follows from; ``docs/spec.md`` indexes them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from refimpl.algorithms import {name}
+from tests.spec import worked
+
+
+def test_worked_example():
+    """The numbers of the worked example in ``docs/algorithms/{name}.md``, derived by hand."""
+    batch, logp = worked.batch()
+    adv = {name}.advantages(batch, {name}.Config())
+    pytest.fail(f"write the worked example's numbers, computed by hand; the code gives {{adv}}")
+'''
+
+PAGE = """# {title}
+
+{MARKER}
+
+{summary} ({paper}). The file: [`{name}.py`](../../refimpl/algorithms/{name}.py); its spec:
+[`test_{name}.py`](../../tests/spec/test_{name}.py).
+
+## Key equations
+
+## Worked example
+
+The group of [`tests/spec/worked.py`](../../tests/spec/worked.py), by hand; `test_worked_example`
+asserts every number.
+
+## What it does to entropy
+
+Not measured yet.
+
+## Other implementations
+
+## References
+
+- {paper}
+"""
+
+
+def _fail(message: str) -> None:
+    print(f"new_algorithm.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _read(path: str) -> str:
+    return (ROOT / path).read_text(encoding="utf-8")
+
+
+def _insert_after_last(
+    text: str, pattern: str, line: str, where: str, *, item: bool = False
+) -> str:
+    """``text`` with ``line`` inserted after the last line matching ``pattern`` (``item``:
+    after that list item's indented continuation lines too)."""
+    matches = list(re.finditer(pattern, text, re.M))
+    if not matches:
+        _fail(f"{where}: no line matches {pattern!r} (edited by hand?)")
+    end = text.find("\n", matches[-1].end()) + 1 or len(text)
+    while item and text.startswith("  ", end) and text[end:].split("\n", 1)[0].strip():
+        end = text.index("\n", end) + 1
+    return text[:end] + line + "\n" + text[end:]
+
+
+def _names() -> tuple[str, ...]:
+    tree = ast.parse(_read("refimpl/algorithms/__init__.py"))
+    for node in tree.body:
+        target = getattr(node, "target", None) or (getattr(node, "targets", None) or [None])[0]
+        if isinstance(target, ast.Name) and target.id == "NAMES":
+            return tuple(ast.literal_eval(node.value))
+    _fail("refimpl/algorithms/__init__.py: no NAMES")
+    return ()
+
+
+def _loop_entry(base: str, name: str) -> str:
+    """The source of ``LOOP[base]`` in docs/_algorithm_pages.py, keyed by ``name``."""
+    text = _read("docs/_algorithm_pages.py")
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "LOOP":
+            for key, value in zip(node.value.keys, node.value.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == base:
+                    return f'    "{name}": {ast.get_source_segment(text, value)},'
+    _fail(f"docs/_algorithm_pages.py: LOOP has no entry for {base}")
+    return ""
+
+
+def plan(name: str, base: str, title: str, arxiv: str, summary: str) -> dict[str, str]:
+    """``{path: new text}`` for every place, computed before anything is written; refuses a
+    taken name, an unknown base, or a field that would break a table."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        _fail(f"NAME: {name!r} is not a lower-case Python identifier (e.g. my_rloo)")
+    names = _names()
+    if name in names:
+        _fail(f"NAME: {name} is already in NAMES (pick a new name)")
+    if base not in names:
+        _fail(f"--base: {base} is not in NAMES ({', '.join(names)})")
+    for place in PLACES:
+        path = ROOT / place.format(name=name)
+        if "{name}" in place and path.exists():
+            _fail(f"NAME: {path.relative_to(ROOT)} exists already (pick a new name)")
+    if not re.fullmatch(r"\d{4}\.\d{4,5}", arxiv):
+        _fail(f"--arxiv: {arxiv!r} is not an arXiv id like 2402.14740")
+    for flag, value in (("--title", title), ("--summary", summary)):
+        if not value.strip() or "|" in value or "\n" in value:
+            _fail(f"{flag}: {value!r} must be one non-empty line without '|'")
+    paper = f"arXiv {arxiv}"
+    out: dict[str, str] = {}
+
+    source = _read(f"refimpl/algorithms/{base}.py")
+    if not re.search(rf'^NAME = "{base}"$', source, re.M):
+        _fail(f'refimpl/algorithms/{base}.py: no line NAME = "{base}"')
+    out[f"refimpl/algorithms/{name}.py"] = re.sub(
+        rf'^NAME = "{base}"$', f'NAME = "{name}"', source, count=1, flags=re.M
+    )
+
+    init = _read("refimpl/algorithms/__init__.py")
+    m = re.search(r"^NAMES: tuple\[str, \.\.\.\] = \((.*?)^\)", init, re.M | re.S)
+    if not m:
+        _fail("refimpl/algorithms/__init__.py: NAMES is not a tuple literal")
+    out["refimpl/algorithms/__init__.py"] = (
+        init[: m.end() - 1] + f'    "{name}",\n' + init[m.end() - 1 :]
+    )
+
+    out[f"tests/spec/test_{name}.py"] = SPEC_MODULE.format(name=name, title=title)
+    out[f"docs/algorithms/{name}.md"] = PAGE.format(
+        name=name, title=title, summary=summary, paper=paper, MARKER="<!-- quick-facts -->"
+    )
+
+    pages = _read("docs/_algorithm_pages.py")
+    m = re.search(r"^LOOP\b.*?^}", pages, re.M | re.S)
+    if not m:
+        _fail("docs/_algorithm_pages.py: no LOOP dict")
+    out["docs/_algorithm_pages.py"] = (
+        pages[: m.end() - 1] + _loop_entry(base, name) + "\n" + pages[m.end() - 1 :]
+    )
+
+    nav = _read("mkdocs.yml")
+    entry = r"^( *)- [^:\n]+: algorithms/\w+\.md[ \t]*$"
+    indent = (re.findall(entry, nav, re.M) or [""])[-1]
+    out["mkdocs.yml"] = _insert_after_last(
+        nav, entry, f"{indent}- {title}: algorithms/{name}.md", "mkdocs.yml"
+    )
+
+    table = _read("docs/algorithms.md")
+    rows = re.findall(rf"^\| \[[^]]+\]\(algorithms/{base}\.md\) \|.*$", table, re.M)
+    if not rows:
+        _fail(f"docs/algorithms.md: no table row for {base}")
+    row = re.sub(r"^\| \[[^]]+\]\([^)]+\)", f"| [{title}](algorithms/{name}.md)", rows[0])
+    table = _insert_after_last(table, r"^\| \[[^]]+\]\(algorithms/\w+\.md\) \|", row,
+                               "docs/algorithms.md")  # fmt: skip
+    out["docs/algorithms.md"] = _insert_after_last(
+        table,
+        r"^- \[[^]]+\]\(algorithms/\w+\.md\)",
+        f"- [{title}](algorithms/{name}.md): {summary}.",
+        "docs/algorithms.md",
+        item=True,
+    )
+
+    spec = _read("docs/spec.md")
+    last = list(
+        re.finditer(r"^\[`tests/spec/test_\w+\.py`\].*· page: \[algorithms/.*$", spec, re.M)
+    )
+    if not last:
+        _fail("docs/spec.md: no index of an algorithm's spec module")
+    section = (
+        f"## {title}\n\n[`tests/spec/test_{name}.py`](../tests/spec/test_{name}.py) · page: "
+        f"[algorithms/{name}.md](algorithms/{name}.md)\n\n"
+        f"- [`test_worked_example`](../tests/spec/test_{name}.py): The numbers of the worked "
+        f"example in `docs/algorithms/{name}.md`, each derived by hand on the page.\n\n"
+    )
+    # After the last algorithm's section: before the next "## " heading that follows it.
+    nxt = spec.index("\n## ", last[-1].end()) + 1
+    out["docs/spec.md"] = spec[:nxt] + section + spec[nxt:]
+
+    out["docs/api/algorithms.md"] = _insert_after_last(
+        _read("docs/api/algorithms.md"), r"^::: refimpl\.algorithms\.\w+[ \t]*$",
+        f"\n::: refimpl.algorithms.{name}", "docs/api/algorithms.md"
+    )  # fmt: skip
+
+    readme = _read("README.md")
+    out["README.md"] = _insert_after_last(
+        readme, r"^\|.*\(refimpl/algorithms/\w+\.py\) \|$",
+        f"| {title} | {paper} | {summary} | [{name}.py](refimpl/algorithms/{name}.py) |",
+        "README.md"
+    )  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("name", help="the new algorithm's name, a lower-case identifier")
+    parser.add_argument("--title", required=True, help="its display name, e.g. 'My RLOO'")
+    parser.add_argument("--arxiv", required=True, help="the paper's arXiv id, e.g. 2402.14740")
+    parser.add_argument("--summary", required=True, help="what it changes, in a few words")
+    parser.add_argument("--base", default="grpo", help="the algorithm file to start from")
+    args = parser.parse_args(argv)
+    texts = plan(args.name, args.base, args.title, args.arxiv, args.summary)
+    for place in PLACES:
+        path = ROOT / place.format(name=args.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(texts[place.format(name=args.name)], encoding="utf-8")
+        print(f"{'wrote ' if '{name}' in place else 'edited'} {path.relative_to(ROOT)}")
+    print(
+        f"next: .venv/bin/python scripts/dev/algorithm_pages.py, then edit "
+        f"refimpl/algorithms/{args.name}.py (docs/adding_an_algorithm.md, step 2)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
