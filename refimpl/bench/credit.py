@@ -742,7 +742,7 @@ def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None
     metrics; returns what ``main`` writes. ``typed``: the fields the command line set
     (``presets.explicit_fields``), which ``--preset`` leaves alone."""
     from refimpl.bench import machine_info
-    from refimpl.bench.speed import matmul_peak
+    from refimpl.bench.speed import decode_flops_per_token, matmul_peak
     from refimpl.runs import numerics
     from refimpl.settings.memory import refuse_over_budget
 
@@ -778,7 +778,7 @@ def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None
     first_wrong = _first_wrong_tokens(plan.task, problems, responses, outcome, G)
     # FLOPs of one decoded token, matmuls only (as refimpl bench-speed counts them).
     size = plan.warmstart.model
-    flops_per_token = 2 * (size.n_layer * 12 * size.n_embd**2 + TOKENIZER.vocab_size * size.n_embd)
+    flops_per_token = decode_flops_per_token(size.n_layer, size.n_embd, TOKENIZER.vocab_size)
     peak = matmul_peak(3)
     oracle, metrics = {}, {}
     for k in cfg.rollout_list():

@@ -42,7 +42,13 @@ from refimpl.core import RolloutBatch
 from refimpl.runs.runlog import check_output_file, write_text_atomic
 from refimpl.settings.limits import check_threads
 
-TARGETS = {"kv_cache_speedup": 3.0, "algo_overhead_frac": 0.05, "trl_speedup": 3.0}
+TARGETS = {
+    "kv_cache_speedup": 3.0,
+    "algo_overhead_frac": 0.05,
+    "trl_speedup": 3.0,
+    "oracle_peak_frac": 0.40,  # rollouts at the oracle's batch size, share of the matmul peak
+    "step_peak_frac": 0.60,  # one RL step's model FLOPs, share of the matmul peak
+}
 #: The sizes ``SpeedConfig`` fills in when they are not given: (full, ``--quick``).
 SIZES: dict[str, tuple[Any, Any]] = {
     "repeats": (5, 2),
@@ -50,6 +56,8 @@ SIZES: dict[str, tuple[Any, Any]] = {
     "trl_steps": (8, 2),
     "lengths": ((32, 128), (8, 16)),
     "big_batch": ((512, 128), (64, 32)),
+    # prefixes × K rollouts, prefix tokens, new tokens: the oracle-sized sampling batch
+    "oracle_batch": ((32, 32, 56, 32), (4, 8, 12, 8)),
 }
 
 
@@ -73,6 +81,13 @@ class SpeedConfig:
     """response lengths of the sampling benchmark (None: 32 128, or 8 16 with --quick)"""
     big_batch: tuple[int, int] | None = None
     """B, T of the vectorised-vs-reference comparison (None: 512 128, or 64 32 with --quick)"""
+    oracle_batch: tuple[int, int, int, int] | None = None
+    """prefixes, K, prefix length, new tokens of the oracle-sized sampling (None: 32 32 56 32,
+    i.e. 1,024 rows, or 4 8 12 8 with --quick)"""
+    commands: bool = False
+    """also time the README's two jobs end to end, once each: the demo (``python -m
+    refimpl.demo`` into an empty runs directory) and the test suite (``pytest -n auto`` in the
+    repository); about 8 minutes on 2 cores"""
     quick: bool = False
     """tiny sizes (1-layer d = 32 model, few repeats) for what is not typed: checks the report
     is produced"""
@@ -208,6 +223,105 @@ def bench_sampling(cfg: SpeedConfig, model_size: dict[str, int]) -> list[dict[st
             }
         )
     return rows
+
+
+def decode_flops_per_token(n_layer: int, n_embd: int, vocab_size: int) -> int:
+    """Matmul FLOPs of one decoded token of the GPT: ``2 · (12 · n_layer · d² + V · d)`` (the
+    q/k/v, output and MLP projections of every layer and the tied head; attention over the
+    cache is not counted, as in ``bench_step``)."""
+    return 2 * (12 * n_layer * n_embd**2 + vocab_size * n_embd)
+
+
+def bench_oracle(cfg: SpeedConfig, model_size: dict[str, int], peak: float) -> dict[str, Any]:
+    """Sampling at the credit oracle's batch size: ``prefixes × K`` rows (≥ 1,024 at full
+    size) continuing prefixes of one length, the shared-prefix path against the reference
+    path (the list cache, the prefix repeated per row), interleaved; then one ``token_values``
+    call over completions of that length (every prefix continued K times, as ``refimpl
+    credit`` runs it). Every row generates to the budget (``<eos>`` masked out), so the tokens
+    are known and every one counts."""
+    from refimpl.diagnostics.credit_oracle import token_values
+    from refimpl.model import GPTConfig
+    from refimpl.sampling import sample_groups
+    from toy_envs import TOKENIZER, get_task
+
+    n_prefix, k, prefix_len, new = cfg.oracle_batch
+    torch.manual_seed(0)
+    model = _no_eos_model(
+        GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=prefix_len + new, **model_size),
+        TOKENIZER.eos_id,
+    )
+    gen = torch.Generator().manual_seed(0)
+    prefixes = torch.randint(3, TOKENIZER.vocab_size, (n_prefix, prefix_len), generator=gen)
+    prefixes[:, 0] = TOKENIZER.bos_id
+    prompts = prefixes.tolist()
+
+    def run(shared: bool):
+        return sample_groups(
+            model, prompts, group_size=k, max_new_tokens=new, eos_id=TOKENIZER.eos_id,
+            pad_id=TOKENIZER.pad_id, generator=torch.Generator().manual_seed(1),
+            shared_prefix_cache=shared,
+        )  # fmt: skip
+
+    tokens = n_prefix * k * new
+    times = _interleaved({"shared": lambda: run(True), "reference": lambda: run(False)},
+                         cfg.repeats)  # fmt: skip
+    per_token = decode_flops_per_token(
+        model_size["n_layer"], model_size["n_embd"], TOKENIZER.vocab_size
+    )
+    shared_s = statistics.median(times["shared"])
+    reference_s = statistics.median(times["reference"])
+    result: dict[str, Any] = {
+        "prefixes": n_prefix,
+        "rollouts": k,
+        "rows": n_prefix * k,
+        "prefix_length": prefix_len,
+        "new_tokens": new,
+        "tokens": tokens,
+        "flops_per_token": per_token,
+        "shared_s": shared_s,
+        "reference_s": reference_s,
+        "shared_tok_s": tokens / shared_s,
+        "reference_tok_s": tokens / reference_s,
+        "shared_fraction_of_peak": tokens / shared_s * per_token / peak,
+        "reference_fraction_of_peak": tokens / reference_s * per_token / peak,
+        "speedup": _median_ratio(times["reference"], times["shared"]),
+    }
+    # One oracle batch: n_prefix completions of new/2 tokens (the samples themselves), every
+    # proper prefix continued K times: all prefixes of one length in one call of n_prefix · K
+    # rows, as refimpl credit runs them.
+    task = get_task("chain")
+    problems = task.sample(n_prefix, np.random.default_rng([0, 1]))
+    budget = max(2, new // 2)  # completions of new/2 tokens: continuations of 1 … new/2
+    sample_prompts = [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems]
+    longest = max(len(p) for p in sample_prompts)
+    oracle_model = _no_eos_model(
+        GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=longest + budget, **model_size),
+        TOKENIZER.eos_id,
+    )
+    samples = sample_groups(
+        oracle_model, sample_prompts, group_size=1, max_new_tokens=budget,
+        eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id, generator=gen,
+    )  # fmt: skip
+    outcome = torch.zeros(n_prefix)
+
+    def oracle():
+        return token_values(
+            oracle_model, task, problems, samples, outcome, rollouts=k,
+            max_new_tokens=budget, max_rows=n_prefix * k,
+        )  # fmt: skip
+
+    values = oracle()
+    oracle_s = _median_time(oracle, max(1, cfg.repeats // 2), warmup=0)
+    result["oracle"] = {
+        "completions": n_prefix,
+        "prefixes": values.prefixes,
+        "rows_per_call": n_prefix * k,
+        "tokens": values.sampled_tokens,
+        "seconds": oracle_s,
+        "tok_s": values.sampled_tokens / oracle_s,
+        "fraction_of_peak": values.sampled_tokens / oracle_s * per_token / peak,
+    }
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -518,6 +632,40 @@ def bench_trl(cfg: SpeedConfig) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
+# 6. The README's two jobs, end to end.
+# ---------------------------------------------------------------------------------------------
+
+
+def bench_commands() -> dict[str, Any]:
+    """Wall time of the demo from an empty runs directory and of the test suite, each run
+    once in a subprocess (they are minutes long: one timing each, not a median)."""
+    import re
+    import subprocess
+    import sys
+    import tempfile
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "refimpl.demo", "--runs-dir", tmp],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        out["demo_s"] = time.perf_counter() - start
+    repo = Path(__file__).resolve().parents[2]
+    if (repo / "tests").is_dir():
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-n", "auto", "-q", "-p", "no:cacheprovider"],
+            cwd=repo, capture_output=True, text=True,
+        )  # fmt: skip
+        out["tests_s"] = time.perf_counter() - start
+        summary = [line for line in done.stdout.splitlines() if re.search(r"\d+ passed", line)]
+        out["tests_summary"] = summary[-1].strip("= ") if summary else f"exit {done.returncode}"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # The report.
 # ---------------------------------------------------------------------------------------------
 
@@ -541,6 +689,7 @@ def run_speed(cfg: SpeedConfig) -> tuple[dict[str, Any], Path]:
     }
     results["matmul_peak_flops_per_s"] = peak = matmul_peak(cfg.repeats)
     results["sampling"] = bench_sampling(cfg, model_size)
+    results["oracle_sampling"] = bench_oracle(cfg, model_size, peak)
     results["step"] = step = bench_step(cfg, peak)
     results["algorithms"] = bench_algorithms(
         cfg, step["rows"], step["max_new_tokens"], step["time_step"]
@@ -551,6 +700,8 @@ def run_speed(cfg: SpeedConfig) -> tuple[dict[str, Any], Path]:
     )
     if cfg.trl:
         results["trl"] = bench_trl(cfg)
+    if cfg.commands:
+        results["commands"] = bench_commands()
     results["machine_after"] = machine_info()
     results["wall_s"] = time.perf_counter() - started
     write_text_atomic(cfg.out / "results.json", json.dumps(results, indent=2))
@@ -575,10 +726,12 @@ def format_speed(r: dict[str, Any]) -> str:
     ]
     for section in (
         _format_sampling,
+        _format_oracle,
         _format_step,
         _format_algorithms,
         _format_reference,
         _format_trl,
+        _format_commands,
     ):
         lines += section(r)
     return "\n".join(lines)
@@ -603,6 +756,39 @@ def _format_sampling(r: dict[str, Any]) -> list[str]:
     lines += [
         markdown_table(
             ["response length", "KV cache tok/s", "no cache tok/s", "speed-up", "target ≥ 3×"], rows
+        ),
+        "",
+    ]
+    return lines
+
+
+def _format_oracle(r: dict[str, Any]) -> list[str]:
+    """Sampling at the oracle's batch size: the shared-prefix path against the reference."""
+    o = r["oracle_sampling"]
+    target = TARGETS["oracle_peak_frac"]
+    lines = [
+        f"**Sampling at the oracle's size** ({o['prefixes']} prefixes of {o['prefix_length']} "
+        f"tokens × K = {o['rollouts']} = {o['rows']:,} rows, {o['new_tokens']} new tokens each; "
+        f"{o['flops_per_token'] / 1e6:.2f} MFLOP of matmuls per token; share of the "
+        f"{r['matmul_peak_flops_per_s'] / 1e9:.1f} GFLOP/s matmul peak):",
+        "",
+    ]
+    rows = [
+        ["shared-prefix cache (default)", f"{o['shared_tok_s']:,.0f}",
+         f"{o['shared_fraction_of_peak']:.1%}", f"{o['speedup']:.2f}×",
+         _ok(o["shared_fraction_of_peak"] >= target)],
+        ["reference (list cache, prefix per row)", f"{o['reference_tok_s']:,.0f}",
+         f"{o['reference_fraction_of_peak']:.1%}", "1×", ""],
+    ]  # fmt: skip
+    oracle = o["oracle"]
+    rows.append(
+        [f"oracle rollouts (`token_values`, {oracle['prefixes']:,} prefixes × K, "
+         f"{oracle['rows_per_call']:,} rows a call)", f"{oracle['tok_s']:,.0f}",
+         f"{oracle['fraction_of_peak']:.1%}", "", _ok(oracle["fraction_of_peak"] >= target)]
+    )  # fmt: skip
+    lines += [
+        markdown_table(
+            ["path", "tokens/s", "share of peak", "speed-up", f"target ≥ {target:.0%}"], rows
         ),
         "",
     ]
@@ -637,7 +823,8 @@ def _format_step(r: dict[str, Any]) -> list[str]:
         f"{s['step_flops'] / 1e9:.2f} GFLOP → {s['achieved_flops_per_s'] / 1e9:.2f} "
         f"GFLOP/s achieved vs a measured fp32 matmul peak of "
         f"{s['peak_flops_per_s'] / 1e9:.1f} GFLOP/s (1024², same threads): "
-        f"**{s['fraction_of_peak']:.1%} of peak**.",
+        f"**{s['fraction_of_peak']:.1%} of peak** (target ≥ "
+        f"{TARGETS['step_peak_frac']:.0%}: {_ok(s['fraction_of_peak'] >= TARGETS['step_peak_frac'])}).",
         "",
     ]
     return lines
@@ -743,6 +930,24 @@ def _format_trl(r: dict[str, Any]) -> list[str]:
         "",
     ]
     return lines
+
+
+def _format_commands(r: dict[str, Any]) -> list[str]:
+    """The demo's and the suite's wall time, when measured (``--commands``)."""
+    c = r.get("commands")
+    if not c:
+        return []
+    rows = [["`make demo` (from an empty runs directory)", f"{c['demo_s']:.0f}", "≤ 90",
+             _ok(c["demo_s"] <= 90)]]  # fmt: skip
+    if "tests_s" in c:
+        rows.append([f"`make test`'s tests ({c['tests_summary']})", f"{c['tests_s']:.0f}",
+                     "≤ 300", _ok(c["tests_s"] <= 300)])  # fmt: skip
+    return [
+        "**The README's two jobs** (each run once, end to end, in a subprocess):",
+        "",
+        markdown_table(["job", "s", "target s", "verdict"], rows),
+        "",
+    ]
 
 
 def main(cfg: SpeedConfig) -> Path:
