@@ -39,7 +39,11 @@ KV cache
 ``past_key_values`` is a list with one ``(k, v)`` pair per layer, each ``[B, n_head, S, d_head]``
 for the ``S`` positions seen so far. A call with ``use_cache=True`` returns the cache extended
 by the new positions; the next call feeds only the new token(s) and an ``attention_mask`` that
-covers past *and* new positions ``[B, S + L]``.
+covers past *and* new positions ``[B, S + L]``. That is the plain cache, the one to read first.
+
+Sampling uses a second one, ``SharedPrefixKVCache`` (at the end of this file): ``G`` completions of
+one prompt share its keys and values, so it stores them once per group and decodes the group's
+``G`` rows against them together. Same logits, several times faster at thousands of rows.
 """
 
 from __future__ import annotations
@@ -54,97 +58,6 @@ from torch import Tensor, nn
 
 #: Per-layer ``(key, value)`` tensors, each ``[B, n_head, S, d_head]``.
 KVCache = list[tuple[Tensor, Tensor]]
-
-
-class SharedPrefixKVCache:
-    """The KV cache of groups of rows that continue one shared prefix, one token at a time.
-
-    Group sampling continues every prompt ``G`` times (the credit oracle every prefix ``K``
-    times). The list cache above would hold the prompt's keys and values once *per row*, ``G``
-    identical copies, and each decoded token would read all of them: a matrix-vector product per
-    row, bound by memory, not arithmetic. Here the prefix is stored **once per group** and each
-    row's generated tokens in a preallocated buffer (written in place, never concatenated), and
-    attention splits its keys in two::
-
-        scores = [ q·k_prefix / √d   |   q·k_generated / √d ]     one softmax over both parts
-        out    = p_prefix · v_prefix  +  p_generated · v_generated
-
-    The ``G`` queries of a group meet their one prefix copy as a matrix product ``[G, d] × [d, P]``:
-    the same arithmetic as ``G`` separate rows, with ``G``-fold less memory read. (This is the
-    shared-prefix attention of Hydragen, Juravsky et al., arXiv 2402.05099.) Padding on the left
-    of a prompt is removed with a ``−inf`` bias on its keys; generated keys are all visible (a
-    row that has finished keeps being fed padding, whose outputs are discarded, as with the list
-    cache). ``tests/test_model.py`` checks that the logits equal the list cache's.
-
-    Rows ``g·G … g·G + G − 1`` belong to prefix ``g`` (groups in consecutive rows). Built from
-    the prefill of the ``N`` prefixes (not repeated); ``GPT.forward`` extends it in place.
-    """
-
-    def __init__(
-        self, prefix: KVCache, prefix_mask: Tensor, group_size: int, max_new_tokens: int
-    ) -> None:
-        N, H, P, D = prefix[0][0].shape
-        if tuple(prefix_mask.shape) != (N, P):
-            raise ValueError(
-                f"prefix_mask: expected shape [{N}, {P}], got {list(prefix_mask.shape)}"
-            )
-        if not (isinstance(group_size, int) and group_size >= 1):
-            raise ValueError(f"group_size: expected a positive int, got {group_size!r}")
-        if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
-            raise ValueError(f"max_new_tokens: expected a positive int, got {max_new_tokens!r}")
-        self.prefix = prefix  # per layer (k, v), each [N, H, P, d]: one copy per group
-        self.group_size = group_size
-        self.length = 0  # generated positions cached so far
-        # The rows the next call runs (indices, ascending), or None for every row: a sampler
-        # stops running the rows that have finished. The others' slots are left as they are.
-        self.rows: Tensor | None = None
-        real = prefix_mask.bool()[:, None, None, :]  # [N, 1, 1, P]
-        k0 = prefix[0][0]
-        self.prefix_bias = torch.zeros(real.shape, dtype=k0.dtype, device=k0.device).masked_fill(
-            ~real, float("-inf")
-        )
-        # The position of a row's first generated token: its prompt's real-token count.
-        self.first_position = prefix_mask.long().sum(dim=1).repeat_interleave(group_size)
-        B = N * group_size
-        self.keys = [k.new_empty(B, H, max_new_tokens, D) for k, _ in prefix]
-        self.values = [v.new_empty(B, H, max_new_tokens, D) for _, v in prefix]
-
-    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Attention of the newest token's ``q`` ``[B, H, 1, d]`` of ``layer`` over its prefix and
-        the tokens generated so far (``k``, ``v`` of the newest token are cached first). With
-        ``rows`` set, ``q``, ``k``, ``v`` and the result hold only those rows."""
-        G = self.group_size
-        B, H, _, D = self.keys[layer].shape
-        N = B // G
-        end = self.length + 1
-        if self.rows is not None:  # lay the running rows out over every row (0 elsewhere)
-            rows = self.rows
-            self.keys[layer][rows, :, self.length] = k[:, :, 0]
-            self.values[layer][rows, :, self.length] = v[:, :, 0]
-            q = q.new_zeros(B, H, 1, D).index_copy_(0, rows, q)
-            return self._attend_all(layer, q, N, end)[rows]
-        self.keys[layer][:, :, self.length : end] = k
-        self.values[layer][:, :, self.length : end] = v
-        return self._attend_all(layer, q, N, end)
-
-    def _attend_all(self, layer: int, q: Tensor, N: int, end: int) -> Tensor:
-        """Every row's attention (``q`` ``[B, H, 1, d]``) over its prefix and ``end`` generated
-        positions: the two blocks of keys, one softmax."""
-        B, H, _, D = q.shape
-        G = self.group_size
-        k_gen, v_gen = self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
-        k_pre, v_pre = self.prefix[layer]
-        P = k_pre.shape[2]
-        q = q * (1.0 / math.sqrt(D))
-        # The G queries of group g as the rows of one matrix: [N, H, G, d].
-        q_group = q.view(N, G, H, D).transpose(1, 2)
-        scores_pre = q_group @ k_pre.transpose(-1, -2) + self.prefix_bias  # [N, H, G, P]
-        scores_gen = (q @ k_gen.transpose(-1, -2)).view(N, G, H, end).transpose(1, 2)
-        weights = torch.cat([scores_pre, scores_gen], dim=-1).softmax(dim=-1)  # [N, H, G, P+t]
-        out = weights[..., :P] @ v_pre  # [N, H, G, d]
-        w_gen = weights[..., P:].transpose(1, 2).reshape(B, H, 1, end)
-        out = out.transpose(1, 2).reshape(B, H, 1, D) + w_gen @ v_gen
-        return out
 
 
 @dataclass
@@ -312,7 +225,10 @@ class GPT(nn.Module):
             position_ids: ``[B, L]``; by default derived from ``attention_mask`` (see
                 ``positions_from_mask``). Hugging Face's ``GPT2Model.forward`` does *not*
                 derive them from the mask, so pass them explicitly when comparing the two.
-            past_key_values: the cache returned by a previous call, or ``None``.
+            past_key_values: the cache returned by a previous call, or ``None``; or a
+                ``SharedPrefixKVCache`` (one new token per row, which knows every row's
+                position and its prompt's padding: ``attention_mask`` and ``position_ids``
+                are not used).
             use_cache: return the extended cache alongside the logits.
 
         Returns:
@@ -372,20 +288,13 @@ class GPT(nn.Module):
         """One decoding step over a ``SharedPrefixKVCache``: the newest token of every row,
         at the position after its prompt and the tokens it generated so far (no mask to build:
         the cache knows which prefix keys are padding)."""
-        first_position = cache.first_position
-        if cache.rows is not None:
-            first_position = first_position[cache.rows]
-        rows = first_position.shape[0]
+        position_ids = cache.positions()  # [R, 1]
+        rows = position_ids.shape[0]
         if tuple(input_ids.shape) != (rows, 1):
             raise ValueError(
                 f"input_ids: expected one new token for each of the {rows} rows of the shared-"
                 f"prefix cache, shape [{rows}, 1], got {list(input_ids.shape)}"
             )
-        if cache.length >= cache.keys[0].shape[2]:
-            raise ValueError(
-                f"max_new_tokens: the shared-prefix cache is full ({cache.length} tokens)"
-            )
-        position_ids = (first_position + cache.length)[:, None]  # [B, 1]
         self._check_positions(position_ids)
         x = self.transformer.wte(input_ids) + self.transformer.wpe(position_ids)
         x = self.transformer.drop(x)
@@ -394,3 +303,149 @@ class GPT(nn.Module):
         cache.length += input_ids.shape[1]
         logits = self.lm_head(self.transformer.ln_f(x))
         return GPTOutput(logits, cache) if use_cache else logits  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# The KV cache of group sampling.
+# ---------------------------------------------------------------------------------------------
+
+
+class SharedPrefixKVCache:
+    """The KV cache of group sampling: ``N`` prefixes, each continued by ``G`` rows, one token
+    at a time, each prefix's keys and values stored once for its ``G`` rows.
+
+    Group sampling continues every prompt ``G`` times (the credit oracle every prefix ``K`` times).
+    The plain list cache above holds the prompt's keys and values once *per row*:
+    ``G`` identical copies, and every decoded token of every row reads its own copy, a
+    matrix-vector product per row, bound by memory rather than arithmetic. This cache stores the
+    prefix **once per group**, and each row's generated keys and values in a preallocated buffer
+    (written in place, never concatenated). Attention splits the keys in two blocks::
+
+        scores = [ q·k_prefix / √d   |   q·k_generated / √d ]     one softmax over both blocks
+        out    = p_prefix · v_prefix  +  p_generated · v_generated
+
+    The ``G`` queries of a group meet their one prefix copy as a matrix product ``[G, d] × [d, P]``:
+    the same arithmetic as ``G`` separate rows, with ``G``-fold less memory read. This is the
+    shared-prefix attention of Hydragen (Juravsky et al., arXiv 2402.05099). Padding on the left
+    of a prompt is removed by a ``−inf`` bias on its keys; a row's generated keys are all visible
+    to it (a causal mask within one new token is empty).
+
+    Finished rows
+    -------------
+    A sampler stops running a row once it has emitted ``<eos>`` (``rows``: the rows that the next
+    call runs). Its generated keys then stay in the buffer, read by nobody; when fewer than half
+    of the buffered rows are still running, the buffers are compacted to those rows, so the
+    generated block costs what the running rows need (the prefix block, a matrix product, is
+    computed for every slot of a group; it is cheap next to the per-row block).
+
+    ``tests/test_model.py`` checks the logits against the list cache's; ``tests/test_sampling.py``
+    checks a sampler's records against a fresh forward pass at oracle-sized batches.
+
+    Rows ``g·G … g·G + G − 1`` continue prefix ``g`` (groups in consecutive rows). Built from
+    the prefill of the ``N`` prefixes (not repeated); ``GPT.forward`` extends it in place, one
+    new token for each of the ``rows`` (all ``N·G`` rows until a sampler sets ``rows``).
+    """
+
+    def __init__(
+        self, prefix: KVCache, prefix_mask: Tensor, group_size: int, max_new_tokens: int
+    ) -> None:
+        N, H, P, D = prefix[0][0].shape
+        if tuple(prefix_mask.shape) != (N, P):
+            raise ValueError(
+                f"prefix_mask: expected shape [{N}, {P}], got {list(prefix_mask.shape)}"
+            )
+        if not (isinstance(group_size, int) and group_size >= 1):
+            raise ValueError(f"group_size: expected a positive int, got {group_size!r}")
+        if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+            raise ValueError(f"max_new_tokens: expected a positive int, got {max_new_tokens!r}")
+        self.prefix = prefix  # per layer (k, v), each [N, H, P, d]: one copy per group
+        self.group_size = group_size
+        self.batch_size = B = N * group_size
+        self.max_new_tokens = max_new_tokens
+        self.length = 0  # generated positions cached so far
+        real = prefix_mask.bool()[:, None, None, :]  # [N, 1, 1, P]
+        k0 = prefix[0][0]
+        self.prefix_bias = torch.zeros(real.shape, dtype=k0.dtype, device=k0.device).masked_fill(
+            ~real, float("-inf")
+        )
+        # The position of a row's first generated token: its prompt's real-token count.
+        self.first_position = prefix_mask.long().sum(dim=1).repeat_interleave(group_size)
+        # Generated keys and values of the buffered rows: [rows buffered, H, max_new, d].
+        self.keys = [k.new_empty(B, H, max_new_tokens, D) for k, _ in prefix]
+        self.values = [v.new_empty(B, H, max_new_tokens, D) for _, v in prefix]
+        self.rows: Tensor | None = None  # the rows the next call runs (ascending); None: all
+        self.buffered: Tensor | None = None  # the row each buffer slot holds; None: slot = row
+        self._slot = torch.arange(B, device=k0.device)  # row -> its buffer slot
+
+    def run_rows(self, rows: Tensor | None) -> None:
+        """The rows the next calls run (ascending indices), or ``None`` for every row; compacts
+        the generated buffers to them when they are fewer than half the buffered rows. Rows
+        only ever stop: each call's rows are a subset of the last call's (a row that stopped
+        has no keys for the positions it missed)."""
+        self.rows = rows
+        buffered = self.batch_size if self.buffered is None else len(self.buffered)
+        if rows is None or 2 * len(rows) >= buffered:
+            return
+        slots = self._slot[rows]
+        self.keys = [k[slots] for k in self.keys]
+        self.values = [v[slots] for v in self.values]
+        self.buffered = rows
+        self._slot = torch.full_like(self._slot, -1)
+        self._slot[rows] = torch.arange(len(rows), device=rows.device)
+
+    def positions(self) -> Tensor:
+        """``[R, 1]`` position of the next token of each row that the next call runs."""
+        first = self.first_position if self.rows is None else self.first_position[self.rows]
+        return (first + self.length)[:, None]
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Attention of the newest token's ``q`` ``[R, H, 1, d]`` (one per running row) of
+        ``layer`` over its prefix and the tokens generated so far; ``k``, ``v`` of the newest
+        token are cached first."""
+        if self.length >= self.max_new_tokens:
+            raise ValueError(f"max_new_tokens: the cache is full ({self.length} tokens)")
+        end = self.length + 1
+        q = q * (1.0 / math.sqrt(q.shape[-1]))
+        if self.rows is None:  # every row runs and sits in its own slot
+            self.keys[layer][:, :, self.length] = k[:, :, 0]
+            self.values[layer][:, :, self.length] = v[:, :, 0]
+            scores_pre = self._prefix_scores(layer, q)
+            scores_gen = (q @ self.keys[layer][:, :, :end].transpose(-1, -2))[:, :, 0]
+            weights = torch.cat([scores_pre, scores_gen], dim=-1).softmax(dim=-1)
+            P = scores_pre.shape[-1]
+            out = self._prefix_out(layer, weights[..., :P])
+            return out + weights[..., None, P:] @ self.values[layer][:, :, :end]
+        slots = self._slot[self.rows]
+        self.keys[layer][slots, :, self.length] = k[:, :, 0]
+        self.values[layer][slots, :, self.length] = v[:, :, 0]
+        # The prefix block over every row's slot of its group (a matrix product per group;
+        # rows that do not run get q = 0), then the running rows' own generated block.
+        scores_pre = self._prefix_scores(layer, self._every_row(q))[self.rows]  # [R, H, P]
+        k_gen, v_gen = self.keys[layer][slots, :, :end], self.values[layer][slots, :, :end]
+        scores_gen = (q @ k_gen.transpose(-1, -2))[:, :, 0]  # [R, H, t]
+        weights = torch.cat([scores_pre, scores_gen], dim=-1).softmax(dim=-1)
+        P = scores_pre.shape[-1]
+        out = self._prefix_out(layer, self._every_row(weights[..., :P]))[self.rows]
+        return out + weights[..., None, P:] @ v_gen
+
+    def _every_row(self, x: Tensor) -> Tensor:
+        """The running rows' ``x`` laid out over every row, 0 on the others."""
+        return x.new_zeros(self.batch_size, *x.shape[1:]).index_copy_(0, self.rows, x)
+
+    def _prefix_scores(self, layer: int, q: Tensor) -> Tensor:
+        """``[B, H, P]`` scores of every row's ``q`` ``[B, H, 1, d]`` against its prefix: the
+        ``G`` queries of group ``g`` as the rows of one matrix ``[G, d]``."""
+        k_pre = self.prefix[layer][0]
+        N, H, P, D = k_pre.shape
+        q_group = q.view(N, self.group_size, H, D).transpose(1, 2)  # [N, H, G, d]
+        scores = q_group @ k_pre.transpose(-1, -2) + self.prefix_bias  # [N, H, G, P]
+        return scores.transpose(1, 2).reshape(self.batch_size, H, P)
+
+    def _prefix_out(self, layer: int, weights: Tensor) -> Tensor:
+        """``[B, H, 1, d]``: every row's prefix weights ``[B, H, P]`` times its prefix's
+        values, group by group."""
+        v_pre = self.prefix[layer][1]
+        N, H, P, D = v_pre.shape
+        w_group = weights.view(N, self.group_size, H, P).transpose(1, 2)  # [N, H, G, P]
+        out = w_group @ v_pre  # [N, H, G, d]
+        return out.transpose(1, 2).reshape(self.batch_size, H, 1, D)

@@ -535,7 +535,7 @@ def _decode(
                 model, prompt_ids, prompt_mask, group_size, max_new_tokens, shared_cache
             )
         elif shared_cache:  # the cache knows every row's position and its prompt's padding
-            cache.rows = live
+            cache.run_rows(live)
             newest = tokens[-1] if live is None else tokens[-1][live]
             logits, cache = _logits_and_cache(
                 model(newest[:, None], past_key_values=cache, use_cache=True)

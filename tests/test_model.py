@@ -201,6 +201,38 @@ def test_shared_prefix_cache_decodes_like_the_list_cache(
         assert torch.allclose(a.logits, b.logits, atol=SHARED_PREFIX_ATOL, rtol=0)
 
 
+def test_shared_prefix_cache_runs_a_subset_of_rows_and_compacts(model: GPT) -> None:
+    """After ``run_rows(rows)`` the cache runs only those rows (a sampler's unfinished ones):
+    their logits stay the list cache's, and once they are fewer than half the buffered rows
+    the generated buffers shrink to them."""
+    torch.manual_seed(1)
+    G, steps = 4, 6
+    prompt, prompt_mask = left_padded([[1, 2, 3, 4], [5, 6], [7, 8, 9]])
+    B = prompt.shape[0] * G
+    tokens = torch.randint(0, VOCAB, (B, steps))
+    mask = torch.cat([prompt_mask.repeat_interleave(G, 0), torch.ones_like(tokens)], dim=1)
+    P = prompt.shape[1]
+    first = model(prompt, prompt_mask, use_cache=True)
+    listed = [(k.repeat_interleave(G, 0), v.repeat_interleave(G, 0))
+              for k, v in first.past_key_values]  # fmt: skip
+    shared = SharedPrefixKVCache(first.past_key_values, prompt_mask, G, steps)
+    running = {0: None, 2: torch.arange(0, B, 2), 4: torch.tensor([2, 6, 10]), 5: torch.tensor([6])}
+    rows = None
+    for t in range(steps):
+        rows = running.get(t, rows)
+        shared.run_rows(rows)
+        a = model(tokens[:, t : t + 1], mask[:, : P + t + 1], past_key_values=listed,
+                  use_cache=True)  # fmt: skip
+        listed = a.past_key_values
+        fed = tokens[:, t : t + 1] if rows is None else tokens[rows, t : t + 1]
+        b = model(fed, past_key_values=shared, use_cache=True)
+        expected = a.logits if rows is None else a.logits[rows]
+        assert torch.allclose(expected, b.logits, atol=SHARED_PREFIX_ATOL, rtol=0)
+        # 6 of 12 rows is not fewer than half: kept; 3 of 12 is: compacted to those 3; then
+        # 1 of 3, compacted again (its slot is no longer its row).
+        assert shared.keys[0].shape[0] == {5: 1, 4: 3}.get(t, 12)
+
+
 def test_shared_prefix_cache_refuses_what_it_cannot_hold(model: GPT) -> None:
     prompt, prompt_mask = left_padded([[1, 2, 3], [4]])
     first = model(prompt, prompt_mask, use_cache=True)

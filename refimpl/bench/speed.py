@@ -239,10 +239,9 @@ def bench_oracle(cfg: SpeedConfig, model_size: dict[str, int], peak: float) -> d
     call over completions of that length (every prefix continued K times, as ``refimpl
     credit`` runs it). Every row generates to the budget (``<eos>`` masked out), so the tokens
     are known and every one counts."""
-    from refimpl.diagnostics.credit_oracle import token_values
     from refimpl.model import GPTConfig
     from refimpl.sampling import sample_groups
-    from toy_envs import TOKENIZER, get_task
+    from toy_envs import TOKENIZER
 
     n_prefix, k, prefix_len, new = cfg.oracle_batch
     torch.manual_seed(0)
@@ -286,42 +285,54 @@ def bench_oracle(cfg: SpeedConfig, model_size: dict[str, int], peak: float) -> d
         "reference_fraction_of_peak": tokens / reference_s * per_token / peak,
         "speedup": _median_ratio(times["reference"], times["shared"]),
     }
-    # One oracle batch: n_prefix completions of new/2 tokens (the samples themselves), every
-    # proper prefix continued K times: all prefixes of one length in one call of n_prefix · K
-    # rows, as refimpl credit runs them.
+    result["oracle"] = _oracle_rollouts(cfg, model_size, per_token, peak)
+    return result
+
+
+def _oracle_rollouts(
+    cfg: SpeedConfig, model_size: dict[str, int], per_token: int, peak: float
+) -> dict[str, Any]:
+    """One oracle batch: ``prefixes`` completions of ``new/2`` tokens, every proper prefix
+    continued K times, all prefixes of one length in one call of ``prefixes · K`` rows, as
+    ``refimpl credit`` runs them."""
+    from refimpl.diagnostics.credit_oracle import token_values
+    from refimpl.model import GPTConfig
+    from refimpl.sampling import sample_groups
+    from toy_envs import TOKENIZER, get_task
+
+    n_prefix, k, _prefix_len, new = cfg.oracle_batch
     task = get_task("chain")
     problems = task.sample(n_prefix, np.random.default_rng([0, 1]))
     budget = max(2, new // 2)  # completions of new/2 tokens: continuations of 1 … new/2
-    sample_prompts = [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems]
-    longest = max(len(p) for p in sample_prompts)
-    oracle_model = _no_eos_model(
+    prompts = [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems]
+    longest = max(len(p) for p in prompts)
+    model = _no_eos_model(
         GPTConfig(vocab_size=TOKENIZER.vocab_size, block_size=longest + budget, **model_size),
         TOKENIZER.eos_id,
     )
     samples = sample_groups(
-        oracle_model, sample_prompts, group_size=1, max_new_tokens=budget,
-        eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id, generator=gen,
+        model, prompts, group_size=1, max_new_tokens=budget, eos_id=TOKENIZER.eos_id,
+        pad_id=TOKENIZER.pad_id, generator=torch.Generator().manual_seed(2),
     )  # fmt: skip
     outcome = torch.zeros(n_prefix)
 
     def oracle():
         return token_values(
-            oracle_model, task, problems, samples, outcome, rollouts=k,
-            max_new_tokens=budget, max_rows=n_prefix * k,
+            model, task, problems, samples, outcome, rollouts=k, max_new_tokens=budget,
+            max_rows=n_prefix * k,
         )  # fmt: skip
 
     values = oracle()
-    oracle_s = _median_time(oracle, max(1, cfg.repeats // 2), warmup=0)
-    result["oracle"] = {
+    seconds = _median_time(oracle, max(1, cfg.repeats // 2), warmup=0)
+    return {
         "completions": n_prefix,
         "prefixes": values.prefixes,
         "rows_per_call": n_prefix * k,
         "tokens": values.sampled_tokens,
-        "seconds": oracle_s,
-        "tok_s": values.sampled_tokens / oracle_s,
-        "fraction_of_peak": values.sampled_tokens / oracle_s * per_token / peak,
+        "seconds": seconds,
+        "tok_s": values.sampled_tokens / seconds,
+        "fraction_of_peak": values.sampled_tokens / seconds * per_token / peak,
     }
-    return result
 
 
 # ---------------------------------------------------------------------------------------------

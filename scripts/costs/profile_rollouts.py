@@ -7,9 +7,9 @@ pays for, with each operation's time sorted into stages.
 
 The workloads (one thread by default, as the benchmarks run):
 
-* ``oracle``: one oracle batch of the long chain (``--preset longchain``'s warm start, 16
-  prompts × G = 8 completions, every prefix continued K = 32 times), as ``refimpl credit``
-  runs it. Needs the long-chain warm start: trained once (≈ 15–25 min) and cached under
+* ``oracle``: one oracle batch of the long chain (``--preset longchain``'s warm start, 8
+  prompts × G = 8 = 64 completions, every prefix continued K = 32 times), as ``refimpl
+  credit`` runs it (the batch of ``scripts/experiments/credit/results/cost_longchain.json``). Needs the long-chain warm start: trained once (≈ 15–25 min) and cached under
   ``--runs-dir``.
 * ``sample``: one ``sample_groups`` call at the training regime's default (64 prompts × G = 8
   of the default task, from its warm start).
@@ -152,8 +152,9 @@ def stage_table(prof, wall: float) -> dict[str, float]:
     return seconds
 
 
-def _profile(fn, model: nn.Module) -> dict:
-    fn()  # warm-up (and the first call's allocations)
+def _profile(fn, model: nn.Module, warmup: bool = True) -> dict:
+    if warmup:  # the first call's allocations and lazy initialisation
+        fn()
     with stage_ranges(model), profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
         out = fn()
@@ -208,9 +209,9 @@ def workload_oracle(runs_dir: Path) -> tuple:
     from refimpl.diagnostics.credit_oracle import token_values
     from refimpl.settings.train import TrainConfig
 
-    cfg = CreditConfig(preset="longchain", prompts=16, train=TrainConfig(runs_dir=runs_dir))
+    cfg = CreditConfig(preset="longchain", prompts=8, train=TrainConfig(runs_dir=runs_dir))
     policy = load_policy(cfg)
-    problems, samples, outcome = sample_batch(policy, 16, 8, 0)
+    problems, samples, outcome = sample_batch(policy, 8, 8, 0)
 
     def fn():
         values = token_values(
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"machine": machine_info(), "threads": args.threads, "workloads": {}}
     for name in names:
         fn, model = WORKLOADS[name](args.runs_dir)
-        record = _profile(fn, model)
+        record = _profile(fn, model, warmup=name != "oracle")  # the oracle runs for long
         result["workloads"][name] = record
         total = record["wall_s"]
         print(f"\n{name}: {total:.3f} s ({record['detail']})")
