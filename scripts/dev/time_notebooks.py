@@ -143,6 +143,9 @@ def main(cfg: TimeConfig) -> int:
         "MPLBACKEND": "Agg",
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
         "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+        # The kernels import this checkout's refimpl (they start in notebooks/, where a
+        # relative PYTHONPATH would point elsewhere).
+        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
     os.environ.update(env)  # the kernels inherit it
     result = {
