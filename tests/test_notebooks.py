@@ -1,7 +1,8 @@
 """Execute every notebook ``notebooks/0*.ipynb`` at its fast size and check it draws.
 
-Each notebook reads ``REFIMPL_NOTEBOOK_SIZE`` in its first cell; ``fast`` shrinks the warm
-start and the RL runs to seconds (the committed outputs come from the ``full`` size). The
+Each notebook reads ``REFIMPL_NOTEBOOK_SIZE`` in its first cell (``refimpl.nbplots.notebook_size``);
+``fast`` shrinks the warm start and the RL runs to seconds (the committed outputs come from the
+default ``small`` size, ``scripts/dev/time_notebooks.py --inplace``). The
 notebooks share one runs directory here, so the tiny warm start is trained once.
 """
 
@@ -37,6 +38,10 @@ def _kernel_env(runs_dir: Path) -> dict[str, str]:
     # The kernel runs this interpreter (the venv's), whatever kernelspec is installed.
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    # ... and imports this checkout's refimpl: it starts in notebooks/, where a relative
+    # PYTHONPATH (the usual PYTHONPATH=.) would point elsewhere.
+    repo = str(NOTEBOOK_DIR.parent)
+    env["PYTHONPATH"] = os.pathsep.join([repo, *filter(None, [os.environ.get("PYTHONPATH")])])
     return env
 
 

@@ -11,7 +11,9 @@ warm start and run is trained, none reused; `--runs-dir` to reuse one), with pro
 off (`TQDM_DISABLE=1`) so that `--inplace` commits no bar. The result file
 (`notebooks/timings.json` by default) is rewritten after each notebook, so an interrupted
 timing keeps the notebooks it finished; it records the machine, its load average before and
-after each notebook, the date and the commit. A shared or loaded machine gives upper bounds.
+after each notebook, the date and the commit, and the CPU time of each notebook's kernel and
+of the processes it waited for. A shared or loaded machine gives upper bounds of the wall time;
+the CPU time depends much less on the load (two cores give at most twice it per second).
 The table printed at the end is the one notebooks/README.md shows.
 """
 
@@ -79,8 +81,11 @@ def kernel_manager_class():
     return ThisInterpreterKernelManager
 
 
-def execute(path: Path, cell_timeout: int) -> tuple[object, float, str | None]:
-    """`(notebook, wall seconds, error)`: the notebook executed top to bottom."""
+def execute(path: Path, cell_timeout: int) -> tuple[object, float, float, str | None]:
+    """`(notebook, wall seconds, CPU seconds, error)`: the notebook executed top to bottom in a
+    kernel this process starts and reaps, so that the CPU time of the kernel and of every
+    process it waited for (03's parallel runs) is in this process's RUSAGE_CHILDREN."""
+    import resource
     import nbclient
     import nbformat
 
@@ -92,13 +97,17 @@ def execute(path: Path, cell_timeout: int) -> tuple[object, float, str | None]:
         resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
     )
     client.kernel_manager_class = kernel_manager_class()
-    start = time.perf_counter()
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    start, cpu_start = time.perf_counter(), cpu()
     error = None
     try:
-        client.execute()
+        client.execute()  # shuts the kernel down (and reaps it) at the end
     except Exception as err:  # a failing cell: record it, time the rest of the set
         error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}"
-    return nb, time.perf_counter() - start, error
+    return nb, time.perf_counter() - start, cpu() - cpu_start, error
 
 
 def markdown_table(result: dict) -> str:
@@ -107,17 +116,18 @@ def markdown_table(result: dict) -> str:
         f"Size `{result['size']}`, {m['date']}, {m['cpu']}, {m['cores']} cores, commit "
         f"{m['commit']}, fresh runs directory: {result['fresh_runs_dir']}.",
         "",
-        "| notebook | wall time | load average (1 min) before → after |",
-        "|---|---|---|",
+        "| notebook | wall time | CPU time (kernel and its workers) | load average (1 min) before → after |",
+        "|---|---|---|---|",
     ]
     for r in result["notebooks"]:
         status = f" (failed: {r['error']})" if r["error"] else ""
         lines.append(
             f"| `{r['notebook']}` | {r['seconds'] / 60:.1f} min ({r['seconds']:.0f} s){status} | "
-            f"{r['load_before'][0]:.1f} → {r['load_after'][0]:.1f} |"
+            f"{r['cpu_seconds'] / 60:.1f} min | {r['load_before'][0]:.1f} → {r['load_after'][0]:.1f} |"
         )
     total = sum(r["seconds"] for r in result["notebooks"])
-    lines.append(f"| **all** | **{total / 60:.1f} min** | |")
+    cpu_total = sum(r["cpu_seconds"] for r in result["notebooks"])
+    lines.append(f"| **all** | **{total / 60:.1f} min** | {cpu_total / 60:.1f} min | |")
     return "\n".join(lines)
 
 
@@ -160,8 +170,8 @@ def main(cfg: TimeConfig) -> int:
     for i, path in enumerate(paths, 1):
         print(f"[{i}/{len(paths)}] {path.name} ...", end=" ", flush=True)
         load_before = list(os.getloadavg())
-        nb, seconds, error = execute(path, cfg.cell_timeout)
-        print(f"{seconds:.0f} s" + (f"  FAILED: {error}" if error else ""), flush=True)
+        nb, seconds, cpu_seconds, error = execute(path, cfg.cell_timeout)
+        print(f"{seconds:.0f} s ({cpu_seconds:.0f} CPU s)" + (f"  FAILED: {error}" if error else ""), flush=True)
         if cfg.inplace and not error:
             import nbformat
 
@@ -170,6 +180,7 @@ def main(cfg: TimeConfig) -> int:
             {
                 "notebook": path.name,
                 "seconds": round(seconds, 1),
+                "cpu_seconds": round(cpu_seconds, 1),
                 "error": error,
                 "load_before": [round(x, 2) for x in load_before],
                 "load_after": [round(x, 2) for x in os.getloadavg()],
@@ -178,6 +189,7 @@ def main(cfg: TimeConfig) -> int:
         cfg.out.write_text(json.dumps(result, indent=2) + "\n")  # after each: nothing lost
     result["complete"] = True
     result["total_seconds"] = round(sum(r["seconds"] for r in result["notebooks"]), 1)
+    result["total_cpu_seconds"] = round(sum(r["cpu_seconds"] for r in result["notebooks"]), 1)
     cfg.out.write_text(json.dumps(result, indent=2) + "\n")
     print()
     print(markdown_table(result))
