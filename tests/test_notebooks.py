@@ -273,3 +273,40 @@ def test_notebook_01_small_size_starts_from_the_demo_base_model(tmp_path, monkey
     )
     assert cache_dir(namespace["warm"]) == cache_dir(run_warmstart(train))
     assert any("README demo's base model" in c for c in cells)
+
+
+def _timing_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "time_notebooks", REPO / "scripts" / "dev" / "time_notebooks.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("time_notebooks", module)  # its dataclass looks itself up there
+    spec.loader.exec_module(sys.modules["time_notebooks"])
+    return sys.modules["time_notebooks"]
+
+
+def test_timing_script_selects_notebooks_and_sums_their_times() -> None:
+    script = _timing_script()
+    assert script.select("") == NOTEBOOKS
+    assert [p.name for p in script.select("02, 06_token_credit.ipynb")] == [
+        "02_advantages_side_by_side.ipynb",
+        "06_token_credit.ipynb",
+    ]
+    with pytest.raises(ValueError, match="matches 0"):
+        script.select("07")
+    with pytest.raises(ValueError, match="matches 6"):
+        script.select("0")
+    rows = [
+        {"notebook": "a.ipynb", "seconds": 90.0, "cpu_seconds": 60.0, "error": None,
+         "load_before": [1.0], "load_after": [2.0]},
+        {"notebook": "b.ipynb", "seconds": 30.0, "cpu_seconds": 24.0, "error": "boom",
+         "load_before": [2.0], "load_after": [1.0]},
+    ]  # fmt: skip
+    machine = {"date": "d", "cpu": "c", "cores": 2, "commit": "x"}
+    table = script.markdown_table(
+        {"size": "small", "machine": machine, "fresh_runs_dir": True, "notebooks": rows}
+    )
+    assert "| **all** | **2.0 min** | 1.4 min | |" in table
+    assert "failed: boom" in table
