@@ -114,7 +114,8 @@ def markdown_table(result: dict) -> str:
     m = result["machine"]
     lines = [
         f"Size `{result['size']}`, {m['date']}, {m['cpu']}, {m['cores']} cores, commit "
-        f"{m['commit']}, fresh runs directory: {result['fresh_runs_dir']}.",
+        f"{m['commit']}, "
+        + ("a new empty runs directory." if result["fresh_runs_dir"] else f"runs in {result['runs_dir']}."),
         "",
         "| notebook | wall time | CPU time (kernel and its workers) | load average (1 min) before → after |",
         "|---|---|---|---|",
