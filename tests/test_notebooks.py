@@ -167,7 +167,9 @@ def test_prose_quotes_no_typed_results(path: Path) -> None:
     assert not typed, f"{path.name}: numbers typed into the text: {sorted(typed)}"
 
 
-PATH_IN_TEXT = re.compile(r"(?<![\w/.])((?:scripts|refimpl|docs|toy_envs|tests)/[\w./-]+\.(?:py|md|json|sh))")
+PATH_IN_TEXT = re.compile(
+    r"(?<![\w/.])((?:scripts|refimpl|docs|toy_envs|tests)/[\w./-]+\.(?:py|md|json|sh))"
+)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
@@ -266,10 +268,14 @@ def test_notebook_01_small_size_starts_from_the_demo_base_model(tmp_path, monkey
     exec(config_cell, namespace)  # builds the configs; trains nothing
 
     demo = DemoConfig()
-    train = dataclasses.replace(TrainConfig(), task=demo.task, runs_dir=namespace["RUNS"], threads=1)
+    train = dataclasses.replace(
+        TrainConfig(), task=demo.task, runs_dir=namespace["RUNS"], threads=1
+    )
     train = dataclasses.replace(
         train,
-        warmstart=dataclasses.replace(train.warmstart, runs_dir=namespace["RUNS"], steps=demo.base_steps),
+        warmstart=dataclasses.replace(
+            train.warmstart, runs_dir=namespace["RUNS"], steps=demo.base_steps
+        ),
     )
     assert cache_dir(namespace["warm"]) == cache_dir(run_warmstart(train))
     assert any("README demo's base model" in c for c in cells)

@@ -86,6 +86,7 @@ def execute(path: Path, cell_timeout: int) -> tuple[object, float, float, str | 
     kernel this process starts and reaps, so that the CPU time of the kernel and of every
     process it waited for (03's parallel runs) is in this process's RUSAGE_CHILDREN."""
     import resource
+
     import nbclient
     import nbformat
 
@@ -97,6 +98,7 @@ def execute(path: Path, cell_timeout: int) -> tuple[object, float, float, str | 
         resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
     )
     client.kernel_manager_class = kernel_manager_class()
+
     def cpu() -> float:
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         return usage.ru_utime + usage.ru_stime
@@ -115,7 +117,11 @@ def markdown_table(result: dict) -> str:
     lines = [
         f"Size `{result['size']}`, {m['date']}, {m['cpu']}, {m['cores']} cores, commit "
         f"{m['commit']}, "
-        + ("a new empty runs directory." if result["fresh_runs_dir"] else f"runs in {result['runs_dir']}."),
+        + (
+            "a new empty runs directory."
+            if result["fresh_runs_dir"]
+            else f"runs in {result['runs_dir']}."
+        ),
         "",
         "| notebook | wall time | CPU time (kernel and its workers) | load average (1 min) before → after |",
         "|---|---|---|---|",
@@ -138,7 +144,9 @@ def main(cfg: TimeConfig) -> int:
     from refimpl.bench import machine_info
 
     if cfg.size not in nbplots.SIZES:
-        print(f"--size: expected one of {', '.join(nbplots.SIZES)}, got {cfg.size!r}", file=sys.stderr)
+        print(
+            f"--size: expected one of {', '.join(nbplots.SIZES)}, got {cfg.size!r}", file=sys.stderr
+        )
         return 2
     try:
         paths = select(cfg.notebooks)
@@ -172,7 +180,10 @@ def main(cfg: TimeConfig) -> int:
         print(f"[{i}/{len(paths)}] {path.name} ...", end=" ", flush=True)
         load_before = list(os.getloadavg())
         nb, seconds, cpu_seconds, error = execute(path, cfg.cell_timeout)
-        print(f"{seconds:.0f} s ({cpu_seconds:.0f} CPU s)" + (f"  FAILED: {error}" if error else ""), flush=True)
+        print(
+            f"{seconds:.0f} s ({cpu_seconds:.0f} CPU s)" + (f"  FAILED: {error}" if error else ""),
+            flush=True,
+        )
         if cfg.inplace and not error:
             import nbformat
 
