@@ -499,9 +499,9 @@ def plot_completion_credit(
 SIZE_VARIABLE = "REFIMPL_NOTEBOOK_SIZE"
 
 #: ``fast``: seconds per notebook, for the tests (the pictures are noise); ``small``: the
-#: default, sized so that the six notebooks together take at most 15 minutes on 2 CPU cores
-#: (notebooks/README.md has the measured times); ``full``: the long runs of the
-#: docs' benchmarks (notebooks/README.md states their cost).
+#: default, aimed at at most 15 minutes for the six notebooks on an idle 2-core machine
+#: (notebooks/README.md has the measured times); ``full``: the long runs of the docs'
+#: benchmarks (notebooks/README.md states their cost).
 SIZES = ("fast", "small", "full")
 DEFAULT_SIZE = "small"
 
