@@ -489,3 +489,158 @@ def plot_completion_credit(
         ax.set_title(f"{c['prompt']} → {c['text']!r} ({verdict}{where})", fontsize=9, loc="left")
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes: one switch, REFIMPL_NOTEBOOK_SIZE.
+# ---------------------------------------------------------------------------------------------
+
+#: The environment variable every notebook reads in its first cell.
+SIZE_VARIABLE = "REFIMPL_NOTEBOOK_SIZE"
+
+#: ``fast``: seconds per notebook, for the tests (the pictures are noise); ``small``: the
+#: default, aimed at at most 15 minutes for the six notebooks on an idle 2-core machine
+#: (notebooks/README.md has the measured times); ``full``: the long runs of the docs'
+#: benchmarks (notebooks/README.md states their cost).
+SIZES = ("fast", "small", "full")
+DEFAULT_SIZE = "small"
+
+
+def notebook_size(environ: dict[str, str] | None = None) -> str:
+    """The size a notebook runs at: ``$REFIMPL_NOTEBOOK_SIZE``, ``small`` when unset or empty.
+    Raises ``ValueError`` naming the choices on any other value (before anything runs)."""
+    import os
+
+    value = (environ if environ is not None else os.environ).get(SIZE_VARIABLE, "").strip()
+    size = value or DEFAULT_SIZE
+    if size not in SIZES:
+        raise ValueError(f"{SIZE_VARIABLE}: expected one of {', '.join(SIZES)}, got {value!r}")
+    return size
+
+
+# ---------------------------------------------------------------------------------------------
+# Whether a run directory holds a finished run (what its config planned against what it logged).
+# ---------------------------------------------------------------------------------------------
+
+
+def run_status(run_dir: Path | str) -> dict[str, Any]:
+    """What a run planned (``config.json``: ``steps``, ``max_sampled_tokens``) against what it
+    logged (the last record of ``metrics.jsonl``): ``complete`` is the trainer's own end
+    condition (``Trainer.finished``: the step budget, or the sampled-token budget when one is
+    set, is spent) with the final evaluation logged. ``label`` says it in words, e.g.
+    ``"partial: step 29 of 200, 81,000 of 400,000 sampled tokens"``."""
+    from refimpl.runs.runlog import read_metrics, read_run_config
+
+    run_dir = Path(run_dir)
+    try:
+        tc = read_run_config(run_dir)["train_config"]
+        records = read_metrics(run_dir, missing_ok=True)
+    except (OSError, ValueError) as err:
+        return {
+            "run_dir": run_dir,
+            "complete": False,
+            "step": 0,
+            "steps": None,
+            "sampled_tokens": 0,
+            "max_sampled_tokens": None,
+            "label": f"unreadable: {err}",
+        }
+    steps, budget = int(tc["steps"]), tc.get("max_sampled_tokens")
+    last = records[-1] if records else {}
+    step, tokens = int(last.get("step", 0)), int(last.get("sampled_tokens", 0))
+    spent = step >= steps or (budget is not None and tokens >= int(budget))
+    evaluated = any(k.startswith("heldout_") for k in last)
+    complete = bool(records) and spent and evaluated
+    plan = f"step {step} of {steps}"
+    if budget is not None:
+        plan += f", {tokens:,} of {int(budget):,} sampled tokens"
+    if complete:
+        label = f"complete: {plan}"
+    elif spent:
+        label = f"partial: {plan}, without its final evaluation"
+    else:
+        label = f"partial: {plan}"
+    return {
+        "run_dir": run_dir,
+        "complete": complete,
+        "step": step,
+        "steps": steps,
+        "sampled_tokens": tokens,
+        "max_sampled_tokens": budget,
+        "label": label,
+    }
+
+
+def complete_runs(run_dirs: Sequence[Path | str]) -> tuple[list[Path], list[dict[str, Any]]]:
+    """``(complete, refused)``: the run directories whose run finished, and the
+    :func:`run_status` of every other one (missing, interrupted, or without its final
+    evaluation), for the caller to print. A figure drawn from ``complete`` never shows a
+    truncated run as if it had finished."""
+    done, refused = [], []
+    for d in run_dirs:
+        status = run_status(d)
+        (done.append(Path(d)) if status["complete"] else refused.append(status))
+    return done, refused
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 02: advantages next to the effective credit −∂L/∂logp.
+# ---------------------------------------------------------------------------------------------
+
+
+def plot_advantages_and_credit(
+    advantages: dict[str, np.ndarray],
+    credit: dict[str, np.ndarray],
+    tokens: Sequence[Sequence[str]],
+    rewards: Sequence[float],
+    fmt: str = "{:+.2f}",
+    width: float = 14.0,
+    row_height: float = 0.3,
+    fontsize: float = 7,
+):
+    """One row per algorithm: its advantages ``A[i,t]`` (left) and its effective credit
+    (right, e.g. ``−∂L/∂logp`` scaled by the number of response tokens, from
+    ``refimpl.bench.credit.algorithm_signals``), every token's value written in its cell.
+    All panels share ONE symmetric colour scale, so equal colours are equal values across
+    algorithms and columns, and a panel differs from its neighbour exactly where the values do.
+    Returns ``(fig, vmax)``; the figure has ``2 × len(advantages)`` token panels and one
+    colour bar."""
+    names = list(advantages)
+    if list(credit) != names:
+        raise ValueError(f"credit names {list(credit)} differ from the advantages' {names}")
+    G = len(tokens)
+    values = [np.asarray(v, dtype=float) for n in names for v in (advantages[n], credit[n])]
+    vmax = max(float(np.nanmax(np.abs(v))) for v in values) or 1.0
+    fig, axes = plt.subplots(
+        len(names),
+        2,
+        squeeze=False,
+        figsize=(width, len(names) * (G * row_height + 0.45)),
+    )
+    labels = [f"{'✓' if r >= 0.5 else '✗'} r={r:g}" for r in rewards]
+    im = None
+    for row, name in zip(axes, names):
+        for ax, kind, v in zip(row, ("advantage A", "credit −∂L/∂logp × Σ|o|"),
+                               (advantages[name], credit[name])):  # fmt: skip
+            im = token_grid(
+                ax, tokens, v, cmap="RdBu", vmin=-vmax, vmax=vmax, row_labels=labels, fmt=fmt,
+                fontsize=fontsize,
+            )  # fmt: skip
+            ax.set_title(f"{name}: {kind}", fontsize=fontsize + 2, loc="left")
+    fig.tight_layout()
+    fig.colorbar(im, ax=axes.ravel().tolist(), fraction=0.02, pad=0.01,
+                 label=f"one scale for every panel (±{vmax:.2f})")  # fmt: skip
+    return fig, vmax
+
+
+def differs_from(
+    reference: np.ndarray, others: dict[str, np.ndarray], mask: np.ndarray, atol: float = 1e-6
+) -> dict[str, int]:
+    """Per entry of ``others``: on how many tokens (``mask`` > 0) it differs from
+    ``reference`` by more than ``atol`` (0: the same values everywhere)."""
+    m = np.asarray(mask) > 0
+    ref = np.asarray(reference, dtype=float)
+    return {
+        k: int((np.abs(np.asarray(v, dtype=float) - ref) > atol)[m].sum())
+        for k, v in others.items()
+    }

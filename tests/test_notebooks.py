@@ -1,7 +1,8 @@
 """Execute every notebook ``notebooks/0*.ipynb`` at its fast size and check it draws.
 
-Each notebook reads ``REFIMPL_NOTEBOOK_SIZE`` in its first cell; ``fast`` shrinks the warm
-start and the RL runs to seconds (the committed outputs come from the ``full`` size). The
+Each notebook reads ``REFIMPL_NOTEBOOK_SIZE`` in its first cell (``refimpl.nbplots.notebook_size``);
+``fast`` shrinks the warm start and the RL runs to seconds (the committed outputs come from the
+default ``small`` size, ``scripts/dev/time_notebooks.py --inplace``). The
 notebooks share one runs directory here, so the tiny warm start is trained once.
 """
 
@@ -37,6 +38,10 @@ def _kernel_env(runs_dir: Path) -> dict[str, str]:
     # The kernel runs this interpreter (the venv's), whatever kernelspec is installed.
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    # ... and imports this checkout's refimpl: it starts in notebooks/, where a relative
+    # PYTHONPATH (the usual PYTHONPATH=.) would point elsewhere.
+    repo = str(NOTEBOOK_DIR.parent)
+    env["PYTHONPATH"] = os.pathsep.join([repo, *filter(None, [os.environ.get("PYTHONPATH")])])
     return env
 
 
@@ -100,3 +105,214 @@ def _kernel_manager_class():
             return cmd
 
     return ThisInterpreterKernelManager
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks of the notebooks' sources and helpers (fast: nothing is executed but one config cell).
+# ---------------------------------------------------------------------------------------------
+
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+REPO = NOTEBOOK_DIR.parent
+
+
+def _cells(path: Path, kind: str | None = None) -> list[str]:
+    nb = nbformat.read(path, as_version=4)
+    return [c.source for c in nb.cells if kind is None or c.cell_type == kind]
+
+
+def test_one_size_switch_with_a_small_default(monkeypatch) -> None:
+    from refimpl import nbplots
+
+    assert nbplots.notebook_size({}) == "small"
+    assert nbplots.notebook_size({nbplots.SIZE_VARIABLE: ""}) == "small"
+    for size in ("fast", "small", "full"):
+        assert nbplots.notebook_size({nbplots.SIZE_VARIABLE: size}) == size
+    with pytest.raises(ValueError, match="fast, small, full"):
+        nbplots.notebook_size({nbplots.SIZE_VARIABLE: "huge"})
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_reads_the_switch_and_shows_progress(path: Path) -> None:
+    """Every notebook takes its size from the one switch, and none hides its progress: the
+    tests and the timing script disable tqdm from outside (TQDM_DISABLE), a person sees bars."""
+    code = _cells(path, "code")
+    assert "nbplots.notebook_size()" in code[0], f"{path.name}: first cell does not read the size"
+    source = "\n".join(code)
+    assert "TQDM_DISABLE" not in source.replace("TQDM_DISABLE=1", ""), path.name
+    assert "capture_output" not in source, f"{path.name}: a cell hides its progress"
+
+
+#: A number a text cell quotes as a result: two or more decimals (0.41, 0.150) or a percentage.
+RESULT_NUMBER = re.compile(r"(?<![\w.])\d+\.\d{2,}|\d+(?:\.\d+)? ?%")
+ARXIV_ID = re.compile(r"arXiv:? ?\d{4}\.\d{4,5}")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_prose_quotes_no_typed_results(path: Path) -> None:
+    """A text cell may quote a number only when a code cell holds it literally (an input, such
+    as notebook 02's hand-set entropies); results are written by the code (Markdown built from
+    the values), so a rerun never leaves a stale number in the prose."""
+    code = "\n".join(_cells(path, "code"))
+    typed = {
+        n.replace(" ", "")
+        for md in _cells(path, "markdown")
+        for n in RESULT_NUMBER.findall(ARXIV_ID.sub("", md))
+        if n.replace(" ", "").rstrip("%") not in code
+    }
+    assert not typed, f"{path.name}: numbers typed into the text: {sorted(typed)}"
+
+
+PATH_IN_TEXT = re.compile(
+    r"(?<![\w/.])((?:scripts|refimpl|docs|toy_envs|tests)/[\w./-]+\.(?:py|md|json|sh))"
+)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_cites_only_files_that_exist(path: Path) -> None:
+    cited = {m for s in _cells(path) for m in PATH_IN_TEXT.findall(s)}
+    missing = sorted(p for p in cited if not (REPO / p).exists())
+    assert not missing, f"{path.name} cites files that do not exist: {missing}"
+
+
+def _write_run(run_dir: Path, steps: int, budget: int | None, records: list[dict]) -> Path:
+    run_dir.mkdir(parents=True)
+    tc = {"algo": "grpo", "task": "countdown", "steps": steps, "max_sampled_tokens": budget}
+    (run_dir / "config.json").write_text(json.dumps({"train_config": tc}))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return run_dir
+
+
+def test_run_status_tells_a_finished_run_from_a_partial_one(tmp_path: Path) -> None:
+    from refimpl import nbplots
+
+    def log(last_step: int, tokens_per_step: int, final_eval: bool = True) -> list[dict]:
+        out = [{"step": 0, "heldout_greedy": 0.4}]
+        out += [{"step": s, "sampled_tokens": s * tokens_per_step} for s in range(1, last_step + 1)]
+        if final_eval:
+            out[-1]["heldout_greedy"] = 0.5
+        return out
+
+    # stopped at its token budget (83 steps of 50 tokens ≥ 4000) with its final evaluation
+    budget_done = _write_run(tmp_path / "budget", 200, 4000, log(83, 50))
+    # interrupted at step 29 (1450 of 4000 tokens)
+    interrupted = _write_run(tmp_path / "interrupted", 200, 4000, log(29, 50, final_eval=False))
+    # all steps, no token budget
+    steps_done = _write_run(tmp_path / "steps", 10, None, log(10, 50))
+    # reached its budget but the final evaluation is missing
+    no_eval = _write_run(tmp_path / "noeval", 10, None, log(10, 50, final_eval=False))
+    # a directory that is not a run
+    (tmp_path / "empty").mkdir()
+
+    assert nbplots.run_status(budget_done)["complete"]
+    assert nbplots.run_status(steps_done)["complete"]
+    s = nbplots.run_status(interrupted)
+    assert not s["complete"] and s["label"].startswith("partial") and "step 29 of 200" in s["label"]
+    assert "1,450 of 4,000" in s["label"]
+    assert not nbplots.run_status(no_eval)["complete"]
+    assert not nbplots.run_status(tmp_path / "empty")["complete"]
+
+    done, refused = nbplots.complete_runs(
+        [budget_done, interrupted, steps_done, no_eval, tmp_path / "empty"]
+    )
+    assert done == [budget_done, steps_done]
+    assert [r["run_dir"] for r in refused] == [interrupted, no_eval, tmp_path / "empty"]
+
+
+def test_notebook_05_draws_only_finished_runs() -> None:
+    source = "\n".join(_cells(NOTEBOOK_DIR / "05_entropy_interventions.ipynb", "code"))
+    assert "nbplots.complete_runs(" in source
+    assert 'metrics.jsonl").exists()' not in source  # presence is not completion
+
+
+def test_notebook_02_panels_follow_the_registry() -> None:
+    """One advantage and one credit panel per registered algorithm, on ONE colour scale."""
+    from refimpl import algorithms, nbplots
+
+    rng = np.random.default_rng(0)
+    tokens = [list("ab#1"), list("c#2")]
+    adv = {n: rng.normal(size=(2, 4)) for n in algorithms.NAMES}
+    credit = {n: 3 * rng.normal(size=(2, 4)) for n in algorithms.NAMES}
+    fig, vmax = nbplots.plot_advantages_and_credit(adv, credit, tokens, [1.0, 0.0])
+    panels = [ax for ax in fig.axes if ax.get_title(loc="left")]
+    assert len(panels) == 2 * len(algorithms.NAMES)
+    limits = {ax.images[0].get_clim() for ax in panels}
+    assert limits == {(-vmax, vmax)}
+    largest = max(np.abs(v[i, : len(t)]).max() for d in (adv, credit) for v in d.values()
+                  for i, t in enumerate(tokens))  # fmt: skip
+    assert vmax >= largest - 1e-12
+
+    source = "\n".join(_cells(NOTEBOOK_DIR / "02_advantages_side_by_side.ipynb"))
+    assert "algorithm_signals(" in source  # the credit of refimpl.bench.credit, not a copy
+    assert "autograd.grad" not in source
+    words = re.compile(r"\b(?:nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen)\b", re.I)
+    assert not words.findall(source), "a typed count of algorithms"
+
+
+def test_notebook_01_small_size_starts_from_the_demo_base_model(tmp_path, monkeypatch) -> None:
+    """Notebook 01's default size starts where the README demo starts (the same warm-start
+    cache), and its text explains any difference (the full size's longer warm start)."""
+    from refimpl.demo import DemoConfig
+    from refimpl.runs.cache import cache_dir
+    from refimpl.settings.plan import run_warmstart
+    from refimpl.settings.train import TrainConfig
+
+    cells = _cells(NOTEBOOK_DIR / "01_quickstart.ipynb", "code")
+    config_cell = next(c for c in cells if "DemoConfig()" in c)
+    monkeypatch.chdir(tmp_path)
+    namespace = {"SIZE": "small", "os": __import__("os")}
+    exec(config_cell, namespace)  # builds the configs; trains nothing
+
+    demo = DemoConfig()
+    train = dataclasses.replace(
+        TrainConfig(), task=demo.task, runs_dir=namespace["RUNS"], threads=1
+    )
+    train = dataclasses.replace(
+        train,
+        warmstart=dataclasses.replace(
+            train.warmstart, runs_dir=namespace["RUNS"], steps=demo.base_steps
+        ),
+    )
+    assert cache_dir(namespace["warm"]) == cache_dir(run_warmstart(train))
+    assert any("README demo's base model" in c for c in cells)
+
+
+def _timing_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "time_notebooks", REPO / "scripts" / "dev" / "time_notebooks.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("time_notebooks", module)  # its dataclass looks itself up there
+    spec.loader.exec_module(sys.modules["time_notebooks"])
+    return sys.modules["time_notebooks"]
+
+
+def test_timing_script_selects_notebooks_and_sums_their_times() -> None:
+    script = _timing_script()
+    assert script.select("") == NOTEBOOKS
+    assert [p.name for p in script.select("02, 06_token_credit.ipynb")] == [
+        "02_advantages_side_by_side.ipynb",
+        "06_token_credit.ipynb",
+    ]
+    with pytest.raises(ValueError, match="matches 0"):
+        script.select("07")
+    with pytest.raises(ValueError, match="matches 6"):
+        script.select("0")
+    rows = [
+        {"notebook": "a.ipynb", "seconds": 90.0, "cpu_seconds": 60.0, "error": None,
+         "load_before": [1.0], "load_after": [2.0]},
+        {"notebook": "b.ipynb", "seconds": 30.0, "cpu_seconds": 24.0, "error": "boom",
+         "load_before": [2.0], "load_after": [1.0]},
+    ]  # fmt: skip
+    machine = {"date": "d", "cpu": "c", "cores": 2, "commit": "x"}
+    table = script.markdown_table(
+        {"size": "small", "machine": machine, "fresh_runs_dir": True, "notebooks": rows}
+    )
+    assert "| **all** | **2.0 min** | 1.4 min | |" in table
+    assert "failed: boom" in table

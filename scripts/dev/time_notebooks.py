@@ -1,0 +1,213 @@
+"""Execute every notebook at one size and record its wall time: the figures of notebooks/README.md.
+
+    python scripts/dev/time_notebooks.py                       # every notebook, default size
+    python scripts/dev/time_notebooks.py --inplace             # ... and keep the outputs
+    python scripts/dev/time_notebooks.py --notebooks 02,06     # some of them
+    python scripts/dev/time_notebooks.py --size full           # the long runs (an hour and more)
+
+The notebooks run one at a time, in order, each in a fresh kernel of this interpreter, as a
+newcomer would run them on a fresh clone: by default in a new, empty runs directory (so every
+warm start and run is trained, none reused; `--runs-dir` to reuse one), with progress bars
+off (`TQDM_DISABLE=1`) so that `--inplace` commits no bar. The result file
+(`notebooks/timings.json` by default) is rewritten after each notebook, so an interrupted
+timing keeps the notebooks it finished; it records the machine, its load average before and
+after each notebook, the date and the commit, and the CPU time of each notebook's kernel and
+of the processes it waited for. A shared or loaded machine gives upper bounds of the wall time;
+the CPU time depends much less on the load (two cores give at most twice it per second).
+The table printed at the end is the one notebooks/README.md shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import tyro
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK_DIR = REPO / "notebooks"
+
+
+@dataclass
+class TimeConfig:
+    """Time the notebooks at one size."""
+
+    size: str = "small"
+    """REFIMPL_NOTEBOOK_SIZE: small (the default a reader gets), full or fast"""
+    notebooks: str = ""
+    """comma-separated notebook numbers or names (empty: every notebooks/0*.ipynb)"""
+    runs_dir: Path | None = None
+    """where the notebooks train (None: a new empty temporary directory, as on a fresh clone)"""
+    inplace: bool = False
+    """write each executed notebook back, outputs included (the committed outputs then come
+    from this size)"""
+    out: Path = NOTEBOOK_DIR / "timings.json"
+    """the result file (JSON)"""
+    cell_timeout: int = 3600
+    """seconds one cell may run"""
+
+
+def select(spec: str) -> list[Path]:
+    """The notebooks named by `spec` ("01,03" or full names), in order; every one when empty."""
+    every = sorted(NOTEBOOK_DIR.glob("0*.ipynb"))
+    if not spec.strip():
+        return every
+    chosen = []
+    for item in (s.strip() for s in spec.split(",") if s.strip()):
+        hits = [p for p in every if p.name == item or p.stem == item or p.name.startswith(item)]
+        if len(hits) != 1:
+            names = ", ".join(p.name for p in every)
+            raise ValueError(f"--notebooks: {item!r} matches {len(hits)} of {names}")
+        chosen.append(hits[0])
+    return chosen
+
+
+def kernel_manager_class():
+    """A python3 kernel run by `sys.executable` (the installed kernelspec may point elsewhere)."""
+    from jupyter_client.manager import KernelManager
+
+    class ThisInterpreterKernelManager(KernelManager):
+        def format_kernel_cmd(self, extra_arguments=None):
+            cmd = super().format_kernel_cmd(extra_arguments)
+            if cmd and Path(cmd[0]).name.startswith("python"):
+                cmd[0] = sys.executable
+            return cmd
+
+    return ThisInterpreterKernelManager
+
+
+def execute(path: Path, cell_timeout: int) -> tuple[object, float, float, str | None]:
+    """`(notebook, wall seconds, CPU seconds, error)`: the notebook executed top to bottom in a
+    kernel this process starts and reaps, so that the CPU time of the kernel and of every
+    process it waited for (03's parallel runs) is in this process's RUSAGE_CHILDREN."""
+    import resource
+
+    import nbclient
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=cell_timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+    )
+    client.kernel_manager_class = kernel_manager_class()
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+
+    start, cpu_start = time.perf_counter(), cpu()
+    error = None
+    try:
+        client.execute()  # shuts the kernel down (and reaps it) at the end
+    except Exception as err:  # a failing cell: record it, time the rest of the set
+        error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}"
+    return nb, time.perf_counter() - start, cpu() - cpu_start, error
+
+
+def markdown_table(result: dict) -> str:
+    m = result["machine"]
+    lines = [
+        f"Size `{result['size']}`, {m['date']}, {m['cpu']}, {m['cores']} cores, commit "
+        f"{m['commit']}, "
+        + (
+            "a new empty runs directory."
+            if result["fresh_runs_dir"]
+            else f"runs in {result['runs_dir']}."
+        ),
+        "",
+        "| notebook | wall time | CPU time (kernel and its workers) | load average (1 min) before → after |",
+        "|---|---|---|---|",
+    ]
+    for r in result["notebooks"]:
+        status = f" (failed: {r['error']})" if r["error"] else ""
+        lines.append(
+            f"| `{r['notebook']}` | {r['seconds'] / 60:.1f} min ({r['seconds']:.0f} s){status} | "
+            f"{r['cpu_seconds'] / 60:.1f} min | {r['load_before'][0]:.1f} → {r['load_after'][0]:.1f} |"
+        )
+    total = sum(r["seconds"] for r in result["notebooks"])
+    cpu_total = sum(r["cpu_seconds"] for r in result["notebooks"])
+    lines.append(f"| **all** | **{total / 60:.1f} min** | {cpu_total / 60:.1f} min | |")
+    return "\n".join(lines)
+
+
+def main(cfg: TimeConfig) -> int:
+    sys.path.insert(0, str(REPO))
+    from refimpl import nbplots
+    from refimpl.bench import machine_info
+
+    if cfg.size not in nbplots.SIZES:
+        print(
+            f"--size: expected one of {', '.join(nbplots.SIZES)}, got {cfg.size!r}", file=sys.stderr
+        )
+        return 2
+    try:
+        paths = select(cfg.notebooks)
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return 2
+    fresh = cfg.runs_dir is None
+    runs_dir = Path(tempfile.mkdtemp(prefix="refimpl-nbtime-")) if fresh else cfg.runs_dir
+    env = {
+        nbplots.SIZE_VARIABLE: cfg.size,
+        "REFIMPL_NOTEBOOK_RUNS_DIR": str(runs_dir),
+        "TQDM_DISABLE": "1",
+        "MPLBACKEND": "Agg",
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+        # The kernels import this checkout's refimpl (they start in notebooks/, where a
+        # relative PYTHONPATH would point elsewhere).
+        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    os.environ.update(env)  # the kernels inherit it
+    result = {
+        "size": cfg.size,
+        "machine": machine_info(),
+        "fresh_runs_dir": fresh,
+        "runs_dir": str(runs_dir),
+        "complete": False,
+        "notebooks": [],
+    }
+    print(f"{len(paths)} notebooks at size {cfg.size}, runs in {runs_dir}", flush=True)
+    for i, path in enumerate(paths, 1):
+        print(f"[{i}/{len(paths)}] {path.name} ...", end=" ", flush=True)
+        load_before = list(os.getloadavg())
+        nb, seconds, cpu_seconds, error = execute(path, cfg.cell_timeout)
+        print(
+            f"{seconds:.0f} s ({cpu_seconds:.0f} CPU s)" + (f"  FAILED: {error}" if error else ""),
+            flush=True,
+        )
+        if cfg.inplace and not error:
+            import nbformat
+
+            nbformat.write(nb, path)
+        result["notebooks"].append(
+            {
+                "notebook": path.name,
+                "seconds": round(seconds, 1),
+                "cpu_seconds": round(cpu_seconds, 1),
+                "error": error,
+                "load_before": [round(x, 2) for x in load_before],
+                "load_after": [round(x, 2) for x in os.getloadavg()],
+            }
+        )
+        cfg.out.write_text(json.dumps(result, indent=2) + "\n")  # after each: nothing lost
+    result["complete"] = True
+    result["total_seconds"] = round(sum(r["seconds"] for r in result["notebooks"]), 1)
+    result["total_cpu_seconds"] = round(sum(r["cpu_seconds"] for r in result["notebooks"]), 1)
+    cfg.out.write_text(json.dumps(result, indent=2) + "\n")
+    print()
+    print(markdown_table(result))
+    print(f"\nresult: {cfg.out}")
+    return 1 if any(r["error"] for r in result["notebooks"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(tyro.cli(TimeConfig, description=__doc__)))
