@@ -232,6 +232,13 @@ class AlgorithmConfig:
         (``refimpl.mechanisms.kept_group_advantages``)."""
         return 1.0
 
+    def values_needed(self) -> ValueRequest | None:
+        """The Monte-Carlo values of ``π_old`` the advantages read (``batch.token_values``),
+        or ``None``: every algorithm but VinePPO. A loop that gets a request runs the credit
+        oracle (``refimpl.diagnostics.credit_oracle.training_values``) on the rollout policy,
+        after sampling and before ``advantages``."""
+        return None
+
     def for_generation_budget(self, max_new_tokens: int) -> AlgorithmConfig:
         """This configuration for completions of at most ``max_new_tokens`` tokens: itself,
         unless a field defaults to that budget (Dr. GRPO's ``max_len``)."""
@@ -244,6 +251,18 @@ class AlgorithmConfig:
         ``normalise="batch"``). A loop that splits a rollout calls it once per rollout and
         passes the result to every loss call of that rollout."""
         return self
+
+
+@dataclass(frozen=True)
+class ValueRequest:
+    """What ``Config.values_needed`` asks a training loop for: ``V̂(q, o_<t)`` of the rollout
+    policy, each from ``rollouts`` (K) continuations at the run's sampling settings, at the
+    prefixes ``o_<t`` that start a step. ``step_ends``: the characters whose token closes a
+    step (a prefix is valued at ``t = 0`` and right after each of them); ``None``: every
+    prefix (every token is a step, the credit oracle's own definition)."""
+
+    rollouts: int
+    step_ends: str | None = None
 
 
 #: The fields every algorithm's ``Config`` has (``AlgorithmConfig``'s annotations).
@@ -456,6 +475,10 @@ class RolloutBatch:
             Success (``r ≥ success_threshold``: GTPO's and GRPO-S's O⁺/O⁻ split, dynamic
             sampling) is decided on these, so shaping changes how much a completion is worth,
             never whether it succeeded. ``None``: ``rewards`` are the outcome rewards.
+        token_values: optional ``[B, T]`` float, ``V̂(q, o_<t)``: the rollout policy's
+            Monte-Carlo value of the prefix before token ``t``, in [0, 1], where the loop
+            valued that prefix (a step start: always ``t = 0``), NaN where it did not; set by
+            the loops when ``Config.values_needed()`` asks (VinePPO). Padding arbitrary.
     """
 
     response_ids: Tensor
@@ -466,6 +489,7 @@ class RolloutBatch:
     group_size: int
     logp_ref: Tensor | None = None
     outcome_rewards: Tensor | None = None
+    token_values: Tensor | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -568,6 +592,27 @@ class RolloutBatch:
                 f"advantages would carry one into them; pass {name}.detach())",
             )
         self._validate_records(m.bool())
+        if self.token_values is not None:
+            self._validate_token_values(m.bool())
+
+    def _validate_token_values(self, active: Tensor) -> None:
+        """``token_values``: a detached ``[B, T]`` float tensor, in [0, 1] or NaN (not valued)
+        on response tokens, valued at the first token of every non-empty row (``V̂(q)``)."""
+        V = self.token_values
+        B, T = active.shape
+        _check_matrix(V, "token_values", (B, T))
+        v = V[active]
+        require(
+            bool((torch.isnan(v) | ((v >= 0) & (v <= 1))).all()),
+            "token_values",
+            "values in [0, 1] (or NaN where a prefix was not valued) on response tokens",
+        )
+        require(
+            not bool(torch.isnan(V[:, 0][active[:, 0]]).any()),
+            "token_values",
+            "a value at the first token of every non-empty row (V̂(q), the prompt's value)",
+        )
+        require(not V.requires_grad, "token_values", "a detached tensor (values are constants)")
 
     def _validate_devices(self, device: torch.device) -> None:
         """Every tensor field on the device of ``response_mask``."""

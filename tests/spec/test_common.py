@@ -498,6 +498,10 @@ def _advantage_bound(name: str, cfg, batch: RolloutBatch) -> torch.Tensor:
         bound = r.max(dim=1).values - r.min(dim=1).values
     elif name == "tepo" and cfg.advantage == "centred":
         bound = r.max(dim=1).values - r.min(dim=1).values
+    elif name == "vineppo" and cfg.whiten_advantages:  # one z-score over the batch's tokens
+        bound = samuelson(m.sum().double().expand(r.shape[0]))
+    elif name == "vineppo":  # V̂(s_{k+1}) − V̂(s_k), a difference of two probabilities
+        bound = torch.ones(r.shape[0], dtype=torch.float64)
     else:
         bound = samuelson(torch.full((r.shape[0],), float(G), dtype=torch.float64))
     return bound.repeat_interleave(G)[:, None].expand_as(batch.response_mask)
@@ -585,6 +589,7 @@ def small_batch() -> RolloutBatch:
         entropy_old=torch.ones(4, 3),
         group_size=2,
         logp_ref=-torch.ones(4, 3),
+        token_values=torch.full((4, 3), 0.5, dtype=torch.float64),  # VinePPO's V̂, every prefix
     )
 
 

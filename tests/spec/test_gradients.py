@@ -247,6 +247,15 @@ def grad_steer(batch, cfg, A, entropy) -> torch.Tensor:
     return (-A * lam + cfg.kl_coef * kl_slope(batch)) * weight
 
 
+def grad_vineppo(batch, cfg, A, entropy) -> torch.Tensor:
+    """VinePPO: PPO's surrogate per token, aggregated by the mode (token-mean by default),
+    plus β · mean over the B' non-empty sequences of Σ_t kl: the KL slope weighs 1/B' on every
+    token (k3 ≤ 10 here, below the clamp)."""
+    _, _, b_prime, _ = _stats(batch)
+    weight = token_weight(batch, cfg.loss_agg_mode)
+    return -A * weight + cfg.kl_coef * kl_slope(batch) / b_prime
+
+
 ANALYTIC: dict[str, Callable[..., torch.Tensor]] = {
     "grpo": grad_grpo,
     "dapo": grad_dapo,
@@ -262,6 +271,7 @@ ANALYTIC: dict[str, Callable[..., torch.Tensor]] = {
     "forking_tokens": grad_forking_tokens,
     "entropy_bonus": grad_entropy_bonus,
     "steer": grad_steer,
+    "vineppo": grad_vineppo,
 }
 
 
