@@ -41,7 +41,7 @@ Strategies: :func:`rollout_batches`, :func:`current_logp`, :func:`current_entrop
 combination of an algorithm's ``Config``).
 Helpers: :func:`pad_with`, :func:`pad_tensor`, :func:`add_padding_columns`,
 :func:`add_padding_columns_tensor`, :func:`permute_within_groups`, :func:`row_permutation`,
-:func:`concat_batches`.
+:func:`concat_batches`, :func:`with_requested_values`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,12 @@ LOGP_REGIMES = ("ordinary", "near_zero", "very_negative", "mixed")
 
 # Fields of a RolloutBatch that are per-token [B, T] tensors.
 _TOKEN_FIELDS = (
-    "response_ids", "response_mask", "logp_old", "entropy_old", "logp_ref", "token_values"
+    "response_ids",
+    "response_mask",
+    "logp_old",
+    "entropy_old",
+    "logp_ref",
+    "token_values",
 )
 
 
@@ -311,6 +316,19 @@ def pad_with(batch: RolloutBatch, value: float, ids_value: int = 0) -> RolloutBa
         if batch.token_values is None
         else pad_tensor(batch.token_values, m, value),
     )
+
+
+def with_requested_values(batch: RolloutBatch, cfg: object, seed: int = 0) -> RolloutBatch:
+    """``batch`` as a training loop hands it to ``advantages`` under ``cfg``: when
+    ``cfg.values_needed()`` asks for Monte-Carlo values (VinePPO), ``token_values`` gets a
+    value ``c/8`` in [0, 1] at every prefix (every prefix is a step start, which satisfies any
+    request), drawn from a generator seeded by ``seed``; otherwise the batch is unchanged.
+    For tests whose subject is not the values (shapes, bounds, engines' losses)."""
+    if cfg.values_needed() is None:
+        return batch
+    gen = torch.Generator().manual_seed(seed)
+    values = torch.randint(0, 9, tuple(batch.response_mask.shape), generator=gen) / 8
+    return batch.replace(token_values=values.to(batch.response_mask.device, torch.float64))
 
 
 def add_padding_columns_tensor(x: Tensor, k: int, value: float = 0.0) -> Tensor:
