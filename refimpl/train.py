@@ -8,7 +8,7 @@ algorithm contract (``tests/test_loop.py`` checks that both train the same weigh
                 Config asks: resample until N informative groups
     shape       the overlong length penalty added to the reward, when the Config asks
     reference   logp_ref from the frozen warm start, when a KL term needs it
-    values      V̂ of π_old at the prefixes the Config asks for (VinePPO), by the credit oracle
+    values      V̂ of π_old at the prefixes the Config asks for, by the credit oracle
     advantages  advantages(batch, cfg); then the overlong filter masks truncated rows
     update      ppo_epochs × minibatches of loss(batch, logp, adv, cfg, entropy) → backward
                 → clip grad norm → optimizer step
@@ -227,7 +227,7 @@ class Trainer:
 
     @torch.no_grad()
     def values(self, batch: core.RolloutBatch, samples: Samples, outcome, problems):
-        """``batch`` with ``token_values`` when the Config asks for them (VinePPO): the
+        """``batch`` with ``token_values`` when the Config asks for them: the
         credit oracle's ``V̂`` of π_old (the model has not been updated this step), at the
         prefixes the request names, from continuations at the run's sampling settings."""
         request = self.algo_cfg.values_needed()

@@ -496,14 +496,13 @@ def refuse_values_needed(cfg: object, argument: str, path: str) -> None:
     if request is None:
         return
     name = type(cfg).__module__.rsplit(".", 1)[-1]
-    where = "every prefix" if request.step_ends is None else "every step start"
     require(
         False,
         argument,
         f"an algorithm whose advantages need no Monte-Carlo values: {name}.Config."
-        f"values_needed() asks for {request.rollouts} continuations of π_old at {where}, "
-        f"which the {path} path does not sample (train it with the toy loop, `refimpl train`; "
-        "docs/scaleup.md, 'Algorithms that ask for values', says what a port needs)",
+        f"values_needed() asks for {request} (continuations of π_old), which the {path} path "
+        "does not sample (train it with the toy loop, `refimpl train`; docs/scaleup.md, "
+        "'Algorithms that ask for values', says what a port needs)",
     )
 
 
