@@ -65,6 +65,7 @@ attached to the graph, with a warning.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import numbers
 import os
@@ -1009,6 +1010,19 @@ def covariance_selection_count(fraction: float, mask: Shaped[Tensor, "B T"]) -> 
     has no response token (the authors' code, as in verl: at least one token per batch)."""
     n_tokens = float(mask.sum())
     return max(int(fraction * n_tokens), 1) if n_tokens > 0 else 0
+
+
+def batch_generator(batch: RolloutBatch, seed: int | None) -> torch.Generator | None:
+    """A CPU generator for an algorithm's random token subset, seeded by ``seed`` and the
+    batch's response tokens (in row order, padding excluded): the same batch always draws the
+    same subset, different batches draw independently, and a run is reproducible. ``None``
+    (torch's global generator) when ``seed`` is ``None``. Clip-Cov's subset and the forking
+    tokens' random control draw from it."""
+    if seed is None:
+        return None
+    tokens = batch.response_ids[batch.response_mask.bool()].to("cpu", torch.int64).numpy()
+    digest = hashlib.blake2b(tokens.tobytes(), digest_size=8, key=str(seed).encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
 
 
 def ratio_metrics(

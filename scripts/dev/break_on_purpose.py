@@ -312,6 +312,14 @@ SLIPS: list[Slip] = [
         "trains the low-entropy tokens instead of the forking ones",
     ),
     Slip(
+        "forking-random-by-entropy",
+        ALG + "forking_tokens.py",
+        "return random_mask(batch.response_mask, cfg.top_entropy_frac, generator)",
+        "return forking_mask(batch.entropy_old, batch.response_mask, cfg.top_entropy_frac)",
+        (SPEC + "test_forking_tokens.py",),
+        "the random-20 % control selects by entropy",
+    ),
+    Slip(
         "entropy-bonus-sign",
         ALG + "entropy_bonus.py",
         "token_loss = token_loss - cfg.entropy_coef * H",

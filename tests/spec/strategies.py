@@ -435,6 +435,7 @@ CHOICES = {
     "mapping": "MAPPINGS",
     "normalise": "NORMALISE_SETS",
     "boundaries": "BOUNDARIES",
+    "selection": "SELECTIONS",
 }
 
 #: Numeric fields drawn from a few values (the others keep their defaults).

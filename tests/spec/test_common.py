@@ -356,9 +356,7 @@ def _kept(name: str, cfg, batch: RolloutBatch, logp, adv) -> torch.Tensor:
     if name == "clip_cov":
         return (~mod.clip_cov_mask(batch, logp, adv, cfg)).double()
     if name == "forking_tokens":
-        return mod.forking_mask(
-            batch.entropy_old, batch.response_mask, cfg.top_entropy_frac
-        ).double()
+        return mod.token_selection(batch, cfg).double()
     return torch.ones(batch.response_mask.shape, dtype=torch.float64)
 
 

@@ -221,9 +221,7 @@ def grad_forking_tokens(batch, cfg, A, entropy) -> torch.Tensor:
     normaliser over all tokens; the KL (when on) on every token."""
     from refimpl.algorithms import forking_tokens
 
-    forks = forking_tokens.forking_mask(
-        batch.entropy_old, batch.response_mask, cfg.top_entropy_frac
-    ).to(F64)
+    forks = forking_tokens.token_selection(batch, cfg).to(F64)  # by entropy, or random
     weight = token_weight(batch, cfg.loss_agg_mode)
     return (-A * forks + cfg.kl_coef * kl_slope(batch)) * weight
 
