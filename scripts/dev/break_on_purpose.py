@@ -412,8 +412,8 @@ SLIPS: list[Slip] = [
     Slip(
         "oracle-off-by-one",
         "refimpl/diagnostics/credit_oracle.py",
-        "first, second = counts[(g, tuple(tokens[:t]))]",
-        "first, second = counts[(g, tuple(tokens[: max(t - 1, 0)]))]",
+        "            key = (g, tuple(tokens[:t]))",
+        "            key = (g, tuple(tokens[: max(t - 1, 0)]))",
         ("tests/test_credit_oracle.py",),
         "the value before token t read from the prefix one token shorter",
     ),
