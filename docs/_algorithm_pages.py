@@ -169,7 +169,11 @@ LOOP: dict[str, tuple[Callable, Callable]] = {
         lambda c: PER_COMPLETION.format(Z_SCORE),
         lambda c: (
             _token_loss(c)
-            + f"\n    on the top {c.top_entropy_frac:.0%} of the batch's tokens by H_old only"
+            + (
+                f"\n    on the top {c.top_entropy_frac:.0%} of the batch's tokens by H_old only"
+                if c.selection == "entropy"
+                else f"\n    on a random {c.top_entropy_frac:.0%} of the batch's tokens only"
+            )
         ),
     ),
     "entropy_bonus": (
