@@ -12,9 +12,9 @@ high-entropy "forking" tokens decide which way the reasoning goes. Keep DAPO's o
 let only the top-ρ (ρ = 0.2) highest-entropy tokens of the batch carry policy gradient; the
 other 80 % contribute nothing. The paper reports that this matches full-gradient DAPO on
 Qwen3-8B and beats it on 14B and 32B, and that training on the low-entropy 80 % instead fails.
-"Not All Tokens Learn Alike" (arXiv 2605.07660) reports that a *random* 20 % of the tokens
-recovers most of full-token training too; ``selection="random"`` is that control: as many
-tokens, drawn without looking at their entropy.
+Li et al., "Not All Tokens Learn Alike" (arXiv 2605.07660), report that a *random* 20 % of
+the tokens recovers most of full-token training too; ``selection="random"`` is that control:
+as many tokens, drawn without looking at their entropy.
 
 Equations
 ---------
