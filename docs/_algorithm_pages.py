@@ -169,7 +169,11 @@ LOOP: dict[str, tuple[Callable, Callable]] = {
         lambda c: PER_COMPLETION.format(Z_SCORE),
         lambda c: (
             _token_loss(c)
-            + f"\n    on the top {c.top_entropy_frac:.0%} of the batch's tokens by H_old only"
+            + (
+                f"\n    on the top {c.top_entropy_frac:.0%} of the batch's tokens by H_old only"
+                if c.selection == "entropy"
+                else f"\n    on a random {c.top_entropy_frac:.0%} of the batch's tokens only"
+            )
         ),
     ),
     "entropy_bonus": (
@@ -189,6 +193,19 @@ LOOP: dict[str, tuple[Callable, Callable]] = {
                 if c.mapping == "linear"
                 else f"exp(−k|Ω|) ∈ [{c.lambda_min:g}, 1] over the {c.normalise}"
             )
+        ),
+    ),
+    "vineppo": (
+        lambda c: (
+            f"V̂(s) ← mean of {c.rollouts} continuations of π_old from each "
+            + ("step start s" if c.boundaries == "step" else "prefix s")
+            + " (the credit oracle)"
+            + f"\n    A[i,t] ← V̂(s_k+1) − V̂(s_k) on every token of step k, V(s_end) = 1[r ≥ 0.5]"
+            + ("\n    A ← z-score over the batch's tokens" if c.whiten_advantages else "")
+        ),
+        lambda c: (
+            f"L ← {c.loss_agg_mode}( {_surrogate('w', c)} ),  w = π_θ/π_old"
+            + (f"\n    + {c.kl_coef:g}·mean_i Σ_t min(kl_k3, 10)" if c.needs_reference() else "")
         ),
     ),
 }
@@ -217,6 +234,10 @@ def probe_batch(entropy_seed: int = 0) -> core.RolloutBatch:
         entropy_old=entropy * 2 + 0.05,
         group_size=4,
         logp_ref=logp_ref,
+        # VinePPO's V̂(q, o_<t): every prefix valued (multiples of 1/8, a fixed seed).
+        token_values=torch.randint(0, 9, (8, 6), generator=torch.Generator().manual_seed(7))
+        .double()
+        .div(8),
     )
 
 

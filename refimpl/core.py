@@ -65,6 +65,7 @@ attached to the graph, with a warning.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import numbers
 import os
@@ -230,9 +231,11 @@ class AlgorithmConfig:
         the ``G`` rewards (or completions) of a group, as GRPO's z-score; ``"group_tokens"`` or
         ``"batch_tokens"``, the response tokens of a group or of the whole batch (token
         rewards normalised per token); ``None``, no std division: the advantage is a reward
-        minus an average of the group's rewards. What it answers bounds every advantage (a
-        z-score among ``L`` values is at most ``(L−1)/√L`` in size, a centred reward at most
-        the group's reward range), which the spec checks for every algorithm."""
+        minus an average of the group's rewards; ``"value_difference"``, no std division and
+        no reward: the advantage is a difference of two values, each a probability of success
+        (VinePPO). What it answers bounds every advantage (a z-score among ``L`` values is at
+        most ``(L−1)/√L`` in size, a centred reward at most the group's reward range, a value
+        difference at most 1), which the spec checks for every algorithm."""
         return "group"
 
     def advantage_scale(self, batch: RolloutBatch) -> float:
@@ -241,6 +244,13 @@ class AlgorithmConfig:
         (TRL, verl) cannot let the loss compute it, so it folds it into the advantages
         (``refimpl.mechanisms.kept_group_advantages``)."""
         return 1.0
+
+    def values_needed(self) -> ValueRequest | None:
+        """The Monte-Carlo values of ``π_old`` the advantages read (``batch.token_values``),
+        or ``None``: every algorithm but VinePPO. A loop that gets a request runs the credit
+        oracle (``refimpl.diagnostics.credit_oracle.training_values``) on the rollout policy,
+        after sampling and before ``advantages``."""
+        return None
 
     def for_generation_budget(self, max_new_tokens: int) -> AlgorithmConfig:
         """This configuration for completions of at most ``max_new_tokens`` tokens: itself,
@@ -254,6 +264,18 @@ class AlgorithmConfig:
         ``normalise="batch"``). A loop that splits a rollout calls it once per rollout and
         passes the result to every loss call of that rollout."""
         return self
+
+
+@dataclass(frozen=True)
+class ValueRequest:
+    """What ``Config.values_needed`` asks a training loop for: ``V̂(q, o_<t)`` of the rollout
+    policy, each from ``rollouts`` (K) continuations at the run's sampling settings, at the
+    prefixes ``o_<t`` that start a step. ``step_ends``: the characters whose token closes a
+    step (a prefix is valued at ``t = 0`` and right after each of them); ``None``: every
+    prefix (every token is a step, the credit oracle's own definition)."""
+
+    rollouts: int
+    step_ends: str | None = None
 
 
 #: The fields every algorithm's ``Config`` has (``AlgorithmConfig``'s annotations).
@@ -466,6 +488,10 @@ class RolloutBatch:
             Success (``r ≥ success_threshold``: GTPO's and GRPO-S's O⁺/O⁻ split, dynamic
             sampling) is decided on these, so shaping changes how much a completion is worth,
             never whether it succeeded. ``None``: ``rewards`` are the outcome rewards.
+        token_values: optional ``[B, T]`` float, ``V̂(q, o_<t)``: the rollout policy's
+            Monte-Carlo value of the prefix before token ``t``, in [0, 1], where the loop
+            valued that prefix (a step start: always ``t = 0``), NaN where it did not; set by
+            the loops when ``Config.values_needed()`` asks (VinePPO). Padding arbitrary.
     """
 
     response_ids: Tensor
@@ -476,6 +502,7 @@ class RolloutBatch:
     group_size: int
     logp_ref: Tensor | None = None
     outcome_rewards: Tensor | None = None
+    token_values: Tensor | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -578,6 +605,27 @@ class RolloutBatch:
                 f"advantages would carry one into them; pass {name}.detach())",
             )
         self._validate_records(m.bool())
+        if self.token_values is not None:
+            self._validate_token_values(m.bool())
+
+    def _validate_token_values(self, active: Tensor) -> None:
+        """``token_values``: a detached ``[B, T]`` float tensor, in [0, 1] or NaN (not valued)
+        on response tokens, valued at the first token of every non-empty row (``V̂(q)``)."""
+        V = self.token_values
+        B, T = active.shape
+        _check_matrix(V, "token_values", (B, T))
+        v = V[active]
+        require(
+            bool((torch.isnan(v) | ((v >= 0) & (v <= 1))).all()),
+            "token_values",
+            "values in [0, 1] (or NaN where a prefix was not valued) on response tokens",
+        )
+        require(
+            not bool(torch.isnan(V[:, 0][active[:, 0]]).any()),
+            "token_values",
+            "a value at the first token of every non-empty row (V̂(q), the prompt's value)",
+        )
+        require(not V.requires_grad, "token_values", "a detached tensor (values are constants)")
 
     def _validate_devices(self, device: torch.device) -> None:
         """Every tensor field on the device of ``response_mask``."""
@@ -974,6 +1022,19 @@ def covariance_selection_count(fraction: float, mask: Shaped[Tensor, "B T"]) -> 
     has no response token (the authors' code, as in verl: at least one token per batch)."""
     n_tokens = float(mask.sum())
     return max(int(fraction * n_tokens), 1) if n_tokens > 0 else 0
+
+
+def batch_generator(batch: RolloutBatch, seed: int | None) -> torch.Generator | None:
+    """A CPU generator for an algorithm's random token subset, seeded by ``seed`` and the
+    batch's response tokens (in row order, padding excluded): the same batch always draws the
+    same subset, different batches draw independently, and a run is reproducible. ``None``
+    (torch's global generator) when ``seed`` is ``None``. Clip-Cov's subset and the forking
+    tokens' random control draw from it."""
+    if seed is None:
+        return None
+    tokens = batch.response_ids[batch.response_mask.bool()].to("cpu", torch.int64).numpy()
+    digest = hashlib.blake2b(tokens.tobytes(), digest_size=8, key=str(seed).encode()).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
 
 
 def ratio_metrics(

@@ -1,7 +1,8 @@
 """The toy RL loop, whole, in one file: read it right after an algorithm file.
 
     sample N prompts × G completions ─► rewards ─► dynamic sampling, reward shaping
-      ─► advantages (the algorithm file) ─► ppo_epochs × minibatches: loss ─► clip ─► Adam
+      ─► values of π_old, when the Config asks (VinePPO) ─► advantages (the algorithm file)
+      ─► ppo_epochs × minibatches: loss ─► clip ─► Adam
 
 An algorithm is two functions in ``refimpl/algorithms/<name>.py``, ``advantages`` and
 ``loss``, and a ``Config`` whose switches ``refimpl.mechanisms`` reads (DAPO's dynamic
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 
 from refimpl import algorithms, mechanisms
+from refimpl.diagnostics.credit_oracle import training_values
 from refimpl.model import GPT
 from refimpl.sampling import Samples, concat_samples, sample_groups, seeded_generator
 from refimpl.streams import training_rng  # the prompts of step s, round r: their own stream
@@ -60,7 +62,8 @@ class LoopConfig:
 
 
 def sample_round(model, task, cfg: LoopConfig, step: int, round_: int, L_max: int):
-    """N prompts, G completions each (recording logp_old and H_old), and their rewards."""
+    """N prompts, G completions each (recording logp_old and H_old), their rewards and the
+    problems (the credit oracle's verifier needs them)."""
     problems = task.sample(cfg.prompts_per_step, training_rng(cfg.seed, step, round_))
     samples = sample_groups(
         model,
@@ -77,7 +80,7 @@ def sample_round(model, task, cfg: LoopConfig, step: int, round_: int, L_max: in
     # The outcome reward r_i: the task's verifier reads the completion's text.
     texts = [TOKENIZER.decode(row.tolist()) for row in samples.response_ids]
     answered = [p for p in problems for _ in range(cfg.group_size)]
-    return samples, torch.tensor(task.score(answered, texts), dtype=torch.float32)
+    return samples, torch.tensor(task.score(answered, texts), dtype=torch.float32), problems
 
 
 def rollout(model, task, algo_cfg, cfg: LoopConfig, step: int, L_max: int):
@@ -86,20 +89,22 @@ def rollout(model, task, algo_cfg, cfg: LoopConfig, step: int, L_max: int):
     ``resample_rounds`` more times until N are found: a group whose G rewards are all equal
     has all-zero group-relative advantages, so it would train nothing."""
     N, G = cfg.prompts_per_step, cfg.group_size
-    kept_samples, kept_outcomes, kept = [], [], 0
+    kept_samples, kept_outcomes, kept_problems, kept = [], [], [], 0
     for round_ in range(1 + cfg.resample_rounds):
-        samples, outcome = sample_round(model, task, cfg, step, round_, L_max)
+        samples, outcome, problems = sample_round(model, task, cfg, step, round_, L_max)
         keep = mechanisms.keep_groups(outcome, G, algo_cfg)  # [N] bool: all, unless asked
         keep[torch.cumsum(keep.long(), 0) > N - kept] = False  # never more than N groups
         if keep.any():
             kept_samples.append(samples.select_groups(keep))
             kept_outcomes.append(outcome[keep.repeat_interleave(G)])
+            kept_problems += [p for p, k in zip(problems, keep.tolist()) if k]
             kept += int(keep.sum())
         if not algo_cfg.dynamic_sampling or kept >= N:
             break
     if kept == 0:
-        return None, None
-    return concat_samples(kept_samples, TOKENIZER.pad_id), torch.cat(kept_outcomes)
+        return None, None, None
+    samples = concat_samples(kept_samples, TOKENIZER.pad_id)
+    return samples, torch.cat(kept_outcomes), kept_problems
 
 
 def update(model, optimizer, algo, algo_cfg, batch, samples: Samples, A, cfg: LoopConfig):
@@ -146,7 +151,7 @@ def train(model: GPT, cfg: LoopConfig, log=print) -> list[dict[str, float]]:
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     history = []
     for step in range(cfg.steps):
-        samples, outcome = rollout(model, task, algo_cfg, cfg, step, L_max)
+        samples, outcome, problems = rollout(model, task, algo_cfg, cfg, step, L_max)
         if samples is None:
             log(f"step {step + 1}: every group uninformative, nothing to train on")
             continue
@@ -160,6 +165,14 @@ def train(model: GPT, cfg: LoopConfig, log=print) -> list[dict[str, float]]:
                 )[0]
         batch = samples.to_rollout_batch(rewards, cfg.group_size, logp_ref=logp_ref)
         batch = batch.replace(outcome_rewards=outcome)  # success is decided on the outcome
+        request = algo_cfg.values_needed()  # VinePPO: V̂ of π_old at its step starts
+        if request is not None:
+            # The credit oracle (refimpl credit's code) on π_old: `model` has not moved yet.
+            batch = batch.replace(token_values=training_values(
+                model, task, problems, samples, outcome, request, max_new_tokens=L_max,
+                temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+                success_threshold=algo_cfg.success_threshold, seed=cfg.seed, step=step,
+            ))  # fmt: skip
         A = algo.advantages(batch, algo_cfg)  # [B, T]: the algorithm's own equations
         # DAPO's overlong filter: truncated rows leave the loss, after they counted in A.
         loss_mask = mechanisms.overlong_filter(batch.response_mask, samples.truncated, algo_cfg)

@@ -8,6 +8,7 @@ algorithm contract (``tests/test_loop.py`` checks that both train the same weigh
                 Config asks: resample until N informative groups
     shape       the overlong length penalty added to the reward, when the Config asks
     reference   logp_ref from the frozen warm start, when a KL term needs it
+    values      V̂ of π_old at the prefixes the Config asks for, by the credit oracle
     advantages  advantages(batch, cfg); then the overlong filter masks truncated rows
     update      ppo_epochs × minibatches of loss(batch, logp, adv, cfg, entropy) → backward
                 → clip grad norm → optimizer step
@@ -41,6 +42,7 @@ import numpy as np
 import torch
 
 from refimpl import core, mechanisms
+from refimpl.diagnostics.credit_oracle import training_values
 from refimpl.diagnostics.metrics import entropy_stats
 from refimpl.diagnostics.observers import Observer, default_observers
 from refimpl.evaluate import encode_prompts, score_samples
@@ -64,6 +66,7 @@ class Rollout(NamedTuple):
     samples: Samples | None  # the kept groups (None: every group was uninformative)
     outcome: torch.Tensor | None  # [B] their outcome rewards (the verifier's, before shaping)
     metrics: dict[str, Any]
+    problems: list | None = None  # the N problems of the kept groups (the oracle scores them)
 
 
 class Trainer:
@@ -127,7 +130,7 @@ class Trainer:
         """One RL step, the pipeline of the module docstring; returns its metrics (``run``
         appends them to metrics.jsonl)."""
         t_start = time.perf_counter()
-        samples, outcome, rollout_metrics = self.rollout()
+        samples, outcome, rollout_metrics, problems = self.rollout()
         metrics: dict[str, Any] = {"step": self.step, **rollout_metrics}
         if samples is None:  # every group uninformative, even after resampling
             metrics.update(skipped=1, sampled_tokens=self.sampled_tokens)
@@ -139,6 +142,7 @@ class Trainer:
             rewards, self.cfg.group_size, logp_ref=self.reference_logprobs(samples)
         )
         batch = batch.replace(outcome_rewards=outcome)  # success stays the outcome's
+        batch = self.values(batch, samples, outcome, problems)
         batch, adv = self.advantages(batch, samples)
         t_adv = time.perf_counter() - t0
         grad_norm, update_metrics = self.update(batch, samples, adv)
@@ -156,11 +160,12 @@ class Trainer:
         cfg, G, N = self.cfg, self.cfg.group_size, self.cfg.prompts_per_step
         kept_samples: list[Samples] = []
         kept_rewards: list[torch.Tensor] = []
+        kept_problems: list = []
         kept, rounds, entropies = 0, 0, []  # entropies: every sampled token, kept or not
         first_rewards = None
         timing = {"time_sample": 0.0, "time_score": 0.0}
         while True:
-            samples, rewards = self._sample_round(rounds, timing)
+            samples, rewards, problems = self._sample_round(rounds, timing)
             entropies.append(samples.entropy_old[samples.response_mask.bool()].float())
             first_rewards = rewards if first_rewards is None else first_rewards
             # Dynamic sampling: keep groups with 0 < #successful < G (outcome rewards).
@@ -169,6 +174,7 @@ class Trainer:
             if keep.any():
                 kept_samples.append(samples.select_groups(keep) if not keep.all() else samples)
                 kept_rewards.append(rewards[keep.repeat_interleave(G)])
+                kept_problems += [p for p, k in zip(problems, keep.tolist()) if k]
                 kept += int(keep.sum())
             rounds += 1
             if not self.algo_cfg.dynamic_sampling or kept >= N or rounds > cfg.resample_rounds:
@@ -188,10 +194,11 @@ class Trainer:
         samples = concat_samples(kept_samples, TOKENIZER.pad_id).to(self.device)
         if self.entropy_in_fp32:
             samples.entropy_old = self._entropy_fp32(samples, slice(None))
-        return Rollout(samples, torch.cat(kept_rewards).to(self.device), metrics)
+        outcome = torch.cat(kept_rewards).to(self.device)
+        return Rollout(samples, outcome, metrics, kept_problems)
 
     def _sample_round(self, rounds: int, timing: dict[str, float]):
-        """One round of ``N`` prompts × ``G`` completions and their outcome rewards."""
+        """One round of ``N`` prompts × ``G`` completions, their outcome rewards, the problems."""
         rng = training_rng(self.cfg.seed, self.step, rounds)
         problems = self.task.sample(self.cfg.prompts_per_step, rng)
         t0 = time.perf_counter()
@@ -202,7 +209,7 @@ class Trainer:
         timing["time_sample"] += t1 - t0
         timing["time_score"] += time.perf_counter() - t1
         self.sampled_tokens += int(samples.response_mask.sum())
-        return samples, rewards
+        return samples, rewards, problems
 
     def shape_rewards(self, samples: Samples, outcome: torch.Tensor) -> torch.Tensor:
         """The reward the advantages see: the overlong penalty added to the outcome when the
@@ -217,6 +224,24 @@ class Trainer:
             return None
         with self.autocast():
             return self.logprobs(self.reference, samples, slice(None), with_entropy=False)[0]
+
+    @torch.no_grad()
+    def values(self, batch: core.RolloutBatch, samples: Samples, outcome, problems):
+        """``batch`` with ``token_values`` when the Config asks for them: the
+        credit oracle's ``V̂`` of π_old (the model has not been updated this step), at the
+        prefixes the request names, from continuations at the run's sampling settings."""
+        request = self.algo_cfg.values_needed()
+        if request is None:
+            return batch
+        with self.autocast():
+            values = training_values(
+                self.model, self.task, problems, samples, outcome, request,
+                max_new_tokens=self.max_new_tokens, temperature=self.cfg.temperature,
+                top_k=self.cfg.top_k, top_p=self.cfg.top_p,
+                success_threshold=self.algo_cfg.success_threshold, seed=self.cfg.seed,
+                step=self.step,
+            )  # fmt: skip
+        return batch.replace(token_values=values.to(batch.response_mask.device))
 
     def advantages(self, batch: core.RolloutBatch, samples: Samples):
         """The algorithm's ``[B, T]`` advantages; then, when the Config asks for the overlong

@@ -159,7 +159,7 @@ def test_split_halves_average_to_the_whole(tiny):
 def test_bad_arguments_are_refused(tiny):
     model, task, problems, samples, outcome = tiny
     with pytest.raises(ValueError, match="rollouts"):
-        token_values(model, task, problems, samples, outcome, rollouts=3, max_new_tokens=BUDGET)
+        token_values(model, task, problems, samples, outcome, rollouts=1, max_new_tokens=BUDGET)
     with pytest.raises(ValueError, match="problems"):
         token_values(model, task, problems[:2], samples, outcome, max_new_tokens=BUDGET)
     with pytest.raises(ValueError, match="outcome"):

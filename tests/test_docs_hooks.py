@@ -69,12 +69,13 @@ def test_the_loop_marks_what_differs_from_grpo():
 
 @pytest.mark.parametrize("name", algorithms.NAMES)
 def test_probes_agree_with_what_each_file_reads(name):
-    """The probes call the algorithm: only GTPO's advantages vary within a completion; GTPO's
+    """The probes call the algorithm: only GTPO's and VinePPO's (its steps' Monte-Carlo
+    values) advantages vary within a completion; GTPO's
     and GRPO-S's advantages read the rollout entropy (their shaping), TEPO's, forking tokens'
     and STEER's losses do (the KL mask, the token selection, Ω's H_old); no other algorithm
     reads it."""
     probe = pages.probes(name)
-    assert probe["token_credit"] == (name == "gtpo")
+    assert probe["token_credit"] == (name in ("gtpo", "vineppo"))
     assert probe["advantage_reads_entropy"] == (name in ("gtpo", "grpo_s"))
     assert probe["loss_reads_entropy"] == (name in ("tepo", "forking_tokens", "steer"))
     block = pages.render(name)

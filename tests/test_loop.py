@@ -23,13 +23,14 @@ from tests.tiny import tiny_train
 #: (algorithm, Config changes): plain GRPO; DAPO with every mechanism of its Config (dynamic
 #: sampling, overlong shaping and filter); TEPO (a reference model, the current entropy);
 #: the entropy bonus (gradient through the entropy); Dr. GRPO (the generation budget L_max,
-#: a KL term).
+#: a KL term); VinePPO (the credit oracle's values of π_old, at its step starts).
 CASES = [
     ("grpo", {}),
     ("dapo", {"overlong_filter": True}),
     ("tepo", {}),
     ("entropy_bonus", {}),
     ("dr_grpo", {"kl_coef": 0.01}),
+    ("vineppo", {"rollouts": 4}),
 ]
 
 

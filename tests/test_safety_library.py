@@ -22,6 +22,7 @@ import torch
 from refimpl import algorithms, core
 from refimpl.core import RolloutBatch
 from refimpl.runs.cache import cache_dir
+from tests.spec.strategies import with_requested_values
 
 MODULES = {name: algorithms.get(name) for name in algorithms.NAMES}
 
@@ -228,6 +229,7 @@ def test_every_coefficient_is_bounded_where_the_loss_stays_finite(name):
     edge = {f: BOUNDED[f] for f in fields}
     cfg = module.Config(**edge).for_generation_budget(3)
     b, logp, adv, entropy = edge_batch(clipped="clip_eps_high" in fields)
+    b = with_requested_values(b, cfg)  # VinePPO's V̂ of π_old, as the loops attach them
     assert bool(torch.isfinite(call(module.advantages, b, cfg)).all())
     logp = logp.clone().requires_grad_(True)
     entropy = entropy.clone().requires_grad_(cfg.differentiates_entropy())
@@ -388,7 +390,7 @@ def test_positive_log_probs_and_negative_entropies_are_refused():
         b.replace(logp_ref=torch.full((4, 3), 5.0))
     for module in MODULES.values():
         cfg = module.Config().for_generation_budget(3)
-        adv = call(module.advantages, b, cfg)
+        adv = call(module.advantages, with_requested_values(b, cfg), cfg)
         with pytest.raises(ValueError, match=r"^logp: expected log-probs ≤ 0"):
             call(module.loss, b, torch.full((4, 3), 0.5), adv, cfg, entropy=torch.ones(4, 3))
         if cfg.reads_current_entropy() or cfg.differentiates_entropy():
@@ -462,7 +464,6 @@ def test_an_int_too_large_for_a_field_is_a_value_error(name):
     is annotated is a float from then on; one that no float holds, or an int field beyond
     int64, is a ValueError naming the field; what is accepted computes."""
     module = MODULES[name]
-    b = batch([1.0, 0.0, 0.0, 1.0], 2)
     for field, kind in numeric_fields(module):
         for value in (2**70, 2**1100, -(2**70)):
             try:
@@ -472,6 +473,7 @@ def test_an_int_too_large_for_a_field_is_a_value_error(name):
                 continue
             if kind is float:
                 assert isinstance(getattr(cfg, field), float), (field, getattr(cfg, field))
+            b = with_requested_values(batch([1.0, 0.0, 0.0, 1.0], 2), cfg)
             try:
                 adv = call(module.advantages, b, cfg)
                 logp = b.logp_old.clone().requires_grad_(True)

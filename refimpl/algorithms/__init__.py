@@ -21,8 +21,9 @@ from types import ModuleType
 
 #: Every algorithm, in the order the docs present them: the baselines, the token-level
 #: methods, RLOO (the worked example of docs/adding_an_algorithm.md), then the entropy
-#: interventions the seed papers argue against, and STEER (the reweighting TEPO's paper
-#: builds on). A new name goes at the end, so the colours derived from this order stay those
+#: interventions the seed papers argue against, STEER (the reweighting TEPO's paper builds
+#: on), and VinePPO (trained on the credit oracle's values). A new name goes at the end, so
+#: the colours derived from this order stay those
 #: of existing figures.
 NAMES: tuple[str, ...] = (
     "grpo",
@@ -39,6 +40,7 @@ NAMES: tuple[str, ...] = (
     "forking_tokens",
     "entropy_bonus",
     "steer",
+    "vineppo",
 )
 
 #: The algorithm every other is compared against (``diff grpo.py <other>.py``), and the one an

@@ -59,7 +59,6 @@ Worked example: ``docs/algorithms/clip_cov.md`` computes one group by hand;
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import torch
@@ -136,18 +135,6 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T
     return A
 
 
-def subset_generator(batch: RolloutBatch, seed: int | None) -> torch.Generator | None:
-    """The generator of the random subset: seeded by ``seed`` and the batch's response tokens
-    (in row order, padding excluded), so the same batch always draws the same subset and
-    different batches draw independently; ``None`` (torch's global generator) when ``seed``
-    is ``None``."""
-    if seed is None:
-        return None
-    tokens = batch.response_ids[batch.response_mask.bool()].to("cpu", torch.int64).numpy()
-    digest = hashlib.blake2b(tokens.tobytes(), digest_size=8, key=str(seed).encode()).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
-
-
 def clip_cov_mask(
     batch: RolloutBatch, logp: Float[Tensor, "B T"], adv: Float[Tensor, "B T"], cfg: Config
 ) -> Bool[Tensor, "B T"]:
@@ -170,7 +157,7 @@ def clip_cov_mask(
     n = min(core.covariance_selection_count(cfg.clip_cov_ratio, mask), len(candidates))
     selected = torch.zeros_like(mask, dtype=torch.bool)
     if n > 0:
-        perm = torch.randperm(len(candidates), generator=subset_generator(batch, cfg.seed))
+        perm = torch.randperm(len(candidates), generator=core.batch_generator(batch, cfg.seed))
         chosen = candidates[perm[:n].to(candidates.device)]
         selected[chosen[:, 0], chosen[:, 1]] = True
     return selected

@@ -143,8 +143,9 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -
 
 
 def _check_rollouts(rollouts: int) -> None:
-    require(_is_int(rollouts) and rollouts >= 2 and rollouts % 2 == 0, "rollouts",
-            f"an even integer ≥ 2, got {rollouts!r}")  # fmt: skip
+    # K odd (VinePPO's 9) is fine: the split halves are then K//2 and K − K//2.
+    require(_is_int(rollouts) and rollouts >= 2, "rollouts",
+            f"an integer ≥ 2, got {rollouts!r}")  # fmt: skip
 
 
 def _check_threshold(success_threshold: float) -> None:
@@ -183,6 +184,7 @@ def toy_continuations(
     require(_is_int(seed) and seed >= 0, "seed", f"an integer ≥ 0, got {seed!r}")
     prompts = [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems]
     per_call = max(1, max_rows // rollouts)
+    device = next(model.parameters()).device  # the sampler draws on the model's device
 
     def continue_prefixes(keys, t):
         won, sampled = [], 0
@@ -195,7 +197,7 @@ def toy_continuations(
                 max_new_tokens=max_new_tokens - t,
                 eos_id=TOKENIZER.eos_id,
                 pad_id=TOKENIZER.pad_id,
-                generator=seeded_generator(seed, ORACLE_STREAM, t, chunk_index),
+                generator=seeded_generator(seed, ORACLE_STREAM, t, chunk_index, device=device),
                 **sampling,
             )
             sampled += int(conts.response_mask.sum())
@@ -219,13 +221,16 @@ def estimate_values(
     rollouts: int,
     continue_prefixes: ContinueFn,
     progress: bool = False,
+    positions: Sequence[Sequence[int]] | None = None,
 ) -> TokenValues:
     """The oracle for any policy: every distinct proper prefix ``(prompt, o_<t)`` of the
     completions ``rows`` (token lists, ``<eos>`` included; ``prompt_of[i]`` the prompt of row
     ``i``), continued ``rollouts`` times by ``continue_prefixes`` (all prefixes of one length
     ``t`` in one call, since they share the budget that is left), laid out as ``[B, width]``
     tensors (Eqs. 1-4). ``success[i]``: the outcome of row ``i``, its value after the last
-    token."""
+    token. ``positions[i]``: only the prefixes ``o_<t`` of row ``i`` with ``t`` in it are
+    valued (VinePPO's step starts, :func:`step_starts`); the others are NaN in every field
+    that would read them. ``None``: every prefix."""
     _check_rollouts(rollouts)
     B = len(rows)
     require(
@@ -239,8 +244,8 @@ def estimate_values(
             f"an integer ≥ the longest row ({longest}), got {width!r}")  # fmt: skip
     start = time.perf_counter()
     by_length: dict[int, set[tuple[int, tuple[int, ...]]]] = {}
-    for tokens, g in zip(rows, prompt_of):
-        for t in range(len(tokens)):
+    for i, (tokens, g) in enumerate(zip(rows, prompt_of)):
+        for t in range(len(tokens)) if positions is None else positions[i]:
             by_length.setdefault(t, set()).add((g, tuple(tokens[:t])))
     counts: dict[tuple[int, tuple[int, ...]], tuple[int, int]] = {}
     sampled = 0
@@ -273,6 +278,14 @@ def _checked_wins(wins: object, sampled: object, n_keys: int, rollouts: int) -> 
     return arr
 
 
+def step_starts(tokens: Sequence[int], step_end_ids: Sequence[int]) -> list[int]:
+    """The positions ``t`` whose prefix ``o_<t`` starts a step: ``t = 0``, and every ``t``
+    right after a token in ``step_end_ids`` (a step ends *with* that token; nothing starts
+    after the last token, whose value is the outcome)."""
+    ends = set(step_end_ids)
+    return [t for t in range(len(tokens)) if t == 0 or tokens[t - 1] in ends]
+
+
 def token_values(
     model,
     task,
@@ -289,6 +302,7 @@ def token_values(
     seed: int = 0,
     max_rows: int = 4096,
     progress: bool = False,
+    step_ends: str | None = None,
 ) -> TokenValues:
     """The oracle's ``V̂`` before and after every token of ``samples`` and the true advantages
     (Eqs. 1-3), by ``rollouts`` continuations of every distinct prefix.
@@ -308,6 +322,8 @@ def token_values(
         max_rows: rollout rows per ``sample_groups`` call (memory: about 0.2 MB per row at
             100 positions for the 2-layer model).
         progress: show a progress bar over the prefixes.
+        step_ends: value only the prefixes that start a step (:func:`step_starts`), a step
+            ending with a token of one of these characters; ``None``: every prefix.
     """
     _check_rollouts(rollouts)
     require(_is_int(max_rows) and max_rows >= rollouts, "max_rows",
@@ -335,10 +351,34 @@ def token_values(
         sampling={"temperature": temperature, "top_k": top_k, "top_p": top_p},
         success_threshold=success_threshold, seed=seed, max_rows=max_rows,
     )  # fmt: skip
+    rows = samples.responses()
+    positions = None
+    if step_ends is not None:
+        end_ids = TOKENIZER.encode(step_ends)
+        positions = [step_starts(tokens, end_ids) for tokens in rows]
     return estimate_values(
-        samples.responses(), [i // G for i in range(B)],
-        (outcome >= success_threshold).tolist(), T, rollouts, continue_prefixes, progress,
+        rows, [i // G for i in range(B)], (outcome >= success_threshold).tolist(), T,
+        rollouts, continue_prefixes, progress, positions,
     )  # fmt: skip
+
+
+def training_values(
+    model, task, problems: Sequence, samples: Samples, outcome: Tensor, request, *,
+    max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None,
+    success_threshold: float, seed: int, step: int,
+) -> Tensor:  # fmt: skip
+    """What a training loop hands ``advantages`` when ``Config.values_needed()`` returns
+    ``request`` (a ``core.ValueRequest``): ``[B, T]`` float64 ``V̂(q, o_<t)`` of ``model``
+    (π_old: call it after sampling and before any optimizer step) at the requested prefixes,
+    NaN at the others, 0 on padding. :func:`token_values` with the run's sampling settings,
+    the step's own random streams (``(seed, step)``), no progress bar."""
+    step_seed = int(np.random.default_rng([seed, step, ORACLE_STREAM]).integers(2**62))
+    values = token_values(
+        model, task, problems, samples, outcome, rollouts=request.rollouts,
+        max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+        success_threshold=success_threshold, seed=step_seed, step_ends=request.step_ends,
+    )  # fmt: skip
+    return values.value_before
 
 
 def _assemble(rows, prompt_of, counts, success, width, rollouts, sampled, seconds) -> TokenValues:
@@ -353,7 +393,11 @@ def _assemble(rows, prompt_of, counts, success, width, rollouts, sampled, second
         L = len(tokens)
         lengths[i] = L
         for t in range(L):
-            first, second = counts[(g, tuple(tokens[:t]))]
+            key = (g, tuple(tokens[:t]))
+            if key not in counts:  # a prefix inside a step (``positions``): not valued
+                total[i, t] = halves[:, i, t] = np.nan
+                continue
+            first, second = counts[key]
             total[i, t] = (first + second) / rollouts
             halves[0, i, t] = first / half
             halves[1, i, t] = second / (rollouts - half)

@@ -487,6 +487,25 @@ def _vocab_size(model: nn.Module) -> int | None:
 # ---------------------------------------------------------------------------------------------
 
 
+def refuse_values_needed(cfg: object, argument: str, path: str) -> None:
+    """Refuse (``ValueError`` naming ``argument``) a ``Config`` whose ``values_needed()`` asks
+    for Monte-Carlo values of π_old (VinePPO): the scale-up paths sample no continuations of
+    prefixes, and made-up values would train another algorithm under its name. Every path
+    calls this before any work (``docs/scaleup.md``, "Algorithms that ask for values")."""
+    request = cfg.values_needed()
+    if request is None:
+        return
+    name = type(cfg).__module__.rsplit(".", 1)[-1]
+    require(
+        False,
+        argument,
+        f"an algorithm whose advantages need no Monte-Carlo values: {name}.Config."
+        f"values_needed() asks for {request} (continuations of π_old), which the {path} path "
+        "does not sample (train it with the toy loop, `refimpl train`; docs/scaleup.md, "
+        "'Algorithms that ask for values', says what a port needs)",
+    )
+
+
 def normaliser_count(mask: Tensor, mode: str) -> Tensor:
     """The denominator of ``core.aggregate`` in ``mode``: response tokens for ``token-mean``,
     non-empty completions for the sequence modes. Every mode is (a sum over the batch) / (this

@@ -22,6 +22,8 @@ What ``loop.py`` does that this loop does not, and why:
 * sampling draws from torch's global generator (``model.generate``), seeded once by the
   caller, not from one stream per step: a run is reproducible from its start, not resumable
   at a step (there are no checkpoints here anyway);
+* no Monte-Carlo values of π_old: a Config whose ``values_needed()`` asks for them (VinePPO)
+  is refused before anything is generated (``docs/scaleup.md``);
 * nothing to set for float32 entropies: ``hf.token_logprobs_and_entropy`` computes the
   log-probs and entropies in float32 whatever dtype the model runs in.
 
@@ -38,7 +40,7 @@ import copy
 import torch
 
 from refimpl import algorithms, core, mechanisms
-from refimpl.scaleup.hf import rollout_batch, token_logprobs_and_entropy
+from refimpl.scaleup.hf import refuse_values_needed, rollout_batch, token_logprobs_and_entropy
 
 
 def rollout(model, tok, task, chunk, algo_cfg, G: int, L_max: int, temperature: float, ref):
@@ -108,6 +110,7 @@ def train_hf_loop(model, tok, task, problems, algorithm=algorithms.BASELINE, pro
     G, L_max = group_size, max_new_tokens
     algo = algorithms.get(algorithm)
     algo_cfg = (cfg or algo.Config()).for_generation_budget(L_max)  # Dr. GRPO's L_max
+    refuse_values_needed(algo_cfg, "cfg", "HF")  # VinePPO's values: not sampled here
     # π_ref of a KL term: the frozen starting policy.
     ref = copy.deepcopy(model).eval().requires_grad_(False) if algo_cfg.needs_reference() else None
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)

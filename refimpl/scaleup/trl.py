@@ -29,6 +29,10 @@ reference model, accelerate/DeepSpeed, logging, checkpoints. What changes, in tw
     into the advantages (``−α·A·logp`` is linear in ``A``) because a micro-batch does not hold
     whole groups.
 
+A ``Config`` whose ``values_needed()`` asks for Monte-Carlo values of π_old (VinePPO) is
+refused when the trainer is built: TRL samples no continuations of prefixes
+(``docs/scaleup.md`` says what a port needs).
+
 Metrics go to TRL's log under ``refimpl/<name>`` plus TRL's own ``entropy``, pooled over
 processes (TRL logs from the main process only). ``tests/scaleup/test_trl_multiprocess.py``
 checks two processes against one.
@@ -47,7 +51,7 @@ from trl.trainer import grpo_trainer as _trl_grpo
 
 from refimpl import algorithms, core, mechanisms
 from refimpl.core import RolloutBatch
-from refimpl.scaleup.hf import loss_batch, normaliser_count
+from refimpl.scaleup.hf import loss_batch, normaliser_count, refuse_values_needed
 
 __all__ = ["RefimplGRPOTrainer", "GRPOConfig"]
 
@@ -80,6 +84,8 @@ class RefimplGRPOTrainer(GRPOTrainer):
             "algorithm_config",
             f"a {self.algorithm.NAME}.Config",
         )
+        # VinePPO's Monte-Carlo values: not sampled here; refused before any model is loaded.
+        refuse_values_needed(self.algorithm_config, "algorithm_config", "TRL")
         training_args = kwargs.get("args", args[2] if len(args) > 2 else None)
         core.require(training_args is not None, "args", "a trl.GRPOConfig")
         beta = self.algorithm_config.kl_coef if self.algorithm_config.needs_reference() else 0.0

@@ -41,6 +41,11 @@ What verl's contract does not carry, and how it gets here
   A loss that reads a constant of the whole rollout (``Config.for_update`` differs from the
   Config: STEER with ``normalise="batch"``) is refused: no micro-batch can compute it.
 
+* **Monte-Carlo values of π_old** (VinePPO's ``Config.values_needed()``): not carried. verl's
+  rollout side samples no continuations of prefixes, so :func:`algorithm_config` refuses such
+  a Config, and ``refimpl_vineppo``'s estimator and loss raise at verl's first call
+  (``docs/scaleup.md`` says what a port needs).
+
 Groups: verl reorders rows (sequence-length balancing), so estimators regroup by ``index``
 (the prompt uid) and put the advantages back in verl's row order. DAPO's dynamic sampling is
 verl's ``algorithm.filter_groups`` in the trainer; our estimators zero the advantages of the
@@ -64,7 +69,7 @@ from verl.trainer.ppo import core_algos
 
 from refimpl import algorithms, core, mechanisms
 from refimpl.core import RolloutBatch
-from refimpl.scaleup.hf import loss_batch, normaliser_count
+from refimpl.scaleup.hf import loss_batch, normaliser_count, refuse_values_needed
 
 #: Registry name of each algorithm in verl.
 REGISTERED: dict[str, str] = {name: f"refimpl_{name}" for name in algorithms.NAMES}
@@ -92,8 +97,12 @@ def overrides(name: str) -> dict[str, Any]:
 
 
 def algorithm_config(name: str) -> Any:
-    """The ``Config`` of ``name`` with the overrides in ``$REFIMPL_CONFIG`` (JSON) applied."""
-    return algorithms.get(name).Config(**overrides(name))
+    """The ``Config`` of ``name`` with the overrides in ``$REFIMPL_CONFIG`` (JSON) applied;
+    one that asks for Monte-Carlo values (``Config.values_needed()``, VinePPO) is refused:
+    verl's rollout side does not sample them (``docs/scaleup.md``)."""
+    cfg = algorithms.get(name).Config(**overrides(name))
+    refuse_values_needed(cfg, f"refimpl_{name}", "verl")
+    return cfg
 
 
 @contextlib.contextmanager

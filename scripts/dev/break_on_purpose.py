@@ -312,6 +312,14 @@ SLIPS: list[Slip] = [
         "trains the low-entropy tokens instead of the forking ones",
     ),
     Slip(
+        "forking-random-by-entropy",
+        ALG + "forking_tokens.py",
+        "return random_mask(batch.response_mask, cfg.top_entropy_frac, generator)",
+        "return forking_mask(batch.entropy_old, batch.response_mask, cfg.top_entropy_frac)",
+        (SPEC + "test_forking_tokens.py",),
+        "the random-20 % control selects by entropy",
+    ),
+    Slip(
         "entropy-bonus-sign",
         ALG + "entropy_bonus.py",
         "token_loss = token_loss - cfg.entropy_coef * H",
@@ -404,8 +412,8 @@ SLIPS: list[Slip] = [
     Slip(
         "oracle-off-by-one",
         "refimpl/diagnostics/credit_oracle.py",
-        "first, second = counts[(g, tuple(tokens[:t]))]",
-        "first, second = counts[(g, tuple(tokens[: max(t - 1, 0)]))]",
+        "            key = (g, tuple(tokens[:t]))",
+        "            key = (g, tuple(tokens[: max(t - 1, 0)]))",
         ("tests/test_credit_oracle.py",),
         "the value before token t read from the prefix one token shorter",
     ),

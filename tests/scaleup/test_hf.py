@@ -16,6 +16,7 @@ from refimpl.core import RolloutBatch
 from refimpl.model import GPT, GPTConfig
 from refimpl.sampling import policy_logprobs
 from refimpl.scaleup import hf
+from tests.spec.strategies import with_requested_values
 
 V, P, T, G = 19, 4, 6, 3
 
@@ -224,7 +225,7 @@ def test_loss_and_gradients_match_between_toy_and_gpt2_twin(toy: GPT, name: str)
     """Same rollout, same weights: same loss and same gradients, every algorithm."""
     module = algorithms.get(name)
     cfg = module.Config()
-    batch = _rollout(toy)
+    batch = with_requested_values(_rollout(toy), cfg)  # VinePPO's V̂, as the loops attach them
     adv = module.advantages(batch, cfg)
     seq = torch.cat([_prompts()[0], batch.response_ids], 1)
     mask = torch.cat([_prompts()[1], batch.response_mask.long()], 1)

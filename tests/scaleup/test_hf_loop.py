@@ -100,3 +100,26 @@ def test_the_update_is_epochs_times_minibatches_of_whole_groups(twin, monkeypatc
     assert len(calls) == 2 * 2 * 2 and [len(b.rewards) for b in calls[:2]] == [1 * G, 2 * G]
     assert all(b.logp_ref is not None for b in calls)  # the KL term's frozen reference
     assert [entry["rollout"] for entry in log] == [0] * 4 + [1] * 4
+
+
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_a_config_that_asks_for_values_is_refused_before_any_work(twin, monkeypatch, name):
+    """The HF loop samples no continuations of prefixes: a Config whose ``values_needed()``
+    asks for Monte-Carlo values (VinePPO) is refused, pointing at docs/scaleup.md, before the
+    model generates anything; every other Config gets past that check."""
+    cfg = algorithms.get(name).Config()
+
+    def generate(*args, **kwargs):
+        raise RuntimeError("generated")  # the first piece of work the loop does
+
+    monkeypatch.setattr(twin, "generate", generate)
+    tok = hf.char_tokenizer(toy_envs.TOKENIZER)
+    task = Task()
+    args = (twin, tok, task, task.problems, name)
+    kwargs = dict(prompts_per_step=N, group_size=G, rollouts=1, max_new_tokens=L_MAX, cfg=cfg)
+    if cfg.values_needed() is not None:
+        with pytest.raises(ValueError, match=r"^cfg: expected .*docs/scaleup\.md"):
+            hf_loop.train_hf_loop(*args, **kwargs)
+    else:
+        with pytest.raises(RuntimeError, match="generated"):
+            hf_loop.train_hf_loop(*args, **kwargs)

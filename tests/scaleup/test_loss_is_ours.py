@@ -81,16 +81,16 @@ def test_trl_every_step_runs_our_loss_and_only_ours(
     if getattr(cfg, "dynamic_sampling", False):  # keep every group (G = 4 may be all-even)
         cfg = dataclasses.replace(cfg, dynamic_sampling=False)
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
-    trainer = RefimplGRPOTrainer(
-        model=model,
-        reward_funcs=parity_reward,
-        args=grpo_args(tmp_path, weight_decay=0.0),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        algorithm=name,
-        algorithm_config=cfg,
-        callbacks=[Steps()],
-    )
+    make = dict(model=model, reward_funcs=parity_reward,
+                args=grpo_args(tmp_path, weight_decay=0.0), train_dataset=dataset,
+                processing_class=tokenizer, algorithm=name, algorithm_config=cfg,
+                callbacks=[Steps()])  # fmt: skip
+    if cfg.values_needed() is not None:  # VinePPO: refused before any step (test_trl.py)
+        with pytest.raises(ValueError, match="docs/scaleup.md"):
+            RefimplGRPOTrainer(**make)
+        assert counter.calls == 0
+        return
+    trainer = RefimplGRPOTrainer(**make)
     trainer.train()
     assert len(snapshots) == 2
     (calls_1, after_1), (calls_2, after_2) = snapshots
@@ -198,6 +198,11 @@ def test_verl_training_loss_calls_ours_once_per_micro_batch(name, monkeypatch) -
     module = algorithms.get(name)
     counter = _Counter(module)
     monkeypatch.setattr(module, "loss", counter)
+    if module.Config().values_needed() is not None:  # VinePPO: refused (test_verl.py)
+        with pytest.raises(ValueError, match="docs/scaleup.md"):
+            _verl_call(name)
+        assert counter.calls == 0
+        return
     loss, grad, batch, logp, adv, entropy = _verl_call(name)
     assert counter.calls == 1, "verl's loss did not call ours exactly once"
     # Our loss on the same batch, called directly (unwrapped), gives verl's value and gradient.

@@ -86,6 +86,16 @@ def test_two_training_steps_for_every_algorithm(name, tokenizer, dataset, tmp_pa
     if getattr(cfg, "dynamic_sampling", False):
         # With G = 4 a group can be all-even by chance; keep every group so the step trains.
         cfg = dataclasses.replace(cfg, dynamic_sampling=False)
+    if cfg.values_needed() is not None:
+        # Monte-Carlo values of π_old (VinePPO): TRL samples none, so the trainer refuses
+        # the Config before any work, pointing at what a port needs.
+        with pytest.raises(ValueError, match=r"^algorithm_config: expected .*docs/scaleup\.md"):
+            RefimplGRPOTrainer(model=model, reward_funcs=parity_reward,
+                               args=grpo_args(tmp_path), train_dataset=dataset,
+                               processing_class=tokenizer, algorithm=name,
+                               algorithm_config=cfg)  # fmt: skip
+        assert all(torch.equal(before[k], v) for k, v in model.named_parameters())
+        return
     trainer = RefimplGRPOTrainer(
         model=model,
         reward_funcs=parity_reward,

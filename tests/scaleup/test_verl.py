@@ -94,6 +94,13 @@ def test_estimators_agree_with_our_modules(name: str) -> None:
     registered estimator returns our module's advantages in verl's row order."""
     x = _inputs()
     fn = core_algos.get_adv_estimator_fn(f"refimpl_{name}")
+    if algorithms.get(name).Config().values_needed() is not None:
+        # Monte-Carlo values of π_old (VinePPO): verl's rollout side samples none, so the
+        # estimator refuses rather than train on made-up values.
+        with pytest.raises(ValueError, match=rf"^refimpl_{name}: expected .*docs/scaleup\.md"):
+            fn(token_level_rewards=x["tlr"], response_mask=x["mask"], index=x["index"],
+               config=None, entropy_old=x["entropy"])  # fmt: skip
+        return
     adv, returns = fn(
         token_level_rewards=x["tlr"],
         response_mask=x["mask"],
@@ -255,6 +262,15 @@ def test_policy_losses_agree_with_our_modules(name: str) -> None:
     x = _inputs()
     module = algorithms.get(name)
     cfg = module.Config()
+    if cfg.values_needed() is not None:
+        # VinePPO: refused by the loss as by the estimator (the path cannot run it at all).
+        adv = torch.zeros_like(x["mask"])
+        with rv.loss_inputs(entropy=x["entropy_now"], entropy_old=x["entropy"], logp_ref=x["ref"]):
+            with pytest.raises(ValueError, match=rf"^refimpl_{name}: expected .*scaleup\.md"):
+                core_algos.get_policy_loss_fn(f"refimpl_{name}")(
+                    **_loss_args(x, adv), config=_actor_config()
+                )
+        return
     adv, _ = core_algos.get_adv_estimator_fn(f"refimpl_{name}")(
         token_level_rewards=x["tlr"],
         response_mask=x["mask"],

@@ -25,6 +25,9 @@ What a generated batch looks like
   (≥ −1e-3), ordinary (≥ −5), very negative (−50 … −40) and mixed.
 * ``logp_ref`` (float32 ``[B, T]``), present unless ``with_ref=False``: ``logp_old`` moved by
   up to ±1, clamped to ≤ 0.
+* ``token_values`` (float64 ``[B, T]``, what VinePPO reads): Monte-Carlo values ``c/8`` in
+  [0, 1] (0 and 1 often) at the first token of every row and at about half of the others,
+  NaN (not valued) at the rest, so the steps are of random lengths.
 * Padding positions hold arbitrary finite garbage by default (large values of either sign),
   ``padding="zero"`` gives zeros and ``padding="nan"`` NaN (ids: arbitrary token ids).
   Nothing an algorithm computes may depend on them; :func:`pad_with` rewrites them.
@@ -38,7 +41,7 @@ Strategies: :func:`rollout_batches`, :func:`current_logp`, :func:`current_entrop
 combination of an algorithm's ``Config``).
 Helpers: :func:`pad_with`, :func:`pad_tensor`, :func:`add_padding_columns`,
 :func:`add_padding_columns_tensor`, :func:`permute_within_groups`, :func:`row_permutation`,
-:func:`concat_batches`.
+:func:`concat_batches`, :func:`with_requested_values`.
 """
 
 from __future__ import annotations
@@ -57,7 +60,14 @@ ENTROPY_REGIMES = ("ordinary", "zero", "tiny", "subnormal", "huge", "mixed", "ne
 LOGP_REGIMES = ("ordinary", "near_zero", "very_negative", "mixed")
 
 # Fields of a RolloutBatch that are per-token [B, T] tensors.
-_TOKEN_FIELDS = ("response_ids", "response_mask", "logp_old", "entropy_old", "logp_ref")
+_TOKEN_FIELDS = (
+    "response_ids",
+    "response_mask",
+    "logp_old",
+    "entropy_old",
+    "logp_ref",
+    "token_values",
+)
 
 
 def _prefix_mask(lengths: list[int], T: int) -> Tensor:
@@ -198,6 +208,12 @@ def rollout_batches(
     if ref:
         logp_ref = (logp_old + 2.0 * torch.rand((B, T), generator=gen) - 1.0).clamp(max=0.0)
     ids = torch.randint(0, VOCAB, (B, T), generator=gen)
+    # VinePPO's values from a stream of their own, so the other fields are what they were.
+    vgen = torch.Generator().manual_seed(seed + 1)
+    values = torch.randint(0, 9, (B, T), generator=vgen).to(torch.float64) / 8
+    valued = (torch.rand((B, T), generator=vgen) < 0.5) | (torch.arange(T) == 0)
+    token_values = torch.where(valued, values, float("nan"))
+    token_values = torch.where(active, token_values, _garbage(vgen, (B, T), padding).double())
 
     # Fill the padding with garbage (or zeros / NaN) so that a leak shows.
     def fill(x: Tensor) -> Tensor:
@@ -211,6 +227,7 @@ def rollout_batches(
         entropy_old=fill(entropy_old),
         group_size=G,
         logp_ref=None if logp_ref is None else fill(logp_ref),
+        token_values=token_values,
     )
 
 
@@ -295,7 +312,23 @@ def pad_with(batch: RolloutBatch, value: float, ids_value: int = 0) -> RolloutBa
         logp_old=pad_tensor(batch.logp_old, m, value),
         entropy_old=pad_tensor(batch.entropy_old, m, value),
         logp_ref=None if batch.logp_ref is None else pad_tensor(batch.logp_ref, m, value),
+        token_values=None
+        if batch.token_values is None
+        else pad_tensor(batch.token_values, m, value),
     )
+
+
+def with_requested_values(batch: RolloutBatch, cfg: object, seed: int = 0) -> RolloutBatch:
+    """``batch`` as a training loop hands it to ``advantages`` under ``cfg``: when
+    ``cfg.values_needed()`` asks for Monte-Carlo values (VinePPO), ``token_values`` gets a
+    value ``c/8`` in [0, 1] at every prefix (every prefix is a step start, which satisfies any
+    request), drawn from a generator seeded by ``seed``; otherwise the batch is unchanged.
+    For tests whose subject is not the values (shapes, bounds, engines' losses)."""
+    if cfg.values_needed() is None:
+        return batch
+    gen = torch.Generator().manual_seed(seed)
+    values = torch.randint(0, 9, tuple(batch.response_mask.shape), generator=gen) / 8
+    return batch.replace(token_values=values.to(batch.response_mask.device, torch.float64))
 
 
 def add_padding_columns_tensor(x: Tensor, k: int, value: float = 0.0) -> Tensor:
@@ -365,6 +398,7 @@ def concat_batches(a: RolloutBatch, b: RolloutBatch) -> RolloutBatch:
     elif Tb < Ta:
         b = add_padding_columns(b, Ta - Tb)
     both_ref = a.logp_ref is not None and b.logp_ref is not None
+    both_values = a.token_values is not None and b.token_values is not None
 
     def outcome(x: RolloutBatch) -> Tensor:
         return x.rewards if x.outcome_rewards is None else x.outcome_rewards
@@ -379,6 +413,7 @@ def concat_batches(a: RolloutBatch, b: RolloutBatch) -> RolloutBatch:
         group_size=a.group_size,
         logp_ref=torch.cat([a.logp_ref, b.logp_ref]) if both_ref else None,
         outcome_rewards=torch.cat([outcome(a), outcome(b)]) if any_outcome else None,
+        token_values=torch.cat([a.token_values, b.token_values]) if both_values else None,
     )
 
 
@@ -399,6 +434,8 @@ CHOICES = {
     "entropy_source": "ENTROPY_SOURCES",
     "mapping": "MAPPINGS",
     "normalise": "NORMALISE_SETS",
+    "boundaries": "BOUNDARIES",
+    "selection": "SELECTIONS",
 }
 
 #: Numeric fields drawn from a few values (the others keep their defaults).

@@ -356,9 +356,7 @@ def _kept(name: str, cfg, batch: RolloutBatch, logp, adv) -> torch.Tensor:
     if name == "clip_cov":
         return (~mod.clip_cov_mask(batch, logp, adv, cfg)).double()
     if name == "forking_tokens":
-        return mod.forking_mask(
-            batch.entropy_old, batch.response_mask, cfg.top_entropy_frac
-        ).double()
+        return mod.token_selection(batch, cfg).double()
     return torch.ones(batch.response_mask.shape, dtype=torch.float64)
 
 
@@ -499,6 +497,8 @@ def _advantage_bound(cfg, batch: RolloutBatch) -> torch.Tensor:
         bound = samuelson(m.sum(dim=(1, 2)).double())
     elif std_set is None:
         bound = r.max(dim=1).values - r.min(dim=1).values
+    elif std_set == "value_difference":  # V̂(s_{k+1}) − V̂(s_k), two probabilities
+        bound = torch.ones(r.shape[0], dtype=torch.float64)
     elif std_set == "group":
         bound = samuelson(torch.full((r.shape[0],), float(G), dtype=torch.float64))
     else:  # pragma: no cover
@@ -588,6 +588,7 @@ def small_batch() -> RolloutBatch:
         entropy_old=torch.ones(4, 3),
         group_size=2,
         logp_ref=-torch.ones(4, 3),
+        token_values=torch.full((4, 3), 0.5, dtype=torch.float64),  # VinePPO's V̂, every prefix
     )
 
 

@@ -66,6 +66,7 @@ def test_descending_the_bonus_raises_a_real_entropy():
         entropy_old=torch.ones(2, 3),
         group_size=2,
         logp_ref=None,
+        token_values=None,  # the worked batch's values are for its own 4 × 4 shape
     )
 
     def entropy_of(z):

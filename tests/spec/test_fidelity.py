@@ -34,6 +34,7 @@ SECTIONS = {
     "Forking tokens": ("forking_tokens",),
     "Entropy bonus": ("entropy_bonus",),
     "STEER": ("steer",),
+    "VinePPO": ("vineppo",),
 }
 
 

@@ -140,3 +140,127 @@ def test_worked_example():
         ]
     )
     torch.testing.assert_close(grad, expected, atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The random control (selection="random"): as many tokens as the entropy rule, none chosen for
+# its entropy (arXiv 2605.07660's random-20 % control).
+# ---------------------------------------------------------------------------------------------
+
+RANDOM = forking_tokens.Config(selection="random")
+
+
+def _distinct_entropies(batch, gen: torch.Generator):
+    """``batch`` with its response tokens' entropies a random permutation of 0.25, 0.75, …
+    (distinct and exact in float32, so the entropy rule's count has no ties to add)."""
+    m = batch.response_mask.bool()
+    H = torch.zeros(batch.response_mask.shape)
+    H[m] = torch.randperm(int(m.sum()), generator=gen).float() * 0.5 + 0.25
+    return batch.replace(entropy_old=H)
+
+
+@given(x=batch_and_policy(), rho=st.sampled_from([0.05, 0.2, 0.3, 0.5, 0.7, 1.0]))
+def test_random_control_keeps_the_entropy_rule_s_count(x, rho):
+    """The control keeps exactly n = kept_count(N, ρ) response tokens (0 on padding), n ≥
+    ρ·(N − 1) (the order statistics at and above position (1 − ρ)(N − 1)); on entropies
+    without ties the entropy rule keeps the same n: the same fraction trains."""
+    batch, _, _ = x
+    m = batch.response_mask.bool()
+    N = int(m.sum())
+    cfg = dataclasses.replace(RANDOM, top_entropy_frac=rho)
+    F = forking_tokens.token_selection(batch, cfg)
+    assert bool((F[~m] == 0).all()) and set(F[m].tolist()) <= {0.0, 1.0}
+    n = forking_tokens.kept_count(N, rho)
+    assert int(F.sum()) == n
+    assert n >= math.floor(rho * (N - 1)) and n <= N
+    distinct = _distinct_entropies(batch, torch.Generator().manual_seed(N))
+    entropy_rule = forking_tokens.forking_mask(distinct.entropy_old, batch.response_mask, rho)
+    assert int(entropy_rule.sum()) == n
+    if rho == 1.0:
+        assert torch.equal(F.bool(), m)
+
+
+@given(x=batch_and_policy())
+def test_random_control_does_not_read_the_entropies(x):
+    """For a fixed draw (same batch tokens, same seed), permuting the rollout entropies over
+    the response tokens, or replacing them, leaves the kept set unchanged: the selection is
+    not by entropy. The entropy rule, given reversed entropies, keeps another set."""
+    batch, _, _ = x
+    m = batch.response_mask.bool()
+    F = forking_tokens.token_selection(batch, RANDOM)
+    gen = torch.Generator().manual_seed(1)
+    permuted = batch.entropy_old.clone()
+    permuted[m] = batch.entropy_old[m][torch.randperm(int(m.sum()), generator=gen)]
+    for H in (permuted, torch.rand(batch.response_mask.shape, generator=gen)):
+        assert torch.equal(forking_tokens.token_selection(batch.replace(entropy_old=H), RANDOM), F)
+
+
+def test_random_control_is_reproducible_and_draws_per_batch_and_seed():
+    """The same batch and seed keep the same tokens (every epoch of a step trains the same
+    ones); another seed, or another batch, draws another subset."""
+    batch, _ = worked.batch()
+    numbered = batch.replace(response_ids=torch.arange(batch.response_ids.numel()).view_as(
+        batch.response_ids) % 16)  # fmt: skip
+    F = forking_tokens.token_selection(numbered, RANDOM)
+    assert torch.equal(F, forking_tokens.token_selection(numbered, RANDOM))
+
+    def draws(b) -> set[tuple[float, ...]]:
+        seeds = [dataclasses.replace(RANDOM, seed=s) for s in range(20)]
+        return {tuple(forking_tokens.token_selection(b, c).flatten().tolist()) for c in seeds}
+
+    # C(10, 2) = 45 subsets: 20 seeds that all drew one would be no draw at all.
+    assert len(draws(numbered)) > 1
+    assert draws(numbered.replace(response_ids=(numbered.response_ids + 1) % 16)) != draws(numbered)
+
+
+def test_random_control_keeps_tokens_of_average_entropy():
+    """Over S = 400 draws (seeds) on one batch of N = 200 tokens with skewed entropies, the
+    mean entropy of the kept tokens averages the batch mean μ within 4 standard errors, the
+    s.e. of a mean of n draws without replacement, σ·√((N − n)/(n(N − 1))/S); the entropy
+    rule's kept tokens average far above μ (their mean is that of the top 20 %)."""
+    gen = torch.Generator().manual_seed(0)
+    B, T, S = 10, 20, 400
+    H = torch.log(torch.rand(B, T, generator=gen)) ** 2  # Exp(1)²: skewed, as entropies are
+    batch = worked.batch()[0]
+    batch = batch.replace(
+        response_ids=torch.randint(0, 16, (B, T), generator=gen),
+        response_mask=torch.ones(B, T),
+        rewards=torch.zeros(B),
+        logp_old=-torch.ones(B, T),
+        entropy_old=H,
+        group_size=2,
+        logp_ref=None,
+        token_values=None,
+    )
+    N = B * T
+    n = forking_tokens.kept_count(N, 0.2)
+    mu, sigma = float(H.double().mean()), float(H.double().std())
+    means = []
+    for s in range(S):
+        F = forking_tokens.token_selection(batch, dataclasses.replace(RANDOM, seed=s))
+        means.append(float((F.double() * H).sum() / F.sum()))
+    se = sigma * math.sqrt((N - n) / (n * (N - 1)) / S)
+    assert abs(sum(means) / S - mu) < 4 * se
+    forks = forking_tokens.forking_mask(H, batch.response_mask, 0.2).double()
+    assert float((forks * H).sum() / forks.sum()) > mu + 100 * se
+
+
+@given(x=batch_and_policy(max_log_ratio=0.5))
+def test_random_control_trains_only_its_tokens_with_dapo_weight(x):
+    """As the entropy rule: DAPO's gradient on the kept tokens, exactly 0 elsewhere."""
+    batch, logp, _ = x
+    adv = dapo.advantages(batch, dapo.Config())
+    F = forking_tokens.token_selection(batch, RANDOM).bool()
+    a = logp.clone().requires_grad_(True)
+    b = logp.clone().requires_grad_(True)
+    forking_tokens.loss(batch, a, adv, RANDOM)[0].backward()
+    dapo.loss(batch, b, adv, dapo.Config())[0].backward()
+    torch.testing.assert_close(a.grad[F], b.grad[F], rtol=1e-6, atol=0)
+    assert bool((a.grad[~F] == 0).all())
+
+
+def test_selection_is_a_checked_switch():
+    """The paper's rule by default; an unknown selection is refused, naming the field."""
+    assert forking_tokens.Config().selection == "entropy"
+    with pytest.raises(ValueError, match="selection"):
+        forking_tokens.Config(selection="top")

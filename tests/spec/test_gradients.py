@@ -184,9 +184,7 @@ def grad_forking_tokens(batch, cfg, A, entropy) -> torch.Tensor:
     normaliser over all tokens; the KL (when on) on every token."""
     from refimpl.algorithms import forking_tokens
 
-    forks = forking_tokens.forking_mask(
-        batch.entropy_old, batch.response_mask, cfg.top_entropy_frac
-    ).to(F64)
+    forks = forking_tokens.token_selection(batch, cfg).to(F64)  # by entropy, or random
     weight = token_weight(batch, cfg.loss_agg_mode)
     return (-A * forks + cfg.kl_coef * kl_slope(batch)) * weight
 
@@ -203,6 +201,15 @@ def grad_steer(batch, cfg, A, entropy) -> torch.Tensor:
     return (-A * lam + cfg.kl_coef * kl_slope(batch)) * weight
 
 
+def grad_vineppo(batch, cfg, A, entropy) -> torch.Tensor:
+    """VinePPO: PPO's surrogate per token, aggregated by the mode (token-mean by default),
+    plus β · mean over the B' non-empty sequences of Σ_t kl: the KL slope weighs 1/B' on every
+    token (k3 ≤ 10 here, below the clamp)."""
+    _, _, b_prime, _ = _stats(batch)
+    weight = token_weight(batch, cfg.loss_agg_mode)
+    return -A * weight + cfg.kl_coef * kl_slope(batch) / b_prime
+
+
 #: The algorithms whose loss at θ_old is not ``grad_surrogate``'s, with their closed form. An
 #: algorithm that changes only the advantage needs no entry; one that changes the loss fails
 #: ``test_policy_gradient_at_theta_old_equals_the_analytic_one`` until its entry is here.
@@ -212,6 +219,7 @@ ANALYTIC: dict[str, Callable[..., torch.Tensor]] = {
     "clip_cov": grad_clip_cov,
     "forking_tokens": grad_forking_tokens,
     "steer": grad_steer,
+    "vineppo": grad_vineppo,
 }
 
 

@@ -73,6 +73,7 @@ def _batch(B: int = 4, T: int = 3, G: int = 2) -> RolloutBatch:
         entropy_old=torch.linspace(0.5, 1.5, B * T).reshape(B, T),
         group_size=G,
         logp_ref=-torch.ones(B, T),
+        token_values=torch.full((B, T), 0.5, dtype=torch.float64),  # VinePPO's V̂
     )
 
 

@@ -3,7 +3,8 @@
 Every page works through the same group by hand: ``G = 4`` completions of 2, 4, 3 and 1
 tokens, rewards 1, 1, 0, 0, every token sampled with ``p_old = 0.5``, the current policy's
 ratios ``w = p_θ/p_old`` below, the reference's ``p_ref`` (0.5, except 0.4 at ``o2``'s first
-token), the rollout entropies ``H`` and (for TEPO) the current entropies ``H_θ``. The
+token), the rollout entropies ``H``, (for TEPO) the current entropies ``H_θ`` and (for
+VinePPO) the Monte-Carlo values ``V̂(q, o_<t)`` at the step starts (NaN inside a step). The
 ``test_worked_example`` of each algorithm builds it here and compares the code with the
 numbers printed on its page. Rows are right-padded to ``T = 4``.
 """
@@ -22,6 +23,10 @@ ENTROPY = [[1.0, 2.0], [3.0, 2.0, 1.0, 0.5], [0.5, 1.0, 0.5], [2.0]]
 ENTROPY_NOW = [[1.0, 1.5], [2.9, 2.0, 1.0, 0.5], [0.3, 1.0, 0.5], [2.0]]
 P_REF = [[0.5, 0.5], [0.4, 0.5, 0.5, 0.5], [0.5, 0.5, 0.5], [0.5]]
 P_OLD = 0.5
+NAN = float("nan")
+#: V̂(q, o_<t) of π_old from K = 4 continuations, at the step starts (V̂(q) = 0.5 is one
+#: estimate, shared by the group); NaN where the prefix is inside a step.
+VALUES = [[0.5, 0.75], [0.5, NAN, 0.25, NAN], [0.5, 0.75, NAN], [0.5]]
 T = 4
 
 
@@ -45,6 +50,7 @@ def batch(ratios: list[list[float]] = RATIOS) -> tuple[RolloutBatch, torch.Tenso
         entropy_old=rows(ENTROPY),
         group_size=4,
         logp_ref=rows([[math.log(p) for p in r] for r in P_REF]),
+        token_values=rows(VALUES).double(),
     )
     return b, logp
 
