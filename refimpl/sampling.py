@@ -59,6 +59,18 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     return _entropy_from_logp(F.log_softmax(logits.float(), dim=-1))
 
 
+#: The smallest temperature (``--temperature``): where training still means something. The sampler and the
+#: loss take ``softmax(logits / τ)`` in float32, whose smallest normal value is about e^-87:
+#: at τ = 0.01 a gap of 0.87 between the two largest logits already leaves the runner-up
+#: nothing, so a smaller τ samples greedily, records entropy 0, and every gradient (which
+#: scales with 1 − π of the token sampled) is 0: the run updates nothing, silently. (1e-30
+#: was the old bound, where logits / τ still fit float32: it trained nothing.)
+TEMPERATURE_MIN = 0.01
+#: The smallest top-p (``--top-p``): float32's smallest normal value (the nucleus keeps the most
+#: likely token; 1e-46 rounds to 0 in float32, and every token was dropped).
+TOP_P_MIN = float(torch.finfo(torch.float32).tiny)
+
+
 def _entropy_from_logp(logp: Tensor) -> Tensor:
     """``−Σ_v exp(logp_v) · logp_v``, clamped at 0 against rounding."""
     return (-(logp.exp() * logp).sum(dim=-1)).clamp(min=0.0)

@@ -43,7 +43,7 @@ import torch
 
 from refimpl import core, mechanisms
 from refimpl.diagnostics.credit_oracle import training_values
-from refimpl.diagnostics.metrics import entropy_stats
+from refimpl.diagnostics.metrics import entropy_stats, step_metrics
 from refimpl.diagnostics.observers import Observer, default_observers
 from refimpl.evaluate import encode_prompts, score_samples
 from refimpl.model import GPT
@@ -110,8 +110,7 @@ class Trainer:
         self.observers = default_observers(self) if observers is None else list(observers)
 
     def autocast(self):
-        """bf16 autocast around model forward passes when ``--dtype bfloat16`` (the algorithm
-        files cast log-probs back to float32 before any loss math)."""
+        """bf16 autocast of the forward passes with ``--dtype bfloat16`` (the losses run in fp32)."""
         return torch.autocast(
             self.device.type, dtype=torch.bfloat16, enabled=self.cfg.dtype == "bfloat16"
         )
@@ -147,7 +146,7 @@ class Trainer:
         t_adv = time.perf_counter() - t0
         grad_norm, update_metrics = self.update(batch, samples, adv)
         t_loss = time.perf_counter() - t0 - t_adv
-        metrics.update(self.step_metrics(samples, batch, rewards, outcome, adv))
+        metrics.update(step_metrics(samples, batch, rewards, outcome, adv, self.algo_cfg))
         metrics.update(self._observe("measure", samples, batch, adv))
         metrics.update(grad_norm=grad_norm, time_adv=t_adv, time_loss=t_loss)
         metrics.update(sampled_tokens=self.sampled_tokens, **update_metrics)
@@ -179,6 +178,7 @@ class Trainer:
             rounds += 1
             if not self.algo_cfg.dynamic_sampling or kept >= N or rounds > cfg.resample_rounds:
                 break
+        threshold = self.algo_cfg.success_threshold
         metrics = {
             **timing,
             "groups_seen": rounds * N,
@@ -186,7 +186,7 @@ class Trainer:
             "groups_trained": kept,
             "sampled_rows": rounds * N * G,
             "reward_mean_all": float(first_rewards.mean()),
-            "success_rate_all": float((first_rewards >= 0.5).float().mean()),
+            "success_rate_all": float((first_rewards >= threshold).float().mean()),
             **entropy_stats(torch.cat(entropies), "entropy"),
         }
         if kept == 0:
@@ -227,19 +227,17 @@ class Trainer:
 
     @torch.no_grad()
     def values(self, batch: core.RolloutBatch, samples: Samples, outcome, problems):
-        """``batch`` with ``token_values`` when the Config asks for them: the
-        credit oracle's ``V̂`` of π_old (the model has not been updated this step), at the
-        prefixes the request names, from continuations at the run's sampling settings."""
-        request = self.algo_cfg.values_needed()
+        """``batch`` with the credit oracle's ``V̂`` of π_old (not updated yet this step) at
+        the prefixes the Config's ``values_needed()`` names, at the run's sampling settings."""
+        request, cfg = self.algo_cfg.values_needed(), self.cfg
         if request is None:
             return batch
         with self.autocast():
             values = training_values(
                 self.model, self.task, problems, samples, outcome, request,
-                max_new_tokens=self.max_new_tokens, temperature=self.cfg.temperature,
-                top_k=self.cfg.top_k, top_p=self.cfg.top_p,
-                success_threshold=self.algo_cfg.success_threshold, seed=self.cfg.seed,
-                step=self.step,
+                max_new_tokens=self.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
+                top_p=cfg.top_p, success_threshold=self.algo_cfg.success_threshold,
+                seed=cfg.seed, step=self.step,
             )  # fmt: skip
         return batch.replace(token_values=values.to(batch.response_mask.device))
 
@@ -311,38 +309,16 @@ class Trainer:
             f"step {self.step + 1}: {what}; the step was not applied: {self.divergence.kept()}"
         )
 
-    def step_metrics(self, samples: Samples, batch, rewards, outcome, adv) -> dict[str, float]:
-        """What the step trained on: rewards, lengths, advantages."""
-        mask = batch.response_mask.bool()
-        return {
-            "reward_mean": float(rewards.mean()),
-            "success_rate": float((outcome >= 0.5).float().mean()),
-            # entropy_* (from rollout) covers every sampled completion: the policy's entropy,
-            # comparable across algorithms. The trained groups alone (after dynamic sampling
-            # kept the informative ones) are biased towards uncertain prompts:
-            **entropy_stats(samples.entropy_old[samples.response_mask.bool()], "entropy_trained"),
-            "length_mean": float(samples.response_mask.sum(1).float().mean()),
-            "truncated_frac": float(samples.truncated.float().mean()),
-            "adv_token_mean": float(adv[mask].mean()) if mask.any() else 0.0,
-            "adv_token_std": float(adv[mask].std()) if mask.sum() > 1 else 0.0,
-            "adv_token_abs_max": float(adv[mask].abs().max()) if mask.any() else 0.0,
-        }
-
     # -- model passes ---------------------------------------------------------------------
     def _sample(self, problems, generator) -> Samples:
+        cfg = self.cfg
         with self.autocast():
             return sample_groups(
-                self.model,
-                encode_prompts(problems),
-                group_size=self.cfg.group_size,
-                max_new_tokens=self.max_new_tokens,
-                eos_id=TOKENIZER.eos_id,
-                pad_id=TOKENIZER.pad_id,
-                temperature=self.cfg.temperature,
-                top_k=self.cfg.top_k,
-                top_p=self.cfg.top_p,
-                generator=generator,
-            )
+                self.model, encode_prompts(problems), group_size=cfg.group_size,
+                max_new_tokens=self.max_new_tokens, eos_id=TOKENIZER.eos_id,
+                pad_id=TOKENIZER.pad_id, temperature=cfg.temperature, top_k=cfg.top_k,
+                top_p=cfg.top_p, generator=generator,
+            )  # fmt: skip
 
     def logprobs(self, model: GPT, samples: Samples, rows: Any, *, with_entropy: bool):
         """``log π`` (and the entropy) of ``model`` on the rows ``rows`` of ``samples``."""

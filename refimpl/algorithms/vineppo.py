@@ -187,17 +187,25 @@ def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T
         starts = [t for t in range(L) if values[t] == values[t]]  # not NaN: a step start
         ends = starts[1:] + [L]
         for s, e in zip(starts, ends):
-            after = values[e] if e < L else (1.0 if float(outcome[i]) >= cfg.success_threshold else 0.0)
+            after = (
+                values[e] if e < L else (1.0 if float(outcome[i]) >= cfg.success_threshold else 0.0)
+            )
             for t in range(s, e):
                 A[i, t] = after - values[s]
     if cfg.whiten_advantages:
-        tokens = [float(A[i, t]) for i in range(B) for t in range(int(batch.response_mask[i].sum()))]
+        tokens = [
+            float(A[i, t]) for i in range(B) for t in range(int(batch.response_mask[i].sum()))
+        ]
         n = len(tokens)
         mean = sum(tokens) / max(n, 1)
         std = (sum((x - mean) ** 2 for x in tokens) / (n - 1)) ** 0.5 if n > 1 else 0.0
         for i in range(B):
             for t in range(int(batch.response_mask[i].sum())):
-                A[i, t] = 0.0 if n < 2 or max(tokens) == min(tokens) else (A[i, t] - mean) / (std + cfg.eps)
+                A[i, t] = (
+                    0.0
+                    if n < 2 or max(tokens) == min(tokens)
+                    else (A[i, t] - mean) / (std + cfg.eps)
+                )
     return A.to(torch.float32)
 
 

@@ -38,6 +38,7 @@ correlation can be read against the largest one the oracle's noise allows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -52,6 +53,7 @@ from torch import Tensor
 
 from refimpl import algorithms, mechanisms
 from refimpl.diagnostics.credit_oracle import TokenValues, token_values
+from refimpl.runs.progress import progress as progress_bar
 from refimpl.sampling import Samples, sample_groups, seeded_generator
 from refimpl.settings.presets import PresetName
 from refimpl.settings.train import TrainConfig
@@ -786,7 +788,7 @@ def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None
             policy.model, plan.task, problems, samples, outcome, rollouts=k,
             max_new_tokens=plan.max_new_tokens, temperature=train.temperature,
             top_k=train.top_k, top_p=train.top_p, seed=cfg.seed, max_rows=cfg.max_rows,
-            progress=True,
+            progress=functools.partial(progress_bar, unit="prefix"),
         )  # fmt: skip
         share = values.sampled_tokens / max(values.seconds, 1e-9) * flops_per_token / peak
         oracle[str(k)] = oracle_record(values, lengths, share)

@@ -59,6 +59,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -66,8 +67,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from refimpl.core import require
-from refimpl.runs.progress import progress as _progress
-from refimpl.sampling import Samples, _truncate, sample_groups, seeded_generator
+from refimpl.sampling import (
+    TEMPERATURE_MIN,
+    TOP_P_MIN,
+    Samples,
+    _truncate,
+    sample_groups,
+    seeded_generator,
+)
 from toy_envs import TOKENIZER
 
 #: Salt of the oracle's random streams (``seeded_generator(seed, ORACLE_STREAM, t, chunk)``),
@@ -125,7 +132,6 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -
     have: the bounds of ``refimpl train`` (``refimpl.settings.train``), so that ``logits / τ``
     and the nucleus stay finite and non-empty in float32. (The sampler itself,
     ``refimpl.sampling``, takes what it is given: the oracle checks before it calls it.)"""
-    from refimpl.settings.train import TEMPERATURE_MIN, TOP_P_MIN
 
     ok = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
     require(
@@ -158,6 +164,22 @@ def _binomial_se(counts: np.ndarray, k: int) -> np.ndarray:
     """``√(V̂ (1 − V̂) / K)`` with ``V̂ = counts / K`` (Eq. 3)."""
     value = counts / k
     return np.sqrt(value * (1.0 - value) / k)
+
+
+#: ``progress(total, desc) -> bar``: a progress bar over ``total`` prefixes (tqdm's ``update``
+#: and context manager), e.g. ``refimpl.runs.progress.progress``; ``None``: no bar.
+ProgressFn = Callable[[int, str], Any]
+
+
+class _NoBar:
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+    def update(self, _n: int = 1) -> None:
+        return None
 
 
 #: ``continue_prefixes(keys, t) -> (wins, sampled)``: for prefixes ``keys`` (``(prompt index,
@@ -220,7 +242,7 @@ def estimate_values(
     width: int,
     rollouts: int,
     continue_prefixes: ContinueFn,
-    progress: bool = False,
+    progress: ProgressFn | None = None,
     positions: Sequence[Sequence[int]] | None = None,
 ) -> TokenValues:
     """The oracle for any policy: every distinct proper prefix ``(prompt, o_<t)`` of the
@@ -251,7 +273,7 @@ def estimate_values(
     sampled = 0
     half = rollouts // 2
     total = sum(len(keys) for keys in by_length.values())
-    bar = _progress(total, f"credit oracle K={rollouts}", disable=not progress, unit="prefix")
+    bar = _NoBar() if progress is None else progress(total, f"credit oracle K={rollouts}")
     with torch.no_grad(), bar:
         for t in sorted(by_length):
             keys = sorted(by_length[t])
@@ -301,7 +323,7 @@ def token_values(
     success_threshold: float = 0.5,
     seed: int = 0,
     max_rows: int = 4096,
-    progress: bool = False,
+    progress: ProgressFn | None = None,
     step_ends: str | None = None,
 ) -> TokenValues:
     """The oracle's ``V̂`` before and after every token of ``samples`` and the true advantages
@@ -321,7 +343,7 @@ def token_values(
         seed: seed of the rollouts' random streams (deterministic for a given batch).
         max_rows: rollout rows per ``sample_groups`` call (memory: about 0.2 MB per row at
             100 positions for the 2-layer model).
-        progress: show a progress bar over the prefixes.
+        progress: a progress bar over the prefixes (``ProgressFn``), or ``None``.
         step_ends: value only the prefixes that start a step (:func:`step_starts`), a step
             ending with a token of one of these characters; ``None``: every prefix.
     """

@@ -64,3 +64,22 @@ def entropy_stats(entropies: Tensor, prefix: str) -> dict[str, float]:
         f"{prefix}_p50": float(q[1]),
         f"{prefix}_p90": float(q[2]),
     }
+
+
+def step_metrics(samples, batch, rewards: Tensor, outcome: Tensor, adv: Tensor, algo_cfg) -> dict:
+    """What an RL step trained on (the Trainer logs it): rewards, the outcome's success rate
+    (``algo_cfg.success_threshold``), entropies, lengths, advantages."""
+    mask = batch.response_mask.bool()
+    return {
+        "reward_mean": float(rewards.mean()),
+        "success_rate": float((outcome >= algo_cfg.success_threshold).float().mean()),
+        # entropy_* (from rollout) covers every sampled completion: the policy's entropy,
+        # comparable across algorithms. The trained groups alone (after dynamic sampling
+        # kept the informative ones) are biased towards uncertain prompts:
+        **entropy_stats(samples.entropy_old[samples.response_mask.bool()], "entropy_trained"),
+        "length_mean": float(samples.response_mask.sum(1).float().mean()),
+        "truncated_frac": float(samples.truncated.float().mean()),
+        "adv_token_mean": float(adv[mask].mean()) if mask.any() else 0.0,
+        "adv_token_std": float(adv[mask].std()) if mask.sum() > 1 else 0.0,
+        "adv_token_abs_max": float(adv[mask].abs().max()) if mask.any() else 0.0,
+    }

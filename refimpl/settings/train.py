@@ -16,6 +16,7 @@ import torch
 
 from refimpl import algorithms
 from refimpl.loop import LoopConfig
+from refimpl.sampling import TEMPERATURE_MIN, TOP_P_MIN  # the sampler's bounds
 from refimpl.settings.limits import check_lr, check_positive, check_seed, check_threads, flag
 from refimpl.settings.overrides import KeyValues
 from refimpl.settings.warmstart import RunWarmstartConfig, TaskName
@@ -143,16 +144,6 @@ def _jsonable(obj: Any) -> Any:
 # Start-up checks: every flag, naming it, before anything is written or trained.
 # ---------------------------------------------------------------------------------------------
 
-#: The smallest ``--temperature``: where training still means something. The sampler and the
-#: loss take ``softmax(logits / τ)`` in float32, whose smallest normal value is about e^-87:
-#: at τ = 0.01 a gap of 0.87 between the two largest logits already leaves the runner-up
-#: nothing, so a smaller τ samples greedily, records entropy 0, and every gradient (which
-#: scales with 1 − π of the token sampled) is 0: the run updates nothing, silently. (1e-30
-#: was the old bound, where logits / τ still fit float32: it trained nothing.)
-TEMPERATURE_MIN = 0.01
-#: The smallest ``--top-p``: float32's smallest normal value (the nucleus keeps the most
-#: likely token; 1e-46 rounds to 0 in float32, and every token was dropped).
-TOP_P_MIN = float(torch.finfo(torch.float32).tiny)
 #: The most ``--ppo-epochs``: passes over one rollout (PPO's papers take 1 to 10); a stop
 #: (Ctrl-C, SIGTERM) waits for the step in progress, so a step must end.
 PPO_EPOCHS_MAX = 1000

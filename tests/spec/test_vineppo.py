@@ -95,7 +95,9 @@ def test_whitened_advantages_are_a_zscore_of_the_values(batch):
         return
     assert float(white.mean()) == pytest.approx(0.0, abs=1e-5)
     assert float(white.std()) == pytest.approx(1.0, abs=1e-4)
-    slope = float(((white - white.mean()) * (raw - raw.mean())).sum() / ((raw - raw.mean()) ** 2).sum())
+    slope = float(
+        ((white - white.mean()) * (raw - raw.mean())).sum() / ((raw - raw.mean()) ** 2).sum()
+    )
     assert torch.allclose(white, (raw - raw.mean()) * slope, atol=1e-4)
 
 
@@ -232,14 +234,22 @@ def test_advantages_agree_with_the_exact_values_within_their_se(tiny):
 
     def exact(i, n):
         tokens = samples.responses()[i]
-        return credit_oracle.reference_values(model, task, problems[i // 2], tokens[:n],
-                                              max_new_tokens=BUDGET, temperature=TEMPERATURE)
+        return credit_oracle.reference_values(
+            model,
+            task,
+            problems[i // 2],
+            tokens[:n],
+            max_new_tokens=BUDGET,
+            temperature=TEMPERATURE,
+        )
 
     checked = 0
     for i, tokens in enumerate(samples.responses()):
         for t in range(len(tokens)):
             before, after = exact(i, t), exact(i, t + 1)
-            var = before * (1 - before) / K + (after * (1 - after) / K if t + 1 < len(tokens) else 0)
+            var = before * (1 - before) / K + (
+                after * (1 - after) / K if t + 1 < len(tokens) else 0
+            )
             assert abs(float(adv[i, t]) - (after - before)) <= Z * math.sqrt(var) + 1e-9, (i, t)
             checked += 1
     assert checked >= 6
@@ -267,7 +277,9 @@ def test_values_come_from_the_rollout_policy(monkeypatch):
 
     def recording(kind, real):
         def sample(policy, *args, **kwargs):
-            fingerprints[kind].append(float(sum(p.detach().double().sum() for p in policy.parameters())))
+            fingerprints[kind].append(
+                float(sum(p.detach().double().sum() for p in policy.parameters()))
+            )
             return real(policy, *args, **kwargs)
 
         return sample

