@@ -346,12 +346,18 @@ def test_an_optimizer_state_of_another_model_size_is_refused_before_anything_cha
 @pytest.fixture
 def own_cache(tmp_path, base) -> Path:
     """A copy of the shared tiny warm-start cache (``base`` trained it), to damage: its runs
-    directory."""
+    directory. (The shared directory may hold other tests' warm starts too: only this one is
+    copied.)"""
+    import dataclasses
     import shutil
 
+    from refimpl.runs.cache import cache_dir
     from tests.safety_helpers import warmstart_dir
+    from tests.tiny import tiny_warmstart
 
-    shutil.copytree(warmstart_dir() / "warmstart", tmp_path / "ws" / "warmstart")
+    ws = dataclasses.replace(tiny_warmstart(warmstart_dir()), task_args=("num_ops=1",))
+    shared = cache_dir(ws)
+    shutil.copytree(shared, tmp_path / "ws" / "warmstart" / shared.name)
     return tmp_path / "ws"
 
 

@@ -52,7 +52,8 @@ import torch
 from torch import Tensor
 
 from refimpl import algorithms, mechanisms
-from refimpl.diagnostics.credit_oracle import TokenValues, token_values
+from refimpl.core import require
+from refimpl.diagnostics.credit_oracle import TokenValues, token_values, training_values
 from refimpl.runs.progress import progress as progress_bar
 from refimpl.sampling import Samples, sample_groups, seeded_generator
 from refimpl.settings.presets import PresetName
@@ -335,14 +336,21 @@ def algorithm_signals(
     max_new_tokens: int,
     logp_ref: torch.Tensor | None = None,
     algo_cfg: Any = None,
+    token_values: torch.Tensor | None = None,
 ) -> dict[str, Any]:
     """``advantages`` ``[B, T]``, effective ``credit`` ``[B, T]`` (``−∂L/∂logp`` at
     ``logp = logp_old``) and ``trained`` ``[B]`` (the rows of the groups the algorithm trains
     on) of algorithm ``name`` on the batch, as the toy loop would compute them for its first
     update: dynamic sampling on the outcome, reward shaping, advantages, overlong filter, then
-    the loss of the whole batch at ``θ = θ_old``."""
+    the loss of the whole batch at ``θ = θ_old``. ``token_values``: ``[B, T]`` ``V̂`` of π_old,
+    for a Config whose ``values_needed()`` asks for them (VinePPO; ``training_values``)."""
     algo = algorithms.get(name)
     cfg = (algo_cfg or algo.Config()).for_generation_budget(max_new_tokens)
+    require(
+        cfg.values_needed() is None or token_values is not None,
+        "token_values",
+        f"the Monte-Carlo values {name} reads (credit_oracle.training_values), got None",
+    )
     G = samples.group_size
     B, T = samples.response_ids.shape
     advantages = torch.zeros(B, T, dtype=torch.float64)
@@ -356,6 +364,8 @@ def algorithm_signals(
     rewards = mechanisms.shape_rewards(kept_outcome, kept.response_mask.sum(1), max_new_tokens, cfg)
     ref = logp_ref[rows] if (logp_ref is not None and cfg.needs_reference()) else None
     batch = kept.to_rollout_batch(rewards, G, logp_ref=ref).replace(outcome_rewards=kept_outcome)
+    if cfg.values_needed() is not None:
+        batch = batch.replace(token_values=token_values[rows].double())
     A = algo.advantages(batch, cfg)
     loss_mask = mechanisms.overlong_filter(batch.response_mask, kept.truncated, cfg)
     batch = batch.replace(response_mask=loss_mask)
@@ -739,6 +749,21 @@ def algorithm_configs(cfg: CreditConfig, plan) -> dict[str, Any]:
     return {name: plan.algo_cfg if name == own else None for name in names}
 
 
+def _requested_values(policy, problems, samples, outcome, algo_cfg, seed: int):
+    """``V̂`` of the policy at the prefixes ``algo_cfg.values_needed()`` asks for (VinePPO's
+    K at its step starts), as its training loop would get them; None when it asks none."""
+    request = algo_cfg.values_needed()
+    if request is None:
+        return None
+    train = policy.plan.cfg
+    return training_values(
+        policy.model, policy.plan.task, problems, samples, outcome, request,
+        max_new_tokens=policy.plan.max_new_tokens, temperature=train.temperature,
+        top_k=train.top_k, top_p=train.top_p, success_threshold=algo_cfg.success_threshold,
+        seed=seed, step=0,
+    )  # fmt: skip
+
+
 def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None) -> dict[str, Any]:
     """The benchmark on one batch: the oracle at each K, every algorithm's signals, the
     metrics; returns what ``main`` writes. ``typed``: the fields the command line set
@@ -772,10 +797,12 @@ def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None
             )[0]
     signals = {
         name: algorithm_signals(
-            name, samples, outcome, plan.max_new_tokens, logp_ref, algo_cfgs[name]
+            name, samples, outcome, plan.max_new_tokens, logp_ref, algo_cfgs[name],
+            _requested_values(policy, problems, samples, outcome,
+                              algo_cfgs[name] or algorithms.get(name).Config(), cfg.seed),
         )
         for name in cfg.algo_list()
-    }
+    }  # fmt: skip
     responses = samples.responses()
     first_wrong = _first_wrong_tokens(plan.task, problems, responses, outcome, G)
     # FLOPs of one decoded token, matmuls only (as refimpl bench-speed counts them).

@@ -422,11 +422,13 @@ def bench_step(cfg: SpeedConfig, peak: float) -> dict[str, Any]:
 
 
 def synthetic_batch(B: int, T: int, group_size: int = 8, seed: int = 0) -> RolloutBatch:
-    """A rollout batch with random lengths, binary rewards, log-probs and entropies."""
+    """A rollout batch with random lengths, binary rewards, log-probs and entropies (and
+    values ``V̂`` in [0, 1] at every prefix, for a Config that reads them: VinePPO)."""
     gen = torch.Generator().manual_seed(seed)
     lengths = torch.randint(1, T + 1, (B,), generator=gen)
     mask = (torch.arange(T)[None, :] < lengths[:, None]).float()
     logp_old = -torch.rand(B, T, generator=gen) * 3 * mask
+    values = torch.rand(B, T, generator=torch.Generator().manual_seed(seed + 1)).double() * mask
     return RolloutBatch(
         response_ids=torch.randint(0, 18, (B, T), generator=gen),
         response_mask=mask,
@@ -435,6 +437,7 @@ def synthetic_batch(B: int, T: int, group_size: int = 8, seed: int = 0) -> Rollo
         entropy_old=torch.rand(B, T, generator=gen) * 2 * mask,
         group_size=group_size,
         logp_ref=(logp_old - 0.1 * torch.rand(B, T, generator=gen)) * mask,
+        token_values=values,
     )
 
 

@@ -152,15 +152,21 @@ def stage_table(prof, wall: float) -> dict[str, float]:
     return seconds
 
 
-def _profile(fn, model: nn.Module, warmup: bool = True) -> dict:
+def _profile(fn, model: nn.Module, repeats: int, warmup: bool = True) -> dict:
+    """Profile ``fn`` ``repeats`` times; the run of median wall time, its stage table."""
     if warmup:  # the first call's allocations and lazy initialisation
         fn()
-    with stage_ranges(model), profile(activities=[ProfilerActivity.CPU]) as prof:
-        start = time.perf_counter()
-        out = fn()
-        wall = time.perf_counter() - start
-    seconds = stage_table(prof, wall)
-    return {"wall_s": wall, "seconds": seconds, "detail": out}
+    records = []
+    for _ in range(repeats):
+        with stage_ranges(model), profile(activities=[ProfilerActivity.CPU]) as prof:
+            start = time.perf_counter()
+            out = fn()
+            wall = time.perf_counter() - start
+        records.append({"wall_s": wall, "seconds": stage_table(prof, wall), "detail": out})
+    records.sort(key=lambda r: r["wall_s"])
+    median = records[len(records) // 2]
+    median["walls_s"] = [r["wall_s"] for r in records]
+    return median
 
 
 def workload_sample(runs_dir: Path) -> tuple:
@@ -236,6 +242,13 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
     parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="profiled runs of sample and step, the median's table (default: 5;"
+        " the oracle runs once)",
+    )
+    parser.add_argument(
         "--runs-dir",
         type=Path,
         default=Path("runs"),
@@ -252,8 +265,8 @@ def main(argv: list[str] | None = None) -> dict:
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown or not names:
         parser.error(f"--workloads: expected names from {', '.join(WORKLOADS)}, got {unknown}")
-    if args.threads < 1:
-        parser.error("--threads: expected a positive integer")
+    if args.threads < 1 or args.repeats < 1:
+        parser.error("--threads, --repeats: expected positive integers")
     if args.out is not None and args.out.exists() and not args.out.is_file():
         parser.error(f"--out: {args.out} exists and is not a file")
     torch.set_num_threads(args.threads)
@@ -262,7 +275,8 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"machine": machine_info(), "threads": args.threads, "workloads": {}}
     for name in names:
         fn, model = WORKLOADS[name](args.runs_dir)
-        record = _profile(fn, model, warmup=name != "oracle")  # the oracle runs for long
+        repeats = 1 if name == "oracle" else args.repeats  # the oracle runs for long
+        record = _profile(fn, model, repeats, warmup=name != "oracle")
         result["workloads"][name] = record
         total = record["wall_s"]
         print(f"\n{name}: {total:.3f} s ({record['detail']})")

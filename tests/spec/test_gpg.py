@@ -19,13 +19,14 @@ pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
 
 def _full(batch: RolloutBatch) -> RolloutBatch:
     """The batch with every completion as long as ``T`` (former padding becomes tokens with
-    log-prob −1 and entropy 1)."""
+    log-prob −1 and entropy 1; VinePPO's values, which GPG does not read, are dropped)."""
     m = batch.response_mask.bool()
     return batch.replace(
         response_mask=torch.ones_like(batch.response_mask),
         logp_old=torch.where(m, batch.logp_old, torch.tensor(-1.0)),
         entropy_old=torch.where(m, batch.entropy_old, torch.tensor(1.0)),
         logp_ref=None,
+        token_values=None,
     )
 
 
