@@ -122,3 +122,21 @@ settings.register_profile(
     print_blob=True,
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The long tests (``slow``, ``multiprocess``) first, each group in collection order:
+    ``pytest -n auto`` hands tests to its workers in this order, so the minute-long ones start
+    at once and the short ones fill the workers around them, instead of one long test running
+    alone at the end while the other worker idles (the suite's wall time, not what it tests)."""
+    long = [
+        item
+        for item in items
+        if item.get_closest_marker("slow") or item.get_closest_marker("multiprocess")
+    ]
+    rest = [
+        item
+        for item in items
+        if not (item.get_closest_marker("slow") or item.get_closest_marker("multiprocess"))
+    ]
+    items[:] = long + rest

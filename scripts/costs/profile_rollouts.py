@@ -4,6 +4,7 @@ pays for, with each operation's time sorted into stages.
     .venv/bin/python scripts/costs/profile_rollouts.py                 # all three, ≈ 2 min
     .venv/bin/python scripts/costs/profile_rollouts.py --workloads sample,step --threads 1
     .venv/bin/python scripts/costs/profile_rollouts.py --out /tmp/profile.json
+    .venv/bin/python scripts/costs/profile_rollouts.py --compare before.json after.json
 
 The workloads (one thread by default, as the benchmarks run):
 
@@ -233,6 +234,31 @@ def workload_oracle(runs_dir: Path) -> tuple:
 WORKLOADS = {"oracle": workload_oracle, "sample": workload_sample, "step": workload_step}
 
 
+def compare_table(before: dict, after: dict) -> str:
+    """The markdown table of docs/benchmarks.md § 4: each workload's stages, seconds and share,
+    before and after, from two ``--out`` files."""
+    lines = []
+    for name in after["workloads"]:
+        b, a = before["workloads"].get(name), after["workloads"][name]
+        if b is None:
+            continue
+        lines += [
+            f"**{name}** ({a['detail']}): {b['wall_s']:.3f} s → {a['wall_s']:.3f} s "
+            f"({b['wall_s'] / a['wall_s']:.2f}× faster)",
+            "",
+            "| stage | before s | share | after s | share |",
+            "|---|---|---|---|---|",
+        ]
+        for stage in STAGES:
+            sb, sa = b["seconds"][stage], a["seconds"][stage]
+            if sb == 0 and sa == 0:
+                continue
+            lines.append(f"| {stage} | {sb:.3f} | {sb / b['wall_s']:.0%} | {sa:.3f} | "
+                         f"{sa / a['wall_s']:.0%} |")  # fmt: skip
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -260,7 +286,21 @@ def main(argv: list[str] | None = None) -> dict:
         default=None,
         help="write the stage table as JSON here (default: print only)",
     )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        nargs=2,
+        metavar=("BEFORE", "AFTER"),
+        help="print the before/after table of two --out files and stop",
+    )
     args = parser.parse_args(argv)
+    if args.compare is not None:
+        for path in args.compare:
+            if not path.is_file():
+                parser.error(f"--compare: {path} is not a file")
+        before, after = (json.loads(p.read_text()) for p in args.compare)
+        print(compare_table(before, after))
+        return {"before": before, "after": after}
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown or not names:
