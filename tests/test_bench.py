@@ -186,3 +186,17 @@ def test_quick_speed_benchmark_writes_its_report(tmp_path):
         "TRL `GRPOTrainer`",
     ):
         assert name in text
+
+
+def test_the_commands_rows_judge_the_demo_and_the_suite_against_their_targets():
+    """``bench-speed --commands`` times the demo and the suite once each; the report's rows
+    hold each time and its verdict against issue 44's bars (90 s, 300 s), and nothing is
+    written when they were not measured."""
+    from refimpl.bench.speed import _format_commands
+
+    assert _format_commands({}) == []
+    slow = "\n".join(_format_commands({"commands": {"demo_s": 184.0, "tests_s": 541.0,
+                                                    "tests_summary": "2263 passed"}}))  # fmt: skip
+    assert "| 184 | ≤ 90 | **missed** |" in slow and "| 541 | ≤ 300 | **missed** |" in slow
+    fast = "\n".join(_format_commands({"commands": {"demo_s": 80.0}}))
+    assert "| 80 | ≤ 90 | met |" in fast and "≤ 300" not in fast
