@@ -53,6 +53,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Every flag, checked before anything is trained or written."""
+    from refimpl import algorithms
+    from refimpl.core import require
+
+    require(args.algorithm in algorithms.NAMES, "--algorithm", f"one of {algorithms.NAMES}")
+    for flag in ("rollouts", "prompts_per_step", "group_size", "minibatches"):
+        require(getattr(args, flag) >= 1, f"--{flag.replace('_', '-')}", "at least 1")
+    require(args.group_size >= 2, "--group-size", "at least 2 (a group needs a baseline)")
+    completions = args.prompts_per_step * args.group_size
+    require(completions % args.minibatches == 0, "--minibatches", f"a divisor of {completions}")
+    require(args.eval_problems >= 0, "--eval-problems", "at least 0")
+
+
+def same_length_problems(task, args: argparse.Namespace) -> list:
+    """The training problems, all with prompts of one length: TRL left-pads a batch of prompts,
+    and GPT-2's learned positions would then shift with the padding (the toy model was trained
+    without it)."""
+    pool = task.sample(20 * args.prompts_per_step * args.rollouts, args.seed)
+    length = max({len(p.prompt) for p in pool}, key=[len(p.prompt) for p in pool].count)
+    return [p for p in pool if len(p.prompt) == length][: args.prompts_per_step * args.rollouts]
+
+
+def print_success(n: int, before: float, after: float) -> None:
+    print(
+        f"held-out greedy success on {n} problems: {before:.3f} → {after:.3f} "
+        f"({after - before:+.3f}; one seed and a few steps: a change this size is noise, "
+        "not a result)"
+    )
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Train; return ``{"before", "after", "steps", "weight_change"}``: held-out success
     before and after, TRL's log of each optimizer step, and the largest change of a weight."""
@@ -64,8 +95,6 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers.trainer_callback import PrinterCallback
 
     import toy_envs
-    from refimpl import algorithms
-    from refimpl.core import require
     from refimpl.evaluate import success_rate
     from refimpl.scaleup.hf import char_tokenizer, from_hf_gpt2, to_hf_gpt2
     from refimpl.scaleup.real_task import TRL_FIXED_ARGS, StepPrinter
@@ -73,14 +102,8 @@ def main(argv: list[str] | None = None) -> dict:
     from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
     from refimpl.warmstart import train_warmstart
 
-    # Every flag checked before anything is trained or written.
-    require(args.algorithm in algorithms.NAMES, "--algorithm", f"one of {algorithms.NAMES}")
-    for flag in ("rollouts", "prompts_per_step", "group_size", "minibatches"):
-        require(getattr(args, flag) >= 1, f"--{flag.replace('_', '-')}", "at least 1")
-    require(args.group_size >= 2, "--group-size", "at least 2 (a group needs a baseline)")
+    check_args(args)  # every flag, before anything is trained or written
     completions = args.prompts_per_step * args.group_size
-    require(completions % args.minibatches == 0, "--minibatches", f"a divisor of {completions}")
-    require(args.eval_problems >= 0, "--eval-problems", "at least 0")
 
     torch.manual_seed(args.seed)
     task = toy_envs.get_task("chain", num_ops=1)
@@ -98,11 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
         return success_rate(gpt, task, held_out, greedy=True) if held_out else None
 
     before = success(base)
-    # Prompts of one length: TRL left-pads a batch of prompts, and GPT-2's learned positions
-    # would then shift with the padding (the toy model was trained without it).
-    pool = task.sample(20 * args.prompts_per_step * args.rollouts, args.seed)
-    length = max({len(p.prompt) for p in pool}, key=[len(p.prompt) for p in pool].count)
-    problems = [p for p in pool if len(p.prompt) == length][: args.prompts_per_step * args.rollouts]
+    problems = same_length_problems(task, args)
     dataset = Dataset.from_list([{"prompt": p.prompt, "index": i} for i, p in enumerate(problems)])
 
     def reward(completions: list[str], index: list[int], **_: object) -> list[float]:
@@ -139,11 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
     steps = [h for h in trainer.state.log_history if "loss" in h]
     print(f"trained {len(steps)} optimizer steps through TRL in {time.perf_counter() - t0:.0f} s")
     if held_out:
-        print(
-            f"held-out greedy success on {len(held_out)} problems: {before:.3f} → {after:.3f} "
-            f"({after - before:+.3f}; one seed and a few steps: a change this size is noise, "
-            "not a result)"
-        )
+        print_success(len(held_out), before, after)
     change = max(float((v - start[k]).abs().max()) for k, v in model.state_dict().items())
     return {"before": before, "after": after, "steps": steps, "weight_change": change}
 

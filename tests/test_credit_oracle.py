@@ -14,15 +14,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from refimpl.diagnostics.credit_oracle import reference_values, token_values
-from refimpl.sampling import sample_groups, seeded_generator
-from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
-from refimpl.warmstart import train_warmstart
-from toy_envs import TOKENIZER, get_task
+from tests.tiny import enumerable_batch
+from toy_envs import TOKENIZER
 
 BUDGET = 3
 TEMPERATURE = 0.7
@@ -35,22 +32,7 @@ Z = 4.5
 def tiny(tmp_path_factory):
     """A policy that solves some one-digit additions (greedy ≈ 0.3), the task, a batch of
     3 prompts × 2 completions sampled at ``TEMPERATURE`` within ``BUDGET``, its outcomes."""
-    ws = WarmstartConfig(
-        task="addition", task_args=("digits=1",), steps=150, batch_size=64, eval_problems=20,
-        model=ModelConfig(n_layer=1, n_embd=32, n_head=2, block_size=16),
-        runs_dir=Path(tmp_path_factory.mktemp("ws")), progress=False,
-    )  # fmt: skip
-    model = train_warmstart(ws)
-    task = get_task("addition", digits=1)
-    problems = task.sample(3, np.random.default_rng(5))
-    samples = sample_groups(
-        model, [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems], group_size=2,
-        max_new_tokens=BUDGET, eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id,
-        temperature=TEMPERATURE, generator=seeded_generator(0, 1),
-    )  # fmt: skip
-    texts = [TOKENIZER.decode(r.tolist()) for r in samples.response_ids]
-    outcome = torch.tensor(task.score([p for p in problems for _ in range(2)], texts))
-    return model, task, problems, samples, outcome
+    return enumerable_batch(Path(tmp_path_factory.mktemp("ws")), BUDGET, TEMPERATURE)
 
 
 def _values(tiny, rollouts=4096, seed=0, temperature=TEMPERATURE):

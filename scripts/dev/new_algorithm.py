@@ -145,6 +145,16 @@ def _loop_entry(base: str, name: str) -> str:
 def plan(name: str, base: str, title: str, arxiv: str, summary: str) -> dict[str, str]:
     """``{path: new text}`` for every place, computed before anything is written; refuses a
     taken name, an unknown base, or a field that would break a table."""
+    _check_plan(name, base, title, arxiv, summary)
+    paper = f"arXiv {arxiv}"
+    out: dict[str, str] = {}
+    _plan_code(out, name, base, title, summary, paper)
+    _plan_docs(out, name, base, title, summary, paper)
+    return out
+
+
+def _check_plan(name: str, base: str, title: str, arxiv: str, summary: str) -> None:
+    """The name is new and an identifier, the base exists, the fields fit one table cell."""
     if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
         _fail(f"NAME: {name!r} is not a lower-case Python identifier (e.g. my_rloo)")
     names = _names()
@@ -161,9 +171,10 @@ def plan(name: str, base: str, title: str, arxiv: str, summary: str) -> dict[str
     for flag, value in (("--title", title), ("--summary", summary)):
         if not value.strip() or "|" in value or "\n" in value:
             _fail(f"{flag}: {value!r} must be one non-empty line without '|'")
-    paper = f"arXiv {arxiv}"
-    out: dict[str, str] = {}
 
+
+def _plan_code(out: dict, name: str, base: str, title: str, summary: str, paper: str) -> None:
+    """The algorithm file, the registry, the spec module and the page."""
     source = _read(f"refimpl/algorithms/{base}.py")
     if not re.search(rf'^NAME = "{base}"$', source, re.M):
         _fail(f'refimpl/algorithms/{base}.py: no line NAME = "{base}"')
@@ -184,6 +195,9 @@ def plan(name: str, base: str, title: str, arxiv: str, summary: str) -> dict[str
         name=name, title=title, summary=summary, paper=paper, MARKER="<!-- quick-facts -->"
     )
 
+
+def _plan_docs(out: dict, name: str, base: str, title: str, summary: str, paper: str) -> None:
+    """The generated pages' loop block, the nav, the tables and indexes, the README's row."""
     pages = _read("docs/_algorithm_pages.py")
     m = re.search(r"^LOOP\b.*?^}", pages, re.M | re.S)
     if not m:
@@ -241,7 +255,6 @@ def plan(name: str, base: str, title: str, arxiv: str, summary: str) -> dict[str
         f"| {title} | {paper} | {summary} | [{name}.py](refimpl/algorithms/{name}.py) |",
         "README.md"
     )  # fmt: skip
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

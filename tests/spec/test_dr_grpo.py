@@ -47,7 +47,10 @@ def test_loss_weight_independent_of_length(data):
     g1 = _onpolicy_grad(batch, cfg)
     g2 = _onpolicy_grad(
         batch.replace(
-            response_mask=longer, logp_old=logp_old, entropy_old=entropy_old, logp_ref=logp_ref,
+            response_mask=longer,
+            logp_old=logp_old,
+            entropy_old=entropy_old,
+            logp_ref=logp_ref,
             token_values=None,  # VinePPO's values: not Dr. GRPO's, and garbage at the new token
         ),
         cfg,

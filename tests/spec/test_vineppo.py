@@ -24,12 +24,11 @@ from refimpl.algorithms import vineppo
 from refimpl.core import ValueRequest
 from refimpl.diagnostics import credit_oracle
 from refimpl.diagnostics.credit_oracle import step_starts, token_values, training_values
-from refimpl.sampling import sample_groups, seeded_generator
-from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
-from refimpl.warmstart import train_warmstart
+from refimpl.settings.warmstart import ModelConfig
 from tests.spec import worked
 from tests.spec.strategies import rollout_batches
-from toy_envs import TOKENIZER, get_task
+from tests.tiny import enumerable_batch
+from toy_envs import TOKENIZER
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
 
@@ -180,22 +179,7 @@ Z = 4.5  # as tests/test_credit_oracle.py: a 4.5-s.e. miss has probability ~1e-4
 def tiny(tmp_path_factory):
     """A one-digit-addition policy (1 layer, d = 32), 3 prompts × 2 completions within a
     3-token budget, their outcomes: every continuation can be enumerated."""
-    ws = WarmstartConfig(
-        task="addition", task_args=("digits=1",), steps=150, batch_size=64, eval_problems=20,
-        model=ModelConfig(n_layer=1, n_embd=32, n_head=2, block_size=16),
-        runs_dir=Path(tmp_path_factory.mktemp("ws")), progress=False,
-    )  # fmt: skip
-    model = train_warmstart(ws)
-    task = get_task("addition", digits=1)
-    problems = task.sample(3, np.random.default_rng(5))
-    samples = sample_groups(
-        model, [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems], group_size=2,
-        max_new_tokens=BUDGET, eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id,
-        temperature=TEMPERATURE, generator=seeded_generator(0, 1),
-    )  # fmt: skip
-    texts = [TOKENIZER.decode(r.tolist()) for r in samples.response_ids]
-    outcome = torch.tensor(task.score([p for p in problems for _ in range(2)], texts))
-    return model, task, problems, samples, outcome
+    return enumerable_batch(Path(tmp_path_factory.mktemp("ws")), BUDGET, TEMPERATURE)
 
 
 def _vineppo_advantages(tiny, request: ValueRequest, seed: int = 3, step: int = 0):

@@ -189,8 +189,14 @@ def measure(args: argparse.Namespace) -> dict:
                              progress=functools.partial(progress, unit="prefix"))  # fmt: skip
     # The untrained model is the reference: logp_ref = logp_old, so every KL term is flat.
     signals = {
-        name: algorithm_signals(name, samples, outcome, args.max_new_tokens, samples.logp_old,
-                                token_values=values.value_before)  # VinePPO: every token a step
+        name: algorithm_signals(
+            name,
+            samples,
+            outcome,
+            args.max_new_tokens,
+            samples.logp_old,
+            token_values=values.value_before,
+        )  # VinePPO: every token a step
         for name in algorithms.NAMES
     }
     lengths = samples.response_mask.sum(1).long().numpy()
