@@ -168,11 +168,12 @@ def train(model: GPT, cfg: LoopConfig, log=print) -> list[dict[str, float]]:
         request = algo_cfg.values_needed()  # VinePPO: V̂ of π_old at its step starts
         if request is not None:
             # The credit oracle (refimpl credit's code) on π_old: `model` has not moved yet.
-            batch = batch.replace(token_values=training_values(
+            values = training_values(
                 model, task, problems, samples, outcome, request, max_new_tokens=L_max,
                 temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
                 success_threshold=algo_cfg.success_threshold, seed=cfg.seed, step=step,
-            ))  # fmt: skip
+            )  # fmt: skip
+            batch = batch.replace(token_values=values.value_before)
         A = algo.advantages(batch, algo_cfg)  # [B, T]: the algorithm's own equations
         # DAPO's overlong filter: truncated rows leave the loss, after they counted in A.
         loss_mask = mechanisms.overlong_filter(batch.response_mask, samples.truncated, algo_cfg)

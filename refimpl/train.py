@@ -141,7 +141,8 @@ class Trainer:
             rewards, self.cfg.group_size, logp_ref=self.reference_logprobs(samples)
         )
         batch = batch.replace(outcome_rewards=outcome)  # success stays the outcome's
-        batch = self.values(batch, samples, outcome, problems)
+        batch, value_cost = self.values(batch, samples, outcome, problems)
+        metrics.update(value_cost)
         batch, adv = self.advantages(batch, samples)
         t_adv = time.perf_counter() - t0
         grad_norm, update_metrics = self.update(batch, samples, adv)
@@ -228,10 +229,12 @@ class Trainer:
     @torch.no_grad()
     def values(self, batch: core.RolloutBatch, samples: Samples, outcome, problems):
         """``batch`` with the credit oracle's ``V̂`` of π_old (not updated yet this step) at
-        the prefixes the Config's ``values_needed()`` names, at the run's sampling settings."""
+        the prefixes the Config's ``values_needed()`` names, at the run's sampling settings;
+        and what they cost: the prefixes valued and the tokens their continuations sampled
+        (none when the Config needs no values)."""
         request, cfg = self.algo_cfg.values_needed(), self.cfg
         if request is None:
-            return batch
+            return batch, {}
         with self.autocast():
             values = training_values(
                 self.model, self.task, problems, samples, outcome, request,
@@ -239,7 +242,8 @@ class Trainer:
                 top_p=cfg.top_p, success_threshold=self.algo_cfg.success_threshold,
                 seed=cfg.seed, step=self.step,
             )  # fmt: skip
-        return batch.replace(token_values=values.to(batch.response_mask.device))
+        cost = {"value_prefixes": values.prefixes, "value_sampled_tokens": values.sampled_tokens}
+        return batch.replace(token_values=values.value_before.to(batch.response_mask.device)), cost
 
     def advantages(self, batch: core.RolloutBatch, samples: Samples):
         """The algorithm's ``[B, T]`` advantages; then, when the Config asks for the overlong

@@ -761,7 +761,7 @@ def _requested_values(policy, problems, samples, outcome, algo_cfg, seed: int):
         max_new_tokens=policy.plan.max_new_tokens, temperature=train.temperature,
         top_k=train.top_k, top_p=train.top_p, success_threshold=algo_cfg.success_threshold,
         seed=seed, step=0,
-    )  # fmt: skip
+    ).value_before  # fmt: skip
 
 
 def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None) -> dict[str, Any]:

@@ -388,19 +388,21 @@ def training_values(
     model, task, problems: Sequence, samples: Samples, outcome: Tensor, request, *,
     max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None,
     success_threshold: float, seed: int, step: int,
-) -> Tensor:  # fmt: skip
+) -> TokenValues:  # fmt: skip
     """What a training loop hands ``advantages`` when ``Config.values_needed()`` returns
-    ``request`` (a ``core.ValueRequest``): ``[B, T]`` float64 ``V̂(q, o_<t)`` of ``model``
-    (π_old: call it after sampling and before any optimizer step) at the requested prefixes,
-    NaN at the others, 0 on padding. :func:`token_values` with the run's sampling settings,
-    the step's own random streams (``(seed, step)``), no progress bar."""
+    ``request`` (a ``core.ValueRequest``): :func:`token_values` of ``model`` (π_old: call it
+    after sampling and before any optimizer step) with the run's sampling settings, the step's
+    own random streams (``(seed, step)``), no progress bar, valuing only the requested
+    prefixes. Its ``value_before`` is the ``[B, T]`` float64 ``V̂(q, o_<t)`` the batch carries
+    (NaN at the prefixes not valued, 0 on padding); ``sampled_tokens`` and ``prefixes`` are
+    what the values cost (the loops log them)."""
     step_seed = int(np.random.default_rng([seed, step, ORACLE_STREAM]).integers(2**62))
     values = token_values(
         model, task, problems, samples, outcome, rollouts=request.rollouts,
         max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
         success_threshold=success_threshold, seed=step_seed, step_ends=request.step_ends,
     )  # fmt: skip
-    return values.value_before
+    return values
 
 
 def _assemble(rows, prompt_of, counts, success, width, rollouts, sampled, seconds) -> TokenValues:

@@ -188,7 +188,7 @@ def _vineppo_advantages(tiny, request: ValueRequest, seed: int = 3, step: int = 
         model, task, problems, samples, outcome, request, max_new_tokens=BUDGET,
         temperature=TEMPERATURE, top_k=None, top_p=None, success_threshold=0.5, seed=seed,
         step=step,
-    )  # fmt: skip
+    ).value_before  # fmt: skip
     batch = samples.to_rollout_batch(outcome, 2).replace(token_values=values)
     cfg = vineppo.Config(rollouts=request.rollouts,
                          boundaries="token" if request.step_ends is None else "step")  # fmt: skip
