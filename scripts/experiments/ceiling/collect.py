@@ -1,0 +1,126 @@
+"""Gather the ceiling benchmark's runs into one committed result file.
+
+``run.sh`` trains the runs with ``refimpl bench-learning`` into ``runs/bench/ceiling/chain/``
+(one directory per arm and seed). This script reads each run's ``config.json`` and
+``metrics.jsonl`` and writes what ``report.py`` needs, per arm and seed, into one JSON file:
+
+* the evaluation grid: step, the policy's sampled tokens, the values' sampled tokens (VinePPO's
+  continuations: zero for every other arm), held-out greedy success, pass@1 and pass@16;
+* the entropy of the sampled tokens at every step;
+* what a step costs: its wall time, the time of its advantages (VinePPO's values included),
+  the prefixes valued and the tokens their continuations sampled;
+* whether the run reached its token budget (an unfinished run is kept, marked, and left out of
+  every comparison by the report).
+
+    python scripts/experiments/ceiling/collect.py --bench runs/bench/ceiling \\
+        --out scripts/experiments/ceiling/results/runs.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+from refimpl.bench import machine_info  # noqa: E402
+from refimpl.runs.runlog import read_json, read_metrics, write_text_atomic  # noqa: E402
+
+#: The evaluation's keys, as the result file names them.
+EVAL_KEYS = {"heldout_greedy": "greedy", "heldout_pass@1": "pass1", "heldout_pass@16": "pass16"}
+
+
+def arm_label(train: dict) -> str:
+    """``"grpo"``, ``"gtpo alpha_2=0.0"``: the algorithm and its Config overrides, as the
+    benchmark's ``--ablations`` spell them."""
+    return " ".join([train["algo"], *train.get("algo_args", [])])
+
+
+def evaluations(records: list[dict]) -> list[dict]:
+    """The evaluation grid of one run, with the sampled tokens of both kinds so far."""
+    out, value_tokens = [], 0
+    for r in records:
+        value_tokens += int(r.get("value_sampled_tokens", 0))
+        if "heldout_greedy" in r:
+            row = {"step": int(r["step"]), "sampled_tokens": int(r.get("sampled_tokens", 0))}
+            row["value_sampled_tokens"] = value_tokens
+            row.update({name: float(r[key]) for key, name in EVAL_KEYS.items()})
+            out.append(row)
+    return out
+
+
+def _median(records: list[dict], key: str) -> float:
+    values = [r[key] for r in records if key in r]
+    return float(np.median(values)) if values else math.nan
+
+
+def one_run(run_dir: Path) -> dict:
+    """The record of one run directory (see the module docstring)."""
+    config = read_json(run_dir / "config.json")
+    train = config["train_config"]
+    records = read_metrics(run_dir)
+    steps = [r for r in records if "entropy_mean" in r]
+    evals = evaluations(records)
+    budget = int(train["max_sampled_tokens"])
+    finished = bool(evals) and evals[-1]["sampled_tokens"] >= budget
+    clip = [r.get("clip_frac_low", 0.0) + r.get("clip_frac_high", 0.0) for r in steps]
+    return {
+        "label": arm_label(train),
+        "seed": int(train["seed"]),
+        "finished": finished,
+        "budget_tokens": budget,
+        "steps": int(records[-1]["step"]) if records else 0,
+        "evals": evals,
+        "entropy": [float(r["entropy_mean"]) for r in steps],
+        "clip_frac": float(np.mean(clip)) if clip else math.nan,
+        "value_prefixes_per_step": _median(steps, "value_prefixes"),
+        "value_tokens_per_step": _median(steps, "value_sampled_tokens"),
+        "policy_tokens_per_step": float(
+            np.median(np.diff([0] + [r["sampled_tokens"] for r in steps if "sampled_tokens" in r]))
+        )
+        if steps
+        else math.nan,  # fmt: skip
+        "seconds_per_step": _median(steps, "time_step"),
+        "advantage_seconds_per_step": _median(steps, "time_adv"),
+        "seconds": float(sum(r.get("time_step", 0.0) + r.get("time_eval", 0.0) for r in records)),
+        "algo_config": config["algo_config"],
+    }
+
+
+def collect(bench: Path) -> dict:
+    """Every run under ``bench/chain``, grouped by arm and seed."""
+    task_dir = bench / "chain"
+    if not task_dir.is_dir():
+        raise SystemExit(f"--bench: {task_dir} is not a directory (run run.sh first)")
+    arms: dict[str, dict[str, dict]] = {}
+    for run_dir in sorted(p for p in task_dir.iterdir() if (p / "config.json").is_file()):
+        if not (run_dir / "metrics.jsonl").is_file():
+            continue  # planned, never started
+        run = one_run(run_dir)
+        arms.setdefault(run["label"], {})[str(run["seed"])] = run
+    if not arms:
+        raise SystemExit(f"--bench: no run under {task_dir}")
+    return {"machine": machine_info(), "bench": str(bench), "arms": arms}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bench", type=Path, default=Path("runs/bench/ceiling"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "runs.json")
+    args = parser.parse_args(argv)
+    result = collect(args.bench)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(args.out, json.dumps(result, indent=1, allow_nan=True) + "\n")
+    counts = {k: sum(r["finished"] for r in v.values()) for k, v in result["arms"].items()}
+    print(f"{args.out}: finished runs per arm {counts}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,450 @@
+"""docs/credit.md's "What credit is worth", from the committed result files.
+
+Reads ``results/runs.json`` (``collect.py``: every arm × seed of the ceiling benchmark that
+``run.sh`` trains) and ``results/credit_*.json`` (``credit.sh``: each arm's credit agreement
+on one long-chain warm-start batch), and writes the section's tables between the markers
+``<!-- ceiling:NAME -->`` and ``<!-- /ceiling:NAME -->`` of docs/credit.md, and its figures
+into docs/figures/. Nothing is trained or sampled. ``--check`` writes nothing and exits 1 when
+a table differs from what the files give (``tests/test_ceiling_report.py`` runs it).
+
+The statistics (``scripts/experiments/claims/stats.py``, the ledger's):
+* a run's **gain** is its last held-out greedy success minus its first (the warm start's, the
+  same for every arm of a seed); pass@1's gain likewise;
+* a comparison of two arms is the mean over the seeds both finished of their paired
+  difference, s.e. = sd / √n, Student's t at n − 1 degrees of freedom, and its minimal
+  detectable difference MDD = (t₀.₉₇₅ + t₀.₈₀) · s.e.;
+* the **headroom** H = gain(VinePPO) − gain(GRPO); the regime can rank credit methods when
+  H ≥ 3 · MDD (the issue's bar);
+* an arm's **share** of the ceiling, (gain − gain_GRPO) / (gain_VinePPO − gain_GRPO), with a
+  90 % paired bootstrap interval over seeds (the seeds resampled together for the three arms);
+  "unbounded" when more than 5 % of the resamples put the ceiling at or below GRPO.
+
+    python scripts/experiments/ceiling/report.py            # rewrite the tables and figures
+    python scripts/experiments/ceiling/report.py --check    # are they current?
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+RESULTS = HERE / "results"
+PAGE = ROOT / "docs" / "credit.md"
+FIGURES = ROOT / "docs" / "figures"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts" / "experiments" / "claims"))
+
+import stats  # noqa: E402  (the claims ledger's statistics)
+
+from refimpl.bench.resultfiles import expect, read_result  # noqa: E402
+
+CEILING, BASELINE, MATCHED = "vineppo", "grpo", "grpo kl_coef=0.0"
+#: The arms, in the order of the tables.
+ARMS = (
+    CEILING, BASELINE, MATCHED, "dapo", "gtpo", "gtpo alpha_2=0.0", "grpo_s", "tepo",
+    "forking_tokens", "forking_tokens selection=random", "steer",
+)  # fmt: skip
+NAMES = {
+    CEILING: "VinePPO (the ceiling)",
+    BASELINE: "GRPO",
+    MATCHED: "GRPO, β = 0",
+    "dapo": "DAPO",
+    "gtpo": "GTPO",
+    "gtpo alpha_2=0.0": "GTPO, α₂ = 0",
+    "grpo_s": "GRPO-S",
+    "tepo": "TEPO",
+    "forking_tokens": "forking tokens",
+    "forking_tokens selection=random": "forking tokens, random 20 %",
+    "steer": "STEER",
+}
+#: Where each arm's credit agreement is read: (file stem, the algorithm's name in it).
+CREDIT_FILES = {
+    "gtpo alpha_2=0.0": ("credit_gtpo_alpha2_0", "gtpo"),
+    "forking_tokens selection=random": ("credit_forking_random", "forking_tokens"),
+}
+CREDIT_DEFAULT = "credit_warmstart"
+BOOTSTRAP = 10_000
+THRESHOLD_MDD = 3.0
+
+
+def credit_report():
+    """docs/credit.md's own generator (its K, its agreement figure), loaded by path."""
+    spec = importlib.util.spec_from_file_location(
+        "credit_report", ROOT / "scripts" / "experiments" / "credit" / "report.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-run figures.
+# ---------------------------------------------------------------------------------------------
+
+
+def load_runs(results: Path) -> dict[str, dict[str, dict]]:
+    """``{arm: {seed: run}}`` of the finished runs in ``runs.json``."""
+    path = results / "runs.json"
+    data = read_result(path, "the ceiling section of docs/credit.md")
+    arms = {}
+    for label, seeds in data["arms"].items():
+        expect(isinstance(seeds, dict), path, f"arms.{label}: expected seeds")
+        arms[label] = {s: r for s, r in seeds.items() if r["finished"]}
+    return arms
+
+
+def gain(run: dict, key: str = "greedy") -> float:
+    return float(run["evals"][-1][key] - run["evals"][0][key])
+
+
+def auc(run: dict) -> float:
+    """Mean held-out greedy success over the updates (trapezoid on the evaluation grid)."""
+    steps = np.array([e["step"] for e in run["evals"]], dtype=float)
+    success = np.array([e["greedy"] for e in run["evals"]], dtype=float)
+    return float(np.trapezoid(success, steps) / steps[-1]) if steps[-1] > 0 else success[0]
+
+
+def entropy_ends(run: dict) -> tuple[float, float]:
+    """The sampled tokens' entropy at the first step and over the last 5 steps."""
+    h = run["entropy"]
+    return float(h[0]), float(np.mean(h[-5:]))
+
+
+def common_seeds(arms: dict, *labels: str) -> list[str]:
+    sets = [set(arms.get(label, {})) for label in labels]
+    return sorted(set.intersection(*sets), key=int) if sets else []
+
+
+def paired(arms: dict, a: str, b: str, key: str = "greedy") -> stats.Comparison | None:
+    """gain(a) − gain(b) over the seeds both finished; None with fewer than two."""
+    seeds = common_seeds(arms, a, b)
+    if len(seeds) < 2:
+        return None
+    return stats.over_seeds({s: gain(arms[a][s], key) - gain(arms[b][s], key) for s in seeds})
+
+
+def share_interval(arms: dict, label: str, key: str = "greedy") -> tuple[float, float, float, int]:
+    """The arm's share of the ceiling and its 90 % paired bootstrap interval over seeds
+    (NaN bounds: unbounded); the number of seeds it rests on."""
+    seeds = common_seeds(arms, label, BASELINE, CEILING)
+    if len(seeds) < 2:
+        return math.nan, math.nan, math.nan, len(seeds)
+    g = {
+        lab: np.array([gain(arms[lab][s], key) for s in seeds])
+        for lab in (label, BASELINE, CEILING)
+    }
+    num, den = g[label] - g[BASELINE], g[CEILING] - g[BASELINE]
+    share = float(num.mean() / den.mean()) if den.mean() != 0 else math.nan
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, len(seeds), size=(BOOTSTRAP, len(seeds)))
+    num_b, den_b = num[idx].mean(axis=1), den[idx].mean(axis=1)
+    if np.mean(den_b <= 0) > 0.05:
+        return share, math.nan, math.nan, len(seeds)
+    ratios = num_b[den_b > 0] / den_b[den_b > 0]
+    lo, hi = np.quantile(ratios, [0.05, 0.95])
+    return share, float(lo), float(hi), len(seeds)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables.
+# ---------------------------------------------------------------------------------------------
+
+
+def fmt(x: float, digits: int = 3, sign: bool = False) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
+
+
+def comparison_cells(c: stats.Comparison | None) -> list[str]:
+    if c is None:
+        return ["n/a"] * 6
+    t = c.diff / c.se if c.se > 0 else math.nan
+    p = float(2 * stats.stats.t.sf(abs(t), c.df)) if math.isfinite(t) else math.nan
+    ratio = abs(c.diff) / c.mdd if c.mdd > 0 else math.nan
+    return [f"{fmt(c.diff, sign=True)} ± {fmt(c.se)}", f"{c.n} ({int(c.df)})", fmt(t, 2),
+            fmt(p, 3), fmt(c.mdd), fmt(ratio, 2)]  # fmt: skip
+
+
+def headroom_table(arms: dict) -> str:
+    """H against GRPO and against GRPO without its KL term, on greedy success and pass@1."""
+    rows = []
+    for base in (BASELINE, MATCHED):
+        for key, what in (("greedy", "greedy success"), ("pass1", "pass@1")):
+            c = paired(arms, CEILING, base, key)
+            resolved = c is not None and c.diff >= THRESHOLD_MDD * c.mdd
+            rows.append([f"VinePPO − {NAMES[base]}", what, *comparison_cells(c),
+                         "yes" if resolved else "no"])  # fmt: skip
+    header = ["headroom H", "on", "mean ± paired s.e.", "seeds (df)", "t", "p (two-sided)",
+              "MDD", "H / MDD", "H ≥ 3 MDD"]  # fmt: skip
+    return table(header, rows)
+
+
+def gains_line(arms: dict, label: str, key: str) -> str:
+    runs = list(arms.get(label, {}).values())
+    mean, se = stats.mean_se([gain(r, key) for r in runs]) if runs else (math.nan, math.nan)
+    return f"{fmt(mean, sign=True)} ± {fmt(se)}"
+
+
+def share_table(arms: dict) -> str:
+    rows = []
+    for label in ARMS:
+        runs = list(arms.get(label, {}).values())
+        if not runs:
+            rows.append([NAMES[label], "0", *["not run"] * 8])
+            continue
+        share, lo, hi, n = share_interval(arms, label)
+        interval = "unbounded" if not math.isfinite(lo) else f"[{fmt(lo, 2)}, {fmt(hi, 2)}]"
+        h0, h1 = np.mean([entropy_ends(r) for r in runs], axis=0)
+        rows.append([
+            NAMES[label], str(len(runs)), gains_line(arms, label, "greedy"),
+            gains_line(arms, label, "pass1"),
+            fmt(np.mean([r["evals"][-1]["pass1"] for r in runs])),
+            fmt(np.mean([r["evals"][-1]["pass16"] for r in runs])),
+            f"{fmt(h0)} → {fmt(h1)}", fmt(np.mean([auc(r) for r in runs])),
+            fmt(share, 2, sign=True), interval if n else "n/a",
+        ])  # fmt: skip
+    header = ["arm", "seeds", "gain, greedy (mean ± s.e.)", "gain, pass@1", "pass@1 end",
+              "pass@16 end", "entropy start → end", "AUC (greedy, over updates)",
+              "share of the ceiling", "90 % interval (paired bootstrap)"]  # fmt: skip
+    return table(header, rows)
+
+
+def grid_tables(arms: dict) -> str:
+    """Held-out greedy success on one grid of updates for every arm, and where each
+    evaluation falls in sampled tokens (the policy's; VinePPO's values beside)."""
+    steps = sorted({e["step"] for runs in arms.values() for r in runs.values() for e in r["evals"]})
+    rows_u, rows_t = [], []
+    for label in ARMS:
+        runs = list(arms.get(label, {}).values())
+        if not runs:
+            continue
+        by_step = {s: [e for r in runs for e in r["evals"] if e["step"] == s] for s in steps}
+        rows_u.append([NAMES[label]] + [fmt(np.mean([e["greedy"] for e in by_step[s]]))
+                                        if by_step[s] else "" for s in steps])  # fmt: skip
+        last = [r["evals"][-1] for r in runs]
+        policy = np.mean([e["sampled_tokens"] for e in last]) / 1e6
+        values = np.mean([e["value_sampled_tokens"] for e in last]) / 1e6
+        rows_t.append([NAMES[label], fmt(np.mean([r["steps"] for r in runs]), 1), fmt(policy, 2),
+                       fmt(values, 2), fmt(policy + values, 2)])  # fmt: skip
+    updates = table(["arm"] + [f"step {s}" for s in steps], rows_u)
+    tokens = table(["arm", "updates (mean)", "policy's sampled tokens (M)",
+                    "values' sampled tokens (M)", "all sampled tokens (M)"], rows_t)  # fmt: skip
+    return updates + "\n\n" + tokens
+
+
+def cost_table(arms: dict, machine: dict) -> str:
+    rows = []
+    for label in (CEILING, BASELINE):
+        runs = list(arms.get(label, {}).values())
+        if not runs:
+            continue
+
+        def med(key: str, runs: list[dict] = runs) -> float:
+            return float(np.median([r[key] for r in runs]))
+
+        value_tokens = med("value_tokens_per_step") if label == CEILING else 0.0
+        rows.append([NAMES[label], fmt(med("policy_tokens_per_step"), 0),
+                     fmt(value_tokens, 0), fmt(med("value_prefixes_per_step"), 0)
+                     if label == CEILING else "0", fmt(med("seconds_per_step"), 1),
+                     fmt(med("advantage_seconds_per_step"), 1),
+                     fmt(med("seconds") / 60, 1)])  # fmt: skip
+    header = ["arm", "policy tokens / step", "values' tokens / step", "prefixes valued / step",
+              "s / step", "of which advantages (s)", "minutes / run"]  # fmt: skip
+    where = (f"Medians over the finished seeds; {machine.get('cpu', 'unrecorded')}, one thread "
+             "per run, two runs at a time on its 2 cores.")  # fmt: skip
+    return table(header, rows) + "\n\n" + where
+
+
+# ---------------------------------------------------------------------------------------------
+# Credit agreement against share: the scatter.
+# ---------------------------------------------------------------------------------------------
+
+
+def agreement(results: Path, label: str) -> tuple[float, str] | None:
+    """The arm's within-completion r of credit against A* on the warm-start batch, at the
+    file's largest K, and that K; None when its file is missing."""
+    stem, name = CREDIT_FILES.get(label, (CREDIT_DEFAULT, label.split()[0]))
+    path = results / f"{stem}.json"
+    if not path.is_file():
+        return None
+    d = read_result(path, "the ceiling's scatter")
+    k = max(d["metrics"], key=int)
+    w = d["metrics"][k]["signals"][name]["credit"]["within"]
+    return (0.0 if w["no_within_credit"] else float(w["pearson"]["mean"])), k
+
+
+def scatter_points(arms: dict, results: Path) -> list[dict]:
+    points = []
+    for label in ARMS:
+        got = agreement(results, label)
+        share, lo, hi, n = share_interval(arms, label)
+        if got is None or n < 2:
+            continue
+        points.append(
+            {"label": label, "r": got[0], "k": got[1], "share": share, "lo": lo, "hi": hi}
+        )
+    return points
+
+
+def scatter_text(arms: dict, results: Path) -> str:
+    points = scatter_points(arms, results)
+    rows = [[NAMES[p["label"]], fmt(p["r"], 3, sign=True), fmt(p["share"], 2, sign=True)]
+            for p in points]  # fmt: skip
+    free = [p for p in points if p["label"] not in (CEILING, BASELINE)]
+    text = table(["arm", "credit agreement r (within completions)", "share of the ceiling"], rows)
+    if len(free) >= 3 and all(math.isfinite(p["share"]) for p in free):
+        rho, p = credit_report().exact_spearman([q["r"] for q in free], [q["share"] for q in free])
+        k = points[0]["k"]
+        text += (f"\n\nAcross the {len(free)} arms other than the two anchors (GRPO's share is 0 "
+                 f"and VinePPO's 1 by definition), Spearman's ρ between credit agreement (K = {k}) "
+                 f"and share is {fmt(rho, 2, sign=True)} (exact permutation p = {fmt(p, 2)}, "
+                 "two-sided).")  # fmt: skip
+    else:
+        text += "\n\nToo few arms with a finite share to rank (the ceiling is not resolved)."
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures.
+# ---------------------------------------------------------------------------------------------
+
+
+def _mean_curve(runs: list[dict], x_key) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = min(len(r["evals"]) for r in runs)
+    x = np.mean([[x_key(e) for e in r["evals"][:n]] for r in runs], axis=0)
+    y = np.array([[e["greedy"] for e in r["evals"][:n]] for r in runs])
+    se = y.std(axis=0, ddof=1) / math.sqrt(len(runs)) if len(runs) > 1 else np.zeros(n)
+    return x, y.mean(axis=0), se
+
+
+def curves_figure(arms: dict, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    axes_keys = (
+        (lambda e: e["step"], "policy updates"),
+        (lambda e: (e["sampled_tokens"] + e["value_sampled_tokens"]) / 1e6,
+         "all sampled tokens, millions (VinePPO's values included; log scale)"),
+    )  # fmt: skip
+    for ax, (x_key, xlabel) in zip(axes, axes_keys):
+        for label in ARMS:
+            runs = list(arms.get(label, {}).values())
+            if not runs:
+                continue
+            x, y, se = _mean_curve(runs, x_key)
+            ceiling = label == CEILING
+            style = dict(color="black", lw=2.5) if ceiling else dict(lw=1.2)
+            ax.plot(x, y, label=NAMES[label], **style)
+            if ceiling:
+                ax.fill_between(x, y - se, y + se, color="black", alpha=0.12)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("held-out greedy success (mean over seeds)")
+        ax.grid(alpha=0.3)
+    axes[1].set_xscale("log")
+    axes[0].legend(fontsize=7, ncol=2)
+    fig.suptitle("Long chain: every arm against the ceiling (VinePPO, black; band ± 1 s.e.)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def scatter_figure(arms: dict, results: Path, out: Path) -> Path | None:
+    points = scatter_points(arms, results)
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for p in points:
+        lo = p["share"] - p["lo"] if math.isfinite(p["lo"]) else 0
+        hi = p["hi"] - p["share"] if math.isfinite(p["hi"]) else 0
+        color = "black" if p["label"] == CEILING else "C0"
+        ax.errorbar(p["r"], p["share"], yerr=[[lo], [hi]], fmt="o", color=color, capsize=3)
+        ax.annotate(NAMES[p["label"]], (p["r"], p["share"]), fontsize=7, xytext=(4, 3),
+                    textcoords="offset points")  # fmt: skip
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.axhline(1, color="black", lw=0.8, ls="--")
+    ax.set_xlabel(f"credit agreement with A* (within-completion r, K = {points[0]['k']})")
+    ax.set_ylabel("share of the ceiling (90 % bootstrap)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The page.
+# ---------------------------------------------------------------------------------------------
+
+
+def blocks(results: Path) -> dict[str, str]:
+    arms = load_runs(results)
+    machine = read_result(results / "runs.json", "the ceiling section")["machine"]
+    return {
+        "headroom": headroom_table(arms),
+        "cost": cost_table(arms, machine),
+        "shares": share_table(arms),
+        "grid": grid_tables(arms),
+        "scatter": scatter_text(arms, results),
+    }
+
+
+def write_blocks(page: str, new: dict[str, str]) -> str:
+    for name, body in new.items():
+        start, end = f"<!-- ceiling:{name} -->", f"<!-- /ceiling:{name} -->"
+        if start not in page or end not in page:
+            raise SystemExit(f"{PAGE}: no markers {start} … {end}")
+        head, rest = page.split(start, 1)
+        _, tail = rest.split(end, 1)
+        page = f"{head}{start}\n{body}\n{end}{tail}"
+    return page
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--page", type=Path, default=PAGE)
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
+    parser.add_argument("--no-figure", action="store_true", help="tables only")
+    args = parser.parse_args(argv)
+    page = args.page.read_text()
+    new_page = write_blocks(page, blocks(args.results))
+    if args.check:
+        if new_page != page:
+            print(f"{args.page}: the ceiling tables differ from what {args.results} gives")
+            return 1
+        print(f"{args.page}: the ceiling tables are current")
+        return 0
+    args.page.write_text(new_page)
+    if not args.no_figure:
+        arms = load_runs(args.results)
+        FIGURES.mkdir(parents=True, exist_ok=True)
+        curves_figure(arms, FIGURES / "ceiling_curves.png")
+        scatter_figure(arms, args.results, FIGURES / "ceiling_scatter.png")
+    print(f"wrote {args.page}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
