@@ -1,0 +1,96 @@
+"""The ceiling section's statistics (scripts/experiments/ceiling/report.py), on runs built by
+hand whose headroom and shares are known exactly, and the page against the committed files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "experiments" / "ceiling" / "report.py"
+
+BASE = 0.2
+CEILING_GAINS = [0.10, 0.14, 0.08, 0.12, 0.11]
+GRPO_GAINS = [0.02, 0.05, 0.01, 0.03, 0.04]
+
+
+@pytest.fixture(scope="module")
+def report():
+    spec = importlib.util.spec_from_file_location("ceiling_report", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(seed: int, gain: float, finished: bool = True) -> dict:
+    evals = [
+        {"step": s, "sampled_tokens": 1000 * s, "value_sampled_tokens": 0, "greedy": g,
+         "pass1": g / 2, "pass16": 0.8}
+        for s, g in ((0, BASE), (10, BASE + gain / 2), (20, BASE + gain))
+    ]  # fmt: skip
+    return {
+        "label": "", "seed": seed, "finished": finished, "budget_tokens": 20000, "steps": 20,
+        "evals": evals, "entropy": [0.3] * 20, "clip_frac": 0.0, "value_prefixes_per_step": 0,
+        "value_tokens_per_step": 0, "policy_tokens_per_step": 1000, "seconds_per_step": 1.0,
+        "advantage_seconds_per_step": 0.1, "seconds": 20.0, "algo_config": {},
+    }  # fmt: skip
+
+
+def _results(tmp_path: Path, half_share_gains: list[float]) -> Path:
+    arms = {
+        "vineppo": {str(s): _run(s, g) for s, g in enumerate(CEILING_GAINS)},
+        "grpo": {str(s): _run(s, g) for s, g in enumerate(GRPO_GAINS)},
+        "dapo": {str(s): _run(s, g) for s, g in enumerate(half_share_gains)},
+    }
+    arms["vineppo"]["9"] = _run(9, 0.9, finished=False)  # interrupted: left out everywhere
+    (tmp_path / "runs.json").write_text(json.dumps({"machine": {"cpu": "test"}, "arms": arms}))
+    return tmp_path
+
+
+def test_headroom_is_the_paired_mean_with_its_t_and_mdd(report, tmp_path):
+    arms = report.load_runs(_results(tmp_path, GRPO_GAINS))
+    c = report.paired(arms, "vineppo", "grpo")
+    diff = np.array(CEILING_GAINS) - np.array(GRPO_GAINS)
+    se = diff.std(ddof=1) / math.sqrt(diff.size)
+    assert c.n == 5 and c.df == 4  # the unfinished seed 9 is not paired
+    assert c.diff == pytest.approx(diff.mean(), abs=1e-12)
+    assert c.se == pytest.approx(se, rel=1e-9)
+    assert c.mdd == pytest.approx((sps.t.ppf(0.975, 4) + sps.t.ppf(0.80, 4)) * se, rel=1e-9)
+
+
+def test_shares_are_zero_one_and_exact_for_an_arm_halfway(report, tmp_path):
+    half = [(g + v) / 2 for g, v in zip(GRPO_GAINS, CEILING_GAINS)]
+    arms = report.load_runs(_results(tmp_path, half))
+    share, lo, hi, n = report.share_interval(arms, "dapo")
+    assert n == 5
+    assert share == pytest.approx(0.5, abs=1e-9)
+    # Halfway in every seed: every resample's ratio is 0.5 too.
+    assert lo == pytest.approx(0.5, abs=1e-9) and hi == pytest.approx(0.5, abs=1e-9)
+    assert report.share_interval(arms, "grpo")[0] == pytest.approx(0.0, abs=1e-12)
+    assert report.share_interval(arms, "vineppo")[0] == pytest.approx(1.0, abs=1e-12)
+
+
+def test_a_ceiling_below_grpo_gives_an_unbounded_share(report, tmp_path):
+    arms = report.load_runs(_results(tmp_path, GRPO_GAINS))
+    arms["vineppo"] = {s: r for s, r in arms["grpo"].items()}  # no headroom at all
+    share, lo, hi, _ = report.share_interval(arms, "dapo")
+    assert math.isnan(lo) and math.isnan(hi)
+
+
+def test_gain_is_last_minus_first_and_auc_the_trapezoid_over_updates(report):
+    run = _run(0, 0.1)
+    assert report.gain(run) == pytest.approx(0.1, abs=1e-12)
+    assert report.gain(run, "pass1") == pytest.approx(0.05, abs=1e-12)
+    # (0.2 + 0.25)/2 · 10 + (0.25 + 0.3)/2 · 10, over 20 updates
+    assert report.auc(run) == pytest.approx((0.225 * 10 + 0.275 * 10) / 20, abs=1e-12)
+
+
+def test_the_page_is_what_the_committed_files_give(report):
+    """docs/credit.md's ceiling tables recompute from the committed result files."""
+    assert report.main(["--check"]) == 0
