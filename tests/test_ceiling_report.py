@@ -55,7 +55,8 @@ def _results(tmp_path: Path, half_share_gains: list[float]) -> Path:
 
 def test_headroom_is_the_paired_mean_with_its_t_and_mdd(report, tmp_path):
     arms = report.load_runs(_results(tmp_path, GRPO_GAINS))
-    c = report.paired(arms, "vineppo", "grpo")
+    c = report.paired(arms, "vineppo", "grpo", "greedy")
+    assert report.paired(arms, "vineppo", "grpo").diff == pytest.approx(c.diff / 2, abs=1e-12)
     diff = np.array(CEILING_GAINS) - np.array(GRPO_GAINS)
     se = diff.std(ddof=1) / math.sqrt(diff.size)
     assert c.n == 5 and c.df == 4  # the unfinished seed 9 is not paired
@@ -87,8 +88,8 @@ def test_gain_is_last_minus_first_and_auc_the_trapezoid_over_updates(report):
     run = _run(0, 0.1)
     assert report.gain(run) == pytest.approx(0.1, abs=1e-12)
     assert report.gain(run, "pass1") == pytest.approx(0.05, abs=1e-12)
-    # (0.2 + 0.25)/2 · 10 + (0.25 + 0.3)/2 · 10, over 20 updates
-    assert report.auc(run) == pytest.approx((0.225 * 10 + 0.275 * 10) / 20, abs=1e-12)
+    # pass@1 is 0.1, 0.125, 0.15 at steps 0, 10, 20: the trapezoid over 20 updates
+    assert report.auc(run) == pytest.approx((0.1125 * 10 + 0.1375 * 10) / 20, abs=1e-12)
 
 
 def test_the_page_is_what_the_committed_files_give(report):
