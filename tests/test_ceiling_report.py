@@ -86,8 +86,8 @@ def test_a_ceiling_below_grpo_gives_an_unbounded_share(report, tmp_path):
 
 def test_gain_is_last_minus_first_and_auc_the_trapezoid_over_updates(report):
     run = _run(0, 0.1)
-    assert report.gain(run) == pytest.approx(0.1, abs=1e-12)
-    assert report.gain(run, "pass1") == pytest.approx(0.05, abs=1e-12)
+    assert report.gain(run, "greedy") == pytest.approx(0.1, abs=1e-12)
+    assert report.gain(run) == pytest.approx(0.05, abs=1e-12)  # pass@1, the primary figure
     # pass@1 is 0.1, 0.125, 0.15 at steps 0, 10, 20: the trapezoid over 20 updates
     assert report.auc(run) == pytest.approx((0.1125 * 10 + 0.1375 * 10) / 20, abs=1e-12)
 
