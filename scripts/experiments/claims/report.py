@@ -22,6 +22,7 @@ threshold) are defined once, in ``stats.py`` beside it.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 import sys
@@ -1051,8 +1052,37 @@ def row_tepo_sota(real, toy):
             "135M); nothing is compared", "—"]  # fmt: skip
 
 
+# --------------------------------------------------------------------------------------------
+# What token credit is worth (docs/credit.md's ceiling; scripts/experiments/ceiling/)
+# --------------------------------------------------------------------------------------------
+@functools.cache
+def ceiling_rows() -> list[list[str]]:
+    """The ceiling's three rows, from its own report (loaded by path, as the ceiling reads
+    docs/credit.md's generator)."""
+    import importlib.util
+
+    path = ROOT / "scripts" / "experiments" / "ceiling" / "report.py"
+    spec = importlib.util.spec_from_file_location("ceiling_report", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ledger_rows()
+
+
+def row_ceiling(real, toy):
+    return ceiling_rows()[0]
+
+
+def row_forking_vs_random(real, toy):
+    return ceiling_rows()[1]
+
+
+def row_gtpo_share(real, toy):
+    return ceiling_rows()[2]
+
+
 LEDGER = (row_gtpo_beats_dapo, row_grpo_s_beats_dapo, row_entropy_driver, row_gtpo_entropy,
-          row_grpo_s_entropy, row_entropy_marks_pivots, row_gtpo_credit, row_long_cot,
+          row_grpo_s_entropy, row_entropy_marks_pivots, row_gtpo_credit, row_ceiling,
+          row_forking_vs_random, row_gtpo_share, row_long_cot,
           row_eq4_literal, row_tepo_speed, row_tepo_stability, row_tepo_entropy, row_tepo_mask,
           row_tepo_sota)  # fmt: skip
 
