@@ -281,3 +281,41 @@ def test_values_come_from_the_rollout_policy(monkeypatch):
     assert len(rollouts) == 2 and rollouts[0] != rollouts[1]  # the model moved in between
     assert oracle and set(oracle) <= set(rollouts)
     assert oracle[0] == rollouts[0] and oracle[-1] == rollouts[1]
+
+
+def test_the_trainer_values_with_the_rollout_policy_and_logs_the_cost(tmp_path, monkeypatch):
+    """The Trainer (what ``refimpl train`` and the benchmarks run) values the prefixes with
+    π_old as ``loop.py`` does: the oracle's continuations of a step are drawn from the weights
+    that sampled that step's completions, though the step takes two optimizer steps; and each
+    step's metrics say what the values cost (prefixes valued, tokens their continuations
+    sampled). Valuing after an update fails the first half; not logging, the second."""
+    from refimpl import train as train_module
+    from refimpl.train import Trainer
+    from tests.tiny import tiny_train
+
+    fingerprints: dict[str, list[float]] = {"rollout": [], "oracle": []}
+
+    def recording(kind, real):
+        def sample(policy, *args, **kwargs):
+            fingerprints[kind].append(
+                float(sum(p.detach().double().sum() for p in policy.parameters()))
+            )
+            return real(policy, *args, **kwargs)
+
+        return sample
+
+    monkeypatch.setattr(
+        train_module, "sample_groups", recording("rollout", train_module.sample_groups)
+    )
+    monkeypatch.setattr(credit_oracle, "sample_groups",
+                        recording("oracle", credit_oracle.sample_groups))  # fmt: skip
+    cfg = tiny_train(tmp_path, algo="vineppo", algo_args=("rollouts=2",), steps=2,
+                     name="vineppo-pi-old", eval_every=1000)  # fmt: skip
+    trainer = Trainer(cfg, observers=[])
+    metrics = [trainer.train_step() for _ in range(2)]
+    rollouts, oracle = fingerprints["rollout"], fingerprints["oracle"]
+    assert len(rollouts) >= 2 and rollouts[0] != rollouts[-1]  # the model moved in between
+    assert oracle and set(oracle) <= set(rollouts)
+    assert oracle[0] == rollouts[0] and oracle[-1] == rollouts[-1]
+    for m in metrics:
+        assert m["value_prefixes"] > 0 and m["value_sampled_tokens"] >= m["value_prefixes"]
