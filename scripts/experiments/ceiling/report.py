@@ -75,6 +75,8 @@ CREDIT_FILES = {
 CREDIT_DEFAULT = "credit_warmstart"
 #: The figure every gain, headroom and share is read on (greedy success is shown beside it).
 PRIMARY = "pass1"
+#: The update every gain is read at: the design's budget, 20 GRPO-sized steps.
+UPDATES = 20
 BOOTSTRAP = 10_000
 THRESHOLD_MDD = 3.0
 
@@ -105,14 +107,22 @@ def load_runs(results: Path) -> dict[str, dict[str, dict]]:
     return arms
 
 
+def at_update(run: dict, update: int = UPDATES) -> dict:
+    """The run's evaluation after ``update`` policy updates (its last one if it stopped
+    earlier): every arm is read at the same number of updates, whatever its token budget gave
+    it (a run's token budget can end a step later or earlier than the 20th)."""
+    return next((e for e in run["evals"] if e["step"] == update), run["evals"][-1])
+
+
 def gain(run: dict, key: str = PRIMARY) -> float:
-    return float(run["evals"][-1][key] - run["evals"][0][key])
+    return float(at_update(run)[key] - run["evals"][0][key])
 
 
 def auc(run: dict) -> float:
-    """Mean held-out pass@1 over the updates (trapezoid on the evaluation grid)."""
-    steps = np.array([e["step"] for e in run["evals"]], dtype=float)
-    success = np.array([e[PRIMARY] for e in run["evals"]], dtype=float)
+    """Mean held-out pass@1 over the updates up to ``UPDATES`` (trapezoid on the grid)."""
+    evals = [e for e in run["evals"] if e["step"] <= UPDATES]
+    steps = np.array([e["step"] for e in evals], dtype=float)
+    success = np.array([e[PRIMARY] for e in evals], dtype=float)
     return float(np.trapezoid(success, steps) / steps[-1]) if steps[-1] > 0 else success[0]
 
 
@@ -216,13 +226,13 @@ def share_table(arms: dict) -> str:
         rows.append([
             NAMES[label], str(len(runs)), gains_line(arms, label, "pass1"),
             gains_line(arms, label, "greedy"),
-            fmt(np.mean([r["evals"][-1]["pass1"] for r in runs])),
-            fmt(np.mean([r["evals"][-1]["pass16"] for r in runs])),
+            fmt(np.mean([at_update(r)["pass1"] for r in runs])),
+            fmt(np.mean([at_update(r)["pass16"] for r in runs])),
             f"{fmt(h0)} → {fmt(h1)}", fmt(np.mean([auc(r) for r in runs])),
             fmt(share, 2, sign=True), interval if n else "n/a",
         ])  # fmt: skip
-    header = ["arm", "seeds", "gain, pass@1 (mean ± s.e.)", "gain, greedy", "pass@1 end",
-              "pass@16 end", "entropy start → end", "AUC (pass@1, over updates)",
+    header = ["arm", "seeds", "gain, pass@1 (mean ± s.e.)", "gain, greedy", "pass@1 at update 20",
+              "pass@16 at update 20", "entropy start → end", "AUC (pass@1, over updates)",
               "share of the ceiling", "90 % interval (paired bootstrap)"]  # fmt: skip
     return table(header, rows)
 
@@ -230,7 +240,8 @@ def share_table(arms: dict) -> str:
 def grid_tables(arms: dict) -> str:
     """Held-out pass@1 on one grid of updates for every arm, and where each
     evaluation falls in sampled tokens (the policy's; VinePPO's values beside)."""
-    steps = sorted({e["step"] for runs in arms.values() for r in runs.values() for e in r["evals"]})
+    every = [{e["step"] for e in r["evals"]} for runs in arms.values() for r in runs.values()]
+    steps = sorted(s for s in set.intersection(*every) if s <= UPDATES) if every else []
     rows_u, rows_t = [], []
     for label in ARMS:
         runs = list(arms.get(label, {}).values())
@@ -239,13 +250,13 @@ def grid_tables(arms: dict) -> str:
         by_step = {s: [e for r in runs for e in r["evals"] if e["step"] == s] for s in steps}
         rows_u.append([NAMES[label]] + [fmt(np.mean([e[PRIMARY] for e in by_step[s]]))
                                         if by_step[s] else "" for s in steps])  # fmt: skip
-        last = [r["evals"][-1] for r in runs]
+        last = [at_update(r) for r in runs]
         policy = np.mean([e["sampled_tokens"] for e in last]) / 1e6
         values = np.mean([e["value_sampled_tokens"] for e in last]) / 1e6
-        rows_t.append([NAMES[label], fmt(np.mean([r["steps"] for r in runs]), 1), fmt(policy, 2),
+        rows_t.append([NAMES[label], fmt(np.mean([at_update(r)["step"] for r in runs]), 1), fmt(policy, 2),
                        fmt(values, 2), fmt(policy + values, 2)])  # fmt: skip
     updates = table(["arm"] + [f"step {s}" for s in steps], rows_u)
-    tokens = table(["arm", "updates (mean)", "policy's sampled tokens (M)",
+    tokens = table(["arm", "updates", "policy's sampled tokens (M)",
                     "values' sampled tokens (M)", "all sampled tokens (M)"], rows_t)  # fmt: skip
     return updates + "\n\n" + tokens
 
