@@ -93,7 +93,7 @@ def one_run(run_dir: Path) -> dict:
     }
 
 
-def collect(bench: Path) -> dict:
+def collect(bench: Path, probe: str = "") -> dict:
     """Every run under ``bench/chain``, grouped by arm and seed."""
     task_dir = bench / "chain"
     if not task_dir.is_dir():
@@ -106,15 +106,20 @@ def collect(bench: Path) -> dict:
         arms.setdefault(run["label"], {})[str(run["seed"])] = run
     if not arms:
         raise SystemExit(f"--bench: no run under {task_dir}")
-    return {"machine": machine_info(), "bench": str(bench), "arms": arms}
+    return {"machine": machine_info(), "bench": str(bench), "probe": probe, "arms": arms}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bench", type=Path, default=Path("runs/bench/ceiling"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "runs.json")
+    parser.add_argument(
+        "--probe",
+        default="",
+        help='the one setting this bench changes from the design, e.g. "lr=3e-4" ("": none)',
+    )
     args = parser.parse_args(argv)
-    result = collect(args.bench)
+    result = collect(args.bench, args.probe)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.out, json.dumps(result, indent=1, allow_nan=True) + "\n")
     counts = {k: sum(r["finished"] for r in v.values()) for k, v in result["arms"].items()}

@@ -237,6 +237,29 @@ def share_table(arms: dict) -> str:
     return table(header, rows)
 
 
+def _probe_row(what: str, arms: dict) -> list[str]:
+    c = paired(arms, CEILING, BASELINE)
+    minutes = [r["seconds"] / 60 for r in arms.get(CEILING, {}).values()]
+    cells = comparison_cells(c)
+    resolved = c is not None and c.diff >= THRESHOLD_MDD * c.mdd
+    return [what, gains_line(arms, BASELINE, PRIMARY), gains_line(arms, CEILING, PRIMARY),
+            cells[0], cells[1], cells[4], cells[5], "yes" if resolved else "no",
+            fmt(float(np.median(minutes)), 1) if minutes else "n/a"]  # fmt: skip
+
+
+def probes_table(arms: dict, results: Path) -> str:
+    """The headroom of the design and of every probe (one setting changed), on pass@1."""
+    rows = [_probe_row("the design (lr 1e-4)", arms)]
+    for path in sorted(results.glob("probe_*.json")):
+        data = read_result(path, "the ceiling's probes")
+        probe = {lab: {s: r for s, r in seeds.items() if r["finished"]}
+                 for lab, seeds in data["arms"].items()}  # fmt: skip
+        rows.append(_probe_row(data["probe"] or path.stem, probe))
+    header = ["regime", "GRPO gain", "VinePPO gain", "H ± paired s.e.", "seeds (df)", "MDD",
+              "H / MDD", "H ≥ 3 MDD", "minutes per VinePPO run"]  # fmt: skip
+    return table(header, rows)
+
+
 def grid_tables(arms: dict) -> str:
     """Held-out pass@1 on one grid of updates for every arm, and where each
     evaluation falls in sampled tokens (the policy's; VinePPO's values beside)."""
@@ -473,6 +496,7 @@ def blocks(results: Path) -> dict[str, str]:
         "cost": cost_table(arms, machine),
         "shares": share_table(arms),
         "grid": grid_tables(arms),
+        "probes": probes_table(arms, results),
         "scatter": scatter_text(arms, results),
     }
 

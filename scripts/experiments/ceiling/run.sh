@@ -15,7 +15,8 @@
 # 2. Every other arm: DAPO, GTPO, GTPO with α₂ = 0, GRPO-S, TEPO, forking tokens, forking
 #    tokens on a random 20 %, STEER, on the seeds ARM_SEEDS (the first 3 of the 5, by default:
 #    what the session that made the committed files could afford; ARM_SEEDS=0,1,2,3,4 runs all).
-# Both steps train seed by seed: an interrupted run of this script leaves whole seeds.
+# 3. A probe: the ceiling with one setting changed (see step 3 below).
+# All steps train seed by seed: an interrupted run of this script leaves whole seeds.
 # 3. The page: python scripts/experiments/ceiling/report.py.
 # Costs on the 2-core AMD EPYC: see docs/credit.md ("What VinePPO pays").
 set -euo pipefail
@@ -39,4 +40,11 @@ bench "${ARM_SEEDS:-0,1,2}" --algos grpo,dapo,gtpo,grpo_s,tepo,forking_tokens,st
   --ablations "gtpo alpha_2=0.0,forking_tokens selection=random"
 bash scripts/experiments/ceiling/credit.sh
 "$PY" scripts/experiments/ceiling/collect.py --bench "$BENCH" --out "$OUT/runs.json"
+# 3. The probes: the ceiling again with one setting changed (the first: the learning rate,
+#    3e-4, where GRPO fell in the regime probes), VinePPO and GRPO on 3 seeds.
+"$PY" -m refimpl.cli bench-learning --preset longchain --runs-dir "$RUNS" \
+  --out "$RUNS/bench/ceiling-probe-lr3e-4" --seeds 0,1,2 --budget-steps 20 --eval-every 5 \
+  --eval-problems 300 --workers "${WORKERS:-2}" --algos vineppo,grpo --ablations "" --lr 0.0003
+"$PY" scripts/experiments/ceiling/collect.py --bench "$RUNS/bench/ceiling-probe-lr3e-4" \
+  --probe "lr=3e-4" --out "$OUT/probe_lr3e-4.json"
 "$PY" scripts/experiments/ceiling/report.py --results "$OUT"
