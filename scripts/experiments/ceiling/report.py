@@ -193,10 +193,10 @@ def comparison_cells(c: stats.Comparison | None) -> list[str]:
             fmt(p, 3), fmt(c.mdd), fmt(ratio, 2)]  # fmt: skip
 
 
-def headroom_table(arms: dict) -> str:
+def headroom_table(arms: dict, bases: tuple[str, ...] = (BASELINE, MATCHED)) -> str:
     """H against GRPO and against GRPO without its KL term, on pass@1 and greedy success."""
     rows = []
-    for base in (BASELINE, MATCHED):
+    for base in bases:
         for key, what in (("pass1", "pass@1"), ("greedy", "greedy success")):
             c = paired(arms, CEILING, base, key)
             resolved = c is not None and c.diff >= THRESHOLD_MDD * c.mdd
@@ -257,6 +257,46 @@ def probes_table(arms: dict, results: Path) -> str:
         rows.append(_probe_row(data["probe"] or path.stem, probe))
     header = ["regime", "GRPO gain", "VinePPO gain", "H ± paired s.e.", "seeds (df)", "MDD",
               "H / MDD", "H ≥ 3 MDD", "minutes per VinePPO run"]  # fmt: skip
+    return table(header, rows)
+
+
+def load_extra(results: Path, stem: str) -> dict | None:
+    """``{arm: {seed: run}}`` of a further result file (``collect.py``), None when absent."""
+    path = results / f"{stem}.json"
+    if not path.is_file():
+        return None
+    data = read_result(path, "the ceiling section")
+    return {lab: {s: r for s, r in seeds.items() if r["finished"]}
+            for lab, seeds in data["arms"].items()}  # fmt: skip
+
+
+def countdown_text(results: Path) -> str:
+    arms = load_extra(results, "countdown")
+    if arms is None:
+        return "Not run yet (`run.sh` step 4)."
+    return headroom_table(arms, (BASELINE,))
+
+
+def matched_text(arms: dict, results: Path) -> str:
+    """GRPO given more sampled tokens per step (a larger G) against VinePPO, per seed."""
+    matched = load_extra(results, "sample_matched")
+    if matched is None or BASELINE not in matched:
+        return "Not run yet (`run.sh` step 5)."
+    runs = list(matched[BASELINE].values())
+    group = sorted({r["policy_tokens_per_step"] for r in runs})
+    both = {CEILING: arms.get(CEILING, {}), "matched": matched[BASELINE]}
+    c = paired(both, CEILING, "matched")
+    vine = list(arms.get(CEILING, {}).values())
+    per_step = lambda rs, k: float(np.median([r[k] for r in rs])) if rs else math.nan  # noqa: E731
+    vine_tokens = per_step(vine, "policy_tokens_per_step") + per_step(vine, "value_tokens_per_step")
+    rows = [
+        ["VinePPO (G = 8, its values included)", str(len(vine)), fmt(vine_tokens, 0),
+         gains_line(arms, CEILING, PRIMARY), ""],
+        ["GRPO, G = 64", str(len(runs)), fmt(float(np.median(group)), 0),
+         gains_line(matched, BASELINE, PRIMARY), comparison_cells(c)[0]],
+    ]  # fmt: skip
+    header = ["arm (20 updates)", "seeds", "sampled tokens / step", "gain, pass@1",
+              "VinePPO − this arm (paired)"]  # fmt: skip
     return table(header, rows)
 
 
@@ -497,6 +537,8 @@ def blocks(results: Path) -> dict[str, str]:
         "shares": share_table(arms),
         "grid": grid_tables(arms),
         "probes": probes_table(arms, results),
+        "countdown": countdown_text(results),
+        "matched": matched_text(arms, results),
         "scatter": scatter_text(arms, results),
     }
 

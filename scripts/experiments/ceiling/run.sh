@@ -15,8 +15,8 @@
 # 2. Every other arm: DAPO, GTPO, GTPO with α₂ = 0, GRPO-S, TEPO, forking tokens, forking
 #    tokens on a random 20 %, STEER, on the seeds ARM_SEEDS (the first 3 of the 5, by default:
 #    what the session that made the committed files could afford; ARM_SEEDS=0,1,2,3,4 runs all).
-# 3. A probe: the ceiling with one setting changed (see step 3 below).
-# All steps train seed by seed: an interrupted run of this script leaves whole seeds.
+# 3. A probe: the ceiling with one setting changed; 4. countdown; 5. the sample-matched arm
+# (each below). All steps train seed by seed: an interrupted run of this script leaves whole seeds.
 # 3. The page: python scripts/experiments/ceiling/report.py.
 # Costs on the 2-core AMD EPYC: see docs/credit.md ("What VinePPO pays").
 set -euo pipefail
@@ -47,4 +47,18 @@ bash scripts/experiments/ceiling/credit.sh
   --eval-problems 300 --workers "${WORKERS:-2}" --algos vineppo,grpo --ablations "" --lr 0.0003
 "$PY" scripts/experiments/ceiling/collect.py --bench "$RUNS/bench/ceiling-probe-lr3e-4" \
   --probe "lr=3e-4" --out "$OUT/probe_lr3e-4.json"
+# 4. The second testbed: countdown (`--preset collapse`), VinePPO and GRPO on 5 seeds.
+"$PY" -m refimpl.cli bench-learning --preset collapse --runs-dir "$RUNS" \
+  --out "$RUNS/bench/ceiling-countdown" --seeds 0,1,2,3,4 --budget-steps 20 --eval-every 5 \
+  --eval-problems 300 --workers "${WORKERS:-2}" --algos vineppo,grpo --ablations ""
+"$PY" scripts/experiments/ceiling/collect.py --bench "$RUNS/bench/ceiling-countdown" \
+  --probe "countdown" --out "$OUT/countdown.json"
+# 5. The sample-matched arm: GRPO with G = 64 for the same 20 updates (a token budget would
+#    stop it after 3 updates, so it runs by steps, through `refimpl compare`), 3 seeds.
+"$PY" -m refimpl.cli compare --preset longchain --algos grpo --seeds 0,1,2 \
+  --name ceiling-matched-G64 --runs-dir "$RUNS" --workers "${WORKERS:-2}" \
+  --train.group-size 64 --train.steps 20 --train.eval-every 5 --train.eval-problems 300 \
+  --train.probe-every 5 --train.threads 1 --train.no-plot --train.no-progress
+"$PY" scripts/experiments/ceiling/collect.py --bench "$RUNS/ceiling-matched-G64" \
+  --probe "GRPO G=64" --out "$OUT/sample_matched.json"
 "$PY" scripts/experiments/ceiling/report.py --results "$OUT"
