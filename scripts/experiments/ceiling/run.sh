@@ -16,8 +16,9 @@
 #    tokens on a random 20 %, STEER, on the seeds ARM_SEEDS (the first 3 of the 5, by default:
 #    what the session that made the committed files could afford; ARM_SEEDS=0,1,2,3,4 runs all).
 # 3. A probe: the ceiling with one setting changed; 4. countdown; 5. the sample-matched arm
-# (each below). All steps train seed by seed: an interrupted run of this script leaves whole seeds.
-# 3. The page: python scripts/experiments/ceiling/report.py.
+# (each below). 6. The page: python scripts/experiments/ceiling/report.py.
+# Every step trains seed by seed: an interrupted run of this script leaves whole seeds, and a
+# rerun reuses every finished run.
 # Costs on the 2-core AMD EPYC: see docs/credit.md ("What VinePPO pays").
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
