@@ -382,15 +382,18 @@ def scatter_text(arms: dict, results: Path) -> str:
     points = scatter_points(arms, results)
     rows = [[NAMES[p["label"]], fmt(p["r"], 3, sign=True), fmt(p["share"], 2, sign=True)]
             for p in points]  # fmt: skip
-    free = [p for p in points if p["label"] not in (CEILING, BASELINE)]
+    # The anchors (0 and 1 by definition) and the matched-scale control (no credit of its
+    # own: GRPO's advantages) are not ranked.
+    free = [p for p in points if p["label"] not in (CEILING, BASELINE, MATCHED)]
     text = table(["arm", "credit agreement r (within completions)", "share of the ceiling"], rows)
     if len(free) >= 3 and all(math.isfinite(p["share"]) for p in free):
         rho, p = credit_report().exact_spearman([q["r"] for q in free], [q["share"] for q in free])
         k = points[0]["k"]
         text += (f"\n\nAcross the {len(free)} arms other than the two anchors (GRPO's share is 0 "
-                 f"and VinePPO's 1 by definition), Spearman's ρ between credit agreement (K = {k}) "
-                 f"and share is {fmt(rho, 2, sign=True)} (exact permutation p = {fmt(p, 2)}, "
-                 "two-sided).")  # fmt: skip
+                 f"and VinePPO's 1 by definition) and the matched-scale control, Spearman's ρ "
+                 f"between credit agreement (K = {k}) and share is {fmt(rho, 2, sign=True)} "
+                 f"(exact permutation p = {fmt(p, 2)}, two-sided; with a positive H the shares "
+                 "rank as the gains do, however wide their intervals).")  # fmt: skip
     else:
         text += "\n\nToo few arms with a finite share to rank (the ceiling is not resolved)."
     return text
