@@ -260,6 +260,45 @@ def probes_table(arms: dict, results: Path) -> str:
     return table(header, rows)
 
 
+def _h_sentence(c: stats.Comparison | None, against: str) -> str:
+    if c is None:
+        return f"Against {against}: fewer than two paired seeds."
+    t = c.diff / c.se if c.se > 0 else math.nan
+    ratio = c.diff / c.mdd if c.mdd > 0 else math.nan
+    verdict = "resolved" if c.diff >= THRESHOLD_MDD * c.mdd else "not resolved"
+    return (
+        f"Against {against}, H = {c.diff:+.3f} ± {c.se:.3f} in pass@1 over {c.n} paired seeds "
+        f"(t = {t:.2f} at {int(c.df)} df, {c.verdict()} by the t rule), with an MDD of "
+        f"{c.mdd:.3f}: H is {ratio:.2f} times its MDD, {verdict} by the bar of 3."
+    )
+
+
+def reading_text(arms: dict) -> str:
+    """The headline sentences of the section, computed (the prose around them quotes none)."""
+    lines = [
+        _h_sentence(paired(arms, CEILING, BASELINE), "GRPO"),
+        _h_sentence(paired(arms, CEILING, MATCHED), "GRPO without its KL term"),
+    ]
+    kl = paired(arms, BASELINE, MATCHED)
+    if kl is not None:
+        lines.append(
+            f"GRPO's KL term itself is worth {kl.diff:+.3f} ± {kl.se:.3f} of pass@1 gain (GRPO − "
+            f"GRPO with β = 0, {kl.verdict()} by the t rule, MDD {kl.mdd:.3f})."
+        )
+    vine, grpo = arms.get(CEILING, {}), arms.get(BASELINE, {})
+    if vine and grpo:
+        med = lambda rs, k: float(np.median([r[k] for r in rs.values()]))  # noqa: E731
+        tokens = (med(vine, "policy_tokens_per_step") + med(vine, "value_tokens_per_step")) / med(
+            grpo, "policy_tokens_per_step"
+        )
+        lines.append(
+            f"A VinePPO step samples {tokens:.0f} times GRPO's tokens and takes "
+            f"{med(vine, 'seconds_per_step') / med(grpo, 'seconds_per_step'):.1f} times its "
+            "wall time (medians over seeds)."
+        )
+    return "\n\n".join(lines)
+
+
 def load_extra(results: Path, stem: str) -> dict | None:
     """``{arm: {seed: run}}`` of a further result file (``collect.py``), None when absent."""
     path = results / f"{stem}.json"
@@ -536,6 +575,7 @@ def blocks(results: Path) -> dict[str, str]:
     machine = read_result(results / "runs.json", "the ceiling section")["machine"]
     return {
         "headroom": headroom_table(arms),
+        "reading": reading_text(arms),
         "cost": cost_table(arms, machine),
         "shares": share_table(arms),
         "grid": grid_tables(arms),
