@@ -161,3 +161,61 @@ def test_the_page_matches_the_result_files():
     done = subprocess.run([sys.executable, str(script), "--check"], capture_output=True,
                           text=True, cwd=ROOT)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_result_file_recomputes_its_metrics_exactly():
+    """Issue 46 § 6: every figure the page prints must recompute from what a result file
+    stores. A batch whose signals have near-ties (a saturated STEER-like credit, spread at the
+    1e-12 level, where rounding to 8 decimals made ties and moved Spearman's ρ) is written with
+    ``oracle_record``, ``signals_record`` and ``completion_record``, through JSON, and
+    ``rescore`` of the file gives exactly the metrics of the tensors it was written from.
+    Fails if any per-token field is rounded again."""
+    import json
+
+    from refimpl.bench import credit
+    from refimpl.diagnostics.credit_oracle import estimate_values
+
+    samples, outcome, T = _batch(1)
+    rows = samples.responses()
+    B = len(rows)
+    rng = np.random.default_rng(0)
+
+    def continue_prefixes(keys, t):  # a fake policy: each continuation wins with p = 0.4
+        return rng.random((len(keys), 16)) < 0.4, 16 * len(keys)
+
+    success = (outcome >= 0.5).tolist()
+    values = estimate_values(rows, [i // G for i in range(B)], success, T, 16, continue_prefixes)
+    gen = torch.Generator().manual_seed(3)
+    mask = samples.response_mask.bool()
+    # A few distinct levels 1e-7 apart (above CONSTANT_TOL), each blurred at the 1e-12 level.
+    levels = torch.randint(0, 3, (B, T), generator=gen).double()
+    near_ties = -8.2243e-4 + 1e-7 * levels + 1e-12 * torch.randn(B, T, generator=gen).double()
+    signals = {
+        "steer": {"advantages": torch.randn(B, T, generator=gen, dtype=torch.float64) * mask,
+                  "credit": near_ties * mask, "trained": torch.ones(B, dtype=torch.bool)},
+        "grpo": {"advantages": torch.randn(B, 1, generator=gen, dtype=torch.float64) * mask,
+                 "credit": torch.randn(B, T, generator=gen, dtype=torch.float64) * 1e-9 * mask,
+                 "trained": torch.arange(B) < 2 * G},
+    }  # fmt: skip
+    first_wrong = {1: 0, 4: 1}
+    lengths = mask.sum(1).numpy()
+    direct = credit.metrics_record(signals, values, samples.entropy_old, first_wrong, 0,
+                                   [i // G for i in range(B)])  # fmt: skip
+    result = {
+        "settings": {"seed": 0},
+        "completions": [
+            credit.completion_record(f"q{i // G}", "", rows[i], samples.entropy_old[i],
+                                     float(outcome[i]), first_wrong=first_wrong.get(i))
+            for i in range(B)
+        ],
+        "oracle": {"16": credit.oracle_record(values, lengths)},
+        "signals": credit.signals_record(signals, lengths),
+    }  # fmt: skip
+    stored = json.loads(json.dumps(result, allow_nan=True))
+    again = credit.rescore(stored, "16")
+    assert json.dumps(again, sort_keys=True) == json.dumps(direct, sort_keys=True)
+    # The check has power: the rounding of the files written before issue 46 moves ρ.
+    rounded = [[round(v, 8) for v in row] for row in stored["signals"]["steer"]["credit"]]
+    stored["signals"]["steer"]["credit"] = rounded
+    moved = credit.rescore(stored, "16")["signals"]["steer"]["credit"]["within"]["spearman"]
+    assert moved != direct["signals"]["steer"]["credit"]["within"]["spearman"]

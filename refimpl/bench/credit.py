@@ -488,28 +488,95 @@ def first_wrong_token(task, problem, tokens: list[int]) -> int | None:
     return len(tokens) - 1 if len(tokens) < len(reference) else None
 
 
+def top_share(entropy: np.ndarray, mass: np.ndarray) -> float:
+    """The share of ``Σ mass`` carried by the ``TOP_FRACTION`` of tokens with the highest
+    ``entropy`` (ties broken by position); NaN when ``Σ mass ≤ 0``."""
+    n_top = max(1, int(round(TOP_FRACTION * entropy.size)))
+    top = np.argsort(-entropy, kind="mergesort")[:n_top]
+    total = float(mass.sum())
+    return float(mass[top].sum() / total) if total > 0 else math.nan
+
+
+#: Prompts drawn with replacement per bootstrap replicate of the share by prompt.
+BOOTSTRAP_DRAWS = 1000
+
+
+def share_by_prompt(entropy_rows: list, mass_rows: list, prompt_of: list[int], seed: int) -> dict:
+    """The top-20 % entropy share of ``Σ mass`` (:func:`top_share`) with its spread over the
+    batch's prompts: ``BOOTSTRAP_DRAWS`` replicates, each resampling the prompts with
+    replacement (a prompt brings all its completions' tokens; the top 20 % is chosen again in
+    each replicate), their sd (the share's s.e. by prompt) and 5th and 95th percentiles (a
+    90 % interval). The completions of a prompt share its value, so tokens are not independent
+    draws; prompts are. ``entropy_rows``, ``mass_rows``: per completion, its tokens'."""
+    rows_of: dict[int, list[int]] = {}
+    for i, g in enumerate(prompt_of):
+        rows_of.setdefault(int(g), []).append(i)
+    groups = list(rows_of.values())
+    h = [np.concatenate([np.asarray(entropy_rows[i], dtype=float) for i in g]) for g in groups]
+    m = [np.concatenate([np.asarray(mass_rows[i], dtype=float) for i in g]) for g in groups]
+    rng = np.random.default_rng([seed, len(groups)])
+    reps = []
+    for _ in range(BOOTSTRAP_DRAWS):
+        pick = rng.integers(len(groups), size=len(groups))
+        reps.append(top_share(np.concatenate([h[j] for j in pick]),
+                              np.concatenate([m[j] for j in pick])))  # fmt: skip
+    reps_arr = np.array([r for r in reps if math.isfinite(r)])
+    finite = reps_arr.size > 1
+    return {
+        "share": top_share(np.concatenate(h), np.concatenate(m)),
+        "sd": float(reps_arr.std(ddof=1)) if finite else math.nan,
+        "lo": float(np.percentile(reps_arr, 5)) if finite else math.nan,
+        "hi": float(np.percentile(reps_arr, 95)) if finite else math.nan,
+        "prompts": len(groups),
+        "draws": BOOTSTRAP_DRAWS,
+    }
+
+
+def entropy_extras(
+    entropy_rows: list, advantage_rows: list, half_rows: tuple[list, list], prompt_of: list[int],
+    seed: int,
+) -> dict:  # fmt: skip
+    """What criterion 3 reads beyond ``entropy_hypothesis``'s first version, from per-completion
+    token arrays (so a result file's own arrays give it): the pooled correlation of ``H_old``
+    with ``A*²`` and with the half-product ``A*₁·A*₂`` (the two independent halves of the
+    ``K`` rollouts: ``E[A*₁·A*₂] = A_true²``, so the oracle's noise, whose size varies with
+    ``V`` and so with the entropy, cannot inflate it), and the ``ΣA*²`` share by prompt."""
+    h = np.concatenate([np.asarray(r, dtype=float) for r in entropy_rows])
+    a = np.concatenate([np.asarray(r, dtype=float) for r in advantage_rows])
+    prod_rows = [np.asarray(x, dtype=float) * np.asarray(y, dtype=float)
+                 for x, y in zip(*half_rows)]  # fmt: skip
+    prod = np.concatenate(prod_rows)
+    return {
+        "pooled_pearson_sq": pearson(h, a * a),
+        "pooled_pearson_half_product": pearson(h, prod),
+        "share_sq_by_prompt": share_by_prompt(entropy_rows, prod_rows, prompt_of, seed),
+    }
+
+
 def entropy_hypothesis(
-    entropy: np.ndarray, values: TokenValues, mask: np.ndarray, seed: int
-) -> dict:
+    entropy: np.ndarray, values: TokenValues, mask: np.ndarray, seed: int,
+    prompt_of: list[int] | None = None,
+) -> dict:  # fmt: skip
     """Criterion 3: does the rollout entropy mark the pivotal tokens? The correlations of
     ``H_old`` with ``|A*|`` (pooled, and within completions), and the share of ``Σ|A*|`` and of
     the noise-free ``ΣA*²`` (the product of the two half-estimates, whose expectation is the
-    squared true advantage) carried by the top 20 % of tokens by entropy, against random 20 %
-    subsets and against the top 20 % by ``|A*|`` itself."""
+    squared true advantage) carried by the top 20 % of tokens by entropy, each against its own
+    null (the same share of random 20 % subsets) and against the top 20 % by ``|A*|`` itself.
+    ``prompt_of``: the prompt of each row, for :func:`entropy_extras` (the ``ΣA*²`` share's
+    interval by prompt, the noise-free correlation); None leaves them out."""
     h = entropy[mask]
     a = np.abs(values.true_advantage.numpy()[mask])
     halves = values.half_advantages.numpy()
     sq = (halves[0] * halves[1])[mask]
     n_top = max(1, int(round(TOP_FRACTION * h.size)))
-    top = np.argsort(-h, kind="mergesort")[:n_top]
     rng = np.random.default_rng(seed)
     total = a.sum() if a.sum() > 0 else math.nan
     subsets = [rng.choice(h.size, n_top, replace=False) for _ in range(1000)]
     random_share = np.array([a[idx].sum() / total for idx in subsets])
-    top_share = float(a[top].sum() / total)
+    top_share_abs = top_share(h, a)
     sq_total = sq.sum() if sq.sum() > 0 else math.nan
     random_sq = np.array([sq[idx].sum() / sq_total for idx in subsets])
-    top_sq = float(sq[top].sum() / sq_total)
+    top_sq = top_share(h, sq)
     lengths = mask.sum(1)
     within = within_completion(
         np.where(mask, entropy, 0.0), np.abs(values.true_advantage.numpy()), lengths,
@@ -519,8 +586,10 @@ def entropy_hypothesis(
         "pooled_pearson": pearson(h, a),
         "pooled_spearman": spearman(h, a),
         "within": {k: within[k] for k in ("pearson", "spearman", "completions", "constant")},
-        "top20_share_abs": top_share,
+        "top20_share_abs": top_share_abs,
         "top20_share_sq": top_sq,
+        # Each share has its own null: ΣA*² is far more concentrated than Σ|A*| (a few
+        # tokens carry most of it), so its random-20 % share spreads far wider.
         "random20_share_sq": {
             "mean": float(random_sq.mean()),
             "sd": float(random_sq.std(ddof=1)),
@@ -531,14 +600,23 @@ def entropy_hypothesis(
         "random20_share_abs": {
             "mean": float(random_share.mean()),
             "sd": float(random_share.std(ddof=1)),
-            "p_at_least": float((random_share >= top_share).mean()),
+            "p_at_least": float((random_share >= top_share_abs).mean()),
             "draws": int(random_share.size),
         },
         "oracle_top20_share_abs": float(np.sort(a)[::-1][:n_top].sum() / a.sum())
         if a.sum() > 0
         else math.nan,
         "tokens": int(h.size),
-    }
+    } | (_extras_of(entropy, values, mask, prompt_of, seed) if prompt_of is not None else {})
+
+
+def _extras_of(entropy, values: TokenValues, mask, prompt_of, seed) -> dict:
+    """:func:`entropy_extras` of a batch's ``[B, T]`` tensors."""
+    rows = range(mask.shape[0])
+    cut = lambda x: [x[i][mask[i]] for i in rows]  # noqa: E731
+    halves = values.half_advantages.numpy()
+    return entropy_extras(cut(entropy), cut(values.true_advantage.numpy()),
+                          (cut(halves[0]), cut(halves[1])), prompt_of, seed)  # fmt: skip
 
 
 def oracle_noise(values: TokenValues) -> dict:
@@ -573,6 +651,32 @@ def oracle_noise(values: TokenValues) -> dict:
 def _pivots(truth: np.ndarray, lengths: np.ndarray, failed: list[int]) -> dict[int, int]:
     """Per failed completion, the token whose ``A*`` is most negative (the first of ties)."""
     return {i: int(np.argmin(truth[i, : int(lengths[i])])) for i in failed if lengths[i] > 0}
+
+
+def first_wrong_values(values: TokenValues, first_wrong: dict[int, int]) -> dict | None:
+    """What the oracle says happens at the first token off the reference scratchpad of each
+    failed completion (``first_wrong``, chain only): ``V̂`` before and after that token and
+    their change (its ``A*``), how many completions have a later prefix whose ``V̂`` is at
+    least 1/2 (success still likely after the first wrong token: the estimate, not the
+    outcome, which is 0), and how many have their pivot (the most negative ``A*``) after it."""
+    before = values.value_before.numpy()
+    after = values.value_after.numpy()
+    truth = values.true_advantage.numpy()
+    lengths = values.mask.numpy().sum(1)
+    rows = [(i, t) for i, t in sorted(first_wrong.items())
+            if not bool(values.success[i]) and t < int(lengths[i])]  # fmt: skip
+    if not rows:
+        return None
+    later = [bool((after[i, t : int(lengths[i]) - 1] >= 0.5).any()) for i, t in rows]
+    return {
+        "before": mean_se([float(before[i, t]) for i, t in rows]),
+        "after": mean_se([float(after[i, t]) for i, t in rows]),
+        "change": mean_se([float(truth[i, t]) for i, t in rows]),
+        "recovers": int(sum(later)),
+        "pivot_later": int(sum(int(np.argmin(truth[i, : int(lengths[i])])) > t for i, t in rows)),
+        "pivot_at": int(sum(int(np.argmin(truth[i, : int(lengths[i])])) == t for i, t in rows)),
+        "completions": len(rows),
+    }
 
 
 def score_signals(signals: dict, values: TokenValues, first_wrong: dict[int, int]) -> dict:
@@ -610,14 +714,17 @@ def score_signals(signals: dict, values: TokenValues, first_wrong: dict[int, int
         )
         if first_wrong
         else None,
+        "first_wrong_value": first_wrong_values(values, first_wrong) if first_wrong else None,
     }
     return out
 
 
-def _rounded(x: torch.Tensor | np.ndarray, lengths: np.ndarray, digits: int = 5) -> list:
-    """Per completion, its response tokens' values, rounded (the JSON stays readable)."""
+def _per_token(x: torch.Tensor | np.ndarray, lengths: np.ndarray) -> list:
+    """Per completion, its response tokens' values, exactly (Python's shortest repr of each
+    float64): every metric recomputes from the file. (Files written before issue 46 rounded
+    them to 5-8 decimals, which turned STEER's near-saturated credit into ties.)"""
     arr = x.numpy() if isinstance(x, torch.Tensor) else x
-    return [[round(float(v), digits) for v in arr[i, : int(L)]] for i, L in enumerate(lengths)]
+    return [[float(v) for v in arr[i, : int(L)]] for i, L in enumerate(lengths)]
 
 
 def oracle_record(values: TokenValues, lengths: np.ndarray, peak_share: float | None = None):
@@ -625,12 +732,12 @@ def oracle_record(values: TokenValues, lengths: np.ndarray, peak_share: float | 
     s.e. (``value_se`` is the value after the token's), the true advantages; the cost."""
     rate = values.sampled_tokens / max(values.seconds, 1e-9)
     return {
-        "value_before": _rounded(values.value_before, lengths),
-        "value_after": _rounded(values.value_after, lengths),
-        "value_se_before": _rounded(values.se_before, lengths),
-        "value_se": _rounded(values.se_after, lengths),
-        "true_advantage": _rounded(values.true_advantage, lengths),
-        "half_advantages": [_rounded(h, lengths) for h in values.half_advantages],
+        "value_before": _per_token(values.value_before, lengths),
+        "value_after": _per_token(values.value_after, lengths),
+        "value_se_before": _per_token(values.se_before, lengths),
+        "value_se": _per_token(values.se_after, lengths),
+        "true_advantage": _per_token(values.true_advantage, lengths),
+        "half_advantages": [_per_token(h, lengths) for h in values.half_advantages],
         "prefixes": values.prefixes,
         "sampled_tokens": values.sampled_tokens,
         "seconds": round(values.seconds, 2),
@@ -639,11 +746,17 @@ def oracle_record(values: TokenValues, lengths: np.ndarray, peak_share: float | 
     }
 
 
-def metrics_record(signals: dict, values: TokenValues, entropy: Tensor, first_wrong: dict, seed):
-    """Criteria 1-3 and the oracle's noise, for one oracle estimate."""
+def metrics_record(
+    signals: dict, values: TokenValues, entropy: Tensor, first_wrong: dict, seed,
+    prompt_of: list[int] | None = None,
+):  # fmt: skip
+    """Criteria 1-3 and the oracle's noise, for one oracle estimate (``prompt_of``: the prompt
+    of each row, for the by-prompt interval of the entropy shares)."""
     return {
         "signals": score_signals(signals, values, first_wrong),
-        "entropy": entropy_hypothesis(entropy.double().numpy(), values, values.mask.numpy(), seed),
+        "entropy": entropy_hypothesis(
+            entropy.double().numpy(), values, values.mask.numpy(), seed, prompt_of
+        ),
         "noise": oracle_noise(values),
     }
 
@@ -652,8 +765,8 @@ def signals_record(signals: dict, lengths: np.ndarray) -> dict:
     """Every algorithm's per-token advantages and effective credit, and which rows it trains."""
     return {
         name: {
-            "advantages": _rounded(sig["advantages"], lengths, 6),
-            "credit": _rounded(sig["credit"], lengths, 8),
+            "advantages": _per_token(sig["advantages"], lengths),
+            "credit": _per_token(sig["credit"], lengths),
             "trained": [bool(x) for x in sig["trained"]],
         }
         for name, sig in signals.items()
@@ -666,47 +779,68 @@ def completion_record(prompt: str, text: str, tokens: list, entropy, outcome: fl
         "prompt": prompt,
         "text": text,
         "token": tokens,
-        "entropy_old": [round(float(h), 5) for h in entropy[: len(tokens)]],
+        "entropy_old": [float(h) for h in entropy[: len(tokens)]],
         "reward": float(outcome),
         "success": bool(outcome >= 0.5),
         **extra,
     }
 
 
-def rescore(result: dict, k: str) -> dict:
-    """Criteria 1-3 and the oracle's noise recomputed from what a result file stores (values
-    rounded to 5 digits): the metrics of ``metrics_record``, for analyses added after a file
-    was written. The signals' ``trained`` rows, the completions' entropies and outcomes and the
-    oracle's values and half-estimates are all it needs."""
+def stored_values(result: dict, k: str) -> TokenValues:
+    """The oracle's estimate at ``K = k`` as a result file stores it (``oracle_record``)."""
     comps, o = result["completions"], result["oracle"][k]
     B, T = len(comps), max(len(c["token"]) for c in comps)
-
-    def grid(rows) -> torch.Tensor:
-        out = torch.zeros(B, T, dtype=torch.float64)
-        for i, row in enumerate(rows):
-            out[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
-        return out
-
-    mask = grid([[1.0] * len(c["token"]) for c in comps]).bool()
-    values = TokenValues(
+    grid = functools.partial(_grid, B, T)
+    return TokenValues(
         value_before=grid(o["value_before"]), value_after=grid(o["value_after"]),
         se_before=grid(o["value_se_before"]), se_after=grid(o["value_se"]),
         true_advantage=grid(o["true_advantage"]),
-        success=torch.tensor([c["success"] for c in comps]), mask=mask,
+        success=torch.tensor([c["success"] for c in comps]),
+        mask=grid([[1.0] * len(c["token"]) for c in comps]).bool(),
         half_advantages=torch.stack([grid(h) for h in o["half_advantages"]]),
         rollouts=int(k), prefixes=o["prefixes"], sampled_tokens=o["sampled_tokens"],
         seconds=o["seconds"],
     )  # fmt: skip
+
+
+def _grid(B: int, T: int, rows) -> torch.Tensor:
+    """Per-completion lists laid out as a ``[B, T]`` float64 tensor, 0 on padding."""
+    out = torch.zeros(B, T, dtype=torch.float64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
+    return out
+
+
+def stored_first_wrong(result: dict) -> dict[int, int]:
+    """The first wrong token of each completion a result file records one for (chain)."""
+    comps = result["completions"]
+    return {i: c["first_wrong"] for i, c in enumerate(comps) if c.get("first_wrong") is not None}
+
+
+def rescore(result: dict, k: str) -> dict:
+    """Criteria 1-3 and the oracle's noise recomputed from what a result file stores: the
+    metrics of ``metrics_record``, for analyses added after a file was written (exactly the
+    stored ones for a file that keeps full precision; a file written before issue 46 rounded
+    its values, which moves the Spearman ρ of signals with near-ties, e.g. STEER's credit).
+    The signals' ``trained`` rows, the completions' entropies and outcomes and the oracle's
+    values and half-estimates are all it needs."""
+    comps = result["completions"]
+    B, T = len(comps), max(len(c["token"]) for c in comps)
+    grid = functools.partial(_grid, B, T)
     signals = {
         name: {"advantages": grid(s["advantages"]), "credit": grid(s["credit"]),
                "trained": torch.tensor(s["trained"])}
         for name, s in result["signals"].items()
     }  # fmt: skip
-    first_wrong = {
-        i: c["first_wrong"] for i, c in enumerate(comps) if c.get("first_wrong") is not None
-    }
     entropy = grid([c["entropy_old"] for c in comps])
-    return metrics_record(signals, values, entropy, first_wrong, result["settings"]["seed"])
+    return metrics_record(signals, stored_values(result, k), entropy, stored_first_wrong(result),
+                          result["settings"]["seed"], prompt_indices(result))  # fmt: skip
+
+
+def prompt_indices(result: dict) -> list[int]:
+    """The prompt of each completion of a result file, as an index (first seen, first)."""
+    seen: dict[str, int] = {}
+    return [seen.setdefault(c["prompt"], len(seen)) for c in result["completions"]]
 
 
 def _first_wrong_tokens(task, problems, responses, outcome, G: int) -> dict[int, int]:
@@ -822,8 +956,9 @@ def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None
         log(f"oracle K={k}: {values.prefixes} prefixes, {values.sampled_tokens} tokens in "
             f"{values.seconds:.1f} s ({oracle[str(k)]['tokens_per_s']:,.0f} tokens/s, "
             f"{share:.1%} of the matmul peak)")  # fmt: skip
+        prompt_of = [i // G for i in range(len(lengths))]
         metrics[str(k)] = metrics_record(
-            signals, values, samples.entropy_old, first_wrong, cfg.seed
+            signals, values, samples.entropy_old, first_wrong, cfg.seed, prompt_of
         )
     return {
         "settings": {**_settings(cfg, plan, G), "algo_configs": {

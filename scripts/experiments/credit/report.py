@@ -27,8 +27,10 @@ ROOT = HERE.parents[2]
 RESULTS = HERE / "results"
 PAGE = ROOT / "docs" / "credit.md"
 FIGURES = ROOT / "docs" / "figures"
-#: The K every headline table reads (the sensitivity table shows the others).
-MAIN_K = "32"
+#: The K every headline table and sentence reads: the largest, which every toy batch has
+#: (the real model, whose largest is 32, is read at its largest); the sensitivity table shows
+#: the others.
+MAIN_K = "64"
 #: The batches, in the order of the page: (file stem, label).
 BATCHES = (
     ("longchain_step0", "long chain, warm start"),
@@ -82,20 +84,51 @@ def current(m: dict) -> bool:
     )
 
 
+def main_k(d: dict) -> str:
+    """The K a batch's headline figures are read at: ``MAIN_K``, or the largest it has."""
+    return MAIN_K if MAIN_K in d["oracle"] else max(d["oracle"], key=int)
+
+
 def metrics(d: dict, k: str) -> dict:
     """The metrics of one oracle estimate: the file's own (computed from the exact values when
     it was written), or, for a file written before an analysis existed, recomputed from its
-    values (``refimpl.bench.credit.rescore``; it needs the oracle's half-estimates)."""
+    values (``refimpl.bench.credit.rescore``; it needs the oracle's half-estimates). Analyses
+    added since (the ``ΣA*²`` share by prompt, the noise-free correlation, the value at the
+    first wrong token) are computed from the file's per-token arrays when it lacks them, and
+    leave the stored figures as they are."""
     key = (id(d), k)
     if key not in _METRICS:
         stored = d["metrics"][k]
         if current(stored) or "half_advantages" not in d["oracle"][k]:
-            _METRICS[key] = stored
+            m = stored
         else:
             from refimpl.bench.credit import rescore
 
-            _METRICS[key] = rescore(d, k)
+            m = rescore(d, k)
+        _METRICS[key] = supplemented(d, k, m)
     return _METRICS[key]
+
+
+def supplemented(d: dict, k: str, m: dict) -> dict:
+    """``m`` with the analyses of issue 46 that a file written before it lacks, computed from
+    the file's own per-token arrays with the functions that write them now."""
+    from refimpl.bench import credit
+
+    entropy, oracle = dict(m["entropy"]), dict(m["signals"]["_oracle"])
+    o = d["oracle"][k]
+    if "share_sq_by_prompt" not in entropy and "half_advantages" in o:
+        entropy |= credit.entropy_extras(
+            [c["entropy_old"] for c in d["completions"]], o["true_advantage"],
+            (o["half_advantages"][0], o["half_advantages"][1]), credit.prompt_indices(d),
+            d["settings"]["seed"],
+        )  # fmt: skip
+    if "first_wrong_value" not in oracle:
+        first_wrong = credit.stored_first_wrong(d)
+        oracle["first_wrong_value"] = (
+            credit.first_wrong_values(credit.stored_values(d, k), first_wrong)
+            if first_wrong else None
+        )  # fmt: skip
+    return {**m, "entropy": entropy, "signals": {**m["signals"], "_oracle": oracle}}
 
 
 def batches() -> list[tuple[str, dict]]:
@@ -205,9 +238,10 @@ def oracle_table() -> str:
     )  # fmt: skip
 
 
-def agreement_table(stem: str, label: str, k: str = MAIN_K) -> str:
-    """Criteria 1 and 2 for every algorithm on one batch."""
+def agreement_table(stem: str, label: str, k: str | None = None) -> str:
+    """Criteria 1 and 2 for every algorithm on one batch (at ``main_k`` unless ``k``)."""
     d = load(stem)
+    k = k or (main_k(d) if d is not None else MAIN_K)
     if d is None or k not in d["oracle"]:
         return f"*{label}: not measured yet.*\n"
     sig = metrics(d, k)["signals"]
@@ -242,22 +276,71 @@ def agreement_table(stem: str, label: str, k: str = MAIN_K) -> str:
     )  # fmt: skip
 
 
+def _null(r: dict | None, share: float) -> list[str]:
+    """A share's random-20 % null: its mean (sd) and how often a random subset reaches the
+    share (– where the share is undefined: a total mass ≤ 0)."""
+    if not r or not math.isfinite(share):
+        return ["–", "–"]
+    return [f"{r['mean']:.2f} (sd {r['sd']:.2f})", f"{r['p_at_least']:.3f}"]
+
+
+def _by_prompt(b: dict | None) -> str:
+    """A share's s.e. by prompt and its 90 % bootstrap interval (– under 4 prompts)."""
+    if not b or b["prompts"] < 4 or not math.isfinite(b["sd"]):
+        return "–"
+    return f"± {b['sd']:.2f} [{b['lo']:.2f}, {b['hi']:.2f}]"
+
+
 def entropy_table() -> str:
+    """Criterion 3 at each batch's main K: the correlations, then the two shares, each with
+    its own random-20 % null and the noise-free one with its interval by prompt."""
+    corr, shares = [], []
+    for label, d in batches():
+        k = main_k(d)
+        e = metrics(d, k)["entropy"]
+        corr.append([
+            label, k, fmt(e["pooled_pearson"], 2), fmt(e.get("pooled_pearson_sq"), 2),
+            fmt(e.get("pooled_pearson_half_product"), 2), fmt(e["pooled_spearman"], 2),
+            fmt_mse(e["within"]["spearman"]),
+        ])  # fmt: skip
+        shares.append([
+            label, k, fmt(e["top20_share_abs"], 2),
+            *_null(e["random20_share_abs"], e["top20_share_abs"]),
+            fmt(e["top20_share_sq"], 2), _by_prompt(e.get("share_sq_by_prompt")),
+            *_null(e.get("random20_share_sq"), e["top20_share_sq"]),
+            fmt(e["oracle_top20_share_abs"], 2),
+        ])  # fmt: skip
+    return table(
+        ["batch", "K", "r(H, \\|A*\\|)", "r(H, A*²)", "r(H, A*₁·A*₂) (noise-free)",
+         "ρ(H, \\|A*\\|)", "ρ(H, \\|A*\\|) within completions"],
+        corr,
+    ) + "\n" + table(
+        ["batch", "K", "top-20 % H: share of Σ\\|A*\\|", "random 20 %", "P(random ≥)",
+         "share of ΣA*² (noise-free)", "± by prompt [90 %]", "random 20 %", "P(random ≥)",
+         "top-20 % by \\|A*\\| (the most possible)"],
+        shares,
+    )  # fmt: skip
+
+
+def first_wrong_table() -> str:
+    """What ``V̂`` does at the first token off the reference scratchpad of a failed long-chain
+    completion (main K)."""
     rows = []
     for label, d in batches():
-        for k in sorted(d["oracle"], key=int):
-            e = metrics(d, k)["entropy"]
-            r = e["random20_share_abs"]
-            rows.append([
-                label, k, fmt(e["pooled_pearson"], 2), fmt(e["pooled_spearman"], 2),
-                fmt_mse(e["within"]["spearman"]), fmt(e["top20_share_abs"], 2),
-                fmt(e["top20_share_sq"], 2), f"{r['mean']:.2f} (sd {r['sd']:.2f})",
-                f"{r['p_at_least']:.3f}", fmt(e["oracle_top20_share_abs"], 2),
-            ])  # fmt: skip
+        k = main_k(d)
+        fw = metrics(d, k)["signals"]["_oracle"].get("first_wrong_value")
+        if not fw:
+            continue
+        n = fw["completions"]
+        rows.append([
+            label, k, str(n), fmt(fw["before"]["mean"]), fmt(fw["after"]["mean"]),
+            fmt_mse(fw["change"]), f"{fw['recovers']} ({fw['recovers'] / n:.0%})",
+            f"{fw['pivot_at']} ({fw['pivot_at'] / n:.0%})",
+            f"{fw['pivot_later']} ({fw['pivot_later'] / n:.0%})",
+        ])  # fmt: skip
     return table(
-        ["batch", "K", "r(H, \\|A*\\|)", "ρ(H, \\|A*\\|)", "ρ within completions",
-         "top-20 % H: share of Σ\\|A*\\|", "of ΣA*² (noise-free)", "random 20 %",
-         "P(random ≥)", "top-20 % by \\|A*\\| (the most possible)"],
+        ["batch", "K", "failed completions", "V̂ before the first wrong token", "V̂ after it",
+         "A* of the first wrong token", "a later V̂ ≥ 0.5", "pivot at it", "pivot after it"],
         rows,
     )  # fmt: skip
 
@@ -269,8 +352,9 @@ SENSITIVITY = (
 
 
 def sensitivity_table() -> str:
-    """Within-completion Pearson r of the signals that vary within completions, per batch and
-    K: does a verdict hold across them?"""
+    """Within-completion Pearson r of the signals that vary within completions (and GTPO's
+    advantage on failures), the noise-free entropy share with its own null, and the value at
+    the first wrong token, per batch and K: does a verdict hold across them?"""
     rows = []
     for label, d in batches():
         for k in sorted(d["oracle"], key=int):
@@ -284,9 +368,19 @@ def sensitivity_table() -> str:
                 else:
                     m = w["pearson"]
                     cells.append(f"{fmt(m['mean'], 2, True)} ± {fmt(m['se'], 2)}")
-            rows.append([label, k, *cells, fmt(e["top20_share_sq"], 2)])
+            fail = sig["gtpo"]["advantages"].get("within_failure") if "gtpo" in sig else None
+            cells.append(f"{fmt(fail['pearson']['mean'], 3, True)} ± {fmt(fail['pearson']['se'], 3)}"
+                         if fail and not fail["no_within_credit"] else "–")  # fmt: skip
+            p_sq = _null(e.get("random20_share_sq"), e["top20_share_sq"])[1]
+            cells.append(f"{fmt(e['top20_share_sq'], 2)} ({p_sq})")
+            fw = sig["_oracle"].get("first_wrong_value")
+            cells.append(f"{fmt(fw['before']['mean'], 3)} → {fmt(fw['after']['mean'], 3)}; "
+                         f"{fw['recovers'] / fw['completions']:.0%}" if fw else "–")  # fmt: skip
+            rows.append([label, k, *cells])
     head = [f"{n} {'adv.' if k == 'advantages' else 'credit'}" for n, k in SENSITIVITY]
-    return table(["batch", "K", *head, "top-20 % H share of ΣA*²"], rows)
+    return table(["batch", "K", *head, "gtpo adv. on failures",
+                  "top-20 % H share of ΣA*² (P(random ≥))",
+                  "V̂ at the first wrong token; a later V̂ ≥ 0.5"], rows)  # fmt: skip
 
 
 def learning_rows() -> list[dict] | None:
@@ -302,7 +396,7 @@ def learning_rows() -> list[dict] | None:
     expect(isinstance(learn["results"], dict) and learn["results"], path,
            "results: expected the benchmark's task (refimpl bench-learning's results.json)")  # fmt: skip
     res = next(iter(learn["results"].values()))
-    sig = metrics(d, MAIN_K)["signals"]
+    sig = metrics(d, main_k(d))["signals"]
     rows = []
     for label in LEARNING_ALGOS:
         if label not in res["summary"]:
@@ -407,13 +501,13 @@ def learning_figure(out: Path) -> Path | None:
 # --------------------------------------------------------------------------------------------
 
 
-def token_figure(d: dict, out: Path, k: str = MAIN_K) -> Path:
+def token_figure(d: dict, out: Path, k: str | None = None) -> Path:
     """One failed and one successful completion of a batch, every token coloured by A* and by
     the advantages of GRPO, GTPO, GRPO-S and TEPO (each row its own symmetric scale)."""
     from refimpl.nbplots import plot_completion_credit
     from refimpl.plots import save_figure
 
-    fig = plot_completion_credit(d, k=k, algos=FIGURE_ALGOS)
+    fig = plot_completion_credit(d, k=k or main_k(d), algos=FIGURE_ALGOS)
     return save_figure(fig, out, dpi=130, bbox_inches="tight")
 
 
@@ -428,7 +522,8 @@ def write_blocks(page: str, blocks: dict[str, str]) -> str:
 
 def blocks() -> dict[str, str]:
     out = {"calibration": calibration_table(), "oracle": oracle_table(), "entropy": entropy_table(),
-           "sensitivity": sensitivity_table(), "learning": learning_table()}  # fmt: skip
+           "first-wrong": first_wrong_table(), "sensitivity": sensitivity_table(),
+           "learning": learning_table()}  # fmt: skip
     for stem, label in BATCHES:
         out[f"agreement-{stem}"] = agreement_table(stem, label)
     out["agreement-real_smollm2"] = agreement_table("real_smollm2_k32", REALS[1][1], "32")
