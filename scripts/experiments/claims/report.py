@@ -4,10 +4,12 @@ Reads, in ``results/`` beside it, ``real/*.json`` (``run_real.py``, one file per
 ``real/cross_machine/*.json`` (first-pass runs repeated on a second machine) and
 ``toy/results.json`` (the collapse benchmark; the command that wrote it is printed in the
 ledger, built from the file's own settings), and writes each table into docs/claims.md
-between its markers ``<!-- claims:NAME -->`` and ``<!-- /claims:NAME -->`` (and the claims
-paragraph of docs/results.md between its own), and draws
+between its markers ``<!-- claims:NAME -->`` and ``<!-- /claims:NAME -->`` (and, from the same
+files and code, the claims paragraphs of docs/results.md and the collapse benchmark's tables and
+verdicts in docs/benchmarks.md § 2, between their own, so a figure reads the same on every
+page), and draws
 ``docs/figures/claims_real_curves.png``. Nothing is trained: it takes seconds. ``--check``
-writes nothing and exits 1 when a block in either page differs from what the files give
+writes nothing and exits 1 when a block in any of these pages differs from what the files give
 (``tests/test_claims.py`` runs it).
 
     python scripts/experiments/claims/report.py               # rewrite the blocks and the figure
