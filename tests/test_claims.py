@@ -576,9 +576,11 @@ def test_the_credit_rows_name_their_experiment_and_how_to_rerun_it():
     chain) give the credit experiment's command, with the empty-directory rerun."""
     rows = [r for r in report.ledger_rows(REAL, TOY) if _credit_row(r)]
     claims = sorted(r[0].split(" (")[0] for r in rows)
-    assert claims[:2] == ["GRPO-S falls less than DAPO and GRPO on 23–37-token chains of a "
-                          "2-layer model, at GRPO's learning rate",
-                          "GTPO's token rewards assign credit better than a uniform advantage"]
+    assert claims[:2] == [
+        "GRPO-S falls less than DAPO and GRPO on 23–37-token chains of a "
+        "2-layer model, at GRPO's learning rate",
+        "GTPO's token rewards assign credit better than a uniform advantage",
+    ]
     assert claims[2:] == ["High entropy marks the pivotal tokens"]  # fmt: skip
     for row in rows:
         assert "OUT=" in row[5], row[0]

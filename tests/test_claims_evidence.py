@@ -126,7 +126,10 @@ def test_smollm2_on_two_prompts_is_not_testable_and_the_page_gives_the_run():
             assert "real_model.py --prompts 16 --rollouts 32" in row[4]
         else:  # it has: the row tests it
             assert not row[3].startswith("not testable"), row[3]
-            assert f"over {u['rho'].units} prompts" in row[4] or f"over {u['r'].units} prompts" in row[4]
+            assert (
+                f"over {u['rho'].units} prompts" in row[4]
+                or f"over {u['r'].units} prompts" in row[4]
+            )
 
 
 # -- 5. each sub-test's verdict, combined by a rule stated before the data ----------------------
@@ -135,9 +138,11 @@ def test_the_gtpo_credit_rule_is_the_agreement_tests_with_the_blame_beside_it():
     "not shown"; the blame verdict appeared nowhere."""
     v = report.gtpo_credit_verdict
     assert v({"agreement": ["holds", "holds"], "blame": ["contradicted", "contradicted"]}) == (
-        "holds (the agreement test); blame on the pivot: contradicted")
+        "holds (the agreement test); blame on the pivot: contradicted"
+    )
     assert v({"agreement": ["not shown", "not shown"], "blame": ["contradicted", "holds"]}) == (
-        "not shown (the agreement test); blame on the pivot: not shown")
+        "not shown (the agreement test); blame on the pivot: not shown"
+    )
     assert v({"agreement": ["not testable"], "blame": ["not testable"]}).startswith("not testable")
 
 
@@ -179,16 +184,24 @@ def test_the_stability_row_reads_every_arm_on_one_grid():
     grid = np.linspace(0, end, n + 1)
     fall, _ = report.long_cot_compare(runs, "grpo_s", "grpo", grid)
     for s, d in fall.per_seed.items():
-        a = np.interp(grid, runs["grpo_s"][str(s)]["curve_tokens"], runs["grpo_s"][str(s)]["curve_success"])
-        b = np.interp(grid, runs["grpo"][str(s)]["curve_tokens"], runs["grpo"][str(s)]["curve_success"])
-        assert d == pytest.approx(np.max(np.maximum(a[:-1] - a[1:], 0)) - np.max(np.maximum(b[:-1] - b[1:], 0)))
+        a = np.interp(
+            grid, runs["grpo_s"][str(s)]["curve_tokens"], runs["grpo_s"][str(s)]["curve_success"]
+        )
+        b = np.interp(
+            grid, runs["grpo"][str(s)]["curve_tokens"], runs["grpo"][str(s)]["curve_success"]
+        )
+        assert d == pytest.approx(
+            np.max(np.maximum(a[:-1] - a[1:], 0)) - np.max(np.maximum(b[:-1] - b[1:], 0))
+        )
 
 
 def test_the_stability_rows_say_what_was_run_and_keep_the_papers_scale_untestable():
     """Before: one row, "GRPO-S is more stable on long chains of thought: contradicted"."""
     lengths = [len(c["token"]) for c in
                json.loads((CREDIT / "longchain_step0.json").read_text())["completions"]]  # fmt: skip
-    chains = f"{min(lengths)}–{max(lengths)}-token chains of a 2-layer model, at GRPO's learning rate"
+    chains = (
+        f"{min(lengths)}–{max(lengths)}-token chains of a 2-layer model, at GRPO's learning rate"
+    )
     narrow = _ledger_row("GRPO-S falls less than DAPO and GRPO on")
     assert chains in narrow[0] and "one grid of sampled tokens" in narrow[0]
     assert narrow[2] in ("holds", "contradicted", "not shown")
@@ -203,7 +216,9 @@ def test_the_design_bar_covers_every_seed_and_the_page_reports_where_it_failed()
     block = _block(PAGE, "learning-bar")
     failed = {}
     for seed in report.seeds_of(REAL, "dapo"):  # every seed the files hold
-        d, se = report.paired(report.final(REAL[("dapo", seed)]), report.final(REAL[("base", seed)]))
+        d, se = report.paired(
+            report.final(REAL[("dapo", seed)]), report.final(REAL[("base", seed)])
+        )
         if d / se < 4:
             failed[seed] = (d, se)
     assert 4 in failed  # the seed that failed, as the files give it
@@ -245,7 +260,7 @@ def _tables(text: str):
         if line.startswith("| ") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
             head = [c.strip() for c in line.strip("|").split("|")]
             rows = []
-            for row in lines[i + 2:]:
+            for row in lines[i + 2 :]:
                 if not row.startswith("|"):
                     break
                 rows.append([c.strip() for c in row.strip("|").split("|")])
@@ -304,4 +319,5 @@ def test_the_credit_page_agrees_with_the_ledger_on_the_entropy_hypothesis():
     if "supported on all three testbeds" in credit:
         assert row[2].startswith("holds") and row[3].startswith("holds"), (
             "docs/credit.md: “supported on all three testbeds”; the ledger: toy "
-            f"{row[2]!r}, real {row[3]!r}")
+            f"{row[2]!r}, real {row[3]!r}"
+        )

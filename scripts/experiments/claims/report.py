@@ -453,8 +453,16 @@ def learning_bar(real: dict) -> str:
         f"hold ({seed_list(gains)}): {verdict}. Every seed stays in the ledger.\n\n"
         f"**How often a seed fails to learn**, per arm, by the same bar (a seed's gain over the "
         f"base model below {LEARN_BAR_SE:.0f} s.e. over problems):\n\n"
-        + table(["arm", "seeds", "below the bar", "those seeds: gain (s.e.), final success",
-                 "worse than the base model"], rows)  # fmt: skip
+        + table(
+            [
+                "arm",
+                "seeds",
+                "below the bar",
+                "those seeds: gain (s.e.), final success",
+                "worse than the base model",
+            ],
+            rows,
+        )  # fmt: skip
     )
 
 
@@ -1097,7 +1105,9 @@ def on_grid(run: dict, grid: np.ndarray) -> np.ndarray:
     return np.interp(grid, run["curve_tokens"], run["curve_success"])
 
 
-def long_cot_compare(runs: dict, arm: str, base: str, grid: np.ndarray) -> tuple[Comparison, Comparison]:
+def long_cot_compare(
+    runs: dict, arm: str, base: str, grid: np.ndarray
+) -> tuple[Comparison, Comparison]:
     """``arm`` − ``base`` per paired seed on the common ``grid``: (the worst fall between two
     consecutive grid points, the success at the grid's last point)."""
     seeds = [s for s in runs[arm] if s in runs.get(base, {})]
@@ -1476,8 +1486,12 @@ def toy_summaries(toy: dict) -> dict[str, dict]:
 def bench_collapse_tables(toy: dict) -> str:
     """§ 2's two tables (outcome, mechanisms) in the benchmark's own columns and formats."""
     from refimpl.bench import markdown_table
-    from refimpl.bench.learning import (MECHANISM_COLUMNS, RESULT_COLUMNS, _mechanism_row,
-                                        _result_row)  # fmt: skip
+    from refimpl.bench.learning import (
+        MECHANISM_COLUMNS,
+        RESULT_COLUMNS,
+        _mechanism_row,
+        _result_row,  # fmt: skip
+    )
 
     res, m = toy["results"]["countdown"], toy["machine"]
     summaries = toy_summaries(toy)

@@ -123,7 +123,11 @@ def share_excess(weight, selected, unit) -> tuple[float, float, Clustered]:
     d = w * (sel - f)
     units = list(dict.fromkeys(unit.tolist()))
     per = np.array([d[unit == u].sum() for u in units])
-    se = float(per.std(ddof=1) / math.sqrt(per.size) * per.size / total) if per.size > 1 else math.nan
+    se = (
+        float(per.std(ddof=1) / math.sqrt(per.size) * per.size / total)
+        if per.size > 1
+        else math.nan
+    )
     share = float(w[sel].sum() / total)
     return share, f, Clustered(share - f, se, len(units), int(w.size))
 
