@@ -299,20 +299,9 @@ def test_the_arms_run_their_paper_defaults_except_the_named_change():
             assert value == expected, (arm, field)
 
 
-def test_dapo_gains_at_least_four_standard_errors_over_the_base_model():
-    """The issue's bar for a run long enough to compare algorithms on, in each seed the first
-    pass chose the 12-step design with (0-3). Seeds 4 and 5 came later and are reported as
-    they fell: DAPO's gain in seed 4 is −0.058, −2.4 s.e. (the test below)."""
-    assert len(report.seeds_of(REAL, "dapo")) >= 3
-    for seed in [s for s in report.seeds_of(REAL, "dapo") if s <= 3]:
-        d, se = report.paired(
-            report.final(REAL[("dapo", seed)]), report.final(REAL[("base", seed)])
-        )
-        assert d / se >= 4, f"seed {seed}: DAPO's gain {d:+.3f} is {d / se:.1f} s.e."
-
-
 def test_a_later_seed_falls_short_of_the_bar_and_is_kept():
-    """Seed 4's DAPO run did not learn: it stays in the ledger, not dropped."""
+    """Seed 4's DAPO run did not learn: it stays in the ledger, not dropped (the design's bar
+    over every seed: tests/test_claims_evidence.py)."""
     d, se = report.paired(report.final(REAL[("dapo", 4)]), report.final(REAL[("base", 4)]))
     assert d / se < 4 and 4 in report.seeds_of(REAL, "dapo")
 
@@ -557,7 +546,7 @@ def test_slip_7_the_toy_command_reproduces_the_files_settings():
     from refimpl.bench.learning import LearningConfig
     from refimpl.settings.presets import explicit_fields
 
-    rows = [r for r in report.ledger_rows(REAL, TOY) if r[5] != "—" and not _credit_row(r)]
+    rows = [r for r in report.ledger_rows(REAL, TOY) if r[5] != "—" and not _elsewhere(r)]
     assert len(rows) >= 9  # "—": not testable; the credit rows have their own experiment
     for row in rows:
         m = re.search(r"`refimpl bench-learning ([^`]*)`", row[5])
@@ -577,14 +566,22 @@ def _credit_row(row: list[str]) -> bool:
     return "scripts/experiments/credit/run.sh" in row[5]
 
 
+def _elsewhere(row: list[str]) -> bool:
+    """A row judged on another experiment's runs: the credit experiment or the ceiling."""
+    return _credit_row(row) or "scripts/experiments/ceiling/run.sh" in row[5]
+
+
 def test_the_credit_rows_name_their_experiment_and_how_to_rerun_it():
     """The three rows of issue 38 (the entropy hypothesis, GTPO's credit, GRPO-S on the long
     chain) give the credit experiment's command, with the empty-directory rerun."""
     rows = [r for r in report.ledger_rows(REAL, TOY) if _credit_row(r)]
-    claims = {r[0].split(" (")[0] for r in rows}
-    assert claims == {"High entropy marks the pivotal tokens",
-                      "GTPO's token rewards assign credit better than a uniform advantage",
-                      "GRPO-S is more stable on long chains of thought"}  # fmt: skip
+    claims = sorted(r[0].split(" (")[0] for r in rows)
+    assert claims[:2] == [
+        "GRPO-S falls less than DAPO and GRPO on 23–37-token chains of a "
+        "2-layer model, at GRPO's learning rate",
+        "GTPO's token rewards assign credit better than a uniform advantage",
+    ]
+    assert claims[2:] == ["High entropy marks the pivotal tokens"]  # fmt: skip
     for row in rows:
         assert "OUT=" in row[5], row[0]
     assert (ROOT / "scripts" / "experiments" / "credit" / "run.sh").is_file()
@@ -616,7 +613,7 @@ def test_slip_7_every_real_file_is_a_run_the_script_queues_and_the_command_says_
             seed,
         )
     for row in report.ledger_rows(REAL, TOY):
-        if row[5] != "—" and not _credit_row(row):  # "—": not testable here, nothing run
+        if row[5] != "—" and not _elsewhere(row):  # "—": not testable here, nothing run
             assert "OUT=" in row[5] and f"bash {CLAIMS_DIR}/run_real.sh" in row[5], row[0]
             for arm in re.findall(r"reads ([\w, ]+) ×", row[5])[0].split(", "):
                 assert any(q[0] == arm for q in queue), (row[0], arm)

@@ -418,11 +418,13 @@ def mean_se(values: list[float]) -> dict[str, float]:
     return {"mean": float(v.mean()), "se": se, "n": int(v.size)}
 
 
-def within_completion(signal: np.ndarray, truth: np.ndarray, lengths: np.ndarray, rows) -> dict:
-    """Criterion 1: the per-completion Pearson and Spearman correlations of ``signal`` with
-    ``truth`` over each completion's tokens, averaged over the ``rows`` where both vary; the
-    completions where the signal is constant are counted, never correlated."""
-    p, s, constant, flat_truth = [], [], 0, 0
+def within_values(
+    signal: np.ndarray, truth: np.ndarray, lengths: np.ndarray, rows
+) -> tuple[dict[int, tuple[float, float]], int, int]:
+    """Per completion ``i`` of ``rows`` where both vary over its tokens, the (Pearson,
+    Spearman) correlation of ``signal`` with ``truth``; and how many completions had a constant
+    signal, and how many a constant truth (neither is correlated)."""
+    out, constant, flat_truth = {}, 0, 0
     for i in rows:
         L = int(lengths[i])
         x, y = signal[i, :L], truth[i, :L]
@@ -432,11 +434,18 @@ def within_completion(signal: np.ndarray, truth: np.ndarray, lengths: np.ndarray
         if np.ptp(y) == 0:
             flat_truth += 1
             continue
-        p.append(pearson(x, y))
-        s.append(spearman(x, y))
+        out[int(i)] = (pearson(x, y), spearman(x, y))
+    return out, constant, flat_truth
+
+
+def within_completion(signal: np.ndarray, truth: np.ndarray, lengths: np.ndarray, rows) -> dict:
+    """Criterion 1: the per-completion Pearson and Spearman correlations of ``signal`` with
+    ``truth`` over each completion's tokens, averaged over the ``rows`` where both vary; the
+    completions where the signal is constant are counted, never correlated."""
+    values, constant, flat_truth = within_values(signal, truth, lengths, rows)
     return {
-        "pearson": mean_se(p),
-        "spearman": mean_se(s),
+        "pearson": mean_se([p for p, _ in values.values()]),
+        "spearman": mean_se([s for _, s in values.values()]),
         "completions": len(rows),
         "constant": constant,
         "truth_constant": flat_truth,
@@ -451,29 +460,33 @@ def pooled(signal: np.ndarray, truth: np.ndarray, mask: np.ndarray, rows) -> dic
     return {"pearson": pearson(x, y), "spearman": spearman(x, y), "tokens": int(m.sum())}
 
 
-def blame_shares(signal: np.ndarray, pivots: dict[int, int], lengths: np.ndarray) -> dict:
-    """Criterion 2: per failed completion ``i`` with pivot token ``pivots[i]``, the share of its
-    negative signal mass ``Σ_t max(−s, 0)`` on the pivot and on the tokens before it."""
-    on_pivot, on_prefix, uniform_pivot, uniform_prefix, excess = [], [], [], [], []
+def blame_values(
+    signal: np.ndarray, pivots: dict[int, int], lengths: np.ndarray
+) -> dict[int, dict[str, float]]:
+    """Per failed completion ``i`` with pivot token ``pivots[i]`` and some negative signal, the
+    share of its negative signal mass ``Σ_t max(−s, 0)`` on the pivot and on the tokens before
+    it, what a constant signal would put there (1/|o|, t/|o|), and the pivot's excess over 1/|o|."""
+    out = {}
     for i, t in pivots.items():
         L = int(lengths[i])
         neg = np.maximum(-signal[i, :L], 0.0)
         total = float(neg.sum())
         if total <= 0:
             continue
-        on_pivot.append(float(neg[t]) / total)
-        on_prefix.append(float(neg[:t].sum()) / total)
-        uniform_pivot.append(1.0 / L)
-        uniform_prefix.append(t / L)
-        excess.append(on_pivot[-1] - uniform_pivot[-1])
-    return {
-        "pivot": mean_se(on_pivot),
-        "prefix": mean_se(on_prefix),
-        "uniform_pivot": mean_se(uniform_pivot),
-        "uniform_prefix": mean_se(uniform_prefix),
-        # Paired per completion: the pivot's share beyond a constant signal's 1/|o|.
-        "pivot_excess": mean_se(excess),
-    }
+        pivot = float(neg[t]) / total
+        out[int(i)] = {"pivot": pivot, "prefix": float(neg[:t].sum()) / total,
+                       "uniform_pivot": 1.0 / L, "uniform_prefix": t / L,
+                       "pivot_excess": pivot - 1.0 / L}  # fmt: skip
+    return out
+
+
+def blame_shares(signal: np.ndarray, pivots: dict[int, int], lengths: np.ndarray) -> dict:
+    """Criterion 2: per failed completion ``i`` with pivot token ``pivots[i]``, the share of its
+    negative signal mass ``Σ_t max(−s, 0)`` on the pivot and on the tokens before it."""
+    rows = blame_values(signal, pivots, lengths).values()
+    # pivot_excess is paired per completion: the pivot's share beyond a constant signal's 1/|o|.
+    keys = ("pivot", "prefix", "uniform_pivot", "uniform_prefix", "pivot_excess")
+    return {k: mean_se([r[k] for r in rows]) for k in keys}
 
 
 def first_wrong_token(task, problem, tokens: list[int]) -> int | None:
@@ -648,7 +661,7 @@ def oracle_noise(values: TokenValues) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def _pivots(truth: np.ndarray, lengths: np.ndarray, failed: list[int]) -> dict[int, int]:
+def pivot_tokens(truth: np.ndarray, lengths: np.ndarray, failed: list[int]) -> dict[int, int]:
     """Per failed completion, the token whose ``A*`` is most negative (the first of ties)."""
     return {i: int(np.argmin(truth[i, : int(lengths[i])])) for i in failed if lengths[i] > 0}
 
@@ -689,7 +702,7 @@ def score_signals(signals: dict, values: TokenValues, first_wrong: dict[int, int
     for name, sig in signals.items():
         trained = [i for i in range(len(lengths)) if bool(sig["trained"][i]) and lengths[i] > 0]
         failed = [i for i in trained if not success[i]]
-        pivots = _pivots(truth, lengths, failed)
+        pivots = pivot_tokens(truth, lengths, failed)
         wrong = {i: t for i, t in first_wrong.items() if i in set(failed)}
         out[name] = {"trained_completions": len(trained), "failed_completions": len(failed)}
         won = [i for i in trained if success[i]]
@@ -708,7 +721,7 @@ def score_signals(signals: dict, values: TokenValues, first_wrong: dict[int, int
     # The oracle against itself: the blame A* puts on its own pivot (the best a signal can do).
     failed_all = [i for i in range(len(lengths)) if not success[i] and lengths[i] > 0]
     out["_oracle"] = {
-        "blame_pivot": blame_shares(truth, _pivots(truth, lengths, failed_all), lengths),
+        "blame_pivot": blame_shares(truth, pivot_tokens(truth, lengths, failed_all), lengths),
         "blame_first_wrong": blame_shares(
             truth, {i: t for i, t in first_wrong.items() if i in set(failed_all)}, lengths
         )

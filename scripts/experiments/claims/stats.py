@@ -17,6 +17,18 @@
   degrees of freedom, 79 % at 4, 80 % from 7 on.
 * **Seeds for 80 % power**: the smallest n with (t₀.₉₇₅,n−1 + t₀.₈₀,n−1) · sd / √n ≤ |mean|,
   at the observed mean difference and sd over seeds; none when the observed mean is 0.
+* **Token credit: the prompt is the unit.** A credit batch is prompts × G completions, and
+  the G completions of a prompt share it, so they are not independent. A mean over
+  completions (a within-completion correlation, the blame on the pivot) is taken per prompt
+  first, then over prompts: mean ± s.e. over the prompts (sd / √prompts), **df = prompts − 1**;
+  a prompt none of whose completions qualifies (e.g. no failed one, for the blame) is left
+  out, and each row says how many prompts and completions it rests on. The top-20 % share
+  is a ratio over the batch's tokens, S = Σ_top q / Σ q; its excess over a random 20 %'s
+  share f (f = the top's size / the batch's, exactly the expected share of a random subset
+  of that size) is Σ_p d_p / Σ q with d_p = Σ_{tokens of prompt p} q (1[top] − f), so its
+  s.e. is the cluster-robust one, the s.e. of the d_p over prompts × prompts / Σ q, again at
+  df = prompts − 1. A batch of fewer than MIN_PROMPTS prompts is **not testable**: its t bar
+  (12.7 at 2 prompts) leaves the test no power, and its few prompts stand for no population.
 * **Times to a threshold are censored.** They are read on the evaluation grid: an arm first at
   or above the threshold at evaluation k crossed it somewhere in (grid[k−1], grid[k]]; one at
   the first evaluation anywhere after the start; one that never got there after the last
@@ -56,6 +68,68 @@ def paired(a: dict, b: dict) -> tuple[float, float]:
     if ra.shape != rb.shape:
         raise ValueError("paired: the evaluations cover different numbers of problems")
     return mean_se(ra - rb)
+
+
+#: The fewest prompts a credit batch needs to be tested (the toy batches' 16; see above).
+MIN_PROMPTS = 16
+
+
+@dataclass(frozen=True)
+class Clustered:
+    """A mean over units (prompts) of per-unit means: its s.e. over units, df = units − 1."""
+
+    mean: float
+    se: float
+    units: int  # prompts that contribute
+    values: int  # completions (or tokens) behind them
+
+    @property
+    def df(self) -> float:
+        return self.units - 1 if self.units > 1 else math.nan
+
+    def verdict(self, claimed_sign: int = +1) -> str:
+        return verdict(self.mean, self.se, self.df, claimed_sign)
+
+    @property
+    def mdd(self) -> float:
+        return mdd(self.se, self.df) if self.units > 1 else math.nan
+
+
+def per_unit(values: dict, unit_of: dict) -> Clustered:
+    """``values`` (item → value) averaged per unit (``unit_of[item]``), then mean ± s.e. over
+    the units (NaN values are left out)."""
+    groups: dict = {}
+    for item, v in values.items():
+        if math.isfinite(v):
+            groups.setdefault(unit_of[item], []).append(v)
+    means = [float(np.mean(g)) for g in groups.values()]
+    if not means:
+        return Clustered(math.nan, math.nan, 0, 0)
+    m, se = mean_se(means)
+    return Clustered(m, se, len(means), sum(len(g) for g in groups.values()))
+
+
+def share_excess(weight, selected, unit) -> tuple[float, float, Clustered]:
+    """The share S of Σ ``weight`` on the ``selected`` tokens, the share f a random subset of
+    their size gets in expectation, and S − f with its cluster-robust s.e. over ``unit`` (the
+    module docstring): (S, f, Clustered(S − f, s.e., units, tokens))."""
+    w = np.asarray(weight, dtype=float)
+    sel = np.asarray(selected, dtype=bool)
+    unit = np.asarray(unit)
+    total = float(w.sum())
+    f = float(sel.mean())
+    if not total > 0:
+        return math.nan, f, Clustered(math.nan, math.nan, 0, int(w.size))
+    d = w * (sel - f)
+    units = list(dict.fromkeys(unit.tolist()))
+    per = np.array([d[unit == u].sum() for u in units])
+    se = (
+        float(per.std(ddof=1) / math.sqrt(per.size) * per.size / total)
+        if per.size > 1
+        else math.nan
+    )
+    share = float(w[sel].sum() / total)
+    return share, f, Clustered(share - f, se, len(units), int(w.size))
 
 
 def quantile(p: float, df: float) -> float:

@@ -10,7 +10,8 @@
 #    - countdown (`--preset collapse`) at its warm start, after 50 and 200 GRPO steps.
 # 2. The long-chain learning benchmark: GRPO, DAPO, GTPO, GTPO with α₂ = 0, GRPO-S, TEPO
 #    and forking tokens × 5 paired seeds at one sampled-token budget (35 runs).
-# 3. The real model: SmolLM2-135M, one batch of 16 replies, the oracle at K = 8 and at K = 32.
+# 3. The real model: SmolLM2-135M, one batch of 16 replies, the oracle at K = 8 and at K = 32;
+#    and a batch of 16 problems × 8 replies at K = 32 (the claims ledger's credit rows).
 # 4. The page: python scripts/experiments/credit/report.py.
 # Costs on the 2-core AMD EPYC of 2026-12-04, next to other jobs: see docs/credit.md.
 set -euo pipefail
@@ -71,6 +72,10 @@ fi
 # The same batch (the same seed) at K = 32: the oracle's noise at K = 8 is as large as A*.
 [[ -e "$OUT/real_smollm2_k32.json" ]] ||
   "$PY" scripts/experiments/credit/real_model.py --rollouts 32 --out "$OUT/real_smollm2_k32.json"
+# 16 problems at K = 32: the claims ledger takes the prompt as the unit and tests a batch of
+# at least 16 prompts (docs/claims.md); about 7 minutes of oracle on one thread.
+[[ -e "$OUT/real_smollm2_p16_k32.json" ]] ||
+  "$PY" scripts/experiments/credit/real_model.py --prompts 16 --rollouts 32 --out "$OUT/real_smollm2_p16_k32.json"
 if [[ "$OUT" == scripts/experiments/credit/results ]]; then
   "$PY" scripts/experiments/credit/report.py
 else  # a rerun elsewhere: say whether it gives the committed page's tables
