@@ -542,6 +542,13 @@ COMMAND = (
 )
 
 
+def _updates(arms: dict, *labels: str) -> str:
+    """``"read at 11 and 20 updates, the same sampled tokens"``: where a pair is read."""
+    means = [np.mean([at_update(r)["step"] for r in arms[lab].values()]) for lab in labels]
+    same = "the same updates" if len({round(m) for m in means}) == 1 else "the same sampled tokens"
+    return f"read at {' and '.join(f'{m:.0f}' for m in means)} updates, {same}"
+
+
 def _numbers(c: stats.Comparison | None, what: str) -> tuple[str, str]:
     """(verdict, numbers) of a paired comparison of pass@1 gains, by the ledger's t rule."""
     if c is None:
@@ -562,7 +569,10 @@ def ledger_rows(results: Path = RESULTS) -> list[list[str]]:
         paired(arms, "forking_tokens", "forking_tokens selection=random"),
         "long chain forking tokens − random 20 %",
     )
+    n_ceiling += f"; {_updates(arms, CEILING, BASELINE)}"
+    n_fork += f"; {_updates(arms, 'forking_tokens', 'forking_tokens selection=random')}"
     v_gtpo, n_gtpo = _numbers(paired(arms, "gtpo", BASELINE), "long chain GTPO − GRPO")
+    n_gtpo += f" ({_updates(arms, 'gtpo', BASELINE)})"
     share, lo, hi, n = share_interval(arms, "gtpo")
     bounds = "unbounded" if not math.isfinite(lo) else f"[{lo:+.2f}, {hi:+.2f}]"
     n_gtpo += f"; its share of the ceiling {share:+.2f}, 90 % interval {bounds} ({n} seeds)"
