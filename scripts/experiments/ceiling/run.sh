@@ -62,9 +62,10 @@ if [[ ! -e "$OUT/countdown.json" ]]; then
     --probe "countdown" --out "$OUT/countdown.json"
 fi
 # 5. The sample-matched arm: GRPO with G = 64 for the same 20 updates (a token budget would
-#    stop it after 3 updates, so it runs by steps, through `refimpl compare`), 3 seeds.
+#    stop it after 3 updates, so it runs by steps, through `refimpl compare`), 2 seeds (what
+#    the session that made the committed files could afford; MATCHED_SEEDS=0,1,2 for more).
 if [[ ! -e "$OUT/sample_matched.json" ]]; then
-  "$PY" -m refimpl.cli compare --preset longchain --algos grpo --seeds 0,1,2 \
+  "$PY" -m refimpl.cli compare --preset longchain --algos grpo --seeds "${MATCHED_SEEDS:-0,1}" \
     --name ceiling-matched-G64 --runs-dir "$RUNS" --workers "${WORKERS:-2}" \
     --train.group-size 64 --train.steps 20 --train.eval-every 5 --train.eval-problems 300 \
     --train.probe-every 5 --train.threads 1 --train.no-plot --train.no-progress
