@@ -357,3 +357,13 @@ def test_timing_script_merges_a_retimed_notebook_and_names_each_rows_measurement
     assert f"| `{NOTEBOOKS[3].name}` | B | 2.0 min (120 s) |" in table
     assert f"| `{NOTEBOOKS[0].name}` | A | 1.0 min (60 s) |" in table
     assert "| **all** | | **7.0 min** | 3.5 min | |" in table
+
+
+def test_readme_shows_the_timing_files_table() -> None:
+    """notebooks/README.md's table of times is the one `time_notebooks.py` prints from
+    notebooks/timings.json: a new timing without the README (or the reverse) fails here."""
+    script = _timing_script()
+    result = json.loads((NOTEBOOK_DIR / "timings.json").read_text())
+    assert result["complete"], "notebooks/timings.json: an interrupted timing"
+    assert {r["notebook"] for r in result["notebooks"]} == {p.name for p in NOTEBOOKS}
+    assert script.markdown_table(result) in (NOTEBOOK_DIR / "README.md").read_text()
