@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -115,13 +116,24 @@ def execute(path: Path, cell_timeout: int) -> tuple[object, float, float, str | 
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         return usage.ru_utime + usage.ru_stime
 
+    # The kernel's process, reaped below: a kernel slow to exit (a loaded machine) is killed
+    # by jupyter_client, which waits 5 s for it and then goes on without reaping it, and an
+    # unreaped child's CPU time is missing from RUSAGE_CHILDREN (it read 0 once).
+    kernels = []
+    client.on_notebook_start = lambda **_: kernels.append(client.km.provisioner.process)
     start, cpu_start = time.perf_counter(), cpu()
     error = None
     try:
-        client.execute()  # shuts the kernel down (and reaps it) at the end
+        client.execute()  # shuts the kernel down at the end
     except Exception as err:  # a failing cell: record it, time the rest of the set
         error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}"
-    return nb, time.perf_counter() - start, cpu() - cpu_start, error
+    seconds = time.perf_counter() - start
+    for process in kernels:
+        try:
+            process.wait(timeout=600)  # reaps it, if jupyter_client did not
+        except subprocess.TimeoutExpired:
+            error = error or f"the kernel (pid {process.pid}) did not exit: CPU time unknown"
+    return nb, seconds, cpu() - cpu_start, error
 
 
 def measurement_of(row: dict, result: dict) -> dict:
