@@ -316,3 +316,54 @@ def test_timing_script_selects_notebooks_and_sums_their_times() -> None:
     )
     assert "| **all** | **2.0 min** | 1.4 min | |" in table
     assert "failed: boom" in table
+
+
+def test_timing_script_merges_a_retimed_notebook_and_names_each_rows_measurement(
+    tmp_path: Path,
+) -> None:
+    """`--merge`: the rows not retimed keep the measurement they came from, and the table says
+    which measurement each row is (a retimed row never passes for a timing of the whole set)."""
+    script = _timing_script()
+    old_machine = {"date": "2026-01-01", "cpu": "c", "cores": 2, "commit": "old"}
+
+    def row(name: str, s: float) -> dict:
+        return {"notebook": name, "seconds": s, "cpu_seconds": s / 2, "error": None,
+                "load_before": [1.0], "load_after": [1.0]}  # fmt: skip
+
+    out = tmp_path / "timings.json"
+    out.write_text(json.dumps({
+        "size": "small", "machine": old_machine, "fresh_runs_dir": True, "runs_dir": "/tmp/r",
+        "notebooks": [row(p.name, 60.0) for p in NOTEBOOKS],
+    }))  # fmt: skip
+    kept = script.earlier_rows(out, "small", script.select("04"))
+    assert [r["notebook"] for r in kept] == [
+        p.name for p in NOTEBOOKS if not p.name.startswith("04")
+    ]
+    assert all(r["measurement"]["machine"] == old_machine for r in kept)
+    with pytest.raises(ValueError, match="size 'small', not 'full'"):
+        script.earlier_rows(out, "full", script.select("04"))
+    with pytest.raises(ValueError, match="readable result file"):
+        script.earlier_rows(tmp_path / "missing.json", "small", [])
+
+    new = {"machine": {**old_machine, "date": "2026-02-02", "commit": "new"},
+           "fresh_runs_dir": True, "runs_dir": "/tmp/s", "note": "beside a benchmark"}  # fmt: skip
+    rows = sorted(kept + [{**row(NOTEBOOKS[3].name, 120.0), "measurement": new}],
+                  key=lambda r: r["notebook"])  # fmt: skip
+    table = script.markdown_table({"size": "small", "machine": new["machine"],
+                                   "fresh_runs_dir": True, "notebooks": rows})  # fmt: skip
+    assert "Measurement A: Size `small`, 2026-01-01, c, 2 cores, commit old" in table
+    assert "Measurement B: Size `small`, 2026-02-02, c, 2 cores, commit new" in table
+    assert "beside a benchmark" in table
+    assert f"| `{NOTEBOOKS[3].name}` | B | 2.0 min (120 s) |" in table
+    assert f"| `{NOTEBOOKS[0].name}` | A | 1.0 min (60 s) |" in table
+    assert "| **all** | | **7.0 min** | 3.5 min | |" in table
+
+
+def test_readme_shows_the_timing_files_table() -> None:
+    """notebooks/README.md's table of times is the one `time_notebooks.py` prints from
+    notebooks/timings.json: a new timing without the README (or the reverse) fails here."""
+    script = _timing_script()
+    result = json.loads((NOTEBOOK_DIR / "timings.json").read_text())
+    assert result["complete"], "notebooks/timings.json: an interrupted timing"
+    assert {r["notebook"] for r in result["notebooks"]} == {p.name for p in NOTEBOOKS}
+    assert script.markdown_table(result) in (NOTEBOOK_DIR / "README.md").read_text()

@@ -4,6 +4,7 @@
     python scripts/dev/time_notebooks.py --inplace             # ... and keep the outputs
     python scripts/dev/time_notebooks.py --notebooks 02,06     # some of them
     python scripts/dev/time_notebooks.py --size full           # the long runs (an hour and more)
+    python scripts/dev/time_notebooks.py --notebooks 04 --merge --inplace  # retime one, keep the rest
 
 The notebooks run one at a time, in order, each in a fresh kernel of this interpreter, as a
 newcomer would run them on a fresh clone: by default in a new, empty runs directory (so every
@@ -15,12 +16,18 @@ after each notebook, the date and the commit, and the CPU time of each notebook'
 of the processes it waited for. A shared or loaded machine gives upper bounds of the wall time;
 the CPU time depends much less on the load (two cores give at most twice it per second).
 The table printed at the end is the one notebooks/README.md shows.
+
+`--merge` times only the notebooks selected and keeps every other notebook's row of the
+existing result file, each row with the measurement it came from (date, commit, machine, load,
+runs directory, `--note`); the table then names each row's measurement, so that a row retimed
+after a change never passes for a measurement of the whole set.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +57,12 @@ class TimeConfig:
     """the result file (JSON)"""
     cell_timeout: int = 3600
     """seconds one cell may run"""
+    merge: bool = False
+    """keep the other notebooks' rows of the existing result file (--out), each with its own
+    measurement (same --size only)"""
+    note: str = ""
+    """what else ran on the machine, in words (the load average does not say at what priority);
+    kept with the measurement and printed with the table"""
 
 
 def select(spec: str) -> list[Path]:
@@ -103,39 +116,107 @@ def execute(path: Path, cell_timeout: int) -> tuple[object, float, float, str | 
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         return usage.ru_utime + usage.ru_stime
 
+    # The kernel's process, reaped below: a kernel slow to exit (a loaded machine) is killed
+    # by jupyter_client, which waits 5 s for it and then goes on without reaping it, and an
+    # unreaped child's CPU time is missing from RUSAGE_CHILDREN (it read 0 once).
+    kernels = []
+    client.on_notebook_start = lambda **_: kernels.append(client.km.provisioner.process)
     start, cpu_start = time.perf_counter(), cpu()
     error = None
     try:
-        client.execute()  # shuts the kernel down (and reaps it) at the end
+        client.execute()  # shuts the kernel down at the end
     except Exception as err:  # a failing cell: record it, time the rest of the set
         error = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}"
-    return nb, time.perf_counter() - start, cpu() - cpu_start, error
+    seconds = time.perf_counter() - start
+    for process in kernels:
+        try:
+            process.wait(timeout=600)  # reaps it, if jupyter_client did not
+        except subprocess.TimeoutExpired:
+            error = error or f"the kernel (pid {process.pid}) did not exit: CPU time unknown"
+    return nb, seconds, cpu() - cpu_start, error
+
+
+def measurement_of(row: dict, result: dict) -> dict:
+    """The measurement a row comes from: its own (a merged file), else the file's."""
+    return row.get("measurement") or {
+        "machine": result["machine"],
+        "fresh_runs_dir": result["fresh_runs_dir"],
+        "runs_dir": result.get("runs_dir", ""),
+        "note": result.get("note", ""),
+    }
+
+
+def describe(size: str, measurement: dict) -> str:
+    m = measurement["machine"]
+    where = (
+        "a new empty runs directory"
+        if measurement["fresh_runs_dir"]
+        else f"runs in {measurement['runs_dir']}"
+    )
+    note = f"; {measurement['note']}" if measurement.get("note") else ""
+    return (
+        f"Size `{size}`, {m['date']}, {m['cpu']}, {m['cores']} cores, commit {m['commit']}, "
+        f"{where}{note}."
+    )
 
 
 def markdown_table(result: dict) -> str:
-    m = result["machine"]
-    lines = [
-        f"Size `{result['size']}`, {m['date']}, {m['cpu']}, {m['cores']} cores, commit "
-        f"{m['commit']}, "
-        + (
-            "a new empty runs directory."
-            if result["fresh_runs_dir"]
-            else f"runs in {result['runs_dir']}."
-        ),
-        "",
-        "| notebook | wall time | CPU time (kernel and its workers) | load average (1 min) before → after |",
-        "|---|---|---|---|",
-    ]
-    for r in result["notebooks"]:
+    rows = result["notebooks"]
+    measurements: list[dict] = []  # distinct, in the order of the rows
+    for r in rows:
+        if measurement_of(r, result) not in measurements:
+            measurements.append(measurement_of(r, result))
+    several = len(measurements) > 1
+    label = {i: chr(ord("A") + i) for i in range(len(measurements))}
+    if several:
+        lines = [
+            f"Measurement {label[i]}: {describe(result['size'], m)}"
+            for i, m in enumerate(measurements)
+        ]
+        lines += ["", "Each row names its measurement; the sum adds rows of different ones.", ""]
+        lines += [
+            "| notebook | measurement | wall time | CPU time (kernel and its workers) | load average (1 min) before → after |",
+            "|---|---|---|---|---|",
+        ]
+    else:
+        lines = [
+            describe(result["size"], measurements[0])
+            if measurements
+            else f"Size `{result['size']}`.",
+            "",
+            "| notebook | wall time | CPU time (kernel and its workers) | load average (1 min) before → after |",
+            "|---|---|---|---|",
+        ]
+    for r in rows:
         status = f" (failed: {r['error']})" if r["error"] else ""
+        which = f" {label[measurements.index(measurement_of(r, result))]} |" if several else ""
         lines.append(
-            f"| `{r['notebook']}` | {r['seconds'] / 60:.1f} min ({r['seconds']:.0f} s){status} | "
+            f"| `{r['notebook']}` |{which} {r['seconds'] / 60:.1f} min ({r['seconds']:.0f} s){status} | "
             f"{r['cpu_seconds'] / 60:.1f} min | {r['load_before'][0]:.1f} → {r['load_after'][0]:.1f} |"
         )
-    total = sum(r["seconds"] for r in result["notebooks"])
-    cpu_total = sum(r["cpu_seconds"] for r in result["notebooks"])
-    lines.append(f"| **all** | **{total / 60:.1f} min** | {cpu_total / 60:.1f} min | |")
+    total = sum(r["seconds"] for r in rows)
+    cpu_total = sum(r["cpu_seconds"] for r in rows)
+    lines.append(
+        f"| **all** |{' |' if several else ''} **{total / 60:.1f} min** | {cpu_total / 60:.1f} min | |"
+    )
     return "\n".join(lines)
+
+
+def earlier_rows(out: Path, size: str, timed: list[Path]) -> list[dict]:
+    """The rows of ``out`` for the notebooks not in ``timed``, each with its measurement
+    (``ValueError`` when ``out`` is missing, unreadable or of another size)."""
+    try:
+        old = json.loads(out.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"--merge: expected a readable result file at {out} ({err})") from err
+    if old.get("size") != size:
+        raise ValueError(f"--merge: {out} holds size {old.get('size')!r}, not {size!r}")
+    names = {p.name for p in timed}
+    return [
+        {**r, "measurement": measurement_of(r, old)}
+        for r in old.get("notebooks", [])
+        if r["notebook"] not in names
+    ]
 
 
 def main(cfg: TimeConfig) -> int:
@@ -150,6 +231,11 @@ def main(cfg: TimeConfig) -> int:
         return 2
     try:
         paths = select(cfg.notebooks)
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return 2
+    try:  # before anything runs: a merge needs a result file of the same size
+        kept = earlier_rows(cfg.out, cfg.size, paths) if cfg.merge else []
     except ValueError as err:
         print(err, file=sys.stderr)
         return 2
@@ -172,9 +258,23 @@ def main(cfg: TimeConfig) -> int:
         "machine": machine_info(),
         "fresh_runs_dir": fresh,
         "runs_dir": str(runs_dir),
+        "note": cfg.note,
         "complete": False,
+        "merged": bool(kept),
         "notebooks": [],
     }
+    this_measurement = {
+        "machine": result["machine"],
+        "fresh_runs_dir": fresh,
+        "runs_dir": str(runs_dir),
+        "note": cfg.note,
+    }
+
+    def write() -> None:  # the rows in notebook order, the kept ones among them
+        result["notebooks"].sort(key=lambda r: r["notebook"])
+        cfg.out.write_text(json.dumps(result, indent=2) + "\n")
+
+    result["notebooks"] += kept
     print(f"{len(paths)} notebooks at size {cfg.size}, runs in {runs_dir}", flush=True)
     for i, path in enumerate(paths, 1):
         print(f"[{i}/{len(paths)}] {path.name} ...", end=" ", flush=True)
@@ -196,13 +296,14 @@ def main(cfg: TimeConfig) -> int:
                 "error": error,
                 "load_before": [round(x, 2) for x in load_before],
                 "load_after": [round(x, 2) for x in os.getloadavg()],
+                **({"measurement": this_measurement} if kept else {}),
             }
         )
-        cfg.out.write_text(json.dumps(result, indent=2) + "\n")  # after each: nothing lost
+        write()  # after each: nothing lost
     result["complete"] = True
     result["total_seconds"] = round(sum(r["seconds"] for r in result["notebooks"]), 1)
     result["total_cpu_seconds"] = round(sum(r["cpu_seconds"] for r in result["notebooks"]), 1)
-    cfg.out.write_text(json.dumps(result, indent=2) + "\n")
+    write()
     print()
     print(markdown_table(result))
     print(f"\nresult: {cfg.out}")
