@@ -52,7 +52,7 @@ try:
     from refimpl.settings.presets import explicit_fields
     from refimpl.settings.record import config_from_record
     from refimpl.settings.train import TrainConfig
-    from refimpl.settings.warmstart import WarmstartConfig
+    from refimpl.settings.warmstart import WarmstartCommand, WarmstartConfig
     from refimpl.train import train
     from refimpl.warmstart import train_warmstart
 except KeyboardInterrupt:
@@ -101,7 +101,7 @@ class PlotConfig:
 COMMANDS: dict[str, type] = {
     "tasks": ListTasks,
     "algos": ListAlgos,
-    "warmstart": WarmstartConfig,
+    "warmstart": WarmstartCommand,
     "train": TrainConfig,
     "compare": CompareConfig,
     "runs": ListRuns,

@@ -29,7 +29,7 @@ from filelock import FileLock
 
 from refimpl.evaluate import success_rate
 from refimpl.model import GPT
-from refimpl.runs import numerics
+from refimpl.runs import numerics, shipped
 from refimpl.runs.cache import cache_complete, cache_dir, cache_key, check_cache_writable
 from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.runs.progress import progress
@@ -71,21 +71,66 @@ def train_warmstart(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
 
 def base_model(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
     """``train_warmstart`` of settings that are already checked (an RL run's, by its
-    preflight): the cached model, or the model trained and cached."""
+    preflight): the shipped model when one was trained with these settings (and
+    ``cfg.shipped``, not ``cfg.force``), else the cached model, else the model trained and
+    cached. The model's ``base_record`` says which (``shipped.describe_base``): a run writes
+    it into its config.json."""
+    if cfg.shipped and not cfg.force:
+        entry = shipped.find(cfg)
+        if entry is not None:
+            return _load_shipped(cfg, entry, prefix)
     cache = cache_dir(cfg)
     if cache_complete(cache) and not cfg.force:
-        return _load(cfg, cache, prefix)
+        return _announce(cfg, _load(cfg, cache, prefix))
     cache.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache) + ".lock"):
         if cache_complete(cache) and not cfg.force:  # trained by another process meanwhile
-            return _load(cfg, cache, prefix)
+            return _announce(cfg, _load(cfg, cache, prefix))
         previous = torch.get_num_threads()
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         try:
-            return _train(cfg, cache)
+            return _announce(cfg, _train(cfg, cache))
         finally:
             torch.set_num_threads(previous)  # the caller's RL run keeps its own setting
+
+
+def _load_shipped(cfg: WarmstartConfig, entry: shipped.ShippedModel, prefix: str) -> GPT:
+    """The shipped model of ``cfg``'s settings, its sha256 checked against the manifest."""
+    try:
+        model = shipped.load(entry, cfg)
+    except CheckpointError as err:
+        raise CheckpointError(
+            f"shipped base model: {err} (or pass {flag('no-shipped', prefix)})"
+        ) from None
+    cpu = entry.entry.get("trained_on", {}).get("cpu", "unrecorded")
+    print(
+        f"warm start: the shipped base model {entry.name} (sha256 {entry.sha256[:12]}…, trained "
+        f"on {cpu}; {_format_report(entry.entry.get('report', {}))}), as on every machine"
+    )
+    model.base_record = shipped.describe_base("shipped", sha=entry.sha256, name=entry.name,
+                                              trained_on=cpu)  # fmt: skip
+    return model
+
+
+def _announce(cfg: WarmstartConfig, model: GPT) -> GPT:
+    """``model`` (trained or reused on this machine) with its ``base_record``; when a model
+    of these settings is shipped, say whether this machine's has the same bits."""
+    entry = shipped.find(cfg)
+    mine = model.base_record["sha256"]
+    if entry is not None:
+        same = mine == entry.sha256
+        print(
+            f"warm start: the shipped model {entry.name} of these settings has sha256 "
+            f"{entry.sha256[:12]}…: this machine's "
+            + (
+                "is the same model, bit for bit"
+                if same
+                else f"({mine[:12]}…) differs (another CPU rounds differently: docs/numerics.md); "
+                "runs start from the shipped one unless --warmstart.no-shipped is given"
+            )  # fmt: skip
+        )
+    return model
 
 
 def _load(cfg: WarmstartConfig, cache: Path, prefix: str) -> GPT:
@@ -100,6 +145,10 @@ def _load(cfg: WarmstartConfig, cache: Path, prefix: str) -> GPT:
             f"replaces {cache}), or delete that directory"
         ) from None
     print(f"warm start: reusing {cache} ({_format_report(state.get('report', {}))})")
+    model.base_record = shipped.describe_base(
+        "cache", sha=state["checksums"]["model.safetensors"], cache=cache,
+        trained_on=str(state.get("numerics", {}).get("cpu", "unrecorded")),
+    )  # fmt: skip
     return model.eval()
 
 
@@ -190,6 +239,12 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
     report["train_seconds"] = round(seconds, 1)
     state = {"config": dataclasses.asdict(cfg), "report": report, "numerics": numerics.describe()}
     save_checkpoint(cache, model, None, state)
+    model.base_record = shipped.describe_base(
+        "trained",
+        sha=read_state(cache)["checksums"]["model.safetensors"],
+        cache=cache,
+        trained_on=numerics.cpu_name(),
+    )
     print(f"warm start: trained {cfg.steps} steps in {seconds:.0f} s → {cache}")
     print(f"warm start: base model on {cfg.task}: {_format_report(report)}")
     return model

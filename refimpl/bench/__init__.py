@@ -18,21 +18,15 @@ import os
 import platform
 import subprocess
 import time
-from pathlib import Path
 
 
 def machine_info() -> dict[str, object]:
     """What the figures were measured on: CPU model, cores, load, versions, date."""
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from refimpl.runs.numerics import cpu_name
+
+    cpu = cpu_name()  # the model name, or "unrecorded (<architecture>)": never the arch alone
     try:
         load = os.getloadavg()
     except OSError:

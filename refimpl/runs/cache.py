@@ -24,22 +24,40 @@ from refimpl.settings.warmstart import WARMSTART_MIX, WarmstartConfig
 from toy_envs import TOKENIZER
 
 
-def cache_key(cfg: WarmstartConfig) -> str:
-    """A hash of every setting of ``cfg`` that changes the trained weights (the task's knobs
-    as ``canonical_task_args``, not as typed), the vocabulary and the numeric path."""
+def key_inputs(cfg: WarmstartConfig) -> dict:
+    """Every setting of ``cfg`` that changes the trained weights, but the numeric path: the
+    task's knobs as ``canonical_task_args`` (not as typed), the supervised mix and the
+    vocabulary. What a shipped base model is matched by (``settings_key``)."""
     keep = {
         k: v
         for k, v in dataclasses.asdict(cfg).items()
-        if k not in ("runs_dir", "eval_problems", "threads", "force", "progress")
+        if k not in ("runs_dir", "eval_problems", "threads", "force", "progress", "shipped")
     }
     if cfg.schedule_steps in (None, cfg.steps):  # the same schedule: the key it always had
         keep.pop("schedule_steps")
     keep["task_args"] = list(cfg.canonical_task_args())
     keep["mix"] = WARMSTART_MIX.get(cfg.task, {})
     keep["vocab"] = TOKENIZER.itos
-    keep["numerics"] = numerics.cache_tag()  # another kernel path trains another model
+    return keep
+
+
+def _digest(keep: dict) -> str:
     blob = json.dumps(keep, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:10]
+
+
+def cache_key(cfg: WarmstartConfig) -> str:
+    """A hash of every setting of ``cfg`` that changes the trained weights (``key_inputs``)
+    and of the numeric path: another kernel path trains another model, so this machine's
+    cache never reuses one trained on another path."""
+    return _digest({**key_inputs(cfg), "numerics": numerics.cache_tag()})
+
+
+def settings_key(cfg: WarmstartConfig) -> str:
+    """A hash of the settings alone (``key_inputs``, no numeric path): the same on every
+    machine, so a base model shipped with the package (``refimpl.runs.shipped``) is found by
+    it wherever it was trained."""
+    return _digest(key_inputs(cfg))
 
 
 def cache_dir(cfg: WarmstartConfig) -> Path:
@@ -57,10 +75,15 @@ def check_cache_writable(cfg: WarmstartConfig, prefix: str = "--") -> None:
     """Raise ``ValueError`` naming ``runs_dir`` when the model must be trained but its cache
     cannot be written: not writable, a symbolic link, or holding what a cache does not
     (``checkpoint.check_replaceable``). A cached model is read without writing anything
-    (through a link too). ``prefix``: how the flags are spelled (``--warmstart.`` in a run)."""
+    (through a link too), and so is a shipped one (``refimpl.runs.shipped``). ``prefix``: how the flags are spelled (``--warmstart.`` in a run)."""
     cache = cache_dir(cfg)
     if cache_complete(cache) and not cfg.force:
         return
+    if cfg.shipped and not cfg.force:
+        from refimpl.runs import shipped  # the shipped model is read from the package
+
+        if shipped.find(cfg) is not None:
+            return
     lock = Path(str(cache) + ".lock")
     try:  # the save renames the cache directory: never a link, nothing else inside
         check_replaceable(cache)

@@ -169,15 +169,50 @@ def cache_tag() -> str:
     return f"native-{platform.machine().lower()}-{_capability().lower()}"
 
 
+#: What ``/proc/cpuinfo`` calls the CPU's model, by architecture: x86 (``model name``), Arm
+#: boards (``Model``, ``Hardware``), MIPS (``cpu model``), POWER (``cpu``).
+_CPUINFO_MODEL_KEYS = ("model name", "Model", "Hardware", "cpu model", "cpu")
+#: Names that are an architecture, not a CPU model (``platform.machine()``'s answers).
+ARCHITECTURES = frozenset({"x86_64", "amd64", "aarch64", "arm64", "i386", "i686", "x86", ""})
+#: How a record says that it does not know the CPU's model.
+UNRECORDED = "unrecorded"
+
+
 def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else the machine's architecture."""
+    """The CPU's model name (``/proc/cpuinfo``; ``sysctl`` on macOS; ``platform.processor()``
+    where it names more than the architecture), else ``"unrecorded (<architecture>)"``: never
+    the architecture alone, which another reader would take for a CPU (issue 47)."""
     try:
+        fields: dict[str, str] = {}
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, sep, value = line.partition(":")
+            if sep and value.strip():
+                fields.setdefault(key.strip(), value.strip())
+        for key in _CPUINFO_MODEL_KEYS:
+            if names_cpu_model(fields.get(key, "")):
+                return fields[key]
     except OSError:
         pass
-    return platform.machine()
+    if sys.platform == "darwin":
+        import subprocess
+
+        try:
+            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
+                                 capture_output=True, text=True, timeout=5).stdout.strip()  # fmt: skip
+            if names_cpu_model(out):
+                return out
+        except (OSError, subprocess.SubprocessError):
+            pass
+    if names_cpu_model(platform.processor()):
+        return platform.processor()
+    return f"{UNRECORDED} ({platform.machine() or '?'})"
+
+
+def names_cpu_model(cpu: object) -> bool:
+    """Whether a recorded ``cpu`` names a CPU model: not empty, not an architecture
+    (``x86_64``: what the claims ledger's first files record), not ``unrecorded``."""
+    text = str(cpu or "").strip()
+    return text.lower() not in ARCHITECTURES and not text.lower().startswith(UNRECORDED)
 
 
 def describe() -> dict[str, object]:

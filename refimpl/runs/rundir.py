@@ -768,14 +768,17 @@ def preflight(cfg: TrainConfig, saved: SavedRun | None = None) -> Plan:
     return plan
 
 
-def write_new_run(run_dir: Path, cfg: TrainConfig, algo_cfg: Any) -> None:
-    """config.json of a new run (its settings, the algorithm's, the versions) and empty
+def write_new_run(run_dir: Path, cfg: TrainConfig, algo_cfg: Any,
+                  base: dict[str, Any] | None = None) -> None:  # fmt: skip
+    """config.json of a new run (its settings, the algorithm's, the versions, and ``base``:
+    which base model it started from, ``refimpl.runs.shipped.describe_base``) and empty
     logs."""
     record = {
         "train_config": config_dict(cfg),
         "algo_config": dataclasses.asdict(algo_cfg),
         "versions": versions(),
         "numerics": numerics.describe(),
+        **({"base_model": base} if base is not None else {}),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_text_atomic(run_dir / "config.json", json.dumps(record, indent=2))
@@ -816,7 +819,7 @@ def open_run_dir(plan: Plan, model, optimizer) -> tuple[int, int]:
     if plan.saved is None:
         # Checked again here: the warm start may have taken minutes since preflight.
         prepare_run_dir(run_dir, resume=False, overwrite=cfg.overwrite)
-        write_new_run(run_dir, cfg, plan.algo_cfg)
+        write_new_run(run_dir, cfg, plan.algo_cfg, getattr(model, "base_record", None))
         return 0, 0
     step, sampled_tokens = restore_run(run_dir, model, optimizer, cfg.fresh_optimizer)
     record_resume(run_dir, plan.saved.config, cfg, step)

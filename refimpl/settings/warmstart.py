@@ -132,7 +132,12 @@ class WarmstartConfig:
     another model (so does another CPU vendor: docs/numerics.md). None: torch's default (one
     per core)."""
     force: bool = False
-    """retrain even when a cached model exists"""
+    """retrain even when a cached (or shipped) model exists"""
+    shipped: bool = True
+    """start from the base model shipped with refimpl (refimpl/base_models/) when one was
+    trained with exactly these settings, so that every machine starts from the same weights
+    (another CPU trains other bits: docs/numerics.md); --no-shipped trains here, or reuses
+    this machine's cache"""
     progress: bool = True
     """show a progress bar"""
 
@@ -203,3 +208,12 @@ class RunWarmstartConfig(WarmstartConfig):
     progress: tyro.conf.Suppress[bool] = True
     runs_dir: Path | None = None  # type: ignore[assignment]
     """where the cache lives (<runs_dir>/warmstart/...; None: the run's --runs-dir)"""
+
+
+@dataclass
+class WarmstartCommand(WarmstartConfig):
+    """``refimpl warmstart``: train the base model on this machine (or reuse this machine's
+    cache; ``--force`` retrains), never the shipped one, and say whether it has the shipped
+    model's bits (``refimpl.runs.shipped``)."""
+
+    shipped: tyro.conf.Suppress[bool] = False

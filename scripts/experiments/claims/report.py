@@ -75,22 +75,13 @@ NAMES = {
 #: (docs/claims.md, "Steps to a held-out threshold", says why 0.10).
 REAL_THRESHOLD_GAIN = 0.10
 
-#: The first pass ran on a 2-core Intel Xeon on 2026-12-03, before the files recorded the CPU
-#: (each records only "x86_64"). Its files are these, added to the repository that day by the
-#: commits "claims results: ..." (``git log -- docs/claims/real``: the files lay there until
-#: they moved to results/real beside this script); each records the commit it ran at, one of
-#: FIRST_PASS_COMMITS. The toy file of that pass records the CPU itself ("Intel(R)
-#: Xeon(R) Processor", 2 cores).
-FIRST_PASS_DATE = "2026-12-03"
-FIRST_PASS_MACHINE = f"2-core Intel Xeon (the first pass, {FIRST_PASS_DATE})"
+#: The first pass's files (2026-12-03): they record only the architecture ("x86_64"), not the
+#: CPU, so the page says their machine is unrecorded (issue 47: no machine from outside the
+#: file). Named here for the cross-machine reruns of them.
 FIRST_PASS_FILES = frozenset(
     {(a, s) for a in ("base", "dapo", "gtpo", "grpo_s", "tepo", "grpo", "gtpo_alpha0",
                       "tepo_nomask") for s in FIRST_SEEDS} | {("gtpo_batch", 0)}
 )  # fmt: skip
-FIRST_PASS_COMMITS = frozenset({"d2ea469", "ef1de48", "e4541d7", "b4a60ae", "3a923fb", "020d086",
-                                "09e84b2", "60ab88e", "d3a42b4", "34f0776", "109eff3",
-                                "942f4a5"})  # fmt: skip
-ARCHITECTURES = frozenset({"x86_64", "aarch64", "arm64", "i386", "AMD64", ""})
 
 REAL_CMD = "bash scripts/experiments/claims/run_real.sh"
 REAL_CMD_EMPTY = "OUT=/tmp/claims-real bash scripts/experiments/claims/run_real.sh"
@@ -164,18 +155,20 @@ def load_toy(path: Path | None = None) -> dict:
 
 
 def machine_of(result: dict, key: tuple[str, int] | None = None) -> str:
-    """The machine a real-model file was computed on, from its own record: the CPU's model
-    name and numeric path where it has them; the first pass's Xeon for the first pass's files
-    (which record only the architecture); "not recorded" otherwise."""
+    """The machine a result file was computed on, from its own record only: the CPU's model
+    name (and numeric path, torch, threads where recorded); "unrecorded" where the file does
+    not name its CPU model (the first pass's files record only "x86_64")."""
+    from refimpl.runs.numerics import names_cpu_model
+
     m = result.get("machine", {})
     cpu = str(m.get("cpu", ""))
-    if cpu not in ARCHITECTURES and m.get("path"):
-        threads = m.get("threads", m.get("torch_threads"))
-        return (f"{cpu}, {m['path']} path, torch {m.get('torch', '?')}, {threads} "
-                f"thread{'' if threads == 1 else 's'}")  # fmt: skip
-    if key in FIRST_PASS_FILES and result.get("commit") in FIRST_PASS_COMMITS:
-        return FIRST_PASS_MACHINE
-    return f"not recorded (the file records only “{cpu or '?'}”)"
+    if not names_cpu_model(cpu):
+        return f"unrecorded (the file records only “{cpu or '?'}”)"
+    if not m.get("path"):  # a benchmark's machine record: no numeric path in it
+        return f"{cpu}, {m.get('cores', '?')} cores, {m.get('date', '?')}, commit {m.get('commit', '?')}"
+    threads = m.get("threads", m.get("torch_threads"))
+    return (f"{cpu}, {m['path']} path, torch {m.get('torch', '?')}, {threads} "
+            f"thread{'' if threads == 1 else 's'}")  # fmt: skip
 
 
 def seed_list(seeds) -> str:
@@ -198,9 +191,7 @@ def machines_block(real: dict, toy: dict | None, cross: dict) -> str:
     for name, r in cross.items():
         lines.append(f"- `cross_machine/{name}`: {machine_of(r)}.")
     if toy is not None:
-        m = toy["machine"]
-        lines.append(f"- The toy file `toy/results.json`: {m['cpu']}, {m.get('cores', '?')} "
-                     f"cores, {m.get('date', '?')}, commit {m.get('commit', '?')}.")  # fmt: skip
+        lines.append(f"- The toy file `toy/results.json`: {machine_of(toy)}.")
     return "\n".join(lines) + "\n\n" + cross_machine_sentence(real, cross) + "\n"
 
 

@@ -25,8 +25,12 @@ probe n64 --train.steps 100
 "$PY" - "$RUNS" "$OUT/regime_probes.json" <<'EOF'
 import json, sys
 from pathlib import Path
+from refimpl.bench import machine_info
+from refimpl.runs import numerics
 runs, out = Path(sys.argv[1]), Path(sys.argv[2])
 probes = {}
+# The machine: this one (the probes ran here just before), with each run's own numeric record.
+machine = machine_info()
 for name in ("n16", "lr3e-4", "lr1e-3", "n64"):
     d = runs / f"probe-{name}" / "grpo-s0"
     config = json.loads((d / "config.json").read_text())["train_config"]
@@ -38,6 +42,7 @@ for name in ("n16", "lr3e-4", "lr1e-3", "n64"):
         "heldout_greedy": [r["heldout_greedy"] for r in evals],
         "heldout_pass@1": [r["heldout_pass@1"] for r in evals],
         "sampled_tokens": [r.get("sampled_tokens", 0) for r in evals],
+        "machine": {**machine, "numerics": json.loads((d / "config.json").read_text())["numerics"]},
     }
 out.write_text(json.dumps(probes, indent=1) + "\n")
 print(f"wrote {out}")

@@ -64,7 +64,17 @@ def main(argv: list[str] | None = None) -> dict:
                         args.learning_rate, progress=True)  # fmt: skip
     run = {"algorithm": f"{args.algorithm} (HF loop)", "train_s": time.perf_counter() - t0,
            "train": summarise_steps(log), "steps": log, "after": run_eval()}  # fmt: skip
-    result = {"args": {k: str(v) for k, v in vars(args).items()}, "base": base, "runs": [run]}
+    from refimpl.bench import machine_info
+    from refimpl.runs import numerics
+
+    # The machine that computed the file: its CPU model, cores, versions, numeric path.
+    machine = {**machine_info(), "numerics": numerics.describe()}
+    result = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "machine": machine,
+        "base": base,
+        "runs": [run],
+    }
     print(table := markdown_table(base, [run]))
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=1))

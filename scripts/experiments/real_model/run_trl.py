@@ -195,7 +195,17 @@ def main(argv: list[str] | None = None) -> dict:
         runs.append(run)
         del model
 
-    result = {"args": {k: str(v) for k, v in vars(args).items()}, "base": base, "runs": runs}
+    from refimpl.bench import machine_info
+    from refimpl.runs import numerics
+
+    # The machine that computed the file: its CPU model, cores, versions, numeric path.
+    machine = {**machine_info(), "numerics": numerics.describe()}
+    result = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "machine": machine,
+        "base": base,
+        "runs": runs,
+    }
     table = markdown_table(base, runs)
     print(table)
     if args.out is not None:

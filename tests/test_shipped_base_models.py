@@ -1,0 +1,257 @@
+"""The shipped base models (refimpl/base_models/, ``refimpl.runs.shipped``): the files are the
+ones the manifest describes, the manifest's settings are the ones the experiments ask for, a
+matching warm start is read from the package without training, and anything else trains."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from refimpl.runs import shipped
+from refimpl.runs.cache import cache_dir, settings_key
+from refimpl.runs.checkpoint import CheckpointError, sha256
+from refimpl.settings.warmstart import WARMSTART_MIX, ModelConfig, WarmstartConfig
+from refimpl.warmstart import TRAINED_WITH
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = shipped.shipped_models()
+NAMES = [m.name for m in MODELS]
+#: "A few MB at most" (issue 47): the shipped weights together.
+MAX_TOTAL_BYTES = 6_000_000
+
+
+def _by_name(name: str) -> shipped.ShippedModel:
+    return next(m for m in MODELS if m.name == name)
+
+
+def test_the_three_base_models_are_shipped():
+    """The ledger's toy runs (countdown, default warm start), the demo's base (countdown, 300
+    steps) and the long-chain preset's (the credit page, the ceiling)."""
+    assert {"countdown-600", "countdown-300", "chain-longchain"} <= set(NAMES)
+    assert sum(m.entry["bytes"] for m in MODELS) <= MAX_TOTAL_BYTES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_shipped_file_has_its_recorded_sha256_and_size(name):
+    m = _by_name(name)
+    assert m.file.is_file(), m.file
+    assert m.file.stat().st_size == m.entry["bytes"]
+    assert sha256(m.file) == m.entry["sha256"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_manifest_entry_records_what_made_it(name):
+    """The settings (every field the cache key hashes), the command, the machine, the report."""
+    e = _by_name(name).entry
+    assert set(e["config"]) == set(TRAINED_WITH)
+    assert e["mix"] == WARMSTART_MIX.get(e["config"]["task"], {})
+    assert e["command"].startswith("refimpl warmstart --task " + e["config"]["task"])
+    assert e["trained_on"]["cpu"] and e["trained_on"]["cpu"] not in ("x86_64", "unrecorded")
+    assert e["trained_on"]["numerics"]["cpu"] == e["trained_on"]["cpu"]
+    assert 0 <= e["report"]["greedy_success"] <= 1 and 0 <= e["report"]["sampled_success"] <= 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_recorded_settings_hash_to_the_recorded_key(name):
+    """The manifest's config is the one that produces its key (so an edited setting, or a
+    change to the task's mix or the vocabulary, is caught), and the command's flags say the
+    same settings."""
+    import tyro
+
+    from refimpl.cli import COMMANDS
+
+    m = _by_name(name)
+    cfg = m.config()
+    assert settings_key(cfg) == m.entry["settings_key"]
+    argv = m.entry["command"].split()[2:]
+    command = tyro.cli(COMMANDS["warmstart"], args=argv)
+    assert settings_key(command) == m.entry["settings_key"], argv
+
+
+def _experiment_warmstart(preset: str) -> WarmstartConfig:
+    """The warm start ``refimpl bench-learning --preset PRESET`` trains for its task."""
+    from refimpl.bench.learning import LearningConfig, _warmstart
+    from refimpl.settings.presets import PRESETS
+
+    return _warmstart(LearningConfig(preset=preset), PRESETS[preset].bench["tasks"])
+
+
+@pytest.mark.parametrize(
+    ("what", "name"),
+    [("collapse", "countdown-600"), ("longchain", "chain-longchain"), ("demo", "countdown-300")],
+)
+def test_the_experiments_ask_for_the_shipped_settings(what, name):
+    """The claims ledger's toy benchmark (the collapse preset), the long-chain preset (the
+    credit page, the ceiling) and the demo ask for exactly the shipped settings."""
+    if what == "demo":
+        from refimpl.demo import DemoConfig
+
+        demo = DemoConfig()
+        cfg = WarmstartConfig(task=demo.task, steps=demo.base_steps)
+    else:
+        cfg = _experiment_warmstart(what)
+    found = shipped.find(cfg)
+    assert found is not None and found.name == name
+
+
+def test_a_matching_config_loads_the_shipped_file_without_training(tmp_path, monkeypatch):
+    """Nothing trained, nothing written (a read-only runs directory works), the shipped
+    tensors loaded, and the model records where it came from."""
+    import refimpl.warmstart as warmstart
+
+    def no_training(*_args, **_kwargs):
+        raise AssertionError("trained although a shipped model matches")
+
+    monkeypatch.setattr(warmstart, "_train", no_training)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    runs.chmod(0o555)
+    try:
+        model = warmstart.train_warmstart(
+            WarmstartConfig(task="countdown", runs_dir=runs, progress=False)
+        )
+    finally:
+        runs.chmod(0o755)
+    entry = _by_name("countdown-600")
+    stored = load_file(entry.file)
+    state = model.state_dict()
+    for key, tensor in stored.items():
+        assert (state[key] == tensor).all(), key
+    assert model.base_record == {"source": "shipped", "sha256": entry.sha256,
+                                 "name": "countdown-600",
+                                 "trained_on": entry.entry["trained_on"]["cpu"]}  # fmt: skip
+    assert not any(runs.iterdir())
+
+
+def _tiny(runs: Path, **changes) -> WarmstartConfig:
+    return WarmstartConfig(task="chain", task_args=("num_ops=1",), steps=3, batch_size=8,
+                           eval_problems=2, runs_dir=runs, progress=False,
+                           model=ModelConfig(n_layer=1, n_embd=16, n_head=2), **changes)  # fmt: skip
+
+
+def test_a_config_that_matches_no_shipped_model_trains(tmp_path):
+    from refimpl.warmstart import train_warmstart
+
+    cfg = _tiny(tmp_path)
+    assert shipped.find(cfg) is None
+    model = train_warmstart(cfg)
+    assert model.base_record["source"] == "trained"
+    assert model.base_record["sha256"] == sha256(cache_dir(cfg) / "model.safetensors")
+    again = train_warmstart(cfg)
+    assert again.base_record["source"] == "cache"
+
+
+@pytest.mark.parametrize("changes", [{"shipped": False}, {"force": True}])
+def test_no_shipped_and_force_train_even_when_a_shipped_model_matches(tmp_path, monkeypatch,
+                                                                      changes):  # fmt: skip
+    import refimpl.warmstart as warmstart
+
+    class Trained(Exception):
+        pass
+
+    def training(cfg, cache):
+        raise Trained(cache)
+
+    monkeypatch.setattr(warmstart, "_train", training)
+    cfg = WarmstartConfig(task="countdown", runs_dir=tmp_path, progress=False, **changes)
+    assert shipped.find(cfg) is not None
+    with pytest.raises(Trained):
+        warmstart.train_warmstart(cfg)
+
+
+def test_refimpl_warmstart_trains_here():
+    """``refimpl warmstart`` never reads the shipped model (it shows the training), and has
+    no flag to (its ``shipped`` is suppressed); the demo's base is trained here too."""
+    from refimpl.cli import COMMANDS
+
+    assert COMMANDS["warmstart"]().shipped is False
+    assert WarmstartConfig().shipped is True
+
+
+def test_another_setting_is_another_key():
+    """A warm start of other settings does not match (one field at a time)."""
+    base = _by_name("countdown-600").config()
+    for change in ({"steps": 601}, {"lr": 2e-3}, {"seed": 1}, {"batch_size": 64},
+                   {"model": ModelConfig(n_embd=64)}, {"task_args": ("max_operand=9",)}):  # fmt: skip
+        try:
+            other = dataclasses.replace(base, **change)
+            other.check()
+        except ValueError:
+            continue
+        assert settings_key(other) != settings_key(base), change
+        found = shipped.find(other)
+        assert found is None or found.name != "countdown-600", change
+
+
+def _copy_of_the_package_models(tmp_path, monkeypatch) -> Path:
+    copy = tmp_path / "base_models"
+    shutil.copytree(shipped.BASE_MODELS, copy)
+    monkeypatch.setattr(shipped, "BASE_MODELS", copy)
+    monkeypatch.setattr(shipped, "MANIFEST", copy / "manifest.json")
+    return copy
+
+
+def test_a_damaged_shipped_file_is_refused_naming_it(tmp_path, monkeypatch):
+    from refimpl.warmstart import train_warmstart
+
+    copy = _copy_of_the_package_models(tmp_path, monkeypatch)
+    file = copy / "countdown-600" / "model.safetensors"
+    data = bytearray(file.read_bytes())
+    data[-1] ^= 1
+    file.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="sha256") as err:
+        train_warmstart(WarmstartConfig(task="countdown", runs_dir=tmp_path, progress=False))
+    assert str(file) in str(err.value)
+
+
+def test_an_edited_manifest_setting_no_longer_matches(tmp_path, monkeypatch):
+    """Change a recorded setting: the default countdown warm start is no longer found (and
+    the settings-key test above fails on such a manifest)."""
+    copy = _copy_of_the_package_models(tmp_path, monkeypatch)
+    data = json.loads((copy / "manifest.json").read_text())
+    data["models"]["countdown-600"]["config"]["steps"] = 599
+    (copy / "manifest.json").write_text(json.dumps(data))
+    found = shipped.find(WarmstartConfig(task="countdown"))
+    assert found is None or found.name != "countdown-600"
+    edited = shipped.ShippedModel("countdown-600", data["models"]["countdown-600"])
+    assert settings_key(edited.config()) != edited.entry["settings_key"]
+
+
+def test_a_run_records_the_shipped_base_it_started_from(tmp_path):
+    """One tiny RL step on countdown from the shipped default warm start: config.json says
+    which base model (and its sha256)."""
+    from refimpl.settings.train import TrainConfig
+    from refimpl.train import train
+
+    cfg = TrainConfig(task="countdown", steps=1, prompts_per_step=2, group_size=2,
+                      minibatches=1, eval_every=1000, eval_problems=2, eval_samples=2,
+                      probe_every=0, diag_every=0, runs_dir=tmp_path, progress=False,
+                      plot=False, threads=1)  # fmt: skip
+    run = train(cfg)
+    record = json.loads((run / "config.json").read_text())["base_model"]
+    entry = _by_name("countdown-600")
+    assert record["source"] == "shipped" and record["name"] == "countdown-600"
+    assert record["sha256"] == entry.sha256
+
+
+def test_the_docs_list_every_shipped_model():
+    """docs/calibration.md's section names each shipped model and its sha256 prefix."""
+    text = (ROOT / "docs" / "calibration.md").read_text()
+    section = text.split("### The shipped base models", 1)[1].split("\n## ", 1)[0]
+    for m in MODELS:
+        assert m.name in section and m.sha256[:12] in section, m.name
+    for entry in shipped.manifest().get("not_shipped", []):
+        assert entry["command"] in section
+
+
+def test_the_package_data_includes_the_shipped_models():
+    """pyproject.toml ships refimpl/base_models/ in the wheel (a fresh install has them)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    section = text.split("[tool.setuptools.package-data]", 1)[1].split("\n[", 1)[0]
+    assert '"base_models/manifest.json"' in section
+    assert '"base_models/*/model.safetensors"' in section
