@@ -8,7 +8,8 @@ algorithm contract (``tests/test_loop.py`` checks that both train the same weigh
                 Config asks: resample until N informative groups
     shape       the overlong length penalty added to the reward, when the Config asks
     reference   logp_ref from the frozen warm start, when a KL term needs it
-    values      V̂ of π_old at the prefixes the Config asks for, by the credit oracle
+    values      V̂ of π_old at the prefixes the Config asks for, by the credit oracle (and
+                its cost in prefixes and sampled tokens, logged)
     advantages  advantages(batch, cfg); then the overlong filter masks truncated rows
     update      ppo_epochs × minibatches of loss(batch, logp, adv, cfg, entropy) → backward
                 → clip grad norm → optimizer step
@@ -24,9 +25,8 @@ or Ctrl-C (``runs.stop``) and checkpoints every ``checkpoint_every`` steps (``ru
 Determinism and resuming
 ------------------------
 All randomness of step ``s`` (its prompts, its completions) comes from generators seeded by
-``(seed, s)``, not from a stream that runs through the whole run. A resumed run therefore
-needs only the weights, the optimizer state and the step to continue exactly as if it had
-never stopped (``tests/test_train.py`` checks it).
+``(seed, s)``, not one stream through the run: a resumed run needs only the weights, the
+optimizer state and the step to continue exactly (``tests/test_train.py`` checks it).
 """
 
 from __future__ import annotations
@@ -142,15 +142,14 @@ class Trainer:
         )
         batch = batch.replace(outcome_rewards=outcome)  # success stays the outcome's
         batch, value_cost = self.values(batch, samples, outcome, problems)
-        metrics.update(value_cost)
         batch, adv = self.advantages(batch, samples)
         t_adv = time.perf_counter() - t0
         grad_norm, update_metrics = self.update(batch, samples, adv)
         t_loss = time.perf_counter() - t0 - t_adv
         metrics.update(step_metrics(samples, batch, rewards, outcome, adv, self.algo_cfg))
-        metrics.update(self._observe("measure", samples, batch, adv))
-        metrics.update(grad_norm=grad_norm, time_adv=t_adv, time_loss=t_loss)
-        metrics.update(sampled_tokens=self.sampled_tokens, **update_metrics)
+        metrics.update(self._observe("measure", samples, batch, adv), **value_cost)
+        metrics.update(grad_norm=grad_norm, time_adv=t_adv, time_loss=t_loss, **update_metrics)
+        metrics["sampled_tokens"] = self.sampled_tokens
         metrics["time_step"] = time.perf_counter() - t_start
         return metrics
 
@@ -228,22 +227,20 @@ class Trainer:
 
     @torch.no_grad()
     def values(self, batch: core.RolloutBatch, samples: Samples, outcome, problems):
-        """``batch`` with the credit oracle's ``V̂`` of π_old (not updated yet this step) at
-        the prefixes the Config's ``values_needed()`` names, at the run's sampling settings;
-        and what they cost: the prefixes valued and the tokens their continuations sampled
-        (none when the Config needs no values)."""
+        """``batch`` with the oracle's ``V̂`` of π_old (not updated yet) at the prefixes the
+        Config's ``values_needed()`` names, at the run's sampling settings; and their cost."""
         request, cfg = self.algo_cfg.values_needed(), self.cfg
         if request is None:
             return batch, {}
         with self.autocast():
-            values = training_values(
+            v = training_values(
                 self.model, self.task, problems, samples, outcome, request,
                 max_new_tokens=self.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
                 top_p=cfg.top_p, success_threshold=self.algo_cfg.success_threshold,
                 seed=cfg.seed, step=self.step,
             )  # fmt: skip
-        cost = {"value_prefixes": values.prefixes, "value_sampled_tokens": values.sampled_tokens}
-        return batch.replace(token_values=values.value_before.to(batch.response_mask.device)), cost
+        cost = {"value_prefixes": v.prefixes, "value_sampled_tokens": v.sampled_tokens}
+        return batch.replace(token_values=v.value_before.to(batch.response_mask.device)), cost
 
     def advantages(self, batch: core.RolloutBatch, samples: Samples):
         """The algorithm's ``[B, T]`` advantages; then, when the Config asks for the overlong
