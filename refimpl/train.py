@@ -8,8 +8,7 @@ algorithm contract (``tests/test_loop.py`` checks that both train the same weigh
                 Config asks: resample until N informative groups
     shape       the overlong length penalty added to the reward, when the Config asks
     reference   logp_ref from the frozen warm start, when a KL term needs it
-    values      V̂ of π_old at the prefixes the Config asks for, by the credit oracle (and
-                its cost in prefixes and sampled tokens, logged)
+    values      V̂ of π_old at the prefixes the Config asks for, by the credit oracle
     advantages  advantages(batch, cfg); then the overlong filter masks truncated rows
     update      ppo_epochs × minibatches of loss(batch, logp, adv, cfg, entropy) → backward
                 → clip grad norm → optimizer step
