@@ -22,9 +22,9 @@ RESULT_FILES = sorted(
 )
 #: Files the claims page shows as "unrecorded" (tests/test_claims.py checks it does).
 CLAIMS_RESULTS = ROOT / "scripts" / "experiments" / "claims" / "results"
-#: Committed files that record no CPU and whose page does not say so yet: docs/credit.md
-#: (not this change's page) names its files' machine in its prose. Empty this list when the
-#: page says "unrecorded" for it; a file that gains its record fails the test below.
+#: Committed files outside the claims ledger that record no CPU: the page that cites each says
+#: "unrecorded" for it (docs/credit.md, its opening paragraph); a file that gains its record
+#: fails the test below, and leaves this list.
 UNRECORDED_ELSEWHERE = {"scripts/experiments/credit/results/regime_probes.json"}
 
 
