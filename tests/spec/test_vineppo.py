@@ -252,12 +252,9 @@ def test_only_the_step_starts_are_valued(tiny):
         assert _steps(values[i, : len(tokens)].tolist()) == expected
 
 
-def test_values_come_from_the_rollout_policy(monkeypatch):
-    """The loop values the prefixes with π_old: every continuation the oracle samples in a
-    step is drawn from the very weights that sampled that step's completions, though the
-    step then takes two optimizer steps (two minibatches). Valuing after an update fails."""
-    model = ModelConfig(n_layer=1, n_embd=32, n_head=2).build()
-    fingerprints: dict[str, list[float]] = {"rollout": [], "oracle": []}
+def _fingerprinting(fingerprints: dict[str, list[float]]):
+    """``recording(kind, real)``: ``real`` (a sampler) that first appends the sum of its
+    policy's weights to ``fingerprints[kind]``, so a test sees which weights sampled what."""
 
     def recording(kind, real):
         def sample(policy, *args, **kwargs):
@@ -268,6 +265,24 @@ def test_values_come_from_the_rollout_policy(monkeypatch):
 
         return sample
 
+    return recording
+
+
+def test_values_come_from_the_rollout_policy(monkeypatch):
+    """The loop values the prefixes with π_old: every continuation the oracle samples in a
+    step is drawn from the very weights that sampled that step's completions, though the
+    step then takes two optimizer steps (two minibatches). Valuing after an update fails.
+    An untrained policy solves nothing, and with every reward 0 nothing moves: the verifier is
+    replaced by one that passes the completions of even length, so the weights must move."""
+    from toy_envs import get_task
+
+    task_type = type(get_task("chain", num_ops=1))
+    monkeypatch.setattr(task_type, "score",
+                        lambda self, answered, texts: [float(len(t) % 2 == 0) for t in texts])  # fmt: skip
+    torch.manual_seed(0)
+    model = ModelConfig(n_layer=1, n_embd=32, n_head=2).build()
+    fingerprints: dict[str, list[float]] = {"rollout": [], "oracle": []}
+    recording = _fingerprinting(fingerprints)
     monkeypatch.setattr(loop, "sample_groups", recording("rollout", loop.sample_groups))
     monkeypatch.setattr(credit_oracle, "sample_groups",
                         recording("oracle", credit_oracle.sample_groups))  # fmt: skip
@@ -294,16 +309,7 @@ def test_the_trainer_values_with_the_rollout_policy_and_logs_the_cost(tmp_path, 
     from tests.tiny import tiny_train
 
     fingerprints: dict[str, list[float]] = {"rollout": [], "oracle": []}
-
-    def recording(kind, real):
-        def sample(policy, *args, **kwargs):
-            fingerprints[kind].append(
-                float(sum(p.detach().double().sum() for p in policy.parameters()))
-            )
-            return real(policy, *args, **kwargs)
-
-        return sample
-
+    recording = _fingerprinting(fingerprints)
     monkeypatch.setattr(
         train_module, "sample_groups", recording("rollout", train_module.sample_groups)
     )
