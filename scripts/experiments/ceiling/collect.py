@@ -95,8 +95,9 @@ def one_run(run_dir: Path) -> dict:
 
 def collect(bench: Path, probe: str = "") -> dict:
     """Every run under ``bench/chain``, grouped by arm and seed."""
-    # bench-learning's layout (<bench>/chain/<run>) or compare's (<bench>/<run>)
-    task_dir = bench / "chain" if (bench / "chain").is_dir() else bench
+    # bench-learning's layout (<bench>/<task>/<run>) or compare's (<bench>/<run>)
+    tasks = [bench / t for t in ("chain", "countdown") if (bench / t).is_dir()]
+    task_dir = tasks[0] if tasks else bench
     if not task_dir.is_dir():
         raise SystemExit(f"--bench: {task_dir} is not a directory (run run.sh first)")
     arms: dict[str, dict[str, dict]] = {}

@@ -68,7 +68,7 @@ if [[ ! -e "$OUT/sample_matched.json" ]]; then
   "$PY" -m refimpl.cli compare --preset longchain --algos grpo --seeds "${MATCHED_SEEDS:-0,1}" \
     --name ceiling-matched-G64 --runs-dir "$RUNS" --workers "${WORKERS:-2}" \
     --train.group-size 64 --train.steps 20 --train.eval-every 5 --train.eval-problems 300 \
-    --train.probe-every 5 --train.threads 1 --train.no-plot --train.no-progress
+    --train.probe-every 5 --train.threads 1 --train.no-plot
   "$PY" scripts/experiments/ceiling/collect.py --bench "$RUNS/ceiling-matched-G64" \
     --probe "GRPO G=64" --out "$OUT/sample_matched.json"
 fi
