@@ -53,10 +53,11 @@ if [[ ! -e "$OUT/probe_lr3e-4.json" ]]; then
   "$PY" scripts/experiments/ceiling/collect.py --bench "$RUNS/bench/ceiling-probe-lr3e-4" \
     --probe "lr=3e-4" --out "$OUT/probe_lr3e-4.json"
 fi
-# 4. The second testbed: countdown (`--preset collapse`), VinePPO and GRPO on 5 seeds.
+# 4. The second testbed: countdown (`--preset collapse`), VinePPO and GRPO on 20 seeds (the
+#    committed files ran seeds 0-4 first, then 5-19 when 5 left H at 1.1 times its MDD).
 if [[ ! -e "$OUT/countdown.json" ]]; then
   "$PY" -m refimpl.cli bench-learning --preset collapse --runs-dir "$RUNS" \
-    --out "$RUNS/bench/ceiling-countdown" --seeds 0,1,2,3,4 --budget-steps 20 --eval-every 5 \
+    --out "$RUNS/bench/ceiling-countdown" --seeds "$(seq -s, 0 19)" --budget-steps 20 --eval-every 5 \
     --eval-problems 300 --workers "${WORKERS:-2}" --algos vineppo,grpo --ablations ""
   "$PY" scripts/experiments/ceiling/collect.py --bench "$RUNS/bench/ceiling-countdown" \
     --probe "countdown" --out "$OUT/countdown.json"
