@@ -67,8 +67,10 @@ def one_run(run_dir: Path) -> dict:
     records = read_metrics(run_dir)
     steps = [r for r in records if "entropy_mean" in r]
     evals = evaluations(records)
-    budget = int(train["max_sampled_tokens"])
-    finished = bool(evals) and evals[-1]["sampled_tokens"] >= budget
+    budget = train["max_sampled_tokens"]  # None: the run is bounded by its steps
+    finished = bool(evals) and (
+        evals[-1]["sampled_tokens"] >= budget if budget else evals[-1]["step"] >= train["steps"]
+    )
     clip = [r.get("clip_frac_low", 0.0) + r.get("clip_frac_high", 0.0) for r in steps]
     return {
         "label": arm_label(train),
