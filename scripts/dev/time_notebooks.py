@@ -219,6 +219,21 @@ def earlier_rows(out: Path, size: str, timed: list[Path]) -> list[dict]:
     ]
 
 
+def kernel_env(size_variable: str, size: str, runs_dir: Path) -> dict[str, str]:
+    """What every kernel runs with: the size, its runs directory, no progress bars, Agg."""
+    return {
+        size_variable: size,
+        "REFIMPL_NOTEBOOK_RUNS_DIR": str(runs_dir),
+        "TQDM_DISABLE": "1",
+        "MPLBACKEND": "Agg",
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+        # The kernels import this checkout's refimpl (they start in notebooks/, where a
+        # relative PYTHONPATH would point elsewhere).
+        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+
+
 def main(cfg: TimeConfig) -> int:
     sys.path.insert(0, str(REPO))
     from refimpl import nbplots
@@ -241,18 +256,7 @@ def main(cfg: TimeConfig) -> int:
         return 2
     fresh = cfg.runs_dir is None
     runs_dir = Path(tempfile.mkdtemp(prefix="refimpl-nbtime-")) if fresh else cfg.runs_dir
-    env = {
-        nbplots.SIZE_VARIABLE: cfg.size,
-        "REFIMPL_NOTEBOOK_RUNS_DIR": str(runs_dir),
-        "TQDM_DISABLE": "1",
-        "MPLBACKEND": "Agg",
-        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
-        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
-        # The kernels import this checkout's refimpl (they start in notebooks/, where a
-        # relative PYTHONPATH would point elsewhere).
-        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
-    }
-    os.environ.update(env)  # the kernels inherit it
+    os.environ.update(kernel_env(nbplots.SIZE_VARIABLE, cfg.size, runs_dir))  # kernels inherit it
     result = {
         "size": cfg.size,
         "machine": machine_info(),

@@ -1288,8 +1288,8 @@ def ceiling_rows() -> list[list[str]]:
     docs/credit.md's generator)."""
     import importlib.util
 
-    path = ROOT / "scripts" / "experiments" / "ceiling" / "report.py"
-    spec = importlib.util.spec_from_file_location("ceiling_report", path)
+    path = ROOT / "scripts" / "experiments" / "ceiling" / "ledger.py"
+    spec = importlib.util.spec_from_file_location("ceiling_ledger", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.ledger_rows()
