@@ -66,12 +66,12 @@ def ledger_rows(results: Path = RESULTS) -> list[list[str]]:
     not_real = "not run (no real-model arm)"
     return [
         ["Accurate credit (VinePPO's Monte-Carlo values) learns faster than a uniform advantage",
-         "“Can improved credit assignment enhance RL training for LLMs?” … VinePPO “consistently "
-         "outperforms PPO and other baselines” (VinePPO v2 abstract; its Figure 2 sets its "
-         "credit against GRPO's and RLOO's)", v_ceiling, not_real, n_ceiling, COMMAND],
+         "“Can improved credit assignment enhance RL training for LLMs?” (VinePPO v2 abstract); "
+         "VinePPO “consistently outperforms PPO and other baselines” (VinePPO v2 abstract; its "
+         "Figure 2 sets its credit against GRPO's and RLOO's)", v_ceiling, not_real, n_ceiling, COMMAND],
         ["Training on the top-20 % entropy tokens beats a random 20 % (forking tokens − random)",
          "forking tokens: “utilizing only 20% of the tokens while maintaining performance "
-         "comparable to full-gradient updates” (arXiv 2506.01939 abstract); against: random "
+         "comparable to full-gradient updates” (arXiv 2506.01939 v1 abstract); against: random "
          "20 % subsets recover most of full-token training (arXiv 2605.07660 abstract)",
          v_fork, not_real, n_fork, COMMAND],
         ["GTPO's token credit drives learning (GTPO − GRPO, and its share of the ceiling)",
