@@ -928,8 +928,7 @@ def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None
     algo_cfgs = algorithm_configs(cfg, plan)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    policy = load_policy(cfg, typed, planned)
-    train = plan.cfg
+    policy, train = load_policy(cfg, typed, planned), plan.cfg
     problems, samples, outcome = sample_batch(policy, cfg.prompts, G, cfg.seed)
     lengths = samples.response_mask.sum(1).long().numpy()
     if policy.model is policy.reference:

@@ -75,15 +75,11 @@ def check_cache_writable(cfg: WarmstartConfig, prefix: str = "--") -> None:
     """Raise ``ValueError`` naming ``runs_dir`` when the model must be trained but its cache
     cannot be written: not writable, a symbolic link, or holding what a cache does not
     (``checkpoint.check_replaceable``). A cached model is read without writing anything
-    (through a link too), and so is a shipped one (``refimpl.runs.shipped``). ``prefix``: how the flags are spelled (``--warmstart.`` in a run)."""
+    (through a link too); so is a shipped one, which the callers check first
+    (``refimpl.runs.shipped.supplies``). ``prefix``: how the flags are spelled."""
     cache = cache_dir(cfg)
     if cache_complete(cache) and not cfg.force:
         return
-    if cfg.shipped and not cfg.force:
-        from refimpl.runs import shipped  # the shipped model is read from the package
-
-        if shipped.find(cfg) is not None:
-            return
     lock = Path(str(cache) + ".lock")
     try:  # the save renames the cache directory: never a link, nothing else inside
         check_replaceable(cache)

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from refimpl.runs import numerics
+from refimpl.runs import numerics, shipped
 from refimpl.runs.cache import check_cache_writable
 from refimpl.runs.checkpoint import (
     CheckpointError,
@@ -697,7 +697,7 @@ def check_run_dir(plan: Plan, *, locked: bool = False) -> None:
     with warnings.catch_warnings():  # a torn last line: the trainer warns when it reads it
         warnings.simplefilter("ignore", TornLineWarning)
         _check_contents(plan)
-    if not locked:  # under the lock, the warm start has been trained (or loaded) already
+    if not locked and not shipped.supplies(plan.warmstart):  # under the lock: trained already
         check_cache_writable(plan.warmstart, "--warmstart.")
 
 

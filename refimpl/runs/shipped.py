@@ -95,11 +95,28 @@ def find(cfg) -> ShippedModel | None:
     from the manifest's recorded config, not read from it), or None."""
     from refimpl.runs.cache import settings_key
 
-    key = settings_key(cfg)
+    key, plain = None, _plain_settings(cfg)
     for model in shipped_models():
-        if settings_key(model.config(cfg.runs_dir)) == key:
+        recorded = model.config(cfg.runs_dir)
+        if _plain_settings(recorded) != plain:  # differs before the task's knobs are read
+            continue
+        key = key or settings_key(cfg)
+        if settings_key(recorded) == key:
             return model
     return None
+
+
+def _plain_settings(cfg) -> tuple:
+    """The settings compared as typed, before ``settings_key`` canonicalises the task's knobs:
+    the task, the model, the schedule, the steps, the batch, the lr, the seed."""
+    return (cfg.task, cfg.model, cfg.steps, cfg.schedule_steps or cfg.steps, cfg.batch_size,
+            cfg.lr, cfg.seed)  # fmt: skip
+
+
+def supplies(cfg) -> bool:
+    """``cfg``'s base model comes from the package: shipped models allowed, no retraining
+    asked, and one trained with these settings is shipped (nothing is written then)."""
+    return bool(cfg.shipped and not cfg.force and find(cfg) is not None)
 
 
 def load(model_entry: ShippedModel, cfg):
