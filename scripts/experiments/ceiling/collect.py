@@ -1,7 +1,8 @@
 """Gather the ceiling benchmark's runs into one committed result file.
 
-``run.sh`` trains the runs with ``refimpl bench-learning`` into ``runs/bench/ceiling/chain/``
-(one directory per arm and seed). This script reads each run's ``config.json`` and
+``run.sh`` trains the runs with ``refimpl bench-learning`` into ``<bench>/<task>/`` (chain or
+countdown), or with ``refimpl compare`` into ``<bench>/`` (the step-bounded sample-matched
+arm): one directory per arm and seed. This script reads each run's ``config.json`` and
 ``metrics.jsonl`` and writes what ``report.py`` needs, per arm and seed, into one JSON file:
 
 * the evaluation grid: step, the policy's sampled tokens, the values' sampled tokens (VinePPO's
