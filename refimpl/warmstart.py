@@ -75,7 +75,8 @@ def base_model(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
     preflight): the shipped model when one was trained with these settings (and
     ``cfg.shipped``, not ``cfg.force``), else the cached model, else the model trained and
     cached. The model's ``base_record`` says which (``shipped.describe_base``): a run writes
-    it into its config.json."""
+    it into its config.json; its ``base_report`` holds the success measured when it was
+    trained (greedy and sampled, on the warm start's own check problems)."""
     if cfg.shipped and not cfg.force:
         entry = shipped.find(cfg)
         if entry is not None:
@@ -111,6 +112,7 @@ def _load_shipped(cfg: WarmstartConfig, entry: shipped.ShippedModel, prefix: str
     )
     model.base_record = shipped.describe_base("shipped", sha=entry.sha256, name=entry.name,
                                               trained_on=cpu)  # fmt: skip
+    model.base_report = dict(entry.entry.get("report", {}))
     return model
 
 
@@ -150,6 +152,7 @@ def _load(cfg: WarmstartConfig, cache: Path, prefix: str) -> GPT:
         "cache", sha=state["checksums"]["model.safetensors"], cache=cache,
         trained_on=str(state.get("numerics", {}).get("cpu", "unrecorded")),
     )  # fmt: skip
+    model.base_report = dict(state.get("report", {}))
     return model.eval()
 
 
@@ -246,6 +249,7 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
         cache=cache,
         trained_on=numerics.cpu_name(),
     )
+    model.base_report = report
     print(f"warm start: trained {cfg.steps} steps in {seconds:.0f} s → {cache}")
     print(f"warm start: base model on {cfg.task}: {_format_report(report)}")
     return model

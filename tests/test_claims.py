@@ -76,8 +76,8 @@ def test_paired_refuses_evaluations_of_different_sizes():
 
 
 # Student's t quantiles from a printed table (not from scipy): t₀.₉₇₅ and t₀.₈₀.
-T975 = {2: 4.3027, 7: 2.3646, 8: 2.3060, 9: 2.2622}
-T80 = {2: 1.0607, 7: 0.8960, 8: 0.8889, 9: 0.8834}
+T975 = {2: 4.3027, 4: 2.7764, 7: 2.3646, 8: 2.3060, 9: 2.2622}
+T80 = {2: 1.0607, 4: 0.9410, 7: 0.8960, 8: 0.8889, 9: 0.8834}
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def test_verdict_rule_is_student_t_at_the_degrees_of_freedom(diff, se, df, sign,
     assert report.verdict(diff, se, df, sign) == expected
 
 
-@pytest.mark.parametrize("df", [2, 7, 8, 9])
+@pytest.mark.parametrize("df", [2, 4, 7, 8, 9])
 def test_critical_value_and_mdd_are_the_printed_t_quantiles(df):
     assert stats.critical(df) == pytest.approx(T975[df], abs=1e-3)
     assert stats.mdd(0.01, df) == pytest.approx((T975[df] + T80[df]) * 0.01, abs=1e-5)
@@ -213,6 +213,28 @@ def test_arms_with_different_seeds_pair_on_the_seeds_both_have():
     row = _cells(table, "GTPO (α₂ = 0.1) − DAPO")
     assert row["seeds"] == "0–2 (n 3)" and row["df"] == "2"
     assert report.real_compare(real, "gtpo", "nope").n == 0
+
+
+def test_a_pair_is_compared_only_on_one_machine():
+    """Issue 47 item 1: a seed whose two arms' files record different CPUs is left out of the
+    difference and named; a pair with no seed on one machine is not compared at all (on the
+    files of 3590d04, DAPO without overlong shaping seeds 0-2 (AMD EPYC) paired with first-pass
+    arms (bare "x86_64"))."""
+    amd, first = {"cpu": "AMD EPYC", "path": "avx2"}, {"cpu": "x86_64", "path": "avx2"}
+    real = {("dapo", s): _run([4, 0, 0, 0]) | {"machine": first if s < 2 else amd} for s in range(4)}
+    real |= {("dapo_noshape", s): _run([4, 4, 0, 0]) | {"machine": amd} for s in range(4)}
+    real |= {("grpo_s", s): _run([0, 0, 0, 0]) | {"machine": first} for s in range(2)}
+    c = report.real_compare(real, "dapo_noshape", "dapo")
+    assert sorted(c.per_seed) == [2, 3] and c.left_out == (0, 1)
+    row = _cells(report.real_paired_table(real), "DAPO without overlong shaping − DAPO")
+    assert row["seeds"].startswith("2, 3 (n 2)") and "0, 1 left out" in row["seeds"]
+    none = report.real_compare(real, "grpo_s", "dapo_noshape")
+    assert none.n == 0 and none.left_out == (0, 1)
+    row = _cells(report.real_paired_table(real), "GRPO-S − DAPO without overlong shaping")
+    assert row["verdict on “first > second”"] == "not compared"
+    assert "different machines" in report.describe(none, "real")
+    # the same record on both sides pairs: the first pass's files with each other
+    assert report.real_compare(real, "grpo_s", "dapo").per_seed.keys() == {0, 1}
 
 
 def test_a_one_seed_row_says_so_and_uses_the_normal_quantile():
@@ -403,12 +425,16 @@ def test_the_report_reads_the_second_pass_files(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "TOY", toy_path)
     claims = report.blocks()["claims"]
     paired = claims["real-paired"]
+    # DAPO without overlong shaping's seeds 0-2 ran on the new machine, GTPO's on the first
+    # pass's: those pairs mix machines and are left out (issue 47 item 1)
     row = _cells(paired, "GTPO (α₂ = 0.1) − DAPO without overlong shaping")
-    assert (row["seeds"], row["df"]) == ("0–7 (n 8)", "7")
-    assert float(row["t bar (s.e.)"]) == pytest.approx(T975[7], abs=0.005)  # 2 decimals
+    assert (row["seeds"], row["df"]) == (
+        "3–7 (n 5); seeds 0–2 left out: the two arms ran on different machines", "4")
+    assert float(row["t bar (s.e.)"]) == pytest.approx(T975[4], abs=0.005)  # 2 decimals
     assert _cells(paired, "GTPO (α₂ = 0.1) − DAPO")["seeds"] == "0–7 (n 8)"
     assert _cells(paired, "GRPO-S − DAPO")["seeds"] == "0–2 (n 3)"  # GRPO-S has seeds 0-2
-    assert _cells(paired, "GRPO-S − DAPO without overlong shaping")["df"] == "2"
+    row = _cells(paired, "GRPO-S − DAPO without overlong shaping")
+    assert (row["df"], row["verdict on “first > second”"]) == ("—", "not compared")
     # Seeds 3-7 have no curve: no times, not in the convergence table, not in the speed rule.
     assert "| DAPO | 5 |" not in claims["real-convergence"]
     assert "seeds 3–7 were evaluated after the last step only" in claims["real-convergence"]
@@ -592,8 +618,8 @@ def _queue() -> set[tuple[str, int, tuple[int, ...]]]:
     """(arm, seed, eval steps) of every run scripts/experiments/claims/run_real.sh queues, from
     the script's own queue lines run by bash."""
     text = (CLAIMS / "run_real.sh").read_text()
-    start = text.index("queue=(")
-    end = text.index("\ndone\n", start) + len("\ndone\n")
+    start = text.index("PASSES=${PASSES:-")  # every pass: the queue as the default run builds it
+    end = text.index("run_one() {", start)
     out = subprocess.run(["bash", "-c", text[start:end] + 'printf "%s\\n" "${queue[@]}"'],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     runs = set()

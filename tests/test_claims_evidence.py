@@ -230,7 +230,9 @@ def test_the_design_bar_covers_every_seed_and_the_page_reports_where_it_failed()
 @pytest.mark.parametrize("arm", ["dapo", "dapo_noshape", "gtpo", "grpo_s", "tepo"])
 def test_how_often_a_seed_fails_to_learn_per_arm(arm):
     block = _block(PAGE, "learning-bar")
-    seeds = report.seeds_of(REAL, arm)
+    # a seed whose base-model evaluation ran on another machine is left out (issue 47 item 1)
+    seeds = [s for s in report.seeds_of(REAL, arm)
+             if REAL[(arm, s)]["machine"]["cpu"] == REAL[("base", s)]["machine"]["cpu"]]  # fmt: skip
     below = []
     for s in seeds:
         d, se = report.paired(report.final(REAL[(arm, s)]), report.final(REAL[("base", s)]))

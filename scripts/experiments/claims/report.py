@@ -24,6 +24,7 @@ threshold) are defined once, in ``stats.py`` beside it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import math
 import re
@@ -267,20 +268,23 @@ def table(head: list[str], rows: list[list[str]]) -> str:
 def describe(c: Comparison, label: str, digits: int = 3) -> str:
     """A comparison in the ledger's words: its size, n, df, MDD and seeds for power."""
     if c.n == 0:
-        return f"{label}: not run"
+        return f"{label}: " + (f"not compared ({left_out_note(c)})" if c.left_out else "not run")
+    note = f"; {left_out_note(c)}" if c.left_out else ""
     if c.one_seed:
         ((s, _),) = c.per_seed.items()
         return (f"{label} {fmt(c.diff, c.se, digits, sign=True)} (one seed, {s}: s.e. over "
                 f"problems, normal quantile, not the spread between seeds; MDD "
-                f"{c.mdd:.{digits}f})")  # fmt: skip
+                f"{c.mdd:.{digits}f}{note})")  # fmt: skip
     per = ", ".join(f"{v:+.{digits}f}" for v in c.per_seed.values())
     return (f"{label} {fmt(c.diff, c.se, digits, sign=True)} over {c.n} seeds (df {c.df:.0f}, "
-            f"MDD {c.mdd:.{digits}f}, 80 % power at {fmt_power(c)} seeds; per seed {per})")  # fmt: skip
+            f"MDD {c.mdd:.{digits}f}, 80 % power at {fmt_power(c)} seeds; per seed {per}{note})")  # fmt: skip
 
 
 def comparison_cells(c: Comparison, sign: int = +1, digits: int = 3) -> list[str]:
     """The columns every paired table shares: seeds, over seeds, df, bar, MDD, power, verdict."""
     seeds = seed_list(c.per_seed) + (" (one seed)" if c.one_seed else f" (n {c.n})")
+    if c.left_out:
+        seeds += f"; {left_out_note(c)}"
     return [seeds, fmt(c.diff, c.se, digits, sign=True), fmt_df(c), f"{st.critical(c.df):.2f}",
             fmt(c.mdd, digits=digits), fmt_power(c), c.verdict(sign)]  # fmt: skip
 
@@ -314,14 +318,43 @@ def verdict(diff: float, se: float, df: float, claimed_sign: int = +1) -> str:
     return st.verdict(diff, se, df, claimed_sign)
 
 
+def cpu_record(result: dict) -> str:
+    """The CPU a result file records (``machine.cpu``): a model name ("AMD EPYC"), or the
+    first pass's bare "x86_64"."""
+    return str(result.get("machine", {}).get("cpu", ""))
+
+
+def one_machine(real: dict, a: str, b: str, seed: int) -> bool:
+    """Both arms of ``seed`` ran on one machine, by their files' own records: the same CPU
+    record. The first pass's files all record the same bare "x86_64" (one machine, one
+    pass); a file that names a CPU model never pairs with one that does not."""
+    return cpu_record(real[(a, seed)]) == cpu_record(real[(b, seed)])
+
+
+def mixed_seeds(real: dict, a: str, b: str) -> list[int]:
+    """The seeds both arms have but ran on different machines: left out of every pair."""
+    return [s for s in seeds_of(real, a) if (b, s) in real and not one_machine(real, a, b, s)]
+
+
 def real_compare(real: dict, a: str, b: str, get: Callable | None = None) -> Comparison:
-    """a − b on the seeds both arms have: per seed the paired difference of the final
-    held-out evaluations (with its s.e. over problems), or of ``get(real, arm, seed)``."""
-    seeds = [s for s in seeds_of(real, a) if (b, s) in real]
+    """a − b on the seeds both arms have, run on one machine (``one_machine``; the others are
+    ``mixed_seeds``, left out): per seed the paired difference of the final held-out
+    evaluations (with its s.e. over problems), or of ``get(real, arm, seed)``."""
+    seeds = [s for s in seeds_of(real, a) if (b, s) in real and one_machine(real, a, b, s)]
     if get is None:
         per = {s: paired(final(real[(a, s)]), final(real[(b, s)])) for s in seeds}
-        return over_seeds({s: d for s, (d, _) in per.items()}, {s: e for s, (_, e) in per.items()})
-    return over_seeds({s: get(real, a, s) - get(real, b, s) for s in seeds})
+        c = over_seeds({s: d for s, (d, _) in per.items()}, {s: e for s, (_, e) in per.items()})
+    else:
+        c = over_seeds({s: get(real, a, s) - get(real, b, s) for s in seeds})
+    return dataclasses.replace(c, left_out=tuple(mixed_seeds(real, a, b)))
+
+
+def left_out_note(c: Comparison) -> str:
+    """"seeds 0–2 left out: …" where a pair's seeds ran on two machines, else ""."""
+    if not c.left_out:
+        return ""
+    return (f"seed{'s' if len(c.left_out) > 1 else ''} {seed_list(c.left_out)} left out: the "
+            "two arms ran on different machines")  # fmt: skip
 
 
 def kept_groups(result: dict) -> float:
@@ -385,6 +418,9 @@ def real_paired_table(real: dict) -> str:
         if c.n:
             per = ", ".join(fmt(c.per_seed[s], c.per_seed_se[s], sign=True) for s in c.per_seed)
             rows.append([f"{NAMES[a]} − {NAMES[b]}", per, *comparison_cells(c)])
+        elif c.left_out:  # every seed of the pair mixes machines: say so, compare nothing
+            rows.append([f"{NAMES[a]} − {NAMES[b]}", "—", left_out_note(c),
+                         *["—"] * (len(COMPARISON_HEAD) - 2), "not compared"])  # fmt: skip
     for arm in ("dapo", "dapo_noshape", "gtpo", "grpo_s", "tepo"):
         c = real_compare(real, arm, "base")
         if c.n:
@@ -409,6 +445,8 @@ def learn_gains(real: dict, arm: str) -> dict[int, tuple[float, float, float]]:
     """{seed: (paired gain over the base model, its s.e. over problems, final success)}."""
     out = {}
     for s in seeds_of(real, arm):
+        if not one_machine(real, arm, "base", s):
+            continue  # left out: the base model's evaluation ran on another machine
         d, se = paired(final(real[(arm, s)]), final(real[("base", s)]))
         out[s] = (d, se, final(real[(arm, s)])["success"])
     return out
@@ -764,8 +802,12 @@ def commands(toy: dict | None, real_arms: tuple[str, ...] = (), real: dict | Non
 
 def _verdicts(cmps: dict[str, Comparison], sign: int = +1) -> str:
     """ "against DAPO: not shown; against DAPO without overlong shaping: not run"."""
-    return "; ".join(f"against {k}: {c.verdict(sign) if c.n else 'not run'}"
+    return "; ".join(f"against {k}: {c.verdict(sign) if c.n else _not_compared(c)}"
                      for k, c in cmps.items())  # fmt: skip
+
+
+def _not_compared(c: Comparison) -> str:
+    return "not compared (its seeds ran on two machines)" if c.left_out else "not run"
 
 
 def eval_entropy(real: dict, arm: str, seed: int) -> float:
@@ -822,7 +864,7 @@ def _one_pair_row(real, toy, claim, quote, pair_real, pair_toy, key="final", sig
     numbers = f"{describe(t, 'toy')}; {describe(r, 'real' + what)}" + (
         f"; {extra}" if extra else ""
     )
-    return [claim, quote, t.verdict(sign) if t.n else "not run", r.verdict(sign) if r.n else "not run",
+    return [claim, quote, t.verdict(sign) if t.n else "not run", r.verdict(sign) if r.n else _not_compared(r),
             numbers, commands(toy, (*pair_real, "base"), real)]  # fmt: skip
 
 

@@ -189,6 +189,9 @@ class Comparison:
     se: float
     df: float  # n − 1 over seeds; inf: one seed, s.e. over problems, normal quantile
     sd: float  # sd over seeds (NaN for one seed)
+    #: seeds both arms have but left out of the difference: their two runs ran on different
+    #: machines (a pair is compared only on one machine)
+    left_out: tuple = ()
 
     @property
     def n(self) -> int:
