@@ -323,3 +323,41 @@ def test_the_credit_page_agrees_with_the_ledger_on_the_entropy_hypothesis():
             "docs/credit.md: “supported on all three testbeds”; the ledger: toy "
             f"{row[2]!r}, real {row[3]!r}"
         )
+
+
+# -- seeds where they can decide (issue 47, "Seeds where they can decide") -------------------
+def _seeds_for_mdd(target: float, sd: float) -> int:
+    """The fewest paired seeds n with (t₀.₉₇₅,n−1 + t₀.₈₀,n−1)·sd/√n ≤ target, by a plain
+    upward search with scipy's t quantiles (the report bisects with its own)."""
+    from scipy.stats import t
+
+    n = 2
+    while (t.ppf(0.975, n - 1) + t.ppf(0.80, n - 1)) * sd / math.sqrt(n) > target:
+        n += 1
+    return n
+
+
+def test_a_real_row_that_the_cpu_cannot_decide_says_how_many_seeds_it_needs():
+    """Before: no row said "not decidable on CPU"; rows of 6 seeds read "not shown" as if
+    more seeds of the same kind were on the way. Each real-model paired row that is "not
+    shown" names the seeds an MDD of 0.05 needs, computed here from the per-seed differences of
+    the files, when they are more than 20; and every row that names them is such a row."""
+    block = _block(PAGE, "real-paired")
+    checked = 0
+    for a, b in report.REAL_PAIRS:
+        seeds = [s for s in report.seeds_of(REAL, a) if (b, s) in REAL
+                 and REAL[(a, s)]["machine"]["cpu"] == REAL[(b, s)]["machine"]["cpu"]]  # fmt: skip
+        if len(seeds) < 2:
+            continue
+        diffs = [report.paired(report.final(REAL[(a, s)]), report.final(REAL[(b, s)]))[0]
+                 for s in seeds]  # fmt: skip
+        row = next(x for x in block.splitlines()
+                   if x.startswith(f"| {report.NAMES[a]} − {report.NAMES[b]} |"))  # fmt: skip
+        verdict = row.rstrip(" |").split("|")[-1].strip()
+        n = _seeds_for_mdd(0.05, float(np.std(diffs, ddof=1)))
+        if verdict.startswith("not shown") and n > 20:
+            assert f"needs {n} seeds for an MDD of 0.05; not decidable on CPU" in verdict, row
+            checked += 1
+        else:
+            assert "not decidable" not in verdict, row
+    assert checked >= 3  # every DAPO comparison of the real model needs 38 seeds or more

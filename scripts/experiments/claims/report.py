@@ -350,7 +350,7 @@ def real_compare(real: dict, a: str, b: str, get: Callable | None = None) -> Com
 
 
 def left_out_note(c: Comparison) -> str:
-    """"seeds 0–2 left out: …" where a pair's seeds ran on two machines, else ""."""
+    """ "seeds 0–2 left out: …" where a pair's seeds ran on two machines, else ""."""
     if not c.left_out:
         return ""
     return (f"seed{'s' if len(c.left_out) > 1 else ''} {seed_list(c.left_out)} left out: the "
@@ -417,7 +417,9 @@ def real_paired_table(real: dict) -> str:
         c = real_compare(real, a, b)
         if c.n:
             per = ", ".join(fmt(c.per_seed[s], c.per_seed_se[s], sign=True) for s in c.per_seed)
-            rows.append([f"{NAMES[a]} − {NAMES[b]}", per, *comparison_cells(c)])
+            cells = comparison_cells(c)
+            cells[-1] = _real_verdict(c, seeds_note=True)
+            rows.append([f"{NAMES[a]} − {NAMES[b]}", per, *cells])
         elif c.left_out:  # every seed of the pair mixes machines: say so, compare nothing
             rows.append([f"{NAMES[a]} − {NAMES[b]}", "—", left_out_note(c),
                          *["—"] * (len(COMPARISON_HEAD) - 2), "not compared"])  # fmt: skip
@@ -427,7 +429,10 @@ def real_paired_table(real: dict) -> str:
             per = ", ".join(fmt(c.per_seed[s], c.per_seed_se[s], sign=True) for s in c.per_seed)
             z = min(d / c.per_seed_se[s] for s, d in c.per_seed.items())
             cells = comparison_cells(c)
-            cells[-1] += f"; smallest per-seed gain {z:.1f} s.e. over problems"
+            cells[-1] = (
+                _real_verdict(c, seeds_note=True)
+                + f"; smallest per-seed gain {z:.1f} s.e. over problems"
+            )
             rows.append([f"{NAMES[arm]} − base model", per, *cells])
     return table(head, rows)
 
@@ -800,10 +805,55 @@ def commands(toy: dict | None, real_arms: tuple[str, ...] = (), real: dict | Non
     return "; ".join(out) or "—"
 
 
-def _verdicts(cmps: dict[str, Comparison], sign: int = +1) -> str:
-    """ "against DAPO: not shown; against DAPO without overlong shaping: not run"."""
-    return "; ".join(f"against {k}: {c.verdict(sign) if c.n else _not_compared(c)}"
+def _verdicts(cmps: dict[str, Comparison], sign: int = +1, real: bool = False) -> str:
+    """ "against DAPO: not shown; against DAPO without overlong shaping: not run"; on the real
+    model (``real``) a verdict the CPU cannot decide says how many seeds it needs."""
+    return "; ".join(f"against {k}: {_real_verdict(c, sign) if real else c.verdict(sign) if c.n else _not_compared(c)}"
                      for k, c in cmps.items())  # fmt: skip
+
+
+#: The smallest difference a real-model row should be able to detect (80 % power), and the
+#: most paired seeds a row can have on CPU: a real-model run costs about 6 CPU-minutes, so 20
+#: seeds of a pair are 40 runs, about 2 hours of a 2-core machine (the α₂ row's 18 seeds are
+#: the largest the ledger ran).
+MDD_TARGET = 0.05
+CPU_SEEDS = 20
+
+
+def seeds_to_decide(c: Comparison) -> float | None:
+    """Paired seeds for an MDD of ``MDD_TARGET`` at the spread the seeds show (None: one
+    seed or none, no spread to go by)."""
+    if c.n < 2 or not math.isfinite(c.sd):
+        return None
+    return st.seeds_for_power(MDD_TARGET, c.sd)
+
+
+def not_decidable(c: Comparison) -> str:
+    """ "needs N seeds for an MDD of 0.05; not decidable on CPU" for a real-model comparison
+    that would need more than ``CPU_SEEDS`` seeds, else ""."""
+    n = seeds_to_decide(c)
+    if n is None or n <= CPU_SEEDS:
+        return ""
+    shown = "more than 10⁶" if math.isinf(n) else f"{n}"
+    return f"needs {shown} seeds for an MDD of {MDD_TARGET:g}; not decidable on CPU"
+
+
+def describe_real(c: Comparison, label: str) -> str:
+    """``describe`` of a real-model comparison, with "needs N seeds …; not decidable on CPU"
+    where it is "not shown" and would need more than ``CPU_SEEDS`` seeds."""
+    note = not_decidable(c) if c.n and c.verdict() == "not shown" else ""
+    return describe(c, label) + (f" ({note})" if note else "")
+
+
+def _real_verdict(c: Comparison, sign: int = +1, seeds_note: bool = False) -> str:
+    """The verdict (a ledger cell: the word alone); with ``seeds_note``, a "not shown" that
+    the CPU cannot decide says how many seeds it needs (a difference that holds or is
+    contradicted is decided, whatever its MDD)."""
+    if not c.n:
+        return _not_compared(c)
+    v = c.verdict(sign)
+    note = not_decidable(c) if seeds_note and v == "not shown" else ""
+    return v + (f" ({note})" if note else "")
 
 
 def _not_compared(c: Comparison) -> str:
@@ -833,8 +883,8 @@ def against_dapos(real: dict, toy: dict | None, arm: str, toy_arm: str,
     real_c = real_dapos(real, arm, key)
     what = "" if key == "final" else " held-out entropy"
     numbers = [describe(c, f"toy − {k}") for k, c in toy_c.items()]
-    numbers += [describe(c, f"real{what} − {k}") for k, c in real_c.items()]
-    return _verdicts(toy_c), _verdicts(real_c), "; ".join(numbers)
+    numbers += [describe_real(c, f"real{what} − {k}") for k, c in real_c.items()]
+    return _verdicts(toy_c), _verdicts(real_c, real=True), "; ".join(numbers)
 
 
 def _diff_row(real, toy, claim, quote, arm, toy_arm, key="final", extra="") -> list[str]:
@@ -861,10 +911,10 @@ def _one_pair_row(real, toy, claim, quote, pair_real, pair_toy, key="final", sig
     t = toy_compare(toy, *pair_toy, key)
     r = real_compare(real, *pair_real, None if key == "final" else eval_entropy)
     what = "" if key == "final" else " held-out entropy"
-    numbers = f"{describe(t, 'toy')}; {describe(r, 'real' + what)}" + (
+    numbers = f"{describe(t, 'toy')}; {describe_real(r, 'real' + what)}" + (
         f"; {extra}" if extra else ""
     )
-    return [claim, quote, t.verdict(sign) if t.n else "not run", r.verdict(sign) if r.n else _not_compared(r),
+    return [claim, quote, t.verdict(sign) if t.n else "not run", _real_verdict(r, sign),
             numbers, commands(toy, (*pair_real, "base"), real)]  # fmt: skip
 
 
@@ -1207,11 +1257,11 @@ def row_long_cot(real, toy):
 def row_eq4_literal(real, toy):
     toy_c, real_c = toy_dapos(toy, "gtpo stats=batch"), real_dapos(real, "gtpo_batch")
     numbers = [describe(c, f"toy − {k}") for k, c in toy_c.items()]
-    numbers += [describe(c, f"real − {k}") for k, c in real_c.items()]
+    numbers += [describe_real(c, f"real − {k}") for k, c in real_c.items()]
     return ["GTPO as Eq. 4 is written (R⁺, R⁻ pooled over the batch) beats DAPO",
             "Eq. 4: R⁺ and R⁻ “normalized over all tokens in the entire batch” (v5 §2.2); the "
             "project's default normalises per group (gtpo page)",
-            _verdicts(toy_c), _verdicts(real_c), "; ".join(numbers),
+            _verdicts(toy_c), _verdicts(real_c, real=True), "; ".join(numbers),
             commands(toy, ("gtpo_batch", *REAL_DAPOS, "base"), real)]  # fmt: skip
 
 
