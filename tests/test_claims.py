@@ -36,7 +36,16 @@ def _script(name: str, file: str):
 
 report = _script("claims_report", "report.py")
 claims_real = _script("claims_real", "run_real.py")
-stats = sys.modules["stats"]  # the report's statistics module (stats.py), loaded by the report
+# The modules beside report.py, as the report loaded them: each name from where it is defined.
+stats = sys.modules["stats"]  # the ledger's statistics (stats.py)
+arms = sys.modules["arms"]
+result_files = sys.modules["result_files"]
+wording = sys.modules["wording"]
+real_runs = sys.modules["real_runs"]
+real_tables = sys.modules["real_tables"]
+toy_testbed = sys.modules["toy_testbed"]
+learning_curves = sys.modules["learning_curves"]
+ledger = sys.modules["ledger"]
 
 
 def _eval(correct: list[int], n: int, step: int = 24, success: float | None = None) -> dict:
@@ -65,14 +74,14 @@ def _block(page: str, name: str) -> str:
 def test_paired_difference_is_the_mean_of_per_problem_differences_by_hand():
     # Rates a = (1, 0, 0.5), b = (0.5, 0, 0.5): differences (0.5, 0, 0), mean 1/6,
     # sd = sqrt(((1/3)² + 2·(1/6)²) / 2) = sqrt(1/12), s.e. = sd / √3 = 1/6.
-    d, se = report.paired(_eval([4, 0, 2], 4), _eval([2, 0, 2], 4))
+    d, se = stats.paired(_eval([4, 0, 2], 4), _eval([2, 0, 2], 4))
     assert d == pytest.approx(1 / 6)
     assert se == pytest.approx(1 / 6)
 
 
 def test_paired_refuses_evaluations_of_different_sizes():
     with pytest.raises(ValueError, match="different numbers of problems"):
-        report.paired(_eval([1, 2], 4), _eval([1, 2, 3], 4))
+        stats.paired(_eval([1, 2], 4), _eval([1, 2, 3], 4))
 
 
 # Student's t quantiles from a printed table (not from scipy): t₀.₉₇₅ and t₀.₈₀.
@@ -96,7 +105,7 @@ T80 = {2: 1.0607, 4: 0.9410, 7: 0.8960, 8: 0.8889, 9: 0.8834}
     ],
 )
 def test_verdict_rule_is_student_t_at_the_degrees_of_freedom(diff, se, df, sign, expected):
-    assert report.verdict(diff, se, df, sign) == expected
+    assert stats.verdict(diff, se, df, sign) == expected
 
 
 @pytest.mark.parametrize("df", [2, 4, 7, 8, 9])
@@ -179,18 +188,18 @@ def test_steps_to_threshold_first_evaluation_and_interpolation_by_hand():
     base = {"success": 0.10}
     run = {"evals": [_eval([0], 1, 8, 0.15), _eval([0], 1, 16, 0.25), _eval([0], 1, 24, 0.3)]}
     # 0.20 is first reached at step 16; linearly between (8, 0.15) and (16, 0.25): step 12.
-    first, interp = report.steps_to(run, base, 0.20)
+    first, interp = learning_curves.steps_to(run, base, 0.20)
     assert (first, interp) == (16.0, pytest.approx(12.0))
-    assert report.steps_to(run, base, 0.5) == (math.inf, math.inf)
+    assert learning_curves.steps_to(run, base, 0.5) == (math.inf, math.inf)
     # Reached at the first evaluation: between (0, 0.10) and (8, 0.15), halfway: step 4.
-    assert report.steps_to(run, base, 0.125) == (8.0, pytest.approx(4.0))
-    assert report.real_crossing(run, base, 0.20) == stats.Interval(8, 16)
-    assert report.real_crossing(run, base, 0.5) == stats.Interval(24, math.inf)
+    assert learning_curves.steps_to(run, base, 0.125) == (8.0, pytest.approx(4.0))
+    assert learning_curves.real_crossing(run, base, 0.20) == stats.Interval(8, 16)
+    assert learning_curves.real_crossing(run, base, 0.5) == stats.Interval(24, math.inf)
 
 
 def test_worst_drop_is_the_largest_fall_between_consecutive_evaluations():
-    assert report.worst_drop([0.1, 0.5, 0.3, 0.4, 0.35]) == pytest.approx(0.2)
-    assert report.worst_drop([0.1, 0.2, 0.3]) == 0.0
+    assert learning_curves.worst_drop([0.1, 0.5, 0.3, 0.4, 0.35]) == pytest.approx(0.2)
+    assert learning_curves.worst_drop([0.1, 0.2, 0.3]) == 0.0
 
 
 # -- pairing only on the seeds both arms have ------------------------------------------------
@@ -205,14 +214,14 @@ def _run(correct: list[int], step: int = 12) -> dict:
 def test_arms_with_different_seeds_pair_on_the_seeds_both_have():
     real = {("dapo", s): _run([4, 0, 0, 0]) for s in range(5)}
     real |= {("gtpo", s): _run([4, 4, 0, 0] if s < 2 else [4, 2, 0, 0]) for s in (0, 1, 2)}
-    c = report.real_compare(real, "gtpo", "dapo")
+    c = real_runs.real_compare(real, "gtpo", "dapo")
     assert sorted(c.per_seed) == [0, 1, 2] and (c.n, c.df) == (3, 2)
     # per seed: +0.25, +0.25, +0.125 (rate differences 1 and 0.5 on one problem of four)
     assert c.diff == pytest.approx((0.25 + 0.25 + 0.125) / 3)
-    table = report.real_paired_table(real)
+    table = real_tables.real_paired_table(real)
     row = _cells(table, "GTPO (α₂ = 0.1) − DAPO")
     assert row["seeds"] == "0–2 (n 3)" and row["df"] == "2"
-    assert report.real_compare(real, "gtpo", "nope").n == 0
+    assert real_runs.real_compare(real, "gtpo", "nope").n == 0
 
 
 def test_a_pair_is_compared_only_on_one_machine():
@@ -221,25 +230,27 @@ def test_a_pair_is_compared_only_on_one_machine():
     files of 3590d04, DAPO without overlong shaping seeds 0-2 (AMD EPYC) paired with first-pass
     arms (bare "x86_64"))."""
     amd, first = {"cpu": "AMD EPYC", "path": "avx2"}, {"cpu": "x86_64", "path": "avx2"}
-    real = {("dapo", s): _run([4, 0, 0, 0]) | {"machine": first if s < 2 else amd} for s in range(4)}
+    real = {
+        ("dapo", s): _run([4, 0, 0, 0]) | {"machine": first if s < 2 else amd} for s in range(4)
+    }
     real |= {("dapo_noshape", s): _run([4, 4, 0, 0]) | {"machine": amd} for s in range(4)}
     real |= {("grpo_s", s): _run([0, 0, 0, 0]) | {"machine": first} for s in range(2)}
-    c = report.real_compare(real, "dapo_noshape", "dapo")
+    c = real_runs.real_compare(real, "dapo_noshape", "dapo")
     assert sorted(c.per_seed) == [2, 3] and c.left_out == (0, 1)
-    row = _cells(report.real_paired_table(real), "DAPO without overlong shaping − DAPO")
+    row = _cells(real_tables.real_paired_table(real), "DAPO without overlong shaping − DAPO")
     assert row["seeds"].startswith("2, 3 (n 2)") and "0, 1 left out" in row["seeds"]
-    none = report.real_compare(real, "grpo_s", "dapo_noshape")
+    none = real_runs.real_compare(real, "grpo_s", "dapo_noshape")
     assert none.n == 0 and none.left_out == (0, 1)
-    row = _cells(report.real_paired_table(real), "GRPO-S − DAPO without overlong shaping")
+    row = _cells(real_tables.real_paired_table(real), "GRPO-S − DAPO without overlong shaping")
     assert row["verdict on “first > second”"] == "not compared"
-    assert "different machines" in report.describe(none, "real")
+    assert "different machines" in wording.describe(none, "real")
     # the same record on both sides pairs: the first pass's files with each other
-    assert report.real_compare(real, "grpo_s", "dapo").per_seed.keys() == {0, 1}
+    assert real_runs.real_compare(real, "grpo_s", "dapo").per_seed.keys() == {0, 1}
 
 
 def test_a_one_seed_row_says_so_and_uses_the_normal_quantile():
     real = {("dapo", 0): _run([0] * 10 + [4] * 10), ("gtpo_batch", 0): _run([0] * 20)}
-    row = _cells(report.real_paired_table(real), "GTPO, stats = batch (Eq. 4 literal) − DAPO")
+    row = _cells(real_tables.real_paired_table(real), "GTPO, stats = batch (Eq. 4 literal) − DAPO")
     assert "one seed" in row["seeds"]
     assert "normal" in row["df"]
     # rates 0 − (0 ×10, 1 ×10): mean −0.5, sd 0.513, s.e. 0.115: 4.4 s.e. > 1.96
@@ -248,8 +259,8 @@ def test_a_one_seed_row_says_so_and_uses_the_normal_quantile():
 
 
 # -- the committed results and the page ----------------------------------------------------------
-REAL = report.load_real()
-TOY = report.load_toy()
+REAL = result_files.load_real()
+TOY = result_files.load_toy()
 
 
 def test_the_page_shows_what_the_committed_files_give():
@@ -278,10 +289,10 @@ def test_the_check_fails_on_an_edited_results_brief(tmp_path, monkeypatch):
     assert report.main(["--check"]) == 1
 
 
-@pytest.mark.parametrize("arm", report.MAIN_ARMS)
+@pytest.mark.parametrize("arm", arms.MAIN_ARMS)
 def test_every_main_arm_has_the_first_three_paired_seeds(arm):
-    for seed in report.FIRST_SEEDS:
-        assert (arm, seed) in REAL, f"{report.REAL}/{arm}_seed{seed}.json is missing"
+    for seed in arms.FIRST_SEEDS:
+        assert (arm, seed) in REAL, f"{result_files.REAL}/{arm}_seed{seed}.json is missing"
         assert ("base", seed) in REAL
 
 
@@ -324,8 +335,8 @@ def test_the_arms_run_their_paper_defaults_except_the_named_change():
 def test_a_later_seed_falls_short_of_the_bar_and_is_kept():
     """Seed 4's DAPO run did not learn: it stays in the ledger, not dropped (the design's bar
     over every seed: tests/test_claims_evidence.py)."""
-    d, se = report.paired(report.final(REAL[("dapo", 4)]), report.final(REAL[("base", 4)]))
-    assert d / se < 4 and 4 in report.seeds_of(REAL, "dapo")
+    d, se = stats.paired(real_runs.final(REAL[("dapo", 4)]), real_runs.final(REAL[("base", 4)]))
+    assert d / se < 4 and 4 in real_runs.seeds_of(REAL, "dapo")
 
 
 def test_the_paper_default_dapo_has_overlong_shaping_and_the_other_arm_not():
@@ -338,12 +349,12 @@ def test_the_paper_default_dapo_has_overlong_shaping_and_the_other_arm_not():
 
 
 # -- two machines ----------------------------------------------------------------------------
-CROSS = {p.name: json.loads(p.read_text()) for p in sorted(report.CROSS.glob("*.json"))}
+CROSS = {p.name: json.loads(p.read_text()) for p in sorted(result_files.CROSS.glob("*.json"))}
 
 
 def test_there_is_a_cross_machine_check_of_first_pass_runs():
     """The page pairs arms run on two machines on the strength of these files."""
-    assert CROSS, f"no rerun of a first-pass file under {report.CROSS}"
+    assert CROSS, f"no rerun of a first-pass file under {result_files.CROSS}"
     for name in CROSS:
         arm, seed = re.fullmatch(r"(.+)_seed(\d+)_\w+\.json", name).groups()
         assert (arm, int(seed)) in REAL, name
@@ -356,7 +367,7 @@ def test_the_cross_machine_reruns_agree_problem_by_problem_with_the_first_pass(n
     machines pair), although its logged losses differ in the last digits."""
     arm, seed = re.fullmatch(r"(.+)_seed(\d+)_\w+\.json", name).groups()
     xeon, other = REAL[(arm, int(seed))], CROSS[name]
-    assert (arm, int(seed)) in report.FIRST_PASS_FILES
+    assert (arm, int(seed)) in arms.FIRST_PASS_FILES
     assert other["held_out"] == xeon["held_out"]
     assert other.get("training_problems") == xeon.get("training_problems")
     steps = [e["step"] for e in other["evals"]]
@@ -378,7 +389,7 @@ def _second_pass(tmp_path: Path) -> tuple[Path, Path]:
     toy file of the new schema (final at the budget's end, 8 seeds, the DAPO ablation, GSPO)."""
     real = tmp_path / "real"
     real.mkdir()
-    for path in sorted(report.REAL.glob("*_seed*.json")):
+    for path in sorted(result_files.REAL.glob("*_seed*.json")):
         (real / path.name).write_text(path.read_text())
     rng = np.random.default_rng(0)
 
@@ -401,7 +412,7 @@ def _second_pass(tmp_path: Path) -> tuple[Path, Path]:
         for arm in ("base", "dapo", "dapo_noshape", "gtpo", "gtpo_alpha0"):
             src = REAL[("dapo" if arm == "dapo_noshape" else arm, seed % 3)]
             write(arm, seed, src, [noisy(src["evals"][-1])])
-    toy = json.loads(report.TOY.read_text())
+    toy = json.loads(result_files.TOY.read_text())
     runs = toy["results"]["countdown"]["runs"]
     runs["gspo"] = json.loads(json.dumps(runs["grpo"]))
     runs["dapo overlong_shaping=False"] = json.loads(json.dumps(runs["dapo"]))
@@ -421,15 +432,17 @@ def _second_pass(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_the_report_reads_the_second_pass_files(tmp_path, monkeypatch):
     real_dir, toy_path = _second_pass(tmp_path)
-    monkeypatch.setattr(report, "REAL", real_dir)
-    monkeypatch.setattr(report, "TOY", toy_path)
+    monkeypatch.setattr(result_files, "REAL", real_dir)
+    monkeypatch.setattr(result_files, "TOY", toy_path)
     claims = report.blocks()["claims"]
     paired = claims["real-paired"]
     # DAPO without overlong shaping's seeds 0-2 ran on the new machine, GTPO's on the first
     # pass's: those pairs mix machines and are left out (issue 47 item 1)
     row = _cells(paired, "GTPO (α₂ = 0.1) − DAPO without overlong shaping")
     assert (row["seeds"], row["df"]) == (
-        "3–7 (n 5); seeds 0–2 left out: the two arms ran on different machines", "4")
+        "3–7 (n 5); seeds 0–2 left out: the two arms ran on different machines",
+        "4",
+    )
     assert float(row["t bar (s.e.)"]) == pytest.approx(T975[4], abs=0.005)  # 2 decimals
     assert _cells(paired, "GTPO (α₂ = 0.1) − DAPO")["seeds"] == "0–7 (n 8)"
     assert _cells(paired, "GRPO-S − DAPO")["seeds"] == "0–2 (n 3)"  # GRPO-S has seeds 0-2
@@ -458,14 +471,14 @@ def test_the_report_reads_the_second_pass_files(tmp_path, monkeypatch):
 def test_slip_1_kept_groups_average_only_the_steps_that_log_them():
     """``refimpl/kept_groups_frac`` is logged on each rollout's first step only."""
     # The committed files: the mean over seeds of each run's mean over its logging steps.
-    table = report.real_arm_table(REAL)
+    table = real_tables.real_arm_table(REAL)
     for arm in ("dapo", "gtpo", "gtpo_batch"):
         per_run = [
             np.mean([h[k] for h in r["steps"] for k in h if k == "refimpl/kept_groups_frac"])
             for (a, _), r in REAL.items()
             if a == arm
         ]
-        assert _cells(table, report.NAMES[arm])["kept groups"] == f"{np.mean(per_run):.2f}"
+        assert _cells(table, arms.NAMES[arm])["kept groups"] == f"{np.mean(per_run):.2f}"
     assert _cells(table, "DAPO")["kept groups"] != "0.90"  # 9 of 12 steps counted as 1.0
     # By hand: 0.25 and 0.75 logged on 2 of 12 steps: 0.50.
     steps = [{"loss": 0.0} for _ in range(12)]
@@ -473,7 +486,7 @@ def test_slip_1_kept_groups_average_only_the_steps_that_log_them():
     steps[4]["refimpl/kept_groups_frac"] = 0.75
     run = {**_run([4, 0]), "steps": steps, "train": {}, "train_s": 60.0}
     real = {("base", 0): _run([0, 0], 0), ("dapo", 0): run}
-    assert _cells(report.real_arm_table(real), "DAPO")["kept groups"] == "0.50"
+    assert _cells(real_tables.real_arm_table(real), "DAPO")["kept groups"] == "0.50"
 
 
 def test_slip_2_toy_final_is_the_evaluation_at_the_budget_end_for_every_arm():
@@ -486,11 +499,11 @@ def test_slip_2_toy_final_is_the_evaluation_at_the_budget_end_for_every_arm():
         for s in seeds:
             assert per_seed[s]["curve_tokens"][-1] == per_seed[s]["sampled_tokens"]
         expected = ", ".join(f"{per_seed[s]['curve_success'][-1]:.3f}" for s in seeds)
-        row = _cells(report.toy_table(TOY), report.NAMES.get(label, label))
+        row = _cells(toy_testbed.toy_table(TOY), arms.NAMES.get(label, label))
         assert row["final held-out greedy, per seed"] == expected
     t, d = runs["tepo"], runs["dapo"]
     diffs = [t[s]["curve_success"][-1] - d[s]["curve_success"][-1] for s in sorted(t, key=int)]
-    row = _cells(report.toy_paired_table(TOY), "TEPO − DAPO")
+    row = _cells(toy_testbed.toy_paired_table(TOY), "TEPO − DAPO")
     assert row["per seed"] == ", ".join(f"{v:+.3f}" for v in diffs)
 
 
@@ -512,7 +525,7 @@ def test_slip_3_the_pages_sizes_are_computed_from_the_files_and_the_formula():
 
 
 def test_slip_4_every_quote_names_the_version_it_is_from():
-    rows = report.ledger_rows(REAL, TOY)
+    rows = ledger.ledger_rows(REAL, TOY)
     cot = next(r for r in rows if "long chains of thought" in r[0])
     assert "“exhibits superior stability in long Chain-of-Thought (CoT) reasoning tasks” " \
            "(v6 abstract" in cot[1]  # fmt: skip
@@ -534,7 +547,7 @@ def test_slip_5_the_words_go_no_further_than_the_verdicts():
                        "decides, not the algorithm"):  # fmt: skip
             assert phrase not in text, phrase
     # The summaries state the ledger's verdicts: each verdict on GTPO against DAPO is there.
-    rows = report.ledger_rows(REAL, TOY)
+    rows = ledger.ledger_rows(REAL, TOY)
     gtpo = next(r for r in rows if r[0].startswith("GTPO beats DAPO"))
     short = _block(claims, "in-short")
     for cell in (gtpo[2], gtpo[3]):
@@ -562,7 +575,7 @@ def test_slip_6_no_sd_printed_as_a_standard_error_and_one_speed_verdict():
     for mean_sd in sds:  # "0.206 ± 0.024" is a mean and an sd: never written as mean ± s.e.
         assert mean_sd not in results, mean_sd
     # benchmarks.md § 2 answers "converge faster?" with the ledger's own toy verdict.
-    speed = next(r for r in report.ledger_rows(REAL, TOY) if r[0].startswith("TEPO converges"))
+    speed = next(r for r in ledger.ledger_rows(REAL, TOY) if r[0].startswith("TEPO converges"))
     assert speed[2] in " ".join(section.split())
     assert "converge faster than GRPO/DAPO? No" not in section
 
@@ -573,7 +586,7 @@ def test_slip_7_the_toy_command_reproduces_the_files_settings():
     from refimpl.bench.learning import LearningConfig
     from refimpl.settings.presets import explicit_fields
 
-    rows = [r for r in report.ledger_rows(REAL, TOY) if r[5] != "—" and not _elsewhere(r)]
+    rows = [r for r in ledger.ledger_rows(REAL, TOY) if r[5] != "—" and not _elsewhere(r)]
     assert len(rows) >= 9  # "—": not testable; the credit rows have their own experiment
     for row in rows:
         m = re.search(r"`refimpl bench-learning ([^`]*)`", row[5])
@@ -601,7 +614,7 @@ def _elsewhere(row: list[str]) -> bool:
 def test_the_credit_rows_name_their_experiment_and_how_to_rerun_it():
     """The three rows of issue 38 (the entropy hypothesis, GTPO's credit, GRPO-S on the long
     chain) give the credit experiment's command, with the empty-directory rerun."""
-    rows = [r for r in report.ledger_rows(REAL, TOY) if _credit_row(r)]
+    rows = [r for r in ledger.ledger_rows(REAL, TOY) if _credit_row(r)]
     claims = sorted(r[0].split(" (")[0] for r in rows)
     assert claims[:2] == [
         "GRPO-S falls less than DAPO and GRPO on 23–37-token chains of a "
@@ -639,7 +652,7 @@ def test_slip_7_every_real_file_is_a_run_the_script_queues_and_the_command_says_
             arm,
             seed,
         )
-    for row in report.ledger_rows(REAL, TOY):
+    for row in ledger.ledger_rows(REAL, TOY):
         if row[5] != "—" and not _elsewhere(row):  # "—": not testable here, nothing run
             assert "OUT=" in row[5] and f"bash {CLAIMS_DIR}/run_real.sh" in row[5], row[0]
             for arm in re.findall(r"reads ([\w, ]+) ×", row[5])[0].split(", "):
@@ -656,17 +669,17 @@ def test_slip_8_each_file_names_its_machine():
     assert TOY["machine"]["cpu"] in machines
     for key, r in REAL.items():
         m = r["machine"]
-        if key in report.FIRST_PASS_FILES:
+        if key in arms.FIRST_PASS_FILES:
             assert not names_cpu_model(m["cpu"]), key  # the old files: only an architecture
             continue
         assert names_cpu_model(m.get("cpu")), f"{key}: no CPU model name in the file"
         assert m.get("path"), f"{key}: no numeric path in the file"
     new = {"machine": {"cpu": "AMD EPYC", "path": "avx2", "torch": "2.13.0+cpu", "threads": 1}}
-    assert report.machine_of(new, ("dapo", 3)).startswith("AMD EPYC, avx2 path")
+    assert result_files.machine_of(new, ("dapo", 3)).startswith("AMD EPYC, avx2 path")
     old = {"machine": {"cpu": "x86_64"}, "commit": "d2ea469"}
-    assert report.machine_of(old, ("dapo", 0)).startswith("unrecorded")
+    assert result_files.machine_of(old, ("dapo", 0)).startswith("unrecorded")
     for key, r in REAL.items():
-        assert report.machine_of(r, key) in machines
+        assert result_files.machine_of(r, key) in machines
 
 
 def test_a_file_without_a_cpu_model_is_unrecorded_on_the_page():
@@ -680,7 +693,7 @@ def test_a_file_without_a_cpu_model_is_unrecorded_on_the_page():
     unrecorded = [line for line in lines if "unrecorded" in line]
     for (arm, seed), r in REAL.items():
         if not names_cpu_model(r["machine"].get("cpu")):
-            assert any(line.startswith("- **unrecorded") and report.NAMES.get(arm, arm) in line
+            assert any(line.startswith("- **unrecorded") and arms.NAMES.get(arm, arm) in line
                        for line in unrecorded), (arm, seed)  # fmt: skip
     for name, r in CROSS.items():
         line = next(x for x in lines if f"cross_machine/{name}" in x)

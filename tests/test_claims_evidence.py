@@ -33,9 +33,19 @@ def _load():
 
 
 report = _load()
+# The modules beside report.py, as the report loaded them: each name from where it is defined.
 stats = sys.modules["stats"]
-REAL = report.load_real()
-TOY = report.load_toy()
+arms = sys.modules["arms"]
+result_files = sys.modules["result_files"]
+wording = sys.modules["wording"]
+real_runs = sys.modules["real_runs"]
+real_tables = sys.modules["real_tables"]
+toy_testbed = sys.modules["toy_testbed"]
+learning_curves = sys.modules["learning_curves"]
+credit_rows = sys.modules["credit_rows"]
+long_chain_rows = sys.modules["long_chain_rows"]
+REAL = result_files.load_real()
+TOY = result_files.load_toy()
 PAGE = report.PAGE.read_text()
 
 
@@ -88,7 +98,7 @@ def test_the_recomputed_completions_are_the_files(stem):
     """The per-completion values the prompt means are built from are the ones behind the file's
     own means over completions (same completions counted, same mean up to the file's 5-digit
     rounding of the token values)."""
-    u = report.credit_units(stem, "64")
+    u = credit_rows.credit_units(stem, "64")
     m = _per_completion_means(stem, "64")
     g = m["signals"]["gtpo"]["credit"]
     for unit, stored in ((u["rho"], m["entropy"]["within"]["spearman"]),
@@ -103,7 +113,7 @@ def test_the_credit_rows_test_prompts_at_prompts_minus_one_degrees_of_freedom():
     """Before: the toy rows tested 128 completions at df 127 (and SmolLM2 16 at df 15)."""
     ledger = _block(PAGE, "ledger")
     assert "(df 127" not in ledger and "over 128 completions" not in ledger
-    u = report.credit_units("longchain_step0", "64")
+    u = credit_rows.credit_units("longchain_step0", "64")
     assert u["prompts"] == 16 and u["rho"].units == 16 and u["rho"].df == 15
     row = _ledger_row("High entropy marks the pivotal tokens")
     assert f"over 16 prompts ({u['rho'].values} completions; df 15" in row[4]
@@ -116,8 +126,8 @@ def test_smollm2_on_two_prompts_is_not_testable_and_the_page_gives_the_run():
     prompts = {c["prompt"] for c in
                json.loads((CREDIT / "real_smollm2_k32.json").read_text())["completions"]}  # fmt: skip
     assert len(prompts) == 2 < stats.MIN_PROMPTS == 16
-    stem, _, k = report.credit_real()[0]
-    u = report.credit_units(stem, k)
+    stem, _, k = credit_rows.credit_real()[0]
+    u = credit_rows.credit_units(stem, k)
     for claim in ("High entropy marks the pivotal tokens", "GTPO's token rewards"):
         row = _ledger_row(claim)
         if u["prompts"] < stats.MIN_PROMPTS:  # the 16-prompt batch has not run yet
@@ -136,7 +146,7 @@ def test_smollm2_on_two_prompts_is_not_testable_and_the_page_gives_the_run():
 def test_the_gtpo_credit_rule_is_the_agreement_tests_with_the_blame_beside_it():
     """Before: "both must agree, else not shown" folded a contradicted blame test into the row's
     "not shown"; the blame verdict appeared nowhere."""
-    v = report.gtpo_credit_verdict
+    v = credit_rows.gtpo_credit_verdict
     assert v({"agreement": ["holds", "holds"], "blame": ["contradicted", "contradicted"]}) == (
         "holds (the agreement test); blame on the pivot: contradicted"
     )
@@ -149,15 +159,15 @@ def test_the_gtpo_credit_rule_is_the_agreement_tests_with_the_blame_beside_it():
 def test_the_gtpo_credit_row_reports_each_sub_test_and_the_page_states_the_rule_first():
     row = _ledger_row("GTPO's token rewards assign credit better")
     blame, agree = [], []
-    for stem, _label, k in report.CREDIT_TOY:
-        u = report.credit_units(stem, k)
+    for stem, _label, k in credit_rows.CREDIT_TOY:
+        u = credit_rows.credit_units(stem, k)
         agree.append(u["r"].verdict())
         blame.append(u["blame"].verdict())
         assert f"[{u['blame'].verdict()}]" in row[4]  # each batch's blame verdict, printed
-    assert row[2] == (f"{report.both(*agree)} (the agreement test); blame on the pivot: "
-                      f"{report.both(*blame)}")  # fmt: skip
+    assert row[2] == (f"{wording.both(*agree)} (the agreement test); blame on the pivot: "
+                      f"{wording.both(*blame)}")  # fmt: skip
     # The rule is on the page, above the ledger (before the data), in the code's words.
-    for rule in (report.GTPO_CREDIT_RULE, report.ENTROPY_RULE):
+    for rule in (credit_rows.GTPO_CREDIT_RULE, credit_rows.ENTROPY_RULE):
         assert rule in PAGE and PAGE.index(rule) < PAGE.index("<!-- claims:ledger -->"), rule
 
 
@@ -166,23 +176,23 @@ def test_the_common_grid_and_reading_a_run_on_it_by_hand():
     """Before: each arm's worst fall was read on its own evaluations (GRPO-S's 2-3, GRPO's 6)."""
     fine = {"curve_tokens": [0, 100, 200, 300, 400], "curve_success": [0.5, 0.2, 0.6, 0.6, 0.6]}
     coarse = {"curve_tokens": [0, 210, 390], "curve_success": [0.5, 0.4, 0.3]}
-    grid = report.common_grid([fine, coarse])
+    grid = learning_curves.common_grid([fine, coarse])
     assert grid.tolist() == [0.0, 195.0, 390.0]  # to the earliest end, in the fewest steps
     # fine at 195: 0.2 + 0.95 · 0.4 = 0.58; at 390: 0.6. coarse at 195: 0.5 − 0.1 · 195/210.
-    assert report.on_grid(fine, grid).tolist() == pytest.approx([0.5, 0.58, 0.6])
-    assert report.on_grid(coarse, grid)[1] == pytest.approx(0.5 - 0.1 * 195 / 210)
+    assert learning_curves.on_grid(fine, grid).tolist() == pytest.approx([0.5, 0.58, 0.6])
+    assert learning_curves.on_grid(coarse, grid)[1] == pytest.approx(0.5 - 0.1 * 195 / 210)
     # On its own grid the fine run falls 0.3 (0.5 → 0.2), on the common grid 0.
-    assert report.worst_drop(fine["curve_success"]) == pytest.approx(0.3)
-    assert report.worst_drop(report.on_grid(fine, grid)) == 0.0
+    assert learning_curves.worst_drop(fine["curve_success"]) == pytest.approx(0.3)
+    assert learning_curves.worst_drop(learning_curves.on_grid(fine, grid)) == 0.0
 
 
 def test_the_stability_row_reads_every_arm_on_one_grid():
-    runs = report.long_chain_runs()
+    runs = long_chain_rows.long_chain_runs()
     arms = [r for a in ("grpo_s", "dapo", "grpo") for r in runs[a].values()]
     end = min(r["curve_tokens"][-1] for r in arms)
     n = min(len(r["curve_tokens"]) for r in arms) - 1
     grid = np.linspace(0, end, n + 1)
-    fall, _ = report.long_cot_compare(runs, "grpo_s", "grpo", grid)
+    fall, _ = long_chain_rows.long_cot_compare(runs, "grpo_s", "grpo", grid)
     for s, d in fall.per_seed.items():
         a = np.interp(
             grid, runs["grpo_s"][str(s)]["curve_tokens"], runs["grpo_s"][str(s)]["curve_success"]
@@ -215,9 +225,9 @@ def test_the_design_bar_covers_every_seed_and_the_page_reports_where_it_failed()
     """Before: the test and the page checked the bar on seeds 0-3 only (seed 4 failed)."""
     block = _block(PAGE, "learning-bar")
     failed = {}
-    for seed in report.seeds_of(REAL, "dapo"):  # every seed the files hold
-        d, se = report.paired(
-            report.final(REAL[("dapo", seed)]), report.final(REAL[("base", seed)])
+    for seed in real_runs.seeds_of(REAL, "dapo"):  # every seed the files hold
+        d, se = stats.paired(
+            real_runs.final(REAL[("dapo", seed)]), real_runs.final(REAL[("base", seed)])
         )
         if d / se < 4:
             failed[seed] = (d, se)
@@ -231,14 +241,14 @@ def test_the_design_bar_covers_every_seed_and_the_page_reports_where_it_failed()
 def test_how_often_a_seed_fails_to_learn_per_arm(arm):
     block = _block(PAGE, "learning-bar")
     # a seed whose base-model evaluation ran on another machine is left out (issue 47 item 1)
-    seeds = [s for s in report.seeds_of(REAL, arm)
+    seeds = [s for s in real_runs.seeds_of(REAL, arm)
              if REAL[(arm, s)]["machine"]["cpu"] == REAL[("base", s)]["machine"]["cpu"]]  # fmt: skip
     below = []
     for s in seeds:
-        d, se = report.paired(report.final(REAL[(arm, s)]), report.final(REAL[("base", s)]))
+        d, se = stats.paired(real_runs.final(REAL[(arm, s)]), real_runs.final(REAL[("base", s)]))
         if d / se < 4:
             below.append(f"seed {s}: {d:+.3f} ({d / se:+.1f} s.e.)")
-    line = next(x for x in block.splitlines() if x.startswith(f"| {report.NAMES[arm]} |"))
+    line = next(x for x in block.splitlines() if x.startswith(f"| {arms.NAMES[arm]} |"))
     assert f"| {len(below)} of {len(seeds)} |" in line
     assert all(b in line for b in below)
 
@@ -291,7 +301,7 @@ def test_the_paired_final_difference_on_benchmarks_is_the_ledgers():
     text = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
     m = re.search(r"Final success [\d.]+ and [\d.]+ vs [\d.]+ \(paired ([+−-][\d.]+) and", text)
     assert m
-    c = report.toy_compare(TOY, "gtpo", "dapo")
+    c = toy_testbed.toy_compare(TOY, "gtpo", "dapo")
     assert m.group(1).replace("−", "-") == f"{c.diff:+.3f}"
     gtpo = _ledger_row("GTPO beats DAPO")[4]
     assert f"toy − DAPO {c.diff:+.3f}" in gtpo
@@ -344,15 +354,15 @@ def test_a_real_row_that_the_cpu_cannot_decide_says_how_many_seeds_it_needs():
     the files, when they are more than 20; and every row that names them is such a row."""
     block = _block(PAGE, "real-paired")
     checked = 0
-    for a, b in report.REAL_PAIRS:
-        seeds = [s for s in report.seeds_of(REAL, a) if (b, s) in REAL
+    for a, b in real_tables.REAL_PAIRS:
+        seeds = [s for s in real_runs.seeds_of(REAL, a) if (b, s) in REAL
                  and REAL[(a, s)]["machine"]["cpu"] == REAL[(b, s)]["machine"]["cpu"]]  # fmt: skip
         if len(seeds) < 2:
             continue
-        diffs = [report.paired(report.final(REAL[(a, s)]), report.final(REAL[(b, s)]))[0]
+        diffs = [stats.paired(real_runs.final(REAL[(a, s)]), real_runs.final(REAL[(b, s)]))[0]
                  for s in seeds]  # fmt: skip
         row = next(x for x in block.splitlines()
-                   if x.startswith(f"| {report.NAMES[a]} − {report.NAMES[b]} |"))  # fmt: skip
+                   if x.startswith(f"| {arms.NAMES[a]} − {arms.NAMES[b]} |"))  # fmt: skip
         verdict = row.rstrip(" |").split("|")[-1].strip()
         n = _seeds_for_mdd(0.05, float(np.std(diffs, ddof=1)))
         if verdict.startswith("not shown") and n > 20:

@@ -148,7 +148,7 @@ def test_issue_49_2_a_report_given_a_wrong_folder_leaves_the_page_as_it_was(
     texts = {name: p.read_text() for name, p in pages.items()}
     for name, p in pages.items():
         monkeypatch.setattr(claims, name, p)
-    monkeypatch.setattr(claims, "TOY", tmp_path / "toy" / "results.json")
+    monkeypatch.setattr(sys.modules["result_files"], "TOY", tmp_path / "toy" / "results.json")
     assert claims.main(["--no-figure"]) == 2
     assert "toy/results.json: missing" in capsys.readouterr().err
     assert {name: p.read_text() for name, p in pages.items()} == texts
@@ -400,13 +400,14 @@ def test_issue_49_10_the_oracle_s_memory_is_estimated_before_it_starts(
 def _report_inputs(tmp_path: Path, monkeypatch):
     """The claims report pointed at a copy of its result files, its pages at copies."""
     claims = _claims_report()
+    result_files = sys.modules["result_files"]  # where the report's result paths are defined
     real = tmp_path / "real"
-    shutil.copytree(claims.REAL, real)
+    shutil.copytree(result_files.REAL, real)
     toy = tmp_path / "toy.json"
-    toy.write_text(claims.TOY.read_text())
-    monkeypatch.setattr(claims, "REAL", real)
-    monkeypatch.setattr(claims, "CROSS", real / "cross_machine")
-    monkeypatch.setattr(claims, "TOY", toy)
+    toy.write_text(result_files.TOY.read_text())
+    monkeypatch.setattr(result_files, "REAL", real)
+    monkeypatch.setattr(result_files, "CROSS", real / "cross_machine")
+    monkeypatch.setattr(result_files, "TOY", toy)
     for name in ("PAGE", "RESULTS_PAGE"):
         monkeypatch.setattr(claims, name, _copy_page(tmp_path, getattr(claims, name)))
     return claims, real, toy
