@@ -14,7 +14,8 @@ The places, in the order ``tests/test_registry.py`` checks them (``PLACES``):
    keep their colours in figures; a new one gets the palette's next colour);
 3. ``tests/spec/test_NAME.py``: the spec module, with a ``test_worked_example`` that fails
    until you write its numbers;
-4. ``docs/algorithms/NAME.md``: the page, with its Quick facts marker and its sections;
+4. ``docs/algorithms/NAME.md``: the page, with its Quick facts and equations markers and its
+   sections;
 5. ``LOOP`` in ``docs/_algorithm_pages.py``: the page's advantage and loss steps, the base's;
 6. ``mkdocs.yml``: the page in the site's nav;
 7. ``docs/algorithms.md``: a row in the side-by-side table (the base's, to edit) and a line in
@@ -23,7 +24,8 @@ The places, in the order ``tests/test_registry.py`` checks them (``PLACES``):
 9. ``docs/api/algorithms.md``: the API reference entry;
 10. ``README.md``: a row in the table of algorithms.
 
-Then run ``scripts/dev/algorithm_pages.py`` (it writes the page's Quick facts and loop).
+Then run ``scripts/dev/algorithm_pages.py`` (it writes the page's Quick facts and loop, and its
+equations from the docstring).
 verl and TRL need no line: they register every name in ``NAMES``.
 """
 
@@ -79,6 +81,8 @@ PAGE = """# {title}
 [`test_{name}.py`](../../tests/spec/test_{name}.py).
 
 ## Key equations
+
+<!-- equations -->
 
 ## Worked example
 
