@@ -26,14 +26,27 @@ block differs, naming that command. The block holds
   per algorithm in ``LOOP`` below, with their numbers taken from the ``Config``. A line is
   marked where it differs from GRPO's, the baseline.
 
+A page holds a second generated block, under its ``## Key equations`` heading::
+
+    <!-- equations -->
+    ...generated: do not edit by hand...
+    <!-- /equations -->
+
+It is the *Equations* section of the algorithm file's module docstring, verbatim in a text
+block: the docstring is the one place where an algorithm's equations are written, and the page
+and ``docs/math.md`` (which links to each page's block) do not restate them. ``--check`` and
+the test fail when a docstring changes and its page's copy does not.
+
 The site build (mkdocs) renders the Markdown as it is: it runs no code of this module.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,6 +60,8 @@ from refimpl import algorithms, core  # noqa: E402
 
 MARKER = "<!-- quick-facts -->"  # where the generated block begins
 END = "<!-- /quick-facts -->"  # where it ends
+EQ_MARKER = "<!-- equations -->"  # where the equations block begins (under "## Key equations")
+EQ_END = "<!-- /equations -->"  # where it ends
 COMMAND = "python scripts/dev/algorithm_pages.py"  # what regenerates the blocks
 PAGES = REPO / "docs" / "algorithms"
 
@@ -437,24 +452,92 @@ changed with `--algo-args FIELD=VALUE`.
 
 
 # ---------------------------------------------------------------------------------------------
+# The equations: the docstring's own section, verbatim.
+# ---------------------------------------------------------------------------------------------
+
+# A section heading of a module docstring: a line at the margin over a line of dashes.
+_HEADING = re.compile(r"^(\S[^\n]*)\n-{3,}[ \t]*$", re.M)
+
+
+def equations(name: str, doc: str | None = None) -> tuple[str, str]:
+    """The *Equations* section of the module docstring of algorithm ``name`` (or of ``doc``):
+    its heading (``"Equations"``, or with a qualifier, ``"Equations (v5 numbering)"``) and its
+    body, dedented, up to the next section heading. A docstring without the section is an
+    error naming the file."""
+    doc = inspect.cleandoc(algorithms.get(name).__doc__ if doc is None else doc)
+    headings = list(_HEADING.finditer(doc))
+    for k, heading in enumerate(headings):
+        if heading.group(1).startswith("Equations"):
+            end = headings[k + 1].start() if k + 1 < len(headings) else len(doc)
+            body = textwrap.dedent(doc[heading.end() : end]).strip("\n").rstrip()
+            if body:
+                return heading.group(1).strip(), body
+    raise ValueError(
+        f"refimpl/algorithms/{name}.py: its docstring has no 'Equations' section "
+        "(a line 'Equations' over a line of dashes, then the equations)"
+    )
+
+
+def render_equations(name: str) -> str:
+    """The equations block of ``docs/algorithms/<name>.md``, from its marker to its end
+    marker, both included."""
+    heading, body = equations(name)
+    if "```" in body:
+        raise ValueError(f"refimpl/algorithms/{name}.py: its equations hold a ``` fence")
+    code = f"../../refimpl/algorithms/{name}.py"
+    return f"""{EQ_MARKER}
+<!-- generated from the docstring of refimpl/algorithms/{name}.py by `{COMMAND}`: do not edit by hand -->
+
+Written once, in the *{heading}* section of the docstring of
+[`{name}.py`]({code}) ([notation](../math.md#notation)):
+
+```text
+{body}
+```
+{EQ_END}"""
+
+
+# ---------------------------------------------------------------------------------------------
 # The pages: write the blocks, find the stale ones.
 # ---------------------------------------------------------------------------------------------
 
-_BLOCK = re.compile(rf"^{re.escape(MARKER)}[ \t]*$(?:.*?^{re.escape(END)}[ \t]*$)?", re.M | re.S)
+
+def _block(marker: str, end: str) -> re.Pattern:
+    """From a line holding ``marker`` to the line holding ``end`` (or the marker alone)."""
+    return re.compile(rf"^{re.escape(marker)}[ \t]*$(?:.*?^{re.escape(end)}[ \t]*$)?", re.M | re.S)
 
 
-def update(markdown: str, name: str) -> str:
-    """``markdown`` (the page of algorithm ``name``) with its generated block rewritten: the
-    text from its first marker to its end marker, or the first marker alone on a page that has
-    no block yet. A page without the marker is an error."""
+_BLOCK = _block(MARKER, END)
+_EQ_BLOCK = _block(EQ_MARKER, EQ_END)
+
+
+def update_facts(markdown: str, name: str) -> str:
+    """``markdown`` (the page of algorithm ``name``) with its Quick facts block rewritten."""
     if not _BLOCK.search(markdown):
         raise ValueError(f"docs/algorithms/{name}.md: no {MARKER} line (put it under the title)")
     return _BLOCK.sub(lambda _: render(name), markdown, count=1)
 
 
+def update_equations(markdown: str, name: str) -> str:
+    """``markdown`` (the page of algorithm ``name``) with its equations block rewritten."""
+    if not _EQ_BLOCK.search(markdown):
+        raise ValueError(
+            f"docs/algorithms/{name}.md: no {EQ_MARKER} line (put it under '## Key equations')"
+        )
+    return _EQ_BLOCK.sub(lambda _: render_equations(name), markdown, count=1)
+
+
+def update(markdown: str, name: str) -> str:
+    """``markdown`` (the page of algorithm ``name``) with both generated blocks rewritten: the
+    text from each first marker to its end marker, or the first marker alone on a page that has
+    no block yet. A page without a marker is an error."""
+    return update_equations(update_facts(markdown, name), name)
+
+
 def stale(pages: Path = PAGES) -> list[str]:
-    """One line for each algorithm in ``NAMES`` whose page under ``pages`` is missing, has no
-    marker, or whose generated block differs from what the code generates now."""
+    """One line for each algorithm in ``NAMES`` whose page under ``pages`` is missing, lacks a
+    marker, or holds a generated block that differs from what the code generates now (one line
+    per stale block)."""
     found = []
     for name in algorithms.NAMES:
         page = pages / f"{name}.md"
@@ -462,17 +545,21 @@ def stale(pages: Path = PAGES) -> list[str]:
             found.append(f"docs/algorithms/{name}.md: missing")
             continue
         text = page.read_text(encoding="utf-8")
-        try:
-            if update(text, name) != text:
-                found.append(f"docs/algorithms/{name}.md: its generated block is stale")
-        except ValueError as err:
-            found.append(str(err))
+        for what, rewrite in (
+            ("its generated block", update_facts),
+            ("its equations block (from the docstring)", update_equations),
+        ):
+            try:
+                if rewrite(text, name) != text:
+                    found.append(f"docs/algorithms/{name}.md: {what} is stale")
+            except ValueError as err:
+                found.append(str(err))
     return found
 
 
 def write(pages: Path = PAGES) -> list[str]:
-    """Rewrite the generated block of every algorithm page under ``pages``; the paths of the
-    pages that changed. A page without the marker is an error, raised before any page is
+    """Rewrite the generated blocks of every algorithm page under ``pages``; the paths of the
+    pages that changed. A page without a marker is an error, raised before any page is
     written."""
     texts = {name: (pages / f"{name}.md").read_text(encoding="utf-8") for name in algorithms.NAMES}
     new = {name: update(text, name) for name, text in texts.items()}

@@ -83,17 +83,34 @@ def _page(site: Path, path: str) -> str:
 def test_strict_build_renders_every_nav_page(site):
     """Every page of the nav exists in the built site (the build itself fails on a nav entry
     without a file, so this checks that the pages land where the links expect them)."""
-    for path in ("", "design", "math", "algorithms", "algorithms/grpo", "spec", "api/core"):
+    for path in ("", "design", "math", "algorithms/grpo", "spec", "api/core"):
         assert (site / path / "index.html").is_file(), path
 
 
 def test_equations_are_marked_for_math_rendering(site):
-    """The ``$$ … $$`` blocks of the mathematics page and the algorithm pages come out as
-    arithmatex blocks (MathJax typesets them in the browser), not as literal dollar signs."""
-    for path in ("math", "algorithms/grpo"):
+    """The ``$$ … $$`` blocks of the mathematics page and the inline ``$ … $`` of an
+    algorithm page's prose come out as arithmatex elements (MathJax typesets them in the
+    browser), not as literal dollar signs."""
+    for path in ("math", "algorithms/rloo"):
         html = _page(site, path)
         assert html.count('class="arithmatex"') >= 2, path
         assert "$$" not in html, path
+
+
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_key_equations_are_the_docstrings_in_a_text_block(site, name):
+    """Each algorithm page's *Key equations* section shows its file's docstring equations as
+    one preformatted block, every line of them, not reflowed into a paragraph."""
+    import html as html_lib
+
+    page = _page(site, f"algorithms/{name}")
+    section = page.split('id="key-equations"', 1)[1].split("<h2", 1)[0]
+    blocks = re.findall(r"<pre[^>]*>(.*?)</pre>", section, re.S)
+    assert len(blocks) == 1, name
+    shown = html_lib.unescape(re.sub(r"<[^>]+>", "", blocks[0]))
+    doc = re.split(r"^Equations.*\n-+\n", algorithms.get(name).__doc__, maxsplit=1, flags=re.M)
+    for line in doc[1].splitlines()[:4]:
+        assert line.strip() in shown, (name, line)
 
 
 def test_notebooks_are_rendered_with_their_outputs(site):
@@ -197,8 +214,8 @@ def test_math_is_typeset_by_the_sites_own_mathjax_on_math_pages_only(site):
                 assert (page.parent / src).resolve().is_file(), (page, src)
         else:
             assert loaded == [], page
-    assert {"math", "algorithms/gtpo", "algorithms/tepo", "algorithms/grpo"} <= with_math
-    for plain in ("design", "notebooks/01_quickstart"):
+    assert {"math", "algorithms/rloo"} <= with_math
+    for plain in ("design", "notebooks/01_quickstart", "algorithms/grpo"):
         assert not [s for s in _scripts(_page(site, plain)) if "mathjax" in s.lower()], plain
 
 
@@ -207,11 +224,15 @@ def test_math_list_items_keep_their_equations(site):
     column 0 once ended the list, so the KL bullet ran into the paragraph above it)."""
     html = _page(site, "math")
     items = re.findall(r"<li>(.*?)</li>", html, re.S)
-    for words in ("The clipped surrogate of a ratio", "KL penalty uses the k3 estimator"):
+    for words in (
+        "group-relative advantage",
+        "The clipped surrogate of a ratio",
+        "KL penalty uses the k3 estimator",
+    ):
         item = next(i for i in items if words in i)
         assert 'class="arithmatex"' in item, words
-    dapo = next(i for i in items if "overlong reward shaping" in i)
-    assert "R_\\text{len}" in dapo and "is added to the reward" in dapo
+    surrogate = next(i for i in items if "The clipped surrogate of a ratio" in i)
+    assert "clip\\_obj" in surrogate and "and the loss is its negative" in surrogate
 
 
 def test_notebooks_render_without_widgets_and_their_tables_unwrapped(site):

@@ -147,6 +147,54 @@ def test_a_new_page_gets_its_block_under_the_bare_marker(tmp_path):
         pages.write(pages_dir)
 
 
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_equations_block_is_the_docstrings_section_verbatim(name):
+    """Each page's equations block holds the lines of its file's docstring section
+    *Equations* (from the line after its dashes to the next section heading), dedented and in
+    order, inside one text fence: written once, in the docstring, and copied, not rewritten."""
+    doc = algorithms.get(name).__doc__.splitlines()
+    start = next(i for i, line in enumerate(doc) if line.startswith("Equations")) + 2
+    stop = next(
+        (i for i in range(start, len(doc) - 1) if doc[i][:1].strip() and doc[i + 1][:3] == "---"),
+        len(doc),
+    )
+    section = [line[4:] if line.startswith("    ") else line for line in doc[start:stop]]
+    text = (ROOT / "docs" / "algorithms" / f"{name}.md").read_text(encoding="utf-8")
+    block = text.split(pages.EQ_MARKER, 1)[1].split(pages.EQ_END, 1)[0]
+    fenced = block.split("```text\n", 1)[1].split("\n```", 1)[0]
+    assert fenced == "\n".join(section).strip("\n").rstrip()
+    assert text.index(pages.END) < text.index("## Key equations") < text.index(pages.EQ_MARKER)
+
+
+def test_the_staleness_check_sees_a_docstring_change(tmp_path, monkeypatch):
+    """Editing an equation in an algorithm file's docstring makes its page's equations block
+    stale, and only that block; rewriting the blocks brings the edit onto the page. A
+    docstring without an *Equations* section, and a page without the equations marker, are
+    errors that name the file."""
+    pages_dir = _copy_pages(tmp_path)
+    module = algorithms.get("gspo")
+    edited = module.__doc__.replace("ε_high = 4e-4", "ε_high = 5e-4", 1)
+    assert edited != module.__doc__
+    with monkeypatch.context() as patch:
+        patch.setattr(module, "__doc__", edited)
+        assert pages.stale(pages_dir) == [
+            "docs/algorithms/gspo.md: its equations block (from the docstring) is stale"
+        ]
+        assert pages.write(pages_dir) == ["docs/algorithms/gspo.md"]
+        assert "ε_high = 5e-4" in (pages_dir / "gspo.md").read_text(encoding="utf-8")
+        assert pages.stale(pages_dir) == []
+        patch.setattr(module, "__doc__", edited.replace("Equations\n---------", "Math\n----"))
+        with pytest.raises(ValueError, match=r"gspo\.py: its docstring has no 'Equations'"):
+            pages.render_equations("gspo")
+    assert pages.write(pages_dir) == ["docs/algorithms/gspo.md"]  # the docstring is back
+    assert pages.stale(pages_dir) == []
+    page = pages_dir / "dapo.md"
+    page.write_text(page.read_text(encoding="utf-8").replace(pages.EQ_MARKER, ""), "utf-8")
+    assert pages.stale(pages_dir) == [
+        f"docs/algorithms/dapo.md: no {pages.EQ_MARKER} line (put it under '## Key equations')"
+    ]
+
+
 def test_notebook_cleaning_drops_widget_outputs_and_state_only():
     notebook = {
         "metadata": {"widgets": {"state": {}}, "kernelspec": {"name": "python3"}},

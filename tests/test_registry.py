@@ -40,15 +40,15 @@ def _text(path: str) -> str:
 @pytest.mark.parametrize("name", NAMES)
 def test_docs_page_in_nav_and_table(name):
     """``docs/algorithms/<name>.md`` exists, is in mkdocs.yml's nav, has a row in the
-    side-by-side table of docs/algorithms.md, its Quick facts marker and its sections on
+    side-by-side table of docs/math.md, its Quick facts marker and its sections on
     entropy and on other implementations."""
     page = f"algorithms/{name}.md"
     assert (ROOT / "docs" / page).is_file(), f"docs/{page} is missing"
     assert re.search(rf":\s*{re.escape(page)}\s*$", _text("mkdocs.yml"), re.M), (
         f"{page} is not in mkdocs.yml's nav"
     )
-    rows = [line for line in _text("docs/algorithms.md").splitlines() if line.startswith("| [")]
-    assert any(f"]({page})" in row for row in rows), f"docs/algorithms.md has no row for {page}"
+    rows = [line for line in _text("docs/math.md").splitlines() if line.startswith("| [")]
+    assert any(f"]({page})" in row for row in rows), f"docs/math.md has no row for {page}"
     assert "<!-- quick-facts -->" in _text(f"docs/{page}"), (
         f"docs/{page}: no <!-- quick-facts --> line under its title "
         "(then run `.venv/bin/python scripts/dev/algorithm_pages.py`)"
@@ -139,7 +139,7 @@ def test_the_scaffold_writes_every_place_checked_here():
     spec.loader.exec_module(scaffold)
     places = {p.replace("{name}", "<name>") for p in scaffold.PLACES}
     read_here = {
-        "docs/algorithms/<name>.md", "mkdocs.yml", "docs/algorithms.md",
+        "docs/algorithms/<name>.md", "mkdocs.yml", "docs/math.md",
         "docs/_algorithm_pages.py", "tests/spec/test_<name>.py", "docs/spec.md",
         "docs/api/algorithms.md", "README.md", "refimpl/algorithms/__init__.py",
         "refimpl/algorithms/<name>.py",

@@ -1,8 +1,9 @@
-"""Write the generated Quick facts and loop into every algorithm page (docs/algorithms/*.md).
+"""Write the generated Quick facts, loop and equations into every algorithm page (docs/algorithms/).
 
-Run from the repository root after changing an algorithm's ``Config``, its ``LOOP`` lines in
-``docs/_algorithm_pages.py``, or adding an algorithm (its page needs the line
-``<!-- quick-facts -->`` under its title):
+Run from the repository root after changing an algorithm's ``Config``, the *Equations* section
+of its docstring, its ``LOOP`` lines in ``docs/_algorithm_pages.py``, or adding an algorithm
+(its page needs the line ``<!-- quick-facts -->`` under its title and ``<!-- equations -->``
+under its ``## Key equations``):
 
     .venv/bin/python scripts/dev/algorithm_pages.py          # rewrite the blocks, list the pages
     .venv/bin/python scripts/dev/algorithm_pages.py --check  # list the stale pages (exit code 1)

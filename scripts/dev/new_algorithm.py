@@ -14,16 +14,18 @@ The places, in the order ``tests/test_registry.py`` checks them (``PLACES``):
    keep their colours in figures; a new one gets the palette's next colour);
 3. ``tests/spec/test_NAME.py``: the spec module, with a ``test_worked_example`` that fails
    until you write its numbers;
-4. ``docs/algorithms/NAME.md``: the page, with its Quick facts marker and its sections;
+4. ``docs/algorithms/NAME.md``: the page, with its Quick facts and equations markers and its
+   sections;
 5. ``LOOP`` in ``docs/_algorithm_pages.py``: the page's advantage and loss steps, the base's;
 6. ``mkdocs.yml``: the page in the site's nav;
-7. ``docs/algorithms.md``: a row in the side-by-side table (the base's, to edit) and a line in
+7. ``docs/math.md``: a row in the side-by-side table (the base's, to edit) and a line in
    its list of pages;
 8. ``docs/spec.md``: the index of the spec module;
 9. ``docs/api/algorithms.md``: the API reference entry;
 10. ``README.md``: a row in the table of algorithms.
 
-Then run ``scripts/dev/algorithm_pages.py`` (it writes the page's Quick facts and loop).
+Then run ``scripts/dev/algorithm_pages.py`` (it writes the page's Quick facts and loop, and its
+equations from the docstring).
 verl and TRL need no line: they register every name in ``NAMES``.
 """
 
@@ -45,7 +47,7 @@ PLACES = (
     "docs/algorithms/{name}.md",
     "docs/_algorithm_pages.py",
     "mkdocs.yml",
-    "docs/algorithms.md",
+    "docs/math.md",
     "docs/spec.md",
     "docs/api/algorithms.md",
     "README.md",
@@ -79,6 +81,8 @@ PAGE = """# {title}
 [`test_{name}.py`](../../tests/spec/test_{name}.py).
 
 ## Key equations
+
+<!-- equations -->
 
 ## Worked example
 
@@ -213,18 +217,18 @@ def _plan_docs(out: dict, name: str, base: str, title: str, summary: str, paper:
         nav, entry, f"{indent}- {title}: algorithms/{name}.md", "mkdocs.yml"
     )
 
-    table = _read("docs/algorithms.md")
+    table = _read("docs/math.md")
     rows = re.findall(rf"^\| \[[^]]+\]\(algorithms/{base}\.md\) \|.*$", table, re.M)
     if not rows:
-        _fail(f"docs/algorithms.md: no table row for {base}")
+        _fail(f"docs/math.md: no table row for {base}")
     row = re.sub(r"^\| \[[^]]+\]\([^)]+\)", f"| [{title}](algorithms/{name}.md)", rows[0])
     table = _insert_after_last(table, r"^\| \[[^]]+\]\(algorithms/\w+\.md\) \|", row,
-                               "docs/algorithms.md")  # fmt: skip
-    out["docs/algorithms.md"] = _insert_after_last(
+                               "docs/math.md")  # fmt: skip
+    out["docs/math.md"] = _insert_after_last(
         table,
         r"^- \[[^]]+\]\(algorithms/\w+\.md\)",
         f"- [{title}](algorithms/{name}.md): {summary}.",
-        "docs/algorithms.md",
+        "docs/math.md",
         item=True,
     )
 

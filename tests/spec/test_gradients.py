@@ -54,7 +54,7 @@ def _random_advantages(batch: RolloutBatch, seed: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------
-# Aggregation weights (core's module docstring; docs/algorithms.md).
+# Aggregation weights (core's module docstring; docs/math.md).
 # ---------------------------------------------------------------------------------------------
 
 

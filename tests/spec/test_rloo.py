@@ -1,4 +1,4 @@
-"""RLOO's own invariants (``refimpl/algorithms/rloo.py``; arXiv 2402.14740; docs/math.md "RLOO").
+"""RLOO's own invariants (``refimpl/algorithms/rloo.py``; arXiv 2402.14740; docs/algorithms/rloo.md).
 
 The invariants every algorithm honours (``advantages == reference_advantages``, padding,
 permutations, the on-policy gradient of ``token-mean``, …) are in ``test_common.py``, which
