@@ -56,7 +56,7 @@ if str(REPO) not in sys.path:  # the checkout's code, whatever directory mkdocs 
 
 import torch  # noqa: E402
 
-from refimpl import algorithms, core  # noqa: E402
+from refimpl import algorithms, contract, core  # noqa: E402
 
 MARKER = "<!-- quick-facts -->"  # where the generated block begins
 END = "<!-- /quick-facts -->"  # where it ends
@@ -66,7 +66,7 @@ COMMAND = "python scripts/dev/algorithm_pages.py"  # what regenerates the blocks
 PAGES = REPO / "docs" / "algorithms"
 
 # Fields every Config shares, shown in their own rows rather than among "its own knobs".
-_SHOWN = set(core.CONFIG_FIELDS) | {"clip_eps_low", "clip_eps_high", "eps", "entropy_eps"}
+_SHOWN = set(contract.CONFIG_FIELDS) | {"clip_eps_low", "clip_eps_high", "eps", "entropy_eps"}
 
 
 def _clip(cfg) -> str:
@@ -231,7 +231,7 @@ LOOP: dict[str, tuple[Callable, Callable]] = {
 # ---------------------------------------------------------------------------------------------
 
 
-def probe_batch(entropy_seed: int = 0) -> core.RolloutBatch:
+def probe_batch(entropy_seed: int = 0) -> contract.RolloutBatch:
     """Two groups of four completions of lengths 2 to 6, each group with two successes and
     two failures; log-probs and entropies drawn from fixed seeds (``entropy_seed`` redraws
     only the rollout entropies)."""
@@ -241,7 +241,7 @@ def probe_batch(entropy_seed: int = 0) -> core.RolloutBatch:
     logp_old = -torch.rand(8, 6, generator=g) * 2 - 0.05
     logp_ref = logp_old - torch.rand(8, 6, generator=g) * 0.2
     entropy = torch.rand(8, 6, generator=torch.Generator().manual_seed(100 + entropy_seed))
-    return core.RolloutBatch(
+    return contract.RolloutBatch(
         response_ids=torch.randint(3, 18, (8, 6), generator=g),
         response_mask=mask,
         rewards=torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]),

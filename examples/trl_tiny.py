@@ -56,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def check_args(args: argparse.Namespace) -> None:
     """Every flag, checked before anything is trained or written."""
     from refimpl import algorithms
-    from refimpl.core import require
+    from refimpl.contract import require
 
     require(args.algorithm in algorithms.NAMES, "--algorithm", f"one of {algorithms.NAMES}")
     for flag in ("rollouts", "prompts_per_step", "group_size", "minibatches"):

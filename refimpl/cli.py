@@ -27,7 +27,7 @@ from typing import Annotated
 try:
     import tyro
 
-    from refimpl import algorithms, core
+    from refimpl import algorithms, contract
     from refimpl.bench.credit import CreditConfig
     from refimpl.bench.learning import LearningConfig
     from refimpl.bench.speed import SpeedConfig
@@ -124,10 +124,10 @@ def _list_tasks() -> None:
 
 def _list_algos() -> None:
     """Each algorithm with its own Config fields; the fields every Config shares
-    (``core.CONFIG_FIELDS``) once, at the top, with GRPO's defaults, and under an algorithm
+    (``contract.CONFIG_FIELDS``) once, at the top, with GRPO's defaults, and under an algorithm
     only where it sets them otherwise."""
     baseline = algorithms.get(algorithms.BASELINE).Config()
-    shared = core.CONFIG_FIELDS
+    shared = contract.CONFIG_FIELDS
     print(
         f"Every Config has these fields ({algorithms.BASELINE}'s defaults; an algorithm lists "
         "one again where its default differs):"

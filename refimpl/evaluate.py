@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from refimpl.core import require
+from refimpl.contract import require
 from refimpl.sampling import Samples, sample_groups
 from toy_envs import TOKENIZER
 

@@ -1,10 +1,10 @@
 """The trainer-side batch mechanisms: what the training loops do to a batch around the algorithm.
 
-An algorithm file (``refimpl/algorithms/<name>.py``) reads only ``refimpl.core``; the loops
-that drive it (``refimpl/loop.py`` and the toy trainer ``refimpl.train``, the TRL subclass
-and the verl hooks in ``refimpl/scaleup``, the hand-written HF loop) also apply the mechanisms
-below, each switched on or off by a field of the algorithm's ``Config``, so that one loop
-serves every algorithm:
+An algorithm file (``refimpl/algorithms/<name>.py``) reads only ``refimpl.contract`` and
+``refimpl.core``; the loops that drive it (``refimpl/loop.py`` and the toy trainer
+``refimpl.train``, the TRL subclass and the verl hooks in ``refimpl/scaleup``, the hand-written
+HF loop) also apply the mechanisms below, each switched on or off by a field of the
+algorithm's ``Config``, so that one loop serves every algorithm:
 
     dynamic sampling   which groups train (DAPO Eq. 11: 0 < #successful < G)
                        ``informative_groups``, ``keep_groups``
@@ -29,7 +29,8 @@ import torch
 from jaxtyping import Bool, Float, Float32, Real, Shaped
 from torch import Tensor
 
-from refimpl.core import AlgorithmConfig, RolloutBatch, group_view, require
+from refimpl.contract import AlgorithmConfig, RolloutBatch, require
+from refimpl.core import group_view
 
 
 def informative_groups(

@@ -30,7 +30,7 @@ Leave ``top_k`` / ``top_p`` unset for on-policy RL; they are there for evaluatio
 Layout of a batch
 -----------------
 ``B = len(prompts) · G`` rows; row ``r`` answers prompt ``r // G`` (groups in consecutive
-rows, as ``refimpl.core.RolloutBatch`` expects). Prompts are left-padded to a common length
+rows, as ``refimpl.contract.RolloutBatch`` expects). Prompts are left-padded to a common length
 ``P`` so that all rows generate their next token at the same column; responses are
 right-padded to ``T``, the longest response actually generated.
 """
@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from refimpl.core import RolloutBatch, require
+from refimpl.contract import RolloutBatch, require
 from refimpl.model import GPT, SharedPrefixKVCache, positions_from_mask
 
 

@@ -15,7 +15,7 @@ algorithm contract (``tests/test_loop.py`` checks that both train the same weigh
     metrics     rewards, entropies, lengths, advantages
 
 What an algorithm needs of the loop (a reference model, the current entropy, in float32,
-with gradient) its ``Config`` declares (``core.AlgorithmConfig``); no algorithm is named
+with gradient) its ``Config`` declares (``contract.AlgorithmConfig``); no algorithm is named
 here. The run is resolved once (``refimpl.settings.plan.Plan``, by ``preflight``), the
 diagnostics observe the step (``refimpl.diagnostics.observers``). Around the steps, ``run``
 holds the run directory's lock, logs one JSON line per step, stops on NaN (``runs.divergence``)
@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from refimpl import core, mechanisms
+from refimpl import contract, mechanisms
 from refimpl.diagnostics.credit_oracle import training_values
 from refimpl.diagnostics.metrics import entropy_stats, step_metrics
 from refimpl.diagnostics.observers import Observer, default_observers
@@ -225,7 +225,7 @@ class Trainer:
             return self.logprobs(self.reference, samples, slice(None), with_entropy=False)[0]
 
     @torch.no_grad()
-    def values(self, batch: core.RolloutBatch, samples: Samples, outcome, problems):
+    def values(self, batch: contract.RolloutBatch, samples: Samples, outcome, problems):
         """``batch`` with the oracle's ``V̂`` of π_old (not updated yet) at the prefixes the
         Config's ``values_needed()`` names, at the run's sampling settings; and their cost."""
         request, cfg = self.algo_cfg.values_needed(), self.cfg
@@ -241,7 +241,7 @@ class Trainer:
         cost = {"value_prefixes": v.prefixes, "value_sampled_tokens": v.sampled_tokens}
         return batch.replace(token_values=v.value_before.to(batch.response_mask.device)), cost
 
-    def advantages(self, batch: core.RolloutBatch, samples: Samples):
+    def advantages(self, batch: contract.RolloutBatch, samples: Samples):
         """The algorithm's ``[B, T]`` advantages; then, when the Config asks for the overlong
         filter, truncated rows (no <eos>) leave the loss (not the advantages)."""
         adv = self.algo.advantages(batch, self.algo_cfg)
@@ -252,7 +252,7 @@ class Trainer:
             batch = batch.replace(response_mask=loss_mask)
         return batch, adv
 
-    def update(self, batch: core.RolloutBatch, samples: Samples, adv: torch.Tensor):
+    def update(self, batch: contract.RolloutBatch, samples: Samples, adv: torch.Tensor):
         """``ppo_epochs`` passes over the batch, each in ``minibatches`` optimizer steps on
         whole groups. Returns the mean gradient norm and the mean of each loss metric."""
         self.model.train()

@@ -3,10 +3,11 @@
 Shape checks
 ------------
 Before anything else imports ``refimpl``, this file wraps the public functions of
-``refimpl.core`` and of the algorithm files whose signature fixes a tensor's rank
-(``Float[Tensor, "B T"]``, ``Float[Tensor, " B"]``, ...) in ``jaxtyped(typechecker=beartype)``,
-for the whole test session: a tensor whose shape or dtype contradicts its annotation fails the
-call, and the dimension names (``B``, ``T``, ...) must agree across the arguments of one call.
+``refimpl.contract``, ``refimpl.core`` and the algorithm files whose signature fixes a
+tensor's rank (``Float[Tensor, "B T"]``, ``Float[Tensor, " B"]``, ...) in
+``jaxtyped(typechecker=beartype)``, for the whole test session: a tensor whose shape or dtype
+contradicts its annotation fails the call, and the dimension names (``B``, ``T``, ...) must
+agree across the arguments of one call.
 Outside the tests nothing is wrapped (``tests/spec/test_shapes.py`` checks both; see
 docs/spec.md, "Shape-typed math").
 
@@ -98,6 +99,7 @@ _algorithms = importlib.import_module("refimpl.algorithms")
 SHAPE_CHECKED = {
     module.__name__: check_shapes(module)
     for module in [
+        importlib.import_module("refimpl.contract"),
         importlib.import_module("refimpl.core"),
         importlib.import_module("refimpl.mechanisms"),
     ]

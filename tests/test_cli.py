@@ -568,12 +568,12 @@ def test_algos_lists_the_shared_fields_once(capsys):
     """The issue's item 10: ``refimpl algos`` repeated the shared Config fields under every
     algorithm. They are listed once; an algorithm shows one again only where its default
     differs from GRPO's (DAPO's dynamic sampling), and every own field (GTPO's alpha_2)."""
-    from refimpl import core
+    from refimpl import contract
 
     code, out, _ = run_cli(["algos"], capsys)
     assert code == 0
     grpo = algorithms.get("grpo").Config()
-    for field in core.CONFIG_FIELDS:
+    for field in contract.CONFIG_FIELDS:
         differ = [
             n for n in algorithms.NAMES
             if getattr(algorithms.get(n).Config(), field) != getattr(grpo, field)

@@ -195,7 +195,7 @@ def test_rollouts_use_every_sampling_setting_of_the_run(tiny_settings):
     tolerance at some prefix when any one setting is left at its default, so the check has
     power against each slip. Catches: the rollouts (either entry point) drawn with
     ``top_k``, ``top_p`` or the temperature left at its default instead of the run's."""
-    from refimpl.core import ValueRequest
+    from refimpl.contract import ValueRequest
 
     model, task, problems, samples, outcome = tiny_settings
     K = 4096
@@ -278,7 +278,7 @@ def test_rollouts_of_different_prefixes_share_no_random_draws(tiny, monkeypatch)
     and across the training steps of ``training_values``. Catches: every prefix (or every
     chunk, or every step) reseeded with the same stream, so that two prefixes' rollouts are
     driven by the same uniform draws."""
-    from refimpl.core import ValueRequest
+    from refimpl.contract import ValueRequest
     from refimpl.diagnostics import credit_oracle
 
     model, task, problems, samples, outcome = tiny

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from refimpl import algorithms, core
+from refimpl import algorithms, contract, core
 
 pytestmark = pytest.mark.slow
 
@@ -131,17 +131,18 @@ def test_notebooks_are_rendered_with_their_outputs(site):
 
 
 def test_api_reference_comes_from_the_docstrings(site):
-    """The API pages hold the contract's functions of every algorithm file and core's
-    primitives, with their docstrings."""
+    """The API pages hold the contract's functions of every algorithm file, the contract's
+    types and core's primitives, with their docstrings."""
     from refimpl import algorithms
 
     html = _page(site, "api/algorithms")
     for name in algorithms.NAMES:
         for function in ("advantages", "reference_advantages", "loss"):
             assert f'id="refimpl.algorithms.{name}.{function}"' in html, (name, function)
-    core = _page(site, "api/core")
-    assert 'id="refimpl.core.RolloutBatch"' in core
-    assert "full-vocabulary entropy" in core  # RolloutBatch's attribute docs
+    contract_page = _page(site, "api/contract")
+    assert 'id="refimpl.contract.RolloutBatch"' in contract_page
+    assert "full-vocabulary entropy" in contract_page  # RolloutBatch's attribute docs
+    assert 'id="refimpl.core.group_normalize"' in _page(site, "api/core")
 
 
 def test_links_to_code_stay_inside_the_site(site):
@@ -290,9 +291,9 @@ def test_algorithm_pages_open_with_facts_read_off_their_config(site, name):
     current = facts["current entropy H_θ"]
     assert current.startswith("trained") == cfg.differentiates_entropy()
     assert current.startswith("read") == cfg.reads_current_entropy()
-    contract = set(core.CONFIG_FIELDS) | {"clip_eps_low", "clip_eps_high", "eps", "entropy_eps"}
+    shared = set(contract.CONFIG_FIELDS) | {"clip_eps_low", "clip_eps_high", "eps", "entropy_eps"}
     for field in dataclasses.fields(cfg):
-        if field.name not in contract:
+        if field.name not in shared:
             assert f"{field.name}={getattr(cfg, field.name)}" in facts["its own knobs"]
     loop = body[body.index("The loop") : first_section]
     assert ("◀" in loop) == (name != "grpo")

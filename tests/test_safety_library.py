@@ -19,8 +19,8 @@ import typing
 import pytest
 import torch
 
-from refimpl import algorithms, core
-from refimpl.core import RolloutBatch
+from refimpl import algorithms, contract
+from refimpl.contract import RolloutBatch
 from refimpl.runs.cache import cache_dir
 from tests.spec.strategies import with_requested_values
 
@@ -179,17 +179,17 @@ def test_log_probs_that_carry_a_gradient_are_refused(field):
         b.replace(**{field: getattr(b, field).clone().requires_grad_(True)})
 
 
-#: Every coefficient field bounded by ``core.COEF_LIMIT`` or ``core.CLIP_HIGH_LIMIT``.
+#: Every coefficient field bounded by ``contract.COEF_LIMIT`` or ``contract.CLIP_HIGH_LIMIT``.
 BOUNDED = {
-    "kl_coef": core.COEF_LIMIT,
-    "entropy_coef": core.COEF_LIMIT,
-    "kl_cov_coef": core.COEF_LIMIT,
-    "alpha_1": core.COEF_LIMIT,
-    "alpha_2": core.COEF_LIMIT,
-    "beta_1": core.COEF_LIMIT,
-    "beta_2": core.COEF_LIMIT,
-    "overlong_penalty_scale": core.COEF_LIMIT,
-    "clip_eps_high": core.CLIP_HIGH_LIMIT,
+    "kl_coef": contract.COEF_LIMIT,
+    "entropy_coef": contract.COEF_LIMIT,
+    "kl_cov_coef": contract.COEF_LIMIT,
+    "alpha_1": contract.COEF_LIMIT,
+    "alpha_2": contract.COEF_LIMIT,
+    "beta_1": contract.COEF_LIMIT,
+    "beta_2": contract.COEF_LIMIT,
+    "overlong_penalty_scale": contract.COEF_LIMIT,
+    "clip_eps_high": contract.CLIP_HIGH_LIMIT,
 }
 
 
@@ -201,7 +201,7 @@ def edge_batch(clipped: bool) -> tuple[RolloutBatch, torch.Tensor, torch.Tensor,
     coefficients); ratios of 1 where A < 0; the k3 KL at its clamp (Δ = 20); entropies of
     10 nats."""
     B, T = 4, 3
-    a = core.ADVANTAGE_TOTAL_LIMIT / 16
+    a = contract.ADVANTAGE_TOTAL_LIMIT / 16
     sign = torch.tensor([1.0, -1.0, 1.0, -1.0])[:, None].expand(B, T)
     logp = torch.full((B, T), -21.0)
     logp_old = torch.where(sign > 0, torch.tensor(-40.0 if clipped else -2.0), logp)
@@ -426,7 +426,7 @@ def test_steer_s_coefficients_are_bounded(changes, field):
 
 def test_steer_at_its_bounds_gives_a_finite_loss():
     """STEER's token weights (λ ≤ ``steer.LAMBDA_LIMIT``) and dual clip (c ≤
-    ``core.CLIP_HIGH_LIMIT + 1``) at their bounds, with ratios of e^19 on every token (the
+    ``contract.CLIP_HIGH_LIMIT + 1``) at their bounds, with ratios of e^19 on every token (the
     dual clip holds the negative-advantage ones at c) and advantages summing to 3/4 of
     ``ADVANTAGE_TOTAL_LIMIT``: a finite loss and gradient, for both maps; the exponential
     map at its smallest ``omega_floor`` on a batch with no signal is finite too."""
@@ -438,8 +438,8 @@ def test_steer_at_its_bounds_gives_a_finite_loss():
             mapping=mapping,
             lambda_min=1.0 if mapping == "exponential" else steer.LAMBDA_LIMIT,
             lambda_max=steer.LAMBDA_LIMIT,
-            clip_eps_high=core.CLIP_HIGH_LIMIT,
-            clip_ratio_c=core.CLIP_HIGH_LIMIT + 1,
+            clip_eps_high=contract.CLIP_HIGH_LIMIT,
+            clip_ratio_c=contract.CLIP_HIGH_LIMIT + 1,
         )
         x = logp.clone().requires_grad_(True)
         loss, _ = call(steer.loss, b, x, adv, cfg)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 from refimpl.model import GPT, GPTConfig
 from refimpl.sampling import Samples, entropy_from_logits, policy_logprobs, sample_groups
 

@@ -3,8 +3,8 @@
 ``Config`` (frozen dataclass of paper defaults), ``advantages(batch, cfg)``,
 ``reference_advantages(batch, cfg)`` and ``loss(batch, logp, adv, cfg, entropy=None)``.
 
-Every ``Config`` subclasses ``refimpl.core.AlgorithmConfig`` and has the fields it lists
-(``core.CONFIG_FIELDS``: ``kl_coef``, ``loss_agg_mode``, ``success_threshold``,
+Every ``Config`` subclasses ``refimpl.contract.AlgorithmConfig`` and has the fields it lists
+(``contract.CONFIG_FIELDS``: ``kl_coef``, ``loss_agg_mode``, ``success_threshold``,
 ``dynamic_sampling``, ``overlong_shaping``, ``overlong_cache_frac``,
 ``overlong_penalty_scale``, ``overlong_filter``), which the training loops read directly;
 ``tests/spec/test_contract.py`` checks it.

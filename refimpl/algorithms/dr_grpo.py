@@ -56,8 +56,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from refimpl import core
-from refimpl.core import RolloutBatch
+from refimpl import contract, core
+from refimpl.contract import RolloutBatch
 
 NAME = "dr_grpo"
 
@@ -66,14 +66,14 @@ LOSS_AGG_MODES = ("seq-mean-token-sum-norm", "seq-mean-token-mean", "token-mean"
 
 
 @dataclass(frozen=True)
-class Config(core.AlgorithmConfig):
+class Config(contract.AlgorithmConfig):
     """Dr. GRPO hyper-parameters; defaults from the paper unless marked."""
 
-    clip_eps_low: core.ClipLow = 0.2  # ε, symmetric clip (§4, PPO default) [C]
-    clip_eps_high: core.ClipHigh = 0.2  # ε [C]
+    clip_eps_low: contract.ClipLow = 0.2  # ε, symmetric clip (§4, PPO default) [C]
+    clip_eps_high: contract.ClipHigh = 0.2  # ε [C]
     kl_coef: float = 0.0  # β: no KL term in the R1-Zero recipe (§4) [C]
     loss_agg_mode: str = "seq-mean-token-sum-norm"  # §3.2: constant normaliser, no 1/|o_i| [C]
-    max_len: core.Length | None = None  # L_max, the generation budget; None → the batch's T [A]
+    max_len: contract.Length | None = None  # L_max, the generation budget; None → the batch's T [A]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; not part of Dr. GRPO [C]
     overlong_shaping: bool = False  # DAPO's length penalty; not part of Dr. GRPO [C]
@@ -82,7 +82,7 @@ class Config(core.AlgorithmConfig):
     overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
 
     def __post_init__(self) -> None:
-        core.check_config(self, LOSS_AGG_MODES)
+        contract.check_config(self, LOSS_AGG_MODES)
 
     def advantage_std_set(self) -> str | None:
         # §3.2: A_i = r_i − mean_G r, no std division.
@@ -95,8 +95,8 @@ class Config(core.AlgorithmConfig):
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-centred outcome reward on every response token."""
-    core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
-    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
+    contract.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    contract.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     # §3.2: A_i = r_i − mean_G r; no division by the std (it biases towards easy/hard prompts).
     A_seq = core.group_normalize(batch.rewards, batch.group_size, scale_by_std=False)
     # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
@@ -137,9 +137,9 @@ def loss(
         cfg: the configuration.
         entropy: unused by Dr. GRPO (part of the shared signature).
     """
-    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
-    core.check_policy_tensor(logp, batch, "logp")
-    core.check_advantages(adv, batch)
+    contract.check_config_type(cfg, Config)  # another algorithm's Config: refused
+    contract.check_policy_tensor(logp, batch, "logp")
+    contract.check_advantages(adv, batch)
     mask = batch.response_mask
     # Loss math in float32 even when the model runs in bf16/fp16.
     logp = logp.float()
@@ -152,7 +152,7 @@ def loss(
 
     metrics: dict[str, float] = {}
     if cfg.kl_coef > 0:
-        core.require(
+        contract.require(
             batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
         )
         # Off in Dr. GRPO (β = 0); kept so the KL can be switched back on: GRPO's Eq. 4 k3.

@@ -60,8 +60,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from refimpl import core
-from refimpl.core import RolloutBatch
+from refimpl import contract, core
+from refimpl.contract import RolloutBatch
 
 NAME = "entropy_bonus"
 
@@ -70,15 +70,15 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config(core.AlgorithmConfig):
+class Config(contract.AlgorithmConfig):
     """Entropy-bonus hyper-parameters: DAPO's, plus β_H; defaults from the sources unless marked."""
 
-    entropy_coef: core.Coef = 1e-3  # β_H, weight of the bonus (Cui et al.'s middle value) [S]
-    clip_eps_low: core.ClipLow = 0.2  # ε_low (§3.1, clip-higher) [C]
-    clip_eps_high: core.ClipHigh = 0.28  # ε_high > ε_low: clip-higher (§3.1) [C]
+    entropy_coef: contract.Coef = 1e-3  # β_H, weight of the bonus (Cui et al.'s middle value) [S]
+    clip_eps_low: contract.ClipLow = 0.2  # ε_low (§3.1, clip-higher) [C]
+    clip_eps_high: contract.ClipHigh = 0.28  # ε_high > ε_low: clip-higher (§3.1) [C]
     kl_coef: float = 0.0  # β: the KL term is removed (§2.3) [C]
     loss_agg_mode: str = "token-mean"  # token-level policy gradient loss (§3.3, Eq. 12) [C]
-    eps: core.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    eps: contract.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling (Eq. 11) [A]
     dynamic_sampling: bool = True  # keep groups with 0 < #successful < G (§3.2, Eq. 11) [C]
     overlong_shaping: bool = True  # soft overlong punishment added to r (§3.4, Eq. 13) [C]
@@ -92,13 +92,13 @@ class Config(core.AlgorithmConfig):
         return self.entropy_coef > 0
 
     def __post_init__(self) -> None:
-        core.check_config(self, LOSS_AGG_MODES)
+        contract.check_config(self, LOSS_AGG_MODES)
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
-    core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
-    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
+    contract.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    contract.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     # §4.1.2: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
     # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
@@ -142,9 +142,9 @@ def loss(
             (required when ``entropy_coef > 0``; a detached one gives the right value and no
             gradient).
     """
-    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
-    core.check_policy_tensor(logp, batch, "logp")
-    core.check_advantages(adv, batch)
+    contract.check_config_type(cfg, Config)  # another algorithm's Config: refused
+    contract.check_policy_tensor(logp, batch, "logp")
+    contract.check_advantages(adv, batch)
     mask = batch.response_mask
     # Loss math in float32 even when the model runs in bf16/fp16.
     logp = logp.float()
@@ -157,14 +157,14 @@ def loss(
 
     metrics: dict[str, float] = {}
     if cfg.entropy_coef > 0:
-        core.require(entropy is not None, "entropy", "the current policy's [B, T] entropy H_θ")
-        core.check_policy_tensor(entropy, batch, "entropy")  # type: ignore[arg-type]
+        contract.require(entropy is not None, "entropy", "the current policy's [B, T] entropy H_θ")
+        contract.check_policy_tensor(entropy, batch, "entropy")  # type: ignore[arg-type]
         # −β_H·H_θ on every response token: the undifferentiated entropy bonus.
         H = core.masked(entropy.float(), mask)  # type: ignore[union-attr]
         token_loss = token_loss - cfg.entropy_coef * H
         metrics["entropy_current"] = float(core.masked_mean(H.detach(), mask))
     if cfg.kl_coef > 0:
-        core.require(
+        contract.require(
             batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
         )
         # Off in DAPO (β = 0); kept so the KL can be switched back on: GRPO's Eq. 4 k3 term.

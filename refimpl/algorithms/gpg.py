@@ -63,8 +63,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from refimpl import core
-from refimpl.core import RolloutBatch
+from refimpl import contract, core
+from refimpl.contract import RolloutBatch
 
 NAME = "gpg"
 
@@ -73,13 +73,13 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config(core.AlgorithmConfig):
+class Config(contract.AlgorithmConfig):
     """GPG hyper-parameters; defaults from the GPG paper unless marked."""
 
     kl_coef: float = 0.0  # β: no KL and no reference model (§3) [C]
     loss_agg_mode: str = "token-mean"  # 1/Σ|o_i| Σ_i Σ_t (§3; verl's gpg loss) [C]
     normalize_std: bool = False  # F_norm = std_G r instead of 1 (§3, off by default) [C]
-    eps: core.Positive = core.EPS  # in the std denominator when normalize_std is on (verl's) [C]
+    eps: contract.Positive = core.EPS  # std denominator when normalize_std is on (verl's) [C]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; GPG keeps all groups and rescales by α [C]
     overlong_shaping: bool = False  # DAPO's length penalty; not part of GPG [C]
@@ -88,7 +88,7 @@ class Config(core.AlgorithmConfig):
     overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
 
     def __post_init__(self) -> None:
-        core.check_config(self, LOSS_AGG_MODES)
+        contract.check_config(self, LOSS_AGG_MODES)
 
     def advantage_std_set(self) -> str | None:
         # §3: F_norm = 1 (no std division) unless normalize_std divides by the group's std.
@@ -109,8 +109,8 @@ def alpha(rewards: Float[Tensor, " B"], group_size: int) -> float:
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-centred outcome reward on every response token."""
-    core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
-    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
+    contract.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    contract.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     # §3: A_i = (r_i − mean_G r) / F_norm with F_norm = 1 (or std_G r + eps).
     A_seq = core.group_normalize(
         batch.rewards, batch.group_size, scale_by_std=cfg.normalize_std, eps=cfg.eps
@@ -155,9 +155,9 @@ def loss(
         cfg: the configuration.
         entropy: unused by GPG (part of the shared signature).
     """
-    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
-    core.check_policy_tensor(logp, batch, "logp")
-    core.check_advantages(adv, batch)
+    contract.check_config_type(cfg, Config)  # another algorithm's Config: refused
+    contract.check_policy_tensor(logp, batch, "logp")
+    contract.check_advantages(adv, batch)
     mask = batch.response_mask
     # Loss math in float32 even when the model runs in bf16/fp16.
     logp = logp.float()
@@ -172,7 +172,7 @@ def loss(
 
     metrics: dict[str, float] = {"alpha": alpha}
     if cfg.kl_coef > 0:
-        core.require(
+        contract.require(
             batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
         )
         # Not in GPG; GRPO's Eq. 4 k3 term, added per token with weight β.

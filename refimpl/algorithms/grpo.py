@@ -53,8 +53,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from refimpl import core
-from refimpl.core import RolloutBatch
+from refimpl import contract, core
+from refimpl.contract import RolloutBatch
 
 NAME = "grpo"
 
@@ -63,14 +63,14 @@ LOSS_AGG_MODES = ("seq-mean-token-mean", "token-mean")
 
 
 @dataclass(frozen=True)
-class Config(core.AlgorithmConfig):
+class Config(contract.AlgorithmConfig):
     """GRPO hyper-parameters; defaults from DeepSeekMath unless marked."""
 
-    clip_eps_low: core.ClipLow = 0.2  # ε, symmetric clip (§4.1, PPO default) [C]
-    clip_eps_high: core.ClipHigh = 0.2  # ε [C]
+    clip_eps_low: contract.ClipLow = 0.2  # ε, symmetric clip (§4.1, PPO default) [C]
+    clip_eps_high: contract.ClipHigh = 0.2  # ε [C]
     kl_coef: float = 0.04  # β, KL penalty to the reference policy (§4.2) [C]
     loss_agg_mode: str = "seq-mean-token-mean"  # Eq. 3: 1/G Σ_i 1/|o_i| Σ_t [C]
-    eps: core.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    eps: contract.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; not part of GRPO [C]
     overlong_shaping: bool = False  # DAPO's length penalty; not part of GRPO [C]
@@ -79,13 +79,13 @@ class Config(core.AlgorithmConfig):
     overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
 
     def __post_init__(self) -> None:
-        core.check_config(self, LOSS_AGG_MODES)
+        contract.check_config(self, LOSS_AGG_MODES)
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
-    core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
-    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
+    contract.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    contract.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     # §4.1.2: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
     # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
@@ -127,9 +127,9 @@ def loss(
         cfg: the configuration.
         entropy: unused by GRPO (part of the shared signature).
     """
-    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
-    core.check_policy_tensor(logp, batch, "logp")
-    core.check_advantages(adv, batch)
+    contract.check_config_type(cfg, Config)  # another algorithm's Config: refused
+    contract.check_policy_tensor(logp, batch, "logp")
+    contract.check_advantages(adv, batch)
     mask = batch.response_mask
     # Loss math in float32 even when the model runs in bf16/fp16.
     logp = logp.float()
@@ -142,7 +142,7 @@ def loss(
 
     metrics: dict[str, float] = {}
     if cfg.kl_coef > 0:
-        core.require(
+        contract.require(
             batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
         )
         # Eq. 4: k3 estimate of KL(π_θ ‖ π_ref), added per token with weight β.

@@ -88,8 +88,8 @@ import torch
 from jaxtyping import Float, Float32, Float64, Shaped
 from torch import Tensor
 
-from refimpl import core
-from refimpl.core import RolloutBatch
+from refimpl import contract, core
+from refimpl.contract import RolloutBatch
 
 NAME = "grpo_s"
 
@@ -102,21 +102,21 @@ LOSS_AGG_MODES = ("seq-mean",)
 
 
 @dataclass(frozen=True)
-class Config(core.AlgorithmConfig):
+class Config(contract.AlgorithmConfig):
     """GRPO-S hyper-parameters; defaults from the paper (v5) unless marked."""
 
-    beta_1: core.Coef = 1.0  # β₁, weight of the outcome reward in Eq. 6 (§3.1) [C]
-    beta_2: core.Coef = 0.1  # β₂, weight of the entropy-shaped part (§3.1) [C]
+    beta_1: contract.Coef = 1.0  # β₁, weight of the outcome reward in Eq. 6 (§3.1) [C]
+    beta_2: contract.Coef = 0.1  # β₂, weight of the entropy-shaped part (§3.1) [C]
     stats: str = "joint"  # one z-score of r̂ over the group (§2.3) [C]; group/subgroup [A]
     entropy_mean: str = "arithmetic"  # Eq. 6; "geometric" = §2.4.1's means [C]
     negative_shaping: str = "paper"  # "paper" = r̂⁻ of Eq. 6; "none" = r̂⁻ ≡ 0 [A]
     ratio: str = "geometric"  # ŵ_i: §2.4.1 / Algorithm 1 [C]; "arithmetic" = Eq. 8 [C]
-    entropy_eps: core.Positive = core.EPS  # H̃_i = Ĥ_i + eps_H, so 1/H̃ is finite [A]
-    clip_eps_low: core.ClipLow = 0.2  # ε_low of the ratio clip (§3.1; Eq. 7 writes one ε) [C]
-    clip_eps_high: core.ClipHigh = 0.28  # ε_high of the ratio clip, clip-higher (§3.1) [C]
+    entropy_eps: contract.Positive = core.EPS  # H̃_i = Ĥ_i + eps_H, so 1/H̃ is finite [A]
+    clip_eps_low: contract.ClipLow = 0.2  # ε_low of the ratio clip (§3.1; Eq. 7 writes one ε) [C]
+    clip_eps_high: contract.ClipHigh = 0.28  # ε_high of the ratio clip, clip-higher (§3.1) [C]
     kl_coef: float = 0.0  # β: no KL term in Eq. 7 [C]
     loss_agg_mode: str = "seq-mean"  # Eq. 7: 1/G Σ_i ℓ_i, one loss per sequence [C]
-    eps: core.Positive = core.EPS  # in the std denominators (verl's; TRL uses 1e-4) [C]
+    eps: contract.Positive = core.EPS  # in the std denominators (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r_i ≥ this ⇒ i ∈ O⁺, and for dynamic sampling [A]
     dynamic_sampling: bool = True  # DAPO's filter 0 < #successful < G, as GTPO [A]
     overlong_shaping: bool = False  # DAPO's length penalty; not used by the paper [A]
@@ -126,11 +126,11 @@ class Config(core.AlgorithmConfig):
 
     def __post_init__(self) -> None:
         # Every field's type and range (beta_1, beta_2 ≥ 0; entropy_eps > 0): its annotation.
-        core.check_config(self, LOSS_AGG_MODES)
-        core.require_choice(self.stats, "Config.stats", STATS)
-        core.require_choice(self.entropy_mean, "Config.entropy_mean", ENTROPY_MEANS)
-        core.require_choice(self.negative_shaping, "Config.negative_shaping", NEGATIVE_SHAPING)
-        core.require_choice(self.ratio, "Config.ratio", RATIOS)
+        contract.check_config(self, LOSS_AGG_MODES)
+        contract.require_choice(self.stats, "Config.stats", STATS)
+        contract.require_choice(self.entropy_mean, "Config.entropy_mean", ENTROPY_MEANS)
+        contract.require_choice(self.negative_shaping, "Config.negative_shaping", NEGATIVE_SHAPING)
+        contract.require_choice(self.ratio, "Config.ratio", RATIOS)
 
     def reads_rollout_entropy(self) -> bool:
         # Eq. 6: the sequence rewards are shaped by the rollout's mean entropies Ĥ_i.
@@ -193,8 +193,8 @@ def sequence_rewards(
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the shaped rewards normalised over the group (§2.3; ``stats``
     picks the set), each completion's value on every one of its tokens."""
-    core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
-    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
+    contract.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    contract.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     G = batch.group_size
     nonempty = core.group_view(batch.response_mask.sum(dim=1) > 0, G)  # [N, G]
     success = core.group_view(core.successful(batch, cfg.success_threshold), G)
@@ -300,7 +300,7 @@ def sequence_ratio(
     """``[B]`` ŵ_i: the geometric mean of the token ratios over the completion's tokens,
     ``exp(mean_t log w)`` (``ratio="geometric"``, §2.4.1; GSPO's ``s_i``), or their arithmetic
     mean (``"arithmetic"``, Eq. 8). Empty rows: 1 / 0."""
-    core.require_choice(ratio, "ratio", RATIOS)
+    contract.require_choice(ratio, "ratio", RATIOS)
     if ratio == "arithmetic":
         return core.masked_mean(core.token_ratio(logp, logp_old, mask), mask, dim=1)
     return torch.exp(core.sequence_log_ratio(logp, logp_old, mask))
@@ -323,9 +323,9 @@ def loss(
         cfg: the configuration.
         entropy: unused by GRPO-S (its entropies are the rollout's, in ``batch.entropy_old``).
     """
-    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
-    core.check_policy_tensor(logp, batch, "logp")
-    core.check_advantages(adv, batch)
+    contract.check_config_type(cfg, Config)  # another algorithm's Config: refused
+    contract.check_policy_tensor(logp, batch, "logp")
+    contract.check_advantages(adv, batch)
     mask = batch.response_mask
     # Loss math in float32 even when the model runs in bf16/fp16.
     logp = logp.float()
@@ -339,7 +339,7 @@ def loss(
 
     metrics: dict[str, float] = {}
     if cfg.kl_coef > 0:
-        core.require(
+        contract.require(
             batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
         )
         # Optional k3 KL to the reference (off in the paper), averaged over each completion.

@@ -61,8 +61,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from refimpl import core
-from refimpl.core import RolloutBatch
+from refimpl import contract, core
+from refimpl.contract import RolloutBatch
 
 NAME = "gspo"
 
@@ -71,14 +71,14 @@ LOSS_AGG_MODES = ("seq-mean", "seq-mean-token-mean", "token-mean")
 
 
 @dataclass(frozen=True)
-class Config(core.AlgorithmConfig):
+class Config(contract.AlgorithmConfig):
     """GSPO hyper-parameters; defaults from the GSPO paper unless marked."""
 
-    clip_eps_low: core.ClipLow = 3e-4  # left clip range of s_i (§5.1) [C]
-    clip_eps_high: core.ClipHigh = 4e-4  # right clip range of s_i (§5.1) [C]
+    clip_eps_low: contract.ClipLow = 3e-4  # left clip range of s_i (§5.1) [C]
+    clip_eps_high: contract.ClipHigh = 4e-4  # right clip range of s_i (§5.1) [C]
     kl_coef: float = 0.0  # β: no KL term (Eq. 5) [C]
     loss_agg_mode: str = "seq-mean"  # Eq. 5: 1/G Σ_i; a token mode selects GSPO-token [C]
-    eps: core.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    eps: contract.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; not part of GSPO [C]
     overlong_shaping: bool = False  # DAPO's length penalty; not part of GSPO [C]
@@ -87,13 +87,13 @@ class Config(core.AlgorithmConfig):
     overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
 
     def __post_init__(self) -> None:
-        core.check_config(self, LOSS_AGG_MODES)
+        contract.check_config(self, LOSS_AGG_MODES)
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
-    core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
-    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
+    contract.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    contract.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     # Eq. 6 (= GRPO §4.1.2): A_i = (r_i − mean_G r) / (std_G r + eps), one per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
     # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
@@ -136,9 +136,9 @@ def loss(
             (``seq-mean-token-mean`` reproduces Eq. 13) is the GSPO-token form.
         entropy: unused by GSPO (part of the shared signature).
     """
-    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
-    core.check_policy_tensor(logp, batch, "logp")
-    core.check_advantages(adv, batch)
+    contract.check_config_type(cfg, Config)  # another algorithm's Config: refused
+    contract.check_policy_tensor(logp, batch, "logp")
+    contract.check_advantages(adv, batch)
     mask = batch.response_mask
     # Loss math in float32 even when the model runs in bf16/fp16.
     logp = logp.float()
@@ -161,7 +161,7 @@ def loss(
 
     metrics: dict[str, float] = {}
     if cfg.kl_coef > 0:
-        core.require(
+        contract.require(
             batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
         )
         # Not in GSPO; GRPO's Eq. 4 k3 term, added per token with weight β.

@@ -113,8 +113,8 @@ import torch
 from jaxtyping import Float, Float64
 from torch import Tensor
 
-from refimpl import core
-from refimpl.core import RolloutBatch
+from refimpl import contract, core
+from refimpl.contract import RolloutBatch
 
 NAME = "gtpo"
 
@@ -126,20 +126,20 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config(core.AlgorithmConfig):
+class Config(contract.AlgorithmConfig):
     """GTPO hyper-parameters; defaults from the paper (v5) unless marked."""
 
-    alpha_1: core.Coef = 1.0  # α₁, weight of the outcome reward in Eq. 2/3 (§3.1) [C]
-    alpha_2: core.Coef = 0.1  # α₂, weight of the entropy-shaped part (§3.1); α₁+α₂ ≠ 1 here [C]
+    alpha_1: contract.Coef = 1.0  # α₁, weight of the outcome reward in Eq. 2/3 (§3.1) [C]
+    alpha_2: contract.Coef = 0.1  # α₂, weight of the entropy-shaped part (§3.1); α₁+α₂ ≠ 1 here [C]
     stats: str = "group"  # set of mean/std(R⁺, R⁻) in Eq. 4; "batch" is §2.2's [departure]
     entropy_mean: str = "arithmetic"  # Eq. 2/3; "geometric" = §2.4.1's weights [C]
     negative_shaping: str = "paper"  # "paper" = Eq. 3; "none" = early form, r⁻ ≡ 0 [A]
-    entropy_eps: core.Positive = core.EPS  # H̃ = H + eps_H, so 1/H̃ is finite [A]
-    clip_eps_low: core.ClipLow = 0.2  # ε_low of the ratio clip (§3.1; Eq. 5 writes one ε) [C]
-    clip_eps_high: core.ClipHigh = 0.28  # ε_high of the ratio clip, clip-higher (§3.1) [C]
+    entropy_eps: contract.Positive = core.EPS  # H̃ = H + eps_H, so 1/H̃ is finite [A]
+    clip_eps_low: contract.ClipLow = 0.2  # ε_low of the ratio clip (§3.1; Eq. 5 writes one ε) [C]
+    clip_eps_high: contract.ClipHigh = 0.28  # ε_high of the ratio clip, clip-higher (§3.1) [C]
     kl_coef: float = 0.0  # β: no KL term in Eq. 5 [C]
     loss_agg_mode: str = "token-mean"  # Eq. 5: 1/Σ_k |o_k| Σ_i Σ_t, token-level [C]
-    eps: core.Positive = core.EPS  # in the std denominators of Eq. 4 (verl's; TRL uses 1e-4) [C]
+    eps: contract.Positive = core.EPS  # std denominators of Eq. 4 (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r_i ≥ this ⇒ i ∈ O⁺, and for dynamic sampling [A]
     dynamic_sampling: bool = True  # DAPO's filter 0 < #successful < G, as in DAPO [A]
     overlong_shaping: bool = False  # DAPO's length penalty; not used by the paper [A]
@@ -149,10 +149,10 @@ class Config(core.AlgorithmConfig):
 
     def __post_init__(self) -> None:
         # Every field's type and range (alpha_1, alpha_2 ≥ 0; entropy_eps > 0): its annotation.
-        core.check_config(self, LOSS_AGG_MODES)
-        core.require_choice(self.stats, "Config.stats", STATS)
-        core.require_choice(self.entropy_mean, "Config.entropy_mean", ENTROPY_MEANS)
-        core.require_choice(self.negative_shaping, "Config.negative_shaping", NEGATIVE_SHAPING)
+        contract.check_config(self, LOSS_AGG_MODES)
+        contract.require_choice(self.stats, "Config.stats", STATS)
+        contract.require_choice(self.entropy_mean, "Config.entropy_mean", ENTROPY_MEANS)
+        contract.require_choice(self.negative_shaping, "Config.negative_shaping", NEGATIVE_SHAPING)
 
     def advantage_std_set(self) -> str | None:
         # Eq. 4: token rewards z-scored over the group's response tokens (stats="batch": the
@@ -228,8 +228,8 @@ def token_rewards(
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` token advantages: R⁺ and R⁻ normalised separately (Eq. 4), over the set
     ``cfg.stats`` names."""
-    core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
-    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
+    contract.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    contract.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     G = batch.group_size
     active = core.group_view(batch.response_mask.bool(), G)  # [N, G, T]
     success = core.group_view(core.successful(batch, cfg.success_threshold), G)[:, :, None]
@@ -352,9 +352,9 @@ def loss(
         cfg: the configuration.
         entropy: unused by GTPO (its entropies are the rollout's, in ``batch.entropy_old``).
     """
-    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
-    core.check_policy_tensor(logp, batch, "logp")
-    core.check_advantages(adv, batch)
+    contract.check_config_type(cfg, Config)  # another algorithm's Config: refused
+    contract.check_policy_tensor(logp, batch, "logp")
+    contract.check_advantages(adv, batch)
     mask = batch.response_mask
     # Loss math in float32 even when the model runs in bf16/fp16.
     logp = logp.float()
@@ -367,7 +367,7 @@ def loss(
 
     metrics: dict[str, float] = {}
     if cfg.kl_coef > 0:
-        core.require(
+        contract.require(
             batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
         )
         # Optional k3 KL to the reference (off in the paper), as in GRPO's Eq. 4.

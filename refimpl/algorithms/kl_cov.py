@@ -68,8 +68,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from refimpl import core
-from refimpl.core import RolloutBatch
+from refimpl import contract, core
+from refimpl.contract import RolloutBatch
 
 NAME = "kl_cov"
 
@@ -78,14 +78,14 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config(core.AlgorithmConfig):
+class Config(contract.AlgorithmConfig):
     """KL-Cov hyper-parameters: DAPO's without the clip, plus k and β; from the paper/verl."""
 
-    kl_cov_ratio: core.Fraction = 2e-4  # k, fraction of the batch's tokens that get the penalty [C]
-    kl_cov_coef: core.Coef = 1.0  # β, weight of |log π_θ − log π_old| on those tokens [C]
+    kl_cov_ratio: contract.Fraction = 2e-4  # k, fraction of the batch's tokens penalised [C]
+    kl_cov_coef: contract.Coef = 1.0  # β, weight of |log π_θ − log π_old| on those tokens [C]
     kl_coef: float = 0.0  # β: the KL term is removed (§2.3) [C]
     loss_agg_mode: str = "token-mean"  # token-level policy gradient loss (§3.3, Eq. 12) [C]
-    eps: core.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    eps: contract.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling (Eq. 11) [A]
     dynamic_sampling: bool = True  # keep groups with 0 < #successful < G (§3.2, Eq. 11) [C]
     overlong_shaping: bool = True  # soft overlong punishment added to r (§3.4, Eq. 13) [C]
@@ -95,13 +95,13 @@ class Config(core.AlgorithmConfig):
     #                                paper's final recipe uses the soft punishment instead [C]
 
     def __post_init__(self) -> None:
-        core.check_config(self, LOSS_AGG_MODES)
+        contract.check_config(self, LOSS_AGG_MODES)
 
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
-    core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
-    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
+    contract.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    contract.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     # §4.1.2: A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
     # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
@@ -160,9 +160,9 @@ def loss(
         cfg: the configuration.
         entropy: unused by KL-Cov (part of the shared signature).
     """
-    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
-    core.check_policy_tensor(logp, batch, "logp")
-    core.check_advantages(adv, batch)
+    contract.check_config_type(cfg, Config)  # another algorithm's Config: refused
+    contract.check_policy_tensor(logp, batch, "logp")
+    contract.check_advantages(adv, batch)
     mask = batch.response_mask
     # Loss math in float32 even when the model runs in bf16/fp16.
     logp = logp.float()
@@ -182,7 +182,7 @@ def loss(
         "cov_selected_frac": float(core.masked_mean(selected.float(), mask)),
     }
     if cfg.kl_coef > 0:
-        core.require(
+        contract.require(
             batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
         )
         # Off in DAPO (β = 0); kept so the KL can be switched back on: GRPO's Eq. 4 k3 term.

@@ -58,8 +58,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from refimpl import core
-from refimpl.core import RolloutBatch
+from refimpl import contract, core
+from refimpl.contract import RolloutBatch
 
 NAME = "rloo"
 
@@ -68,11 +68,11 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config(core.AlgorithmConfig):
+class Config(contract.AlgorithmConfig):
     """RLOO hyper-parameters; the advantage from the paper, the loss from verl's recipe."""
 
-    clip_eps_low: core.ClipLow = 0.2  # ε, symmetric clip (verl's default clip_ratio) [S]
-    clip_eps_high: core.ClipHigh = 0.2  # ε [S]
+    clip_eps_low: contract.ClipLow = 0.2  # ε, symmetric clip (verl's default clip_ratio) [S]
+    clip_eps_high: contract.ClipHigh = 0.2  # ε [S]
     kl_coef: float = 0.0  # β: no KL term in the loss (the paper puts it in the reward) [A]
     loss_agg_mode: str = "token-mean"  # verl's default loss_agg_mode [S]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
@@ -83,7 +83,7 @@ class Config(core.AlgorithmConfig):
     overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
 
     def __post_init__(self) -> None:
-        core.check_config(self, LOSS_AGG_MODES)
+        contract.check_config(self, LOSS_AGG_MODES)
 
     def advantage_std_set(self) -> str | None:
         # No std division: r_i minus the mean of the other rewards (Eq. 1).
@@ -92,13 +92,13 @@ class Config(core.AlgorithmConfig):
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: each reward minus the mean of its siblings' rewards."""
-    core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
-    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
+    contract.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    contract.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     G = batch.group_size
     # Leave-one-out: r_i − (1/(G−1)) Σ_{j≠i} r_j = G/(G−1)·(r_i − mean_G r). The centred
     # reward comes from group_normalize, which makes an all-equal group exactly 0.
     A_seq = core.group_normalize(batch.rewards, G, scale_by_std=False) * (G / (G - 1))
-    core.check_advantage_values(A_seq)  # the factor may overflow float32: refused
+    contract.check_advantage_values(A_seq)  # the factor may overflow float32: refused
     # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
     return core.broadcast_to_tokens(A_seq, batch.response_mask)
 
@@ -137,9 +137,9 @@ def loss(
         cfg: the configuration.
         entropy: unused by RLOO (part of the shared signature).
     """
-    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
-    core.check_policy_tensor(logp, batch, "logp")
-    core.check_advantages(adv, batch)
+    contract.check_config_type(cfg, Config)  # another algorithm's Config: refused
+    contract.check_policy_tensor(logp, batch, "logp")
+    contract.check_advantages(adv, batch)
     mask = batch.response_mask
     # Loss math in float32 even when the model runs in bf16/fp16.
     logp = logp.float()
@@ -152,7 +152,7 @@ def loss(
 
     metrics: dict[str, float] = {}
     if cfg.kl_coef > 0:
-        core.require(
+        contract.require(
             batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
         )
         # k3 estimate of KL(π_θ ‖ π_ref), added per token with weight β (GRPO's Eq. 4) [A].

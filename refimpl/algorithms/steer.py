@@ -108,8 +108,8 @@ import torch
 from jaxtyping import Float, Shaped
 from torch import Tensor
 
-from refimpl import core
-from refimpl.core import RolloutBatch
+from refimpl import contract, core
+from refimpl.contract import RolloutBatch
 
 NAME = "steer"
 
@@ -122,38 +122,38 @@ NORMALISE_SETS = ("micro-batch", "batch")
 #: Clamp of π and floor of π_old in Ω (``compute_token_weights``) [C].
 PROB_FLOOR = 1e-8
 
-# The ranges of STEER's own fields (``core.check_config`` reads them from the annotations):
-# with them, as with core's ranges, no finite value makes the loss inf or NaN. The token weights
-# λ ≤ LAMBDA_LIMIT = 10 multiply a token's surrogate, which the dual clip c ≤ CLIP_HIGH_LIMIT + 1
-# = 11 bounds by c·|A| where A < 0 (and the clip by (1 + ε_high)·|A| where A > 0): at most
-# 110·2^120 < 2^127 summed. The |Ω| floor lies in [OMEGA_FLOOR_MIN, OMEGA_FLOOR_MAX]: the
-# exponential map's slope −ln λ_min / max(max|Ω|, floor) then stays finite in float32
-# (−ln λ_min < 745 for any λ_min > 0), also on a batch whose every |Ω| is 0; the |Ω| range fits
-# in float32. tests/test_safety_library.py computes the loss at these edges.
+# The ranges of STEER's own fields (``contract.check_config`` reads them from the annotations):
+# with them, as with the contract's ranges, no finite value makes the loss inf or NaN. The token
+# weights λ ≤ LAMBDA_LIMIT = 10 multiply a token's surrogate, which the dual clip
+# c ≤ CLIP_HIGH_LIMIT + 1 = 11 bounds by c·|A| where A < 0 (and the clip by (1 + ε_high)·|A|
+# where A > 0): at most 110·2^120 < 2^127 summed. The |Ω| floor lies in [OMEGA_FLOOR_MIN,
+# OMEGA_FLOOR_MAX]: the exponential map's slope −ln λ_min / max(max|Ω|, floor) then stays
+# finite in float32 (−ln λ_min < 745 for any λ_min > 0), also on a batch whose every |Ω| is 0;
+# the |Ω| range fits in float32. tests/test_safety_library.py computes the loss at these edges.
 
 #: The largest token weight λ (``lambda_min``, ``lambda_max``).
 LAMBDA_LIMIT = 10.0
 #: The smallest and largest |Ω| floor of the exponential map.
 OMEGA_FLOOR_MIN, OMEGA_FLOOR_MAX = 1e-30, 1e30
-Lambda = Annotated[float, core.Range(0.0, LAMBDA_LIMIT, low_open=True)]
+Lambda = Annotated[float, contract.Range(0.0, LAMBDA_LIMIT, low_open=True)]
 DualClip = Annotated[
     float,
-    core.Range(
+    contract.Range(
         1.0,
-        core.CLIP_HIGH_LIMIT + 1,
+        contract.CLIP_HIGH_LIMIT + 1,
         low_open=True,
-        text=f"a value in (1, {core.CLIP_HIGH_LIMIT + 1:g}] (the dual clip's c)",
+        text=f"a value in (1, {contract.CLIP_HIGH_LIMIT + 1:g}] (the dual clip's c)",
     ),
 ]
-Power = Annotated[int, core.Range(1, 2, text="1 or 2 (the exponent p of (1 − π)^p)")]
-OmegaFloor = Annotated[float, core.Range(OMEGA_FLOOR_MIN, OMEGA_FLOOR_MAX)]
+Power = Annotated[int, contract.Range(1, 2, text="1 or 2 (the exponent p of (1 − π)^p)")]
+OmegaFloor = Annotated[float, contract.Range(OMEGA_FLOOR_MIN, OMEGA_FLOOR_MAX)]
 OmegaAbs = Annotated[
-    float, core.Range(0.0, core.FLOAT32_MAX, text="a value in [0, 3.4e38] (or None)")
+    float, contract.Range(0.0, contract.FLOAT32_MAX, text="a value in [0, 3.4e38] (or None)")
 ]
 
 
 @dataclass(frozen=True)
-class Config(core.AlgorithmConfig):
+class Config(contract.AlgorithmConfig):
     """STEER hyper-parameters; defaults from the authors' code and run scripts unless marked."""
 
     mapping: str = "linear"  # |Ω| → λ: linear (run_linear.sh) or exponential (run_exp.sh) [C]
@@ -165,12 +165,12 @@ class Config(core.AlgorithmConfig):
     #                                 whole rollout's at θ_old ("batch") [A]
     omega_abs_min: OmegaAbs | None = None  # the rollout's min |Ω|: set by for_update when
     omega_abs_max: OmegaAbs | None = None  # normalise="batch"; None: the loss call's tokens [A]
-    clip_eps_low: core.ClipLow = 0.2  # ε_low, clip_ratio_low in run/*.sh [C]
-    clip_eps_high: core.ClipHigh = 0.28  # ε_high, clip_ratio_high in run/*.sh (clip-higher) [C]
+    clip_eps_low: contract.ClipLow = 0.2  # ε_low, clip_ratio_low in run/*.sh [C]
+    clip_eps_high: contract.ClipHigh = 0.28  # ε_high, clip_ratio_high in run/*.sh (clip-higher) [C]
     clip_ratio_c: DualClip = 10.0  # c of the dual clip for A < 0, clip_ratio_c in run/*.sh [C]
     kl_coef: float = 0.0  # β: use_kl_loss=False, use_kl_in_reward=False in run/*.sh [C]
     loss_agg_mode: str = "token-mean"  # verl's default, not overridden in run/*.sh [C]
-    eps: core.Positive = core.EPS  # in the std denominator (verl's) [C]
+    eps: contract.Positive = core.EPS  # in the std denominator (verl's) [C]
     success_threshold: float = 0.5  # r ≥ this is a success (read by no mechanism here) [A]
     dynamic_sampling: bool = False  # no algorithm.filter_groups in run/*.sh [C]
     overlong_shaping: bool = False  # no overlong reward buffer in run/*.sh [C]
@@ -179,27 +179,27 @@ class Config(core.AlgorithmConfig):
     overlong_filter: bool = False  # truncated completions stay in the loss (run/*.sh) [C]
 
     def __post_init__(self) -> None:
-        core.check_config(self, LOSS_AGG_MODES)
-        core.require_choice(self.mapping, "Config.mapping", MAPPINGS)
-        core.require_choice(self.normalise, "Config.normalise", NORMALISE_SETS)
-        core.require(
+        contract.check_config(self, LOSS_AGG_MODES)
+        contract.require_choice(self.mapping, "Config.mapping", MAPPINGS)
+        contract.require_choice(self.normalise, "Config.normalise", NORMALISE_SETS)
+        contract.require(
             self.lambda_min <= self.lambda_max,
             "Config.lambda_min",
             f"λ_min ≤ λ_max, got {self.lambda_min!r} and {self.lambda_max!r}",
         )
-        core.require(
+        contract.require(
             self.mapping == "linear" or self.lambda_min <= 1.0,
             "Config.lambda_min",
             f"λ_min ≤ 1 for the exponential map (its weights lie in [λ_min, 1]), got "
             f"{self.lambda_min!r}",
         )
         lo, hi = self.omega_abs_min, self.omega_abs_max
-        core.require(
+        contract.require(
             (lo is None) == (hi is None) and (lo is None or lo <= hi),
             "Config.omega_abs_min",
             f"both None, or 0 ≤ omega_abs_min ≤ omega_abs_max, got {lo!r} and {hi!r}",
         )
-        core.require(
+        contract.require(
             lo is None or self.normalise == "batch",
             "Config.omega_abs_min",
             'None unless normalise="batch" (for_update sets the rollout\'s |Ω| range)',
@@ -217,8 +217,8 @@ class Config(core.AlgorithmConfig):
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
-    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
-    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
+    contract.check_config_type(cfg, Config)  # another algorithm's Config: refused
+    contract.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     # GRPO's A_i = (r_i − mean_G r) / (std_G r + eps); one value per completion.
     A_seq = core.group_normalize(batch.rewards, batch.group_size, eps=cfg.eps)
     # Outcome supervision: every token of o_i gets A_i; padding gets exactly 0.
@@ -309,9 +309,9 @@ def loss(
         cfg: the configuration (from :meth:`Config.for_update` for ``normalise="batch"``).
         entropy: unused: Ω reads the rollout entropy (part of the shared signature).
     """
-    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
-    core.check_policy_tensor(logp, batch, "logp")
-    core.check_advantages(adv, batch)
+    contract.check_config_type(cfg, Config)  # another algorithm's Config: refused
+    contract.check_policy_tensor(logp, batch, "logp")
+    contract.check_advantages(adv, batch)
     mask = batch.response_mask
     # Loss math in float32 even when the model runs in bf16/fp16.
     logp = logp.float()
@@ -330,7 +330,7 @@ def loss(
 
     metrics = _weight_metrics(batch, logp, adv, omega_now, weight, w, cfg)
     if cfg.kl_coef > 0:
-        core.require(
+        contract.require(
             batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
         )
         # Off in STEER (β = 0); kept so the KL can be switched back on: GRPO's Eq. 4 k3 term.

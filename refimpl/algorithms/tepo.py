@@ -87,8 +87,8 @@ import torch
 from jaxtyping import Float, Float32, Shaped
 from torch import Tensor
 
-from refimpl import core
-from refimpl.core import RolloutBatch
+from refimpl import contract, core
+from refimpl.contract import RolloutBatch
 
 NAME = "tepo"
 
@@ -102,22 +102,22 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 
 
 @dataclass(frozen=True)
-class Config(core.AlgorithmConfig):
+class Config(contract.AlgorithmConfig):
     """TEPO hyper-parameters; a reconstruction (see the module docstring)."""
 
     advantage: str = "grpo"  # A_i: GRPO's z-score; "centred" = r − mean (Dr. GRPO's) [A]
     ratio: str = "gspo_token"  # s[i,t] = sg[s_i]·π_θ/sg[π_θ]; "token" = w[i,t] [A]
-    clip_eps_low: core.ClipLow = 0.2  # ε_low of the clip on s[i,t] (DAPO's) [A]
-    clip_eps_high: core.ClipHigh = 0.28  # ε_high, clip-higher (DAPO's) [A]
+    clip_eps_low: contract.ClipLow = 0.2  # ε_low of the clip on s[i,t] (DAPO's) [A]
+    clip_eps_high: contract.ClipHigh = 0.28  # ε_high, clip-higher (DAPO's) [A]
     kl_coef: float = 0.04  # β, weight of the masked KL term (GRPO's value) [A]
     kl_anchor: str = "ref"  # KL to π_ref ("ref") or to π_old ("old") [A]
     kl_mask: bool = True  # M[i,t] = 1[A>0]·1[entropy decreased]; False = KL on every token [C]
     kl_denominator: str = "all"  # β·Σ M·kl / Σ m ("all") or / Σ M ("masked") [A]
     entropy_source: str = "current"  # H_θ vs H_old; "sequence": H_old[t] vs H_old[t−1] [A]
     entropy_strict: bool = True  # "decreasing" is H < H' − τ; False: H ≤ H' − τ [A]
-    entropy_decrease_tol: core.NonNegative = 1e-4  # τ in nats: smaller falls are float noise [A]
+    entropy_decrease_tol: contract.NonNegative = 1e-4  # τ (nats): smaller falls are float noise [A]
     loss_agg_mode: str = "token-mean"  # "token-level aggregation" (abstract) [C]/[A]
-    eps: core.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
+    eps: contract.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
     success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
     dynamic_sampling: bool = False  # DAPO's filter; not stated for TEPO [A]
     overlong_shaping: bool = False  # DAPO's length penalty; not stated for TEPO [A]
@@ -126,12 +126,12 @@ class Config(core.AlgorithmConfig):
     overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [A]
 
     def __post_init__(self) -> None:
-        core.check_config(self, LOSS_AGG_MODES)
-        core.require_choice(self.advantage, "Config.advantage", ADVANTAGES)
-        core.require_choice(self.ratio, "Config.ratio", RATIOS)
-        core.require_choice(self.kl_anchor, "Config.kl_anchor", KL_ANCHORS)
-        core.require_choice(self.kl_denominator, "Config.kl_denominator", KL_DENOMINATORS)
-        core.require_choice(self.entropy_source, "Config.entropy_source", ENTROPY_SOURCES)
+        contract.check_config(self, LOSS_AGG_MODES)
+        contract.require_choice(self.advantage, "Config.advantage", ADVANTAGES)
+        contract.require_choice(self.ratio, "Config.ratio", RATIOS)
+        contract.require_choice(self.kl_anchor, "Config.kl_anchor", KL_ANCHORS)
+        contract.require_choice(self.kl_denominator, "Config.kl_denominator", KL_DENOMINATORS)
+        contract.require_choice(self.entropy_source, "Config.entropy_source", ENTROPY_SOURCES)
 
     def advantage_std_set(self) -> str | None:
         # A_i is GRPO's z-score, or with advantage="centred" r − mean_G r (no std division).
@@ -153,8 +153,8 @@ class Config(core.AlgorithmConfig):
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: the group-normalised outcome reward on every response token."""
-    core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
-    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
+    contract.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    contract.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     # GRPO §4.1.2 [A]: A_i = (r_i − mean_G r) / (std_G r + eps); "centred": r_i − mean_G r.
     A_seq = core.group_normalize(
         batch.rewards, batch.group_size, scale_by_std=cfg.advantage == "grpo", eps=cfg.eps
@@ -192,7 +192,7 @@ def policy_ratio(
     """``[B, T]`` ratio of the policy term, 1 on padding, float32: the GSPO-token
     ``s[i,t] = sg[s_i]·π_θ(o_{i,t})/sg[π_θ(o_{i,t})]`` (value ``s_i``, gradient ``s_i`` through
     its own token only), or (``ratio="token"``) the token ratio ``w[i,t]``."""
-    core.require_choice(ratio, "ratio", RATIOS)
+    contract.require_choice(ratio, "ratio", RATIOS)
     if ratio == "gspo_token":
         return core.sequence_token_ratio(logp, logp_old, mask)
     return core.token_ratio(logp, logp_old, mask)
@@ -217,7 +217,7 @@ def kl_mask(
     positive = adv.detach() > 0
     tol = cfg.entropy_decrease_tol
     if cfg.entropy_source == "current":
-        core.require(
+        contract.require(
             entropy is not None, "entropy", "the current policy's [B, T] entropy for the mask"
         )
         new = entropy.detach().float()  # type: ignore[union-attr]
@@ -252,9 +252,9 @@ def loss(
             required when the mask compares it (``kl_mask``, ``kl_coef > 0`` and
             ``entropy_source="current"``); detached.
     """
-    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
-    core.check_policy_tensor(logp, batch, "logp")
-    core.check_advantages(adv, batch)
+    contract.check_config_type(cfg, Config)  # another algorithm's Config: refused
+    contract.check_policy_tensor(logp, batch, "logp")
+    contract.check_advantages(adv, batch)
     mask = batch.response_mask
     # Loss math in float32 even when the model runs in bf16/fp16.
     logp = logp.float()
@@ -268,14 +268,14 @@ def loss(
     metrics: dict[str, float] = {}
     M = None
     if entropy is not None:
-        core.check_policy_tensor(entropy, batch, "entropy")
+        contract.check_policy_tensor(entropy, batch, "entropy")
     if entropy is not None or cfg.entropy_source == "sequence":
         M = kl_mask(adv, entropy, batch.entropy_old, mask, cfg)
         metrics["kl_mask_frac"] = float(core.masked_mean(M, mask))
     kl_term = torch.zeros((), device=logp.device)
     if cfg.kl_coef > 0:
         if cfg.kl_mask:
-            core.require(
+            contract.require(
                 M is not None,
                 "entropy",
                 "the current policy's [B, T] entropy: TEPO's KL mask needs it "
@@ -284,7 +284,7 @@ def loss(
         else:
             M = mask  # ablation: KL on every response token
         if cfg.kl_anchor == "ref":
-            core.require(
+            contract.require(
                 batch.logp_ref is not None,
                 "batch.logp_ref",
                 "reference log-probs when kl_coef > 0 and kl_anchor='ref'",

@@ -80,8 +80,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from refimpl import core
-from refimpl.core import RolloutBatch
+from refimpl import contract, core
+from refimpl.contract import RolloutBatch
 
 NAME = "vineppo"
 
@@ -99,18 +99,18 @@ KL_CLIP_MAX = 10.0
 
 
 @dataclass(frozen=True)
-class Config(core.AlgorithmConfig):
+class Config(contract.AlgorithmConfig):
     """VinePPO hyper-parameters; defaults from the authors' configs unless marked."""
 
-    rollouts: Annotated[int, core.Range(2, 4096, text="an integer in [2, 4096]")] = 9
+    rollouts: Annotated[int, contract.Range(2, 4096, text="an integer in [2, 4096]")] = 9
     # ^ K, continuations per valued state (configs/episode_generators/9rolls.jsonnet) [C]
     boundaries: str = "step"  # value step starts (the paper's), or every token [C]
     whiten_advantages: bool = False  # the authors' trainer whitens; off here [departure]
-    clip_eps_low: core.ClipLow = 0.2  # ε, PPO's symmetric clip (cliprange 0.2) [C]
-    clip_eps_high: core.ClipHigh = 0.2  # ε [C]
+    clip_eps_low: contract.ClipLow = 0.2  # ε, PPO's symmetric clip (cliprange 0.2) [C]
+    clip_eps_high: contract.ClipHigh = 0.2  # ε [C]
     kl_coef: float = 1e-4  # β, KL to the reference in the loss (refKl0.0001.jsonnet) [C]
     loss_agg_mode: str = "token-mean"  # masked mean over the batch's tokens (ppo_trainer) [C]
-    eps: core.Positive = core.EPS  # in the whitening's std denominator [A]
+    eps: contract.Positive = core.EPS  # in the whitening's std denominator [A]
     success_threshold: float = 0.5  # r ≥ this: the value after the last token is 1 [A]
     dynamic_sampling: bool = False  # not part of VinePPO [C]
     overlong_shaping: bool = False  # not part of VinePPO [C]
@@ -119,23 +119,23 @@ class Config(core.AlgorithmConfig):
     overlong_filter: bool = False  # not part of VinePPO [C]
 
     def __post_init__(self) -> None:
-        core.check_config(self, LOSS_AGG_MODES)
-        core.require_choice(self.boundaries, "boundaries", BOUNDARIES)
+        contract.check_config(self, LOSS_AGG_MODES)
+        contract.require_choice(self.boundaries, "boundaries", BOUNDARIES)
 
     def advantage_std_set(self) -> str:
         # V̂(s_{k+1}) − V̂(s_k), or with whitening one z-score over the batch's tokens.
         return "batch_tokens" if self.whiten_advantages else "value_difference"
 
-    def values_needed(self) -> core.ValueRequest:
+    def values_needed(self) -> contract.ValueRequest:
         """K continuations of π_old at every step start (or every prefix)."""
         step_ends = STEP_ENDS if self.boundaries == "step" else None
-        return core.ValueRequest(rollouts=self.rollouts, step_ends=step_ends)
+        return contract.ValueRequest(rollouts=self.rollouts, step_ends=step_ends)
 
 
 def _step_values(batch: RolloutBatch, cfg: Config) -> tuple[Tensor, Tensor]:
     """``[B, T]`` float64 ``V̂(s_k)`` and ``V̂(s_{k+1})``: the values at the start and at the
     end of the step each token belongs to (the outcome after the last step)."""
-    core.require(
+    contract.require(
         batch.token_values is not None,
         "batch.token_values",
         "the Monte-Carlo values V̂(q, o_<t) of π_old (the training loops set them when "
@@ -163,8 +163,8 @@ def _step_values(batch: RolloutBatch, cfg: Config) -> tuple[Tensor, Tensor]:
 
 def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages: each step's change of the Monte-Carlo value, on its tokens."""
-    core.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
-    core.check_batch(batch)  # None, or anything but a RolloutBatch: refused
+    contract.check_config_type(cfg, Config)  # another algorithm's Config (or None): refused
+    contract.check_batch(batch)  # None, or anything but a RolloutBatch: refused
     value_start, value_end = _step_values(batch, cfg)
     # A[i,t] = V̂(s_{k+1}) − V̂(s_k) on every token of step k; exactly 0 on padding.
     A = core.masked(value_end - value_start, batch.response_mask)
@@ -172,7 +172,7 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
         # The authors' whitening: one z-score over every response token of the batch.
         A = core.masked(core.masked_zscore(A[None], batch.response_mask[None], cfg.eps)[0],
                         batch.response_mask)  # fmt: skip
-    core.check_advantage_values(A)
+    contract.check_advantage_values(A)
     return A.to(torch.float32)
 
 
@@ -225,9 +225,9 @@ def loss(
         cfg: the configuration.
         entropy: unused by VinePPO (part of the shared signature).
     """
-    core.check_config_type(cfg, Config)  # another algorithm's Config: refused
-    core.check_policy_tensor(logp, batch, "logp")
-    core.check_advantages(adv, batch)
+    contract.check_config_type(cfg, Config)  # another algorithm's Config: refused
+    contract.check_policy_tensor(logp, batch, "logp")
+    contract.check_advantages(adv, batch)
     mask = batch.response_mask
     # Loss math in float32 even when the model runs in bf16/fp16.
     logp = logp.float()
@@ -241,7 +241,7 @@ def loss(
 
     metrics: dict[str, float] = {}
     if cfg.kl_coef > 0:
-        core.require(
+        contract.require(
             batch.logp_ref is not None, "batch.logp_ref", "reference log-probs when kl_coef > 0"
         )
         # The authors' KL loss: k3 per token, clamped to ≤ 10, summed over the sequence,

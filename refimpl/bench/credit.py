@@ -52,7 +52,7 @@ import torch
 from torch import Tensor
 
 from refimpl import algorithms, mechanisms
-from refimpl.core import require
+from refimpl.contract import require
 from refimpl.diagnostics.credit_oracle import TokenValues, token_values, training_values
 from refimpl.runs.progress import progress as progress_bar
 from refimpl.sampling import Samples, sample_groups, seeded_generator

@@ -38,7 +38,7 @@ import torch
 
 from refimpl import algorithms
 from refimpl.bench import format_machine, machine_info, markdown_table
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 from refimpl.runs.runlog import check_output_file, write_text_atomic
 from refimpl.settings.limits import check_threads
 

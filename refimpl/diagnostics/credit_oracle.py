@@ -66,7 +66,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from refimpl.core import require
+from refimpl.contract import require
 from refimpl.sampling import (
     TEMPERATURE_MIN,
     TOP_P_MIN,
@@ -390,7 +390,7 @@ def training_values(
     success_threshold: float, seed: int, step: int,
 ) -> TokenValues:  # fmt: skip
     """What a training loop hands ``advantages`` when ``Config.values_needed()`` returns
-    ``request`` (a ``core.ValueRequest``): :func:`token_values` of ``model`` (π_old: call it
+    ``request`` (a ``contract.ValueRequest``): :func:`token_values` of ``model`` (π_old: call it
     after sampling and before any optimizer step) with the run's sampling settings, the step's
     own random streams (``(seed, step)``), no progress bar, valuing only the requested
     prefixes. Its ``value_before`` is the ``[B, T]`` float64 ``V̂(q, o_<t)`` the batch carries

@@ -75,7 +75,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from refimpl.core import masked_mean, require
+from refimpl.contract import require
+from refimpl.core import masked_mean
 
 #: The token classes of the attribution, in the order they are logged (``entropy_attr/<c>``).
 TOKEN_CLASSES: tuple[str, ...] = ("pos_high", "pos_low", "neg_high", "neg_low", "zero")

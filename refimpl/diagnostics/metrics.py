@@ -26,7 +26,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from refimpl.core import masked_mean, require
+from refimpl.contract import require
+from refimpl.core import masked_mean
 
 
 def logp_advantage_covariance(logp: Tensor, adv: Tensor, mask: Tensor) -> float:

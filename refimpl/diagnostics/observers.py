@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from refimpl import core
+from refimpl import contract, core
 from refimpl.diagnostics.entropy_attribution import EntropyPredictor
 from refimpl.diagnostics.metrics import logp_advantage_covariance
 from refimpl.evaluate import heldout_metrics, probe_snapshot
@@ -171,7 +171,7 @@ class EntropyChange(Observer):
         return {"entropy_change": float(change)}
 
 
-def measured_rows(trainer, batch: core.RolloutBatch) -> torch.Tensor:
+def measured_rows(trainer, batch: contract.RolloutBatch) -> torch.Tensor:
     """The rows the entropy change is measured (and predicted) on: the first
     ``ENTROPY_CHANGE_COMPLETIONS`` of each of the first ``ENTROPY_CHANGE_GROUPS`` groups."""
     G = trainer.cfg.group_size

@@ -1,6 +1,6 @@
 """The same algorithm files on real models: Hugging Face (``hf``), TRL (``trl``), verl (``verl``).
 
-Nothing here re-implements an algorithm: every path builds a :class:`refimpl.core.RolloutBatch`
+Nothing here re-implements an algorithm: every path builds a :class:`refimpl.contract.RolloutBatch`
 and calls ``refimpl.algorithms.<name>.advantages`` and ``.loss`` unchanged. What each path adds
 is plumbing that the toy trainer gets for free:
 

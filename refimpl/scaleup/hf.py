@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from refimpl.core import RolloutBatch, require
+from refimpl.contract import RolloutBatch, require
 from refimpl.model import GPT, GPTConfig, positions_from_mask
 
 # The four per-block matrices that transformers stores as Conv1D ([in, out]).

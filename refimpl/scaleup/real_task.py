@@ -30,7 +30,7 @@ import torch
 from transformers import TrainerCallback
 
 import toy_envs
-from refimpl.core import require
+from refimpl.contract import require
 from refimpl.evaluate import mean_pass_at_k
 from toy_envs import Problem
 from toy_envs.freeform import freeform_reward

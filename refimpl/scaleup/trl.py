@@ -49,8 +49,8 @@ from torch import Tensor
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer import grpo_trainer as _trl_grpo
 
-from refimpl import algorithms, core, mechanisms
-from refimpl.core import RolloutBatch
+from refimpl import algorithms, contract, core, mechanisms
+from refimpl.contract import RolloutBatch
 from refimpl.scaleup.hf import loss_batch, normaliser_count, refuse_values_needed
 
 __all__ = ["RefimplGRPOTrainer", "GRPOConfig"]
@@ -79,7 +79,7 @@ class RefimplGRPOTrainer(GRPOTrainer):
         self.algorithm_config = (
             self.algorithm.Config() if algorithm_config is None else algorithm_config
         )
-        core.require(
+        contract.require(
             isinstance(self.algorithm_config, self.algorithm.Config),
             "algorithm_config",
             f"a {self.algorithm.NAME}.Config",
@@ -87,7 +87,7 @@ class RefimplGRPOTrainer(GRPOTrainer):
         # VinePPO's Monte-Carlo values: not sampled here; refused before any model is loaded.
         refuse_values_needed(self.algorithm_config, "algorithm_config", "TRL")
         training_args = kwargs.get("args", args[2] if len(args) > 2 else None)
-        core.require(training_args is not None, "args", "a trl.GRPOConfig")
+        contract.require(training_args is not None, "args", "a trl.GRPOConfig")
         beta = self.algorithm_config.kl_coef if self.algorithm_config.needs_reference() else 0.0
         # A shallow copy, not dataclasses.replace: GRPOConfig.__post_init__ derives fields
         # (steps_per_generation, ...) and refuses to run twice.
@@ -144,7 +144,7 @@ class RefimplGRPOTrainer(GRPOTrainer):
     def _rewards(self) -> Tensor:
         """TRL's weighted sum of the reward functions, ``[global B]`` (gathered already)."""
         rewards_per_func = self._last_rewards_per_func
-        core.require(
+        contract.require(
             rewards_per_func is not None
             and not bool(torch.isnan(rewards_per_func).all(dim=1).any()),
             "reward_funcs",

@@ -67,8 +67,8 @@ import torch
 from torch import Tensor
 from verl.trainer.ppo import core_algos
 
-from refimpl import algorithms, core, mechanisms
-from refimpl.core import RolloutBatch
+from refimpl import algorithms, contract, mechanisms
+from refimpl.contract import RolloutBatch
 from refimpl.scaleup.hf import loss_batch, normaliser_count, refuse_values_needed
 
 #: Registry name of each algorithm in verl.
@@ -139,7 +139,7 @@ def loss_inputs(
 def _group_order(index: Any, batch_size: int) -> tuple[Tensor, int]:
     """A permutation that puts rows of the same ``index`` (prompt uid) next to each other, in
     order of first appearance, and the common group size (which must be ≥ 2)."""
-    core.require(
+    contract.require(
         index is not None and len(index) == batch_size,
         "index",
         f"{batch_size} group ids (verl's non_tensor_batch['uid'])",
@@ -148,7 +148,7 @@ def _group_order(index: Any, batch_size: int) -> tuple[Tensor, int]:
     for row, uid in enumerate(np.asarray(index, dtype=object).tolist()):
         rows_of.setdefault(uid, []).append(row)
     sizes = {len(rows) for rows in rows_of.values()}
-    core.require(
+    contract.require(
         len(sizes) == 1 and min(sizes) >= 2,
         "index",
         f"groups of one common size ≥ 2, got sizes {sorted(sizes)}",
@@ -174,7 +174,7 @@ def _make_estimator(name: str):
         if entropy_old is None and _ROLLOUT_ENTROPY:
             entropy_old = _ROLLOUT_ENTROPY[-1]
         if cfg.reads_rollout_entropy():
-            core.require(
+            contract.require(
                 entropy_old is not None,
                 "entropy_old",
                 f"the rollout's per-token entropies: {name} shapes its token rewards "
@@ -223,7 +223,7 @@ def _make_policy_loss(name: str):
         config: Any = None,
         rollout_is_weights: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Any]]:
-        core.require(
+        contract.require(
             rollout_is_weights is None,
             "rollout_is_weights",
             "None: rollout-correction weights would change the algorithm's loss "
@@ -247,7 +247,7 @@ def _make_policy_loss(name: str):
         # horizon.
         horizon = info.get("loss_scale_factor") or response_mask.shape[-1]
         cfg = cfg.for_generation_budget(int(horizon))
-        core.require(
+        contract.require(
             cfg.for_update(batch, padded["adv"].float()) == cfg,
             "REFIMPL_CONFIG",
             f"a {name} Config whose loss reads no constant of the whole rollout batch (verl's "
@@ -289,7 +289,7 @@ def register() -> None:
     for name, key in REGISTERED.items():
         for registry_name in {key, name if name in PLAIN_NAMES else key}:
             current = core_algos.ADV_ESTIMATOR_REGISTRY.get(registry_name)
-            core.require(
+            contract.require(
                 current in (None, ESTIMATORS[name]),
                 "adv_estimator",
                 f"'{registry_name}' not taken by another estimator",
@@ -297,7 +297,7 @@ def register() -> None:
             if current is None:
                 core_algos.register_adv_est(registry_name)(ESTIMATORS[name])
             current = core_algos.POLICY_LOSS_REGISTRY.get(registry_name)
-            core.require(
+            contract.require(
                 current in (None, POLICY_LOSSES[name]),
                 "loss_mode",
                 f"'{registry_name}' not taken by another policy loss",

@@ -3,9 +3,9 @@ they set.
 
 Used for ``--algo-args`` (an algorithm's ``Config`` fields) and ``--task-args`` (a task's
 knobs), whose sets of fields depend on the chosen algorithm or task and so cannot be
-ordinary flags. A value is parsed as its field's annotation says (``refimpl.core``'s
-``type_options``: ``float | None`` takes ``none``); the range is the ``Config``'s or the
-task's own check.
+ordinary flags. A value is parsed as its field's annotation says
+(``refimpl.settings.typecheck``'s ``type_options``: ``float | None`` takes ``none``); the range
+is the ``Config``'s or the task's own check.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import tyro
 
-from refimpl import core
+from refimpl.settings import typecheck
 
 #: A list of KEY=VALUE flags (``--algo-args``, ``--task-args``); its help says "(default: none)"
 #: where tyro would print an empty "(default: )".
@@ -26,7 +26,7 @@ def parse_value(raw: str, hint: Any) -> Any:
     """``raw`` as the annotation ``hint`` reads it: ``true``/``false``/``1``/``0`` for a bool,
     an int, a float, ``none`` for None where allowed, a ``Path``; anything else (a string, a
     choice) as written. ``ValueError`` when it is not one."""
-    options, optional = core.type_options(hint)
+    options, optional = typecheck.type_options(hint)
     if optional and raw.lower() == "none":
         return None
     kind = options[0] if len(options) == 1 else None
@@ -63,7 +63,7 @@ def parse_overrides(
         try:
             out[key] = parse_value(raw, hints[key])
         except ValueError:
-            options, _ = core.type_options(hints[key])
+            options, _ = typecheck.type_options(hints[key])
             name = getattr(options[0], "__name__", "value")
             raise ValueError(f"{flag}: {key}={raw!r} is not a valid {name}") from None
     return out

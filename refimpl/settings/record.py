@@ -14,7 +14,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from refimpl import algorithms, core
+from refimpl import algorithms
+from refimpl.settings import typecheck
 from refimpl.settings.plan import algorithm_config, build_task, overridden_config
 from refimpl.settings.train import TrainConfig
 
@@ -59,11 +60,11 @@ def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
 
 def check_setting_type(value: Any, hint: Any, where: str) -> None:
     """``ValueError`` (``where`` names the file and the key) unless ``value``, read from a
-    JSON file, fits the annotation ``hint`` (``core.fits_type``: a bool for ``bool``, never 1
-    or "yes"; a number for ``float``; a list of strings for ``tuple[str, ...]``; null where
-    the annotation allows it)."""
-    if not core.fits_type(value, hint):
-        expected = core.expected_type(hint, json=True)
+    JSON file, fits the annotation ``hint`` (``typecheck.fits_type``: a bool for ``bool``,
+    never 1 or "yes"; a number for ``float``; a list of strings for ``tuple[str, ...]``; null
+    where the annotation allows it)."""
+    if not typecheck.fits_type(value, hint):
+        expected = typecheck.expected_type(hint, json=True)
         raise ValueError(f"{where} is {json.dumps(value)}, expected {expected}")
 
 

@@ -117,7 +117,7 @@ def worker() -> None:
     import torch
     import torch.nn.functional as F
 
-    from refimpl import algorithms, core
+    from refimpl import algorithms, contract
     from refimpl.evaluate import encode_prompts
     from refimpl.sampling import policy_logprobs, sample_groups
     from refimpl.settings.warmstart import WARMSTART_MIX, WarmstartConfig
@@ -151,13 +151,13 @@ def worker() -> None:
                                 generator=torch.Generator().manual_seed(chunk))  # fmt: skip
         out["rollout_64x8"] = time.perf_counter() - t
         t = time.perf_counter()
-        rl_update(model, samples, torch.rand(len(samples.response_ids)).round(), algorithms, core,
+        rl_update(model, samples, torch.rand(len(samples.response_ids)).round(), algorithms, contract,
                   policy_logprobs)  # fmt: skip
         out["rl_update_4_minibatches"] = time.perf_counter() - t
         print(json.dumps(out), flush=True)
 
 
-def rl_update(model, samples, rewards, algorithms, core, policy_logprobs) -> None:
+def rl_update(model, samples, rewards, algorithms, contract, policy_logprobs) -> None:
     """One RL update on a sampled batch: DAPO's loss over 4 minibatches of whole groups,
     backward, gradient clip, Adam (the trainer's inner loop, without its bookkeeping)."""
     import torch
@@ -167,7 +167,7 @@ def rl_update(model, samples, rewards, algorithms, core, policy_logprobs) -> Non
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     rows = len(rewards)
     for part in torch.arange(rows).chunk(4):
-        batch = core.RolloutBatch(
+        batch = contract.RolloutBatch(
             response_ids=samples.response_ids[part], response_mask=samples.response_mask[part],
             rewards=rewards[part], logp_old=samples.logp_old[part],
             entropy_old=samples.entropy_old[part], group_size=samples.group_size,

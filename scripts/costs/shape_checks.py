@@ -51,7 +51,7 @@ def import_seconds(repeats: int = 5) -> float:
 
 
 def load_refimpl(mode: str):
-    """``(core, gtpo)`` imported afresh: ``"plain"``, ``"conftest"`` (wrapped by
+    """``(contract, gtpo)`` imported afresh: ``"plain"``, ``"conftest"`` (wrapped by
     tests/conftest.py, as in the test session) or ``"hook"`` (jaxtyping's import hook)."""
     for name in [m for m in sys.modules if m == "refimpl" or m.startswith("refimpl.")]:
         del sys.modules[name]
@@ -62,26 +62,28 @@ def load_refimpl(mode: str):
     elif mode == "hook":
         import jaxtyping
 
-        hook = jaxtyping.install_import_hook(["refimpl.core", "refimpl.algorithms"], CHECKER)
+        hook = jaxtyping.install_import_hook(
+            ["refimpl.contract", "refimpl.core", "refimpl.algorithms"], CHECKER
+        )
     try:
-        from refimpl import core
+        from refimpl import contract
         from refimpl.algorithms import gtpo
     finally:
         if hook is not None:
             hook.uninstall()
     assert hasattr(gtpo.loss, "__wrapped__") == (mode != "plain")
-    assert hasattr(core.require, "__wrapped__") == (mode == "hook")
-    return core, gtpo
+    assert hasattr(contract.require, "__wrapped__") == (mode == "hook")
+    return contract, gtpo
 
 
-def make_batch(core, groups: int, group_size: int, length: int, seed: int = 0):
+def make_batch(contract, groups: int, group_size: int, length: int, seed: int = 0):
     import torch
 
     g = torch.Generator().manual_seed(seed)
     B, T = groups * group_size, length
     lengths = torch.randint(1, T + 1, (B,), generator=g)
     mask = (torch.arange(T)[None, :] < lengths[:, None]).float()
-    return core.RolloutBatch(
+    return contract.RolloutBatch(
         response_ids=torch.randint(0, 100, (B, T), generator=g),
         response_mask=mask,
         rewards=(torch.rand(B, generator=g) < 0.5).float(),
@@ -91,7 +93,7 @@ def make_batch(core, groups: int, group_size: int, length: int, seed: int = 0):
     )
 
 
-def step_seconds(core, gtpo, batch) -> float:
+def step_seconds(contract, gtpo, batch) -> float:
     cfg = gtpo.Config()
     logp = batch.logp_old.clone().requires_grad_(True)
     t = time.perf_counter()

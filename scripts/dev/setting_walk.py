@@ -12,7 +12,7 @@ function defined in ``refimpl/`` one of whose arguments is a settings object, or
 that holds one (an attribute, a field of a named tuple, at most two levels down: a
 ``Trainer``, a resolved plan). The settings objects are the command's ``TrainConfig`` and
 what is made of it: its warm start's settings (``WarmstartConfig``, ``ModelConfig``) and the
-algorithm's ``Config`` (a ``core.AlgorithmConfig``). Its *caller* is the nearest frame up the stack
+algorithm's ``Config`` (a ``contract.AlgorithmConfig``). Its *caller* is the nearest frame up the stack
 whose code is in ``refimpl/``; a *module* is the function's ``__name__`` module.
 
 Each distinct edge (caller function → callee function) is counted once, at its first

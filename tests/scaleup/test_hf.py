@@ -12,7 +12,7 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from refimpl import algorithms
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 from refimpl.model import GPT, GPTConfig
 from refimpl.sampling import policy_logprobs
 from refimpl.scaleup import hf

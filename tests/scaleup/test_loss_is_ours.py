@@ -28,7 +28,7 @@ from transformers import TrainerCallback
 
 import toy_envs
 from refimpl import algorithms
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 from refimpl.scaleup.hf import char_tokenizer
 from refimpl.scaleup.trl import RefimplGRPOTrainer
 from tests.scaleup.test_trl import grpo_args, parity_reward, tiny_qwen2

@@ -15,7 +15,8 @@ from trl import GRPOTrainer
 
 import toy_envs
 from refimpl import algorithms
-from refimpl.core import RolloutBatch, broadcast_to_tokens
+from refimpl.contract import RolloutBatch
+from refimpl.core import broadcast_to_tokens
 from refimpl.scaleup.hf import char_tokenizer
 from refimpl.scaleup.trl import GRPOConfig, RefimplGRPOTrainer
 

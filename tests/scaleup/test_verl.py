@@ -15,7 +15,7 @@ from verl.trainer.ppo import core_algos
 from verl.workers.config import ActorConfig
 
 from refimpl import algorithms
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 from refimpl.scaleup import verl as rv
 
 B, T, G = 8, 5, 4

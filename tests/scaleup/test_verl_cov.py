@@ -22,7 +22,7 @@ from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.workers.config import ActorConfig, PolicyLossConfig  # noqa: E402
 
 from refimpl.algorithms import clip_cov, kl_cov  # noqa: E402
-from refimpl.core import RolloutBatch  # noqa: E402
+from refimpl.contract import RolloutBatch  # noqa: E402
 from refimpl.scaleup import verl as rv  # noqa: E402
 
 B, T = 8, 12

@@ -155,7 +155,7 @@ from verl.workers.config import (  # noqa: E402
 )
 
 from refimpl import algorithms  # noqa: E402
-from refimpl.core import RolloutBatch  # noqa: E402
+from refimpl.contract import RolloutBatch  # noqa: E402
 from refimpl.scaleup import hf  # noqa: E402
 from refimpl.scaleup import verl as rv  # noqa: E402
 

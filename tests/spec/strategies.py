@@ -51,7 +51,7 @@ from hypothesis import strategies as st
 from torch import Tensor
 
 from refimpl import algorithms
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 
 #: Size of the token vocabulary used for ``response_ids`` (the ids are never read by the losses).
 VOCAB = 16

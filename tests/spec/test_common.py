@@ -47,7 +47,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refimpl import algorithms, core
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 from tests.spec.strategies import (
     add_padding_columns,
     add_padding_columns_tensor,
@@ -502,7 +502,9 @@ def _advantage_bound(cfg, batch: RolloutBatch) -> torch.Tensor:
     elif std_set == "group":
         bound = samuelson(torch.full((r.shape[0],), float(G), dtype=torch.float64))
     else:  # pragma: no cover
-        raise AssertionError(f"advantage_std_set() = {std_set!r}: not one of core's answers")
+        raise AssertionError(
+            f"advantage_std_set() = {std_set!r}: not one of the contract's answers"
+        )
     return bound.repeat_interleave(G)[:, None].expand_as(batch.response_mask)
 
 

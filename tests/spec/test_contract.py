@@ -7,18 +7,18 @@ import dataclasses
 
 import pytest
 
-from refimpl import algorithms, core
+from refimpl import algorithms, contract, core
 
 
 @pytest.mark.parametrize("name", algorithms.NAMES)
 def test_every_config_has_the_contract_fields(name):
-    """Every Config is a frozen dataclass subclassing ``core.AlgorithmConfig`` with each field
-    of ``core.CONFIG_FIELDS`` as its own dataclass field (a default, so ``Config()`` works)."""
+    """Every Config is a frozen dataclass subclassing ``contract.AlgorithmConfig`` with each field
+    of ``contract.CONFIG_FIELDS`` as its own dataclass field (a default, so ``Config()`` works)."""
     config = algorithms.get(name).Config
-    assert issubclass(config, core.AlgorithmConfig)
+    assert issubclass(config, contract.AlgorithmConfig)
     assert config.__dataclass_params__.frozen
     fields = {f.name: f for f in dataclasses.fields(config)}
-    missing = [f for f in core.CONFIG_FIELDS if f not in fields]
+    missing = [f for f in contract.CONFIG_FIELDS if f not in fields]
     assert not missing, f"{name}.Config lacks {missing}"
     cfg = config()
     assert isinstance(cfg.kl_coef, float) and cfg.kl_coef >= 0
@@ -29,7 +29,7 @@ def test_every_config_has_the_contract_fields(name):
 
 def test_contract_fields_are_the_shared_mechanisms():
     """The list names what the trainers read; a field dropped from it would go unchecked."""
-    assert set(core.CONFIG_FIELDS) == {
+    assert set(contract.CONFIG_FIELDS) == {
         "kl_coef",
         "loss_agg_mode",
         "success_threshold",

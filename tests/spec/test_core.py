@@ -1,7 +1,7 @@
 """The shared primitives of ``refimpl/core.py``: one invariant per test.
 
 Masked reductions, aggregation modes, group statistics, the k3 KL, DAPO's overlong shaping
-and dynamic-sampling filter, and ``RolloutBatch`` validation. ``docs/spec.md`` indexes them.
+and dynamic-sampling filter, and ``RolloutBatch`` validation (``refimpl/contract.py``). ``docs/spec.md`` indexes them.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refimpl import core, mechanisms
-from refimpl.core import RolloutBatch
+from refimpl import contract, core, mechanisms
+from refimpl.contract import RolloutBatch
 from tests.spec.strategies import pad_tensor, rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")
@@ -310,7 +310,7 @@ def test_overlong_rejects_bad_lengths():
 # ---------------------------------------------------------------------------------------------
 
 
-class _Shaping(core.AlgorithmConfig):
+class _Shaping(contract.AlgorithmConfig):
     """A stand-in Config carrying the shaping fields (every algorithm Config has them); an
     ``AlgorithmConfig``, as ``shape_rewards``'s annotation asks (checked in the tests)."""
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from refimpl import core, mechanisms
 from refimpl.algorithms import dapo
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 from tests.spec import worked
 from tests.spec.strategies import rollout_batches
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl.algorithms import gpg
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 from tests.spec import worked
 from tests.spec.strategies import concat_batches, rollout_batches
 

@@ -36,7 +36,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl import algorithms
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 from tests.spec.strategies import configs, current_entropy, rollout_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:empty batch")

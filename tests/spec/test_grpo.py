@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl.algorithms import grpo
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 from tests.spec import worked
 from tests.spec.strategies import rollout_batches
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from refimpl import core
 from refimpl.algorithms import gtpo
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 from tests.spec import worked
 from tests.spec.strategies import flush_tiny_entropies, rollout_batches
 

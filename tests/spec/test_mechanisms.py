@@ -10,18 +10,18 @@ import dataclasses
 import pytest
 import torch
 
-from refimpl import algorithms, core, mechanisms
+from refimpl import algorithms, contract, core, mechanisms
 from refimpl.algorithms import dapo, gpg, grpo
 
 G = 2
 
 
-def make_batch(rewards: list[float], T: int = 3, seed: int = 0) -> core.RolloutBatch:
+def make_batch(rewards: list[float], T: int = 3, seed: int = 0) -> contract.RolloutBatch:
     gen = torch.Generator().manual_seed(seed)
     B = len(rewards)
     lengths = torch.tensor([1 + (i % T) for i in range(B)])
     mask = (torch.arange(T)[None, :] < lengths[:, None]).float()
-    return core.RolloutBatch(
+    return contract.RolloutBatch(
         response_ids=torch.zeros(B, T, dtype=torch.long),
         response_mask=mask,
         rewards=torch.tensor(rewards),

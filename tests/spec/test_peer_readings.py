@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from refimpl import algorithms
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 
 EPS = 1e-6
 

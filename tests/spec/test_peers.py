@@ -20,7 +20,7 @@ import torch
 
 from refimpl import core
 from refimpl.algorithms import gpg, gspo
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl.algorithms import dr_grpo, grpo, rloo
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 from tests.spec import worked
 from tests.spec.strategies import batch_and_policy, rollout_batches
 

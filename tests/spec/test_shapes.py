@@ -1,4 +1,5 @@
-"""Shape-typed math: the jaxtyping annotations of ``refimpl.core`` and the algorithm files.
+"""Shape-typed math: the jaxtyping annotations of ``refimpl.core``, the contract and the
+algorithm files.
 
 In the test session ``tests/conftest.py`` wraps the public functions of those modules whose
 annotations fix a tensor's rank in ``jaxtyped(typechecker=beartype)``, so every call checks its
@@ -38,9 +39,9 @@ import jaxtyping
 import pytest
 import torch
 
-from refimpl import algorithms, core
+from refimpl import algorithms, contract, core
 from refimpl.algorithms import NAMES
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +60,7 @@ def _public_functions(module):
     }
 
 
-MODULES = [core] + [algorithms.get(name) for name in NAMES]
+MODULES = [contract, core] + [algorithms.get(name) for name in NAMES]
 
 
 def _batch(B: int = 4, T: int = 3, G: int = 2) -> RolloutBatch:
@@ -95,9 +96,9 @@ def _shape_kind(hint: object) -> set[str]:
 
 
 def test_checks_are_applied():
-    """conftest wrapped exactly the public functions of core and of every algorithm file with
-    a fixed-rank shape annotation (so the tests below test the checks, not their absence),
-    among them the three every algorithm file has, and beartype is the checker. The
+    """conftest wrapped exactly the public functions of the contract, core and every algorithm
+    file with a fixed-rank shape annotation (so the tests below test the checks, not their
+    absence), among them the three every algorithm file has, and beartype is the checker. The
     shape-generic primitives are annotated too, and stay plain."""
     n_checked = n_generic = 0
     for module in MODULES:
@@ -115,7 +116,7 @@ def test_checks_are_applied():
     for fn in (core.aggregate, core.token_ratio, core.broadcast_to_tokens, core.group_normalize):
         assert hasattr(fn, "__wrapped__")
     assert hasattr(RolloutBatch.select_groups, "__wrapped__")
-    for fn in (core.require, core.masked, core.masked_sum, core.masked_mean, core.group_view):
+    for fn in (contract.require, core.masked, core.masked_sum, core.masked_mean, core.group_view):
         assert not hasattr(fn, "__wrapped__")
     assert n_checked >= 20 + len(NAMES) * len(SHARED)
     assert n_generic == 8
@@ -220,8 +221,8 @@ ZERO_OVERHEAD = textwrap.dedent(
     """
     import inspect, json, sys
     import torch
-    from refimpl import algorithms, core
-    from refimpl.core import RolloutBatch
+    from refimpl import algorithms, contract, core
+    from refimpl.contract import RolloutBatch
 
     B, T, G = 8, 5, 4
     mask = torch.ones(B, T)
@@ -236,7 +237,7 @@ ZERO_OVERHEAD = textwrap.dedent(
     logp = batch.logp_old.clone().requires_grad_(True)
     total, _ = mod.loss(batch, logp, mod.advantages(batch, cfg), cfg)
     total.backward()
-    modules = [core] + [algorithms.get(n) for n in algorithms.NAMES]
+    modules = [contract, core] + [algorithms.get(n) for n in algorithms.NAMES]
     functions = [
         (m, f) for m in modules for n, f in vars(m).items()
         if inspect.isfunction(f) and not n.startswith("_") and f.__module__ == m.__name__

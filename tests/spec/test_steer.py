@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from refimpl import core
 from refimpl.algorithms import dapo, steer
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 from tests.spec import worked
 from tests.spec.strategies import batch_and_policy, pad_tensor, rollout_batches
 

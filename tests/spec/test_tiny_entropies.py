@@ -25,7 +25,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refimpl import algorithms, core
+from refimpl import algorithms, contract, core
 from tests.spec.strategies import configs, rollout_batches
 
 SMALL_ENTROPIES = ("zero", "tiny", "subnormal", "mixed")
@@ -134,7 +134,7 @@ def test_all_zero_entropies_split_the_bonus_uniformly(name):
     α₁ = 1, α₂ = 0.1 (β likewise), gets r⁺ = 1 + 0.1 = 1.1 and r⁻ = −1 − 0.1 = −1.1; over the
     group (stats="group", 2 tokens) each is the z-score of {1.1, 0} or {−1.1, 0}:
     ±(1.1 − 0.55)/(std + eps) with std = 1.1/√2, i.e. ±1/√2 up to eps."""
-    batch = core.RolloutBatch(
+    batch = contract.RolloutBatch(
         response_ids=torch.zeros(2, 1, dtype=torch.long),
         response_mask=torch.ones(2, 1),
         rewards=torch.tensor([1.0, 0.0]),

@@ -21,7 +21,7 @@ from hypothesis import given
 
 from refimpl import loop
 from refimpl.algorithms import vineppo
-from refimpl.core import ValueRequest
+from refimpl.contract import ValueRequest
 from refimpl.diagnostics import credit_oracle
 from refimpl.diagnostics.credit_oracle import step_starts, token_values, training_values
 from refimpl.settings.warmstart import ModelConfig

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 
 REWARDS = [1.0, 1.0, 0.0, 0.0]
 RATIOS = [[1.1, 1.25], [1.0, 1.0, 1.0, 1.0], [0.9, 0.75, 1.0], [1.5]]

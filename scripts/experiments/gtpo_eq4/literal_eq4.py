@@ -15,7 +15,7 @@ import argparse
 import torch
 
 from refimpl.algorithms import gtpo
-from refimpl.core import RolloutBatch
+from refimpl.contract import RolloutBatch
 
 
 def random_batch(groups: int, G: int, T: int, generator: torch.Generator) -> RolloutBatch:

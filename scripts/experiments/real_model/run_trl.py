@@ -88,7 +88,7 @@ def load_model(name: str):
 
 def check_model(name: str) -> None:
     """``ValueError`` naming ``--model`` unless it is ``smollm2`` or a model directory."""
-    from refimpl.core import require
+    from refimpl.contract import require
 
     if name != "smollm2":
         require(
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from refimpl import algorithms
-    from refimpl.core import require
+    from refimpl.contract import require
     from refimpl.scaleup.real_task import ChatTask, evaluate, markdown_table
 
     check_model(args.model)  # every flag before anything is loaded or written
