@@ -58,10 +58,6 @@ from refimpl.diagnostics.entropy_attribution import (
 from refimpl.runs.runlog import check_output_file, read_metrics, write_text_atomic
 from refimpl.settings.presets import PresetName
 
-#: The entropy claim "holds" only when the end entropy is at least this much above DAPO's
-#: (mean of the paired ratios) and higher in every paired seed.
-ENTROPY_MARGIN = 0.05
-
 ABLATION_COLORS = ("#9467bd", "#e377c2", "#000000", "#ff9896", "#8c564b", "#c49c94")
 
 
@@ -95,9 +91,9 @@ class LearningConfig:
     """comma-separated algorithms"""
     seeds: str = "0,1,2"
     """comma-separated RL seeds"""
-    ablations: str = "gtpo alpha_2=0.0,gtpo stats=subgroup,tepo kl_mask=False,tepo minibatches=1"
+    ablations: str = ""
     """comma-separated variants "ALGO FIELD=VALUE ...", each field an algorithm Config field or
-    a TrainConfig field ("" for none)"""
+    a TrainConfig field ("" for none; left out, the preset's: refimpl.settings.presets)"""
     ablation_tasks: str = "countdown"
     """tasks the ablations run on"""
     budget_steps: int = 150
@@ -603,144 +599,6 @@ def _entropy_tables(res: dict[str, Any]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Verdicts on the papers' claims.
-# ---------------------------------------------------------------------------------------------
-
-
-def _paired(task_res: dict[str, Any], a: str, b: str, key: str) -> list[tuple[float, float]]:
-    ra, rb = task_res["runs"].get(a, {}), task_res["runs"].get(b, {})
-    return [(ra[s][key], rb[s][key]) for s in sorted(set(ra) & set(rb))]
-
-
-def verdicts(results: dict[str, Any]) -> list[str]:
-    """The claims, tested in measured terms, per task."""
-    out = []
-    for task, res in results.items():
-        summ = res["summary"]
-        # Claim 1: TEPO reduces convergence time by 50 % compared with GRPO / DAPO.
-        if "tepo" in summ:
-            t = summ["tepo"]["tokens_to_target"]
-            parts = []
-            holds = []
-            for ref in ("grpo", "dapo"):
-                if ref not in summ:
-                    continue
-                r = summ[ref]["tokens_to_target"]
-                if math.isfinite(t["median"]) and math.isfinite(r["median"]):
-                    ratio = t["median"] / r["median"]
-                    holds.append(ratio <= 0.5)
-                    parts.append(
-                        f"median tokens to target {ratio:.2f}× {ref.upper()}'s "
-                        f"({t['median'] / 1e3:.0f}k vs {r['median'] / 1e3:.0f}k)"
-                    )
-                else:
-                    holds.append(False)
-                    parts.append(
-                        f"reached the target in {t['reached']}/"
-                        f"{summ['tepo']['seeds']} seeds, {ref.upper()} in "
-                        f"{r['reached']}/{summ[ref]['seeds']}"
-                    )
-                pairs = _paired(res, "tepo", ref, "auc")
-                wins = sum(x > y for x, y in pairs)
-                parts[-1] += f" (AUC higher than {ref.upper()} in {wins}/{len(pairs)} seeds)"
-            verdict = "holds" if holds and all(holds) else "not supported"
-            out.append(
-                f"**{task} — TEPO converges ≥ 50 % faster than GRPO/DAPO: {verdict}.** "
-                f"TEPO: " + "; ".join(parts) + "."
-            )
-        # Claim 2: GTPO / GRPO-S keep entropy higher than DAPO while learning.
-        if "dapo" in summ:
-            d = summ["dapo"]
-            for algo in ("gtpo", "grpo_s"):
-                if algo not in summ:
-                    continue
-                a = summ[algo]
-                ent_pairs = _paired(res, algo, "dapo", "entropy_end")
-                higher = sum(x > y for x, y in ent_pairs)
-                rel = float(np.mean([x / y - 1 for x, y in ent_pairs])) if ent_pairs else 0.0
-                fin_pairs = _paired(res, algo, "dapo", "final")
-                diff = float(np.mean([x - y for x, y in fin_pairs])) if fin_pairs else math.nan
-                learns = a["final"]["mean"] > res["base"] + 0.02
-                # "Higher": ≥ ENTROPY_MARGIN above DAPO on average and in every paired seed.
-                keeps = bool(ent_pairs) and higher == len(ent_pairs) and rel >= ENTROPY_MARGIN
-                verdict = "holds" if keeps and learns and diff >= -0.03 else "not supported"
-                out.append(
-                    f"**{task} — {algo.upper().replace('_', '-')} keeps entropy higher than "
-                    f"DAPO while learning: {verdict}.** End entropy {a['entropy_end']['mean']:.3f}"
-                    f" vs DAPO {d['entropy_end']['mean']:.3f} nats ({rel:+.1%} paired; higher in "
-                    f"{higher}/"
-                    f"{len(ent_pairs)} paired seeds; end/start {a['entropy_ratio']['mean']:.2f} vs"
-                    f" {d['entropy_ratio']['mean']:.2f}); final success "
-                    f"{a['final']['mean']:.3f} vs {d['final']['mean']:.3f} (paired difference "
-                    f"{diff:+.3f}; base {res['base']:.3f})."
-                )
-        out += regime_verdicts(task, res)
-    return out
-
-
-#: pass@16 is "preserved" when its mean change over seeds (end − start) is at least this:
-#: one standard error of pass@16 on 200 problems near 0.8 is about 0.03.
-PASS_AT_16_TOLERANCE = -0.02
-
-
-def _name(label: str) -> str:
-    return label.upper().replace("_", "-")
-
-
-def regime_verdicts(task: str, res: dict[str, Any]) -> list[str]:
-    """The questions of the testbed regime: GRPO's gain, whether TEPO's mask keeps entropy
-    or pass@16 up (against GRPO, DAPO and TEPO without its mask), and which methods preserve
-    pass@16."""
-    summ, out = res["summary"], []
-    if "grpo" in summ:
-        g = summ["grpo"]["gain"]
-        verdict = "holds" if g["min"] >= 0.20 else "does not hold"
-        out.append(
-            f"**{task} — GRPO lifts held-out greedy success by ≥ 0.20 in every seed: "
-            f"{verdict}.** Gain {g['mean']:+.3f} mean, {g['min']:+.3f} worst seed "
-            f"({summ['grpo']['seeds']} seeds; base {res['base']:.3f})."
-        )
-    if "tepo" in summ:
-        t = summ["tepo"]
-        parts, better = [], []
-        for ref in ("grpo", "dapo", "tepo kl_mask=False"):
-            if ref not in summ:
-                continue
-            r = summ[ref]
-            ent = _paired(res, "tepo", ref, "entropy_end")
-            p16 = _paired(res, "tepo", ref, "pass16_end")
-            ent_up = sum(x > y for x, y in ent)
-            p16_up = sum(x > y for x, y in p16)
-            better.append(ent_up == len(ent) > 0 or p16_up == len(p16) > 0)
-            parts.append(
-                f"vs {_name(ref)}: end entropy {t['entropy_end']['mean']:.3f} vs "
-                f"{r['entropy_end']['mean']:.3f} (higher in {ent_up}/{len(ent)} seeds), end "
-                f"pass@16 {t['pass16_end']['mean']:.3f} vs {r['pass16_end']['mean']:.3f} "
-                f"(higher in {p16_up}/{len(p16)})"
-            )
-        if parts:
-            verdict = "yes" if better and all(better) else "no"
-            out.append(
-                f"**{task} — does TEPO (its KL mask acting on {t['mask_frac']['mean']:.3f} of "
-                f"the tokens) keep entropy or pass@16 higher than every baseline in every seed? "
-                f"{verdict}.** " + "; ".join(parts) + "."
-            )
-    kept = []
-    for label, a in summ.items():
-        change = a["pass16_end"]["mean"] - a["pass16_start"]["mean"]
-        kept.append((label, change, change >= PASS_AT_16_TOLERANCE))
-    if kept:
-        held = [f"{_name(lab)} ({c:+.3f})" for lab, c, ok in kept if ok]
-        lost = [f"{_name(lab)} ({c:+.3f})" for lab, c, ok in kept if not ok]
-        out.append(
-            f"**{task} — which methods preserve pass@16 (mean change ≥ "
-            f"{PASS_AT_16_TOLERANCE})? {', '.join(held) if held else 'none'}.** "
-            f"Lost it: {', '.join(lost) if lost else 'none'}."
-        )
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
 # Figures and the report.
 # ---------------------------------------------------------------------------------------------
 
@@ -844,6 +702,13 @@ MECHANISM_COLUMNS = [
 ]
 
 
+#: The report's last paragraph: the benchmark measures, and says where the claims are read.
+READINGS = (
+    "The papers' claims are not judged here: `python scripts/experiments/learning/verdicts.py "
+    '<this directory>` reads results.json and adds them below, under "Verdicts".'
+)
+
+
 def _report_header(cfg: LearningConfig, info: dict[str, Any], wall_s: float) -> list[str]:
     """The report's first lines: the machine and wall time, then the settings of every run."""
     train = cfg.train_defaults()
@@ -930,11 +795,12 @@ def format_report(
     wall_s: float,
     figures: dict[str, list[Path]],
 ) -> str:
-    """The markdown report: header, one section per task, then the verdicts."""
+    """The markdown report: header, one section per task (the measurements), then where the
+    papers' claims are read off them (the benchmark judges none)."""
     lines = _report_header(cfg, info, wall_s)
     for task, res in results.items():
         lines += _task_section(task, res, figures.get(task, []))
-    lines += ["### Verdicts", ""] + [f"- {v}" for v in verdicts(results)] + [""]
+    lines += [READINGS, ""]
     return "\n".join(lines)
 
 
@@ -975,7 +841,9 @@ def run_learning(
         ]
         abl = [lab for lab in results[task]["summary"] if " " in lab]
         if abl:
-            labels = [a for a in ("gtpo", "tepo") if a in main_labels] + abl
+            # Each ablated algorithm's own run beside its variants.
+            ablated = dict.fromkeys(lab.split()[0] for lab in abl)
+            labels = [a for a in ablated if a in main_labels] + abl
             figures[task].append(
                 plot_task(
                     cfg,
