@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 from refimpl.bench import learning, speed
-from refimpl.bench.learning import LearningConfig, run_metrics, summarize_seeds
+from refimpl.bench.learning import LearningConfig
+from refimpl.bench.learning_summary import run_metrics, summarize_seeds
 from refimpl.bench.speed import SpeedConfig
 from refimpl.cli import main as cli_main
+from refimpl.runs.runlog import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -175,7 +177,7 @@ def test_quick_learning_benchmark_writes_its_report(tmp_path):
     assert {r.label for r in runs} >= {"tepo minibatches=1", "gtpo alpha_2=0.0"}
     for r in runs:  # every run stopped at its budget, not at its (much larger) step limit
         assert learning.finished(r)
-        last = learning._records(r.train.run_dir)[-1]
+        last = read_metrics(r.train.run_dir)[-1]
         assert last["step"] < r.train.steps
     mb1 = next(r for r in runs if r.label == "tepo minibatches=1")
     assert mb1.train.minibatches == 1 and mb1.algo_args == ()
