@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from refimpl.bench import learning, speed
+from refimpl.bench import learning, speed_step
 from refimpl.bench.learning import LearningConfig
 from refimpl.bench.learning_summary import run_metrics, summarize_seeds
 from refimpl.bench.speed import SpeedConfig
@@ -114,9 +114,9 @@ def test_bad_flags_fail_with_the_flag_name():
 
 
 def test_synthetic_batch_is_valid_and_every_algorithm_times():
-    batch = speed.synthetic_batch(32, 16)
+    batch = speed_step.synthetic_batch(32, 16)
     batch.validate()
-    rows = speed.bench_algorithms(SpeedConfig(repeats=1), 32, 16, step_time=1.0)
+    rows = speed_step.bench_algorithms(SpeedConfig(repeats=1), 32, 16, step_time=1.0)
     assert [r["algo"] for r in rows][0] == "grpo" and rows[0]["vs_grpo"] == pytest.approx(1.0)
     assert all(r["adv_loss_s"] > 0 for r in rows)
 
@@ -216,7 +216,7 @@ def test_the_commands_rows_judge_the_demo_and_the_suite_against_their_targets():
     """``bench-speed --commands`` times the demo and the suite once each; the report's rows
     hold each time and its verdict against issue 44's bars (90 s, 300 s), and nothing is
     written when they were not measured."""
-    from refimpl.bench.speed import _format_commands
+    from refimpl.bench.speed_report import _format_commands
 
     assert _format_commands({}) == []
     slow = "\n".join(_format_commands({"commands": {"demo_s": 184.0, "tests_s": 541.0,
@@ -298,3 +298,15 @@ def test_the_verdicts_script_writes_its_section_once_and_refuses_a_missing_file(
     assert VERDICTS.main([str(tmp_path)]) == 2
     assert f"{tmp_path / 'results.json'}: missing" in capsys.readouterr().err
     assert (tmp_path / "report.md").read_text() == first
+
+
+def test_the_speed_section_of_the_benchmarks_page_is_the_committed_results_report():
+    """docs/benchmarks.md § 4 ("The benchmark's output") is the report ``refimpl
+    bench-speed`` writes from the committed scripts/costs/results/bench_speed.json, to every
+    character: the page regenerates from the file."""
+    from refimpl.bench.speed_report import format_speed
+
+    results = json.loads((ROOT / "scripts/costs/results/bench_speed.json").read_text())
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    report = format_speed(results).strip()
+    assert report.count("\n") > 50 and report in page

@@ -916,7 +916,7 @@ def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None
     metrics; returns what ``main`` writes. ``typed``: the fields the command line set
     (``presets.explicit_fields``), which ``--preset`` leaves alone."""
     from refimpl.bench import machine_info
-    from refimpl.bench.speed import decode_flops_per_token, matmul_peak
+    from refimpl.bench.speed_timing import decode_flops_per_token, matmul_peak
     from refimpl.runs import numerics
     from refimpl.settings.memory import refuse_over_budget
 
