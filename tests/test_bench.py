@@ -3,15 +3,33 @@ the sampled-token budget stops a run."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from refimpl.bench import learning, speed
-from refimpl.bench.learning import LearningConfig, run_metrics, summarize_seeds
+from refimpl.bench import learning, speed_step
+from refimpl.bench.learning import LearningConfig
+from refimpl.bench.learning_summary import run_metrics, summarize_seeds
 from refimpl.bench.speed import SpeedConfig
 from refimpl.cli import main as cli_main
+from refimpl.runs.runlog import read_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_script(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: The papers' verdicts on a bench-learning run: an experiment script, outside the package.
+VERDICTS = _load_script(ROOT / "scripts" / "experiments" / "learning" / "verdicts.py")
 
 
 def _records(tokens, success, entropy):
@@ -96,9 +114,9 @@ def test_bad_flags_fail_with_the_flag_name():
 
 
 def test_synthetic_batch_is_valid_and_every_algorithm_times():
-    batch = speed.synthetic_batch(32, 16)
+    batch = speed_step.synthetic_batch(32, 16)
     batch.validate()
-    rows = speed.bench_algorithms(SpeedConfig(repeats=1), 32, 16, step_time=1.0)
+    rows = speed_step.bench_algorithms(SpeedConfig(repeats=1), 32, 16, step_time=1.0)
     assert [r["algo"] for r in rows][0] == "grpo" and rows[0]["vs_grpo"] == pytest.approx(1.0)
     assert all(r["adv_loss_s"] > 0 for r in rows)
 
@@ -122,7 +140,13 @@ def test_quick_learning_benchmark_writes_its_report(tmp_path):
         ]
     )
     assert rc == 0
+    measured = (out / "report.md").read_text()
+    # The benchmark measures and names the script that reads the papers' claims off it.
+    assert "### Verdicts" not in measured
+    assert "scripts/experiments/learning/verdicts.py" in measured
+    assert VERDICTS.main([str(out)]) == 0
     text = (out / "report.md").read_text()
+    assert text.startswith(measured.rstrip("\n"))  # the measurements, untouched
     for name in (
         "### chain",
         "### countdown",
@@ -148,12 +172,12 @@ def test_quick_learning_benchmark_writes_its_report(tmp_path):
         ablation_tasks="countdown",
         out=out,
         runs_dir=tmp_path / "runs",
-    )
+    ).with_preset()  # the default preset's ablations, as the command runs them
     runs, budgets = learning.plan(cfg)
     assert {r.label for r in runs} >= {"tepo minibatches=1", "gtpo alpha_2=0.0"}
     for r in runs:  # every run stopped at its budget, not at its (much larger) step limit
         assert learning.finished(r)
-        last = learning._records(r.train.run_dir)[-1]
+        last = read_metrics(r.train.run_dir)[-1]
         assert last["step"] < r.train.steps
     mb1 = next(r for r in runs if r.label == "tepo minibatches=1")
     assert mb1.train.minibatches == 1 and mb1.algo_args == ()
@@ -192,7 +216,7 @@ def test_the_commands_rows_judge_the_demo_and_the_suite_against_their_targets():
     """``bench-speed --commands`` times the demo and the suite once each; the report's rows
     hold each time and its verdict against issue 44's bars (90 s, 300 s), and nothing is
     written when they were not measured."""
-    from refimpl.bench.speed import _format_commands
+    from refimpl.bench.speed_report import _format_commands
 
     assert _format_commands({}) == []
     slow = "\n".join(_format_commands({"commands": {"demo_s": 184.0, "tests_s": 541.0,
@@ -200,3 +224,89 @@ def test_the_commands_rows_judge_the_demo_and_the_suite_against_their_targets():
     assert "| 184 | ≤ 90 | **missed** |" in slow and "| 541 | ≤ 300 | **missed** |" in slow
     fast = "\n".join(_format_commands({"commands": {"demo_s": 80.0}}))
     assert "| 80 | ≤ 90 | met |" in fast and "≤ 300" not in fast
+
+
+def _seed_run(final, entropy_end, tokens=math.inf, auc=0.5, pass16=(0.8, 0.8), base=0.4):
+    """One run's figures as ``run_metrics`` writes them (only what the verdicts read)."""
+    keys = ("pass1_start", "pass1_end", "clip_frac", "cov_mean", "cov_entropy_r", "steps")
+    return {
+        "final": final, "gain": final - base, "entropy_start": 0.5, "entropy_end": entropy_end,
+        "entropy_ratio": entropy_end / 0.5, "tokens_to_target": tokens,
+        "steps_to_target": tokens, "auc": auc, "pass16_start": pass16[0],
+        "pass16_end": pass16[1], "mask_frac": 0.1, "collapsed": entropy_end < 0.25,
+        "sampled_tokens": 1, "kept_group_frac": 1.0, "time_s": 1.0, **dict.fromkeys(keys, 0.0),
+    }  # fmt: skip
+
+
+def _task_results(runs: dict[str, list[dict]]) -> dict:
+    """One task of results.json: per label its runs by seed (JSON's string keys) and their
+    summary over seeds (the benchmark's own ``summarize_seeds``)."""
+    return {
+        "base": 0.4,
+        "runs": {lab: {str(s): r for s, r in enumerate(rs)} for lab, rs in runs.items()},
+        "summary": {lab: summarize_seeds(rs) for lab, rs in runs.items()},
+    }
+
+
+def test_the_verdicts_script_judges_the_claims_by_their_definitions():
+    """scripts/experiments/learning/verdicts.py: a claim holds exactly when the measured
+    figures meet its bar (TEPO's median tokens ≤ 0.5 × each baseline's; an entropy ≥ 5 %
+    above DAPO's in every paired seed while learning; GRPO's worst gain ≥ 0.20; pass@16's
+    mean change ≥ −0.02), and a claim whose algorithms did not run is left out."""
+    fast = {
+        "grpo": [_seed_run(0.7, 0.2, 300e3, pass16=(0.8, 0.79)) for _ in range(3)],
+        "dapo": [_seed_run(0.6, 0.2, 250e3, pass16=(0.8, 0.7)) for _ in range(3)],
+        "gtpo": [_seed_run(0.6, 0.3) for _ in range(3)],
+        "tepo": [_seed_run(0.6, 0.1, 100e3) for _ in range(3)],
+    }
+    text = "\n".join(VERDICTS.verdicts({"countdown": _task_results(fast)}))
+    assert "TEPO converges ≥ 50 % faster than GRPO/DAPO: holds" in text  # 0.33×, 0.40×
+    assert "GTPO keeps entropy higher than DAPO while learning: holds" in text  # +50 %, 3/3
+    assert "GRPO lifts held-out greedy success by ≥ 0.20 in every seed: holds" in text
+    assert (
+        "preserve pass@16 (mean change ≥ -0.02)? GRPO (-0.010), GTPO (+0.000), TEPO (+0.000).**"
+        " Lost it: DAPO (-0.100)."
+    ) in text
+    assert "GRPO-S" not in text  # not trained: no verdict
+
+    slow = dict(fast)
+    slow["tepo"] = [_seed_run(0.6, 0.1, 200e3) for _ in range(3)]  # 0.8× DAPO's
+    slow["gtpo"] = [_seed_run(0.6, 0.3), _seed_run(0.6, 0.3), _seed_run(0.6, 0.19)]
+    slow["grpo"] = [_seed_run(0.7, 0.2, 300e3), _seed_run(0.55, 0.2, 300e3)]  # gain 0.15
+    text = "\n".join(VERDICTS.verdicts({"countdown": _task_results(slow)}))
+    assert "TEPO converges ≥ 50 % faster than GRPO/DAPO: not supported" in text
+    assert "GTPO keeps entropy higher than DAPO while learning: not supported" in text
+    assert "higher in 2/3 paired seeds" in text
+    assert "in every seed: does not hold" in text
+
+
+def test_the_verdicts_script_writes_its_section_once_and_refuses_a_missing_file(tmp_path, capsys):
+    """The section goes at the end of report.md and replaces the one a rerun wrote; a
+    missing results.json is one line naming it, and report.md is left as it was."""
+    runs = {"grpo": [_seed_run(0.7, 0.2) for _ in range(2)]}
+    payload = {"results": {"countdown": _task_results(runs)}}
+    (tmp_path / "results.json").write_text(json.dumps(payload))
+    (tmp_path / "report.md").write_text("Machine: x.\n\n### countdown\n\ntables\n")
+    assert VERDICTS.main([str(tmp_path)]) == 0
+    first = (tmp_path / "report.md").read_text()
+    assert first.startswith("Machine: x.\n\n### countdown\n\ntables\n\n### Verdicts\n\n- ")
+    assert "GRPO lifts held-out greedy success" in first
+    assert VERDICTS.main([str(tmp_path)]) == 0
+    assert (tmp_path / "report.md").read_text() == first  # replaced, not appended again
+
+    (tmp_path / "results.json").unlink()
+    assert VERDICTS.main([str(tmp_path)]) == 2
+    assert f"{tmp_path / 'results.json'}: missing" in capsys.readouterr().err
+    assert (tmp_path / "report.md").read_text() == first
+
+
+def test_the_speed_section_of_the_benchmarks_page_is_the_committed_results_report():
+    """docs/benchmarks.md § 4 ("The benchmark's output") is the report ``refimpl
+    bench-speed`` writes from the committed scripts/costs/results/bench_speed.json, to every
+    character: the page regenerates from the file."""
+    from refimpl.bench.speed_report import format_speed
+
+    results = json.loads((ROOT / "scripts/costs/results/bench_speed.json").read_text())
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    report = format_speed(results).strip()
+    assert report.count("\n") > 50 and report in page

@@ -1,4 +1,4 @@
-"""The credit benchmark (refimpl/bench/credit.py) and docs/credit.md's tables.
+"""The credit benchmark (refimpl/bench/credit*.py) and docs/credit.md's tables.
 
 The effective credit of an algorithm is ``−∂L/∂logp`` at ``logp = logp_old``; for GRPO, DAPO
 and GTPO it has a closed form (every ratio is 1, inside the clip: the on-policy gradient of
@@ -18,9 +18,10 @@ import pytest
 import torch
 
 from refimpl import algorithms
-from refimpl.bench.credit import (
-    CreditConfig,
-    algorithm_signals,
+from refimpl.bench import credit_records
+from refimpl.bench.credit import CreditConfig
+from refimpl.bench.credit_batch import algorithm_signals
+from refimpl.bench.credit_metrics import (
     blame_shares,
     first_wrong_token,
     pearson,
@@ -172,7 +173,6 @@ def test_a_result_file_recomputes_its_metrics_exactly():
     Fails if any per-token field is rounded again."""
     import json
 
-    from refimpl.bench import credit
     from refimpl.diagnostics.credit_oracle import estimate_values
 
     samples, outcome, T = _batch(1)
@@ -199,23 +199,41 @@ def test_a_result_file_recomputes_its_metrics_exactly():
     }  # fmt: skip
     first_wrong = {1: 0, 4: 1}
     lengths = mask.sum(1).numpy()
-    direct = credit.metrics_record(signals, values, samples.entropy_old, first_wrong, 0,
+    direct = credit_records.metrics_record(signals, values, samples.entropy_old, first_wrong, 0,
                                    [i // G for i in range(B)])  # fmt: skip
     result = {
         "settings": {"seed": 0},
         "completions": [
-            credit.completion_record(f"q{i // G}", "", rows[i], samples.entropy_old[i],
-                                     float(outcome[i]), first_wrong=first_wrong.get(i))
+            credit_records.completion_record(
+                f"q{i // G}", "", rows[i], samples.entropy_old[i], float(outcome[i]),
+                success_threshold=0.5, first_wrong=first_wrong.get(i))
             for i in range(B)
         ],
-        "oracle": {"16": credit.oracle_record(values, lengths)},
-        "signals": credit.signals_record(signals, lengths),
+        "oracle": {"16": credit_records.oracle_record(values, lengths)},
+        "signals": credit_records.signals_record(signals, lengths),
     }  # fmt: skip
     stored = json.loads(json.dumps(result, allow_nan=True))
-    again = credit.rescore(stored, "16")
+    again = credit_records.rescore(stored, "16")
     assert json.dumps(again, sort_keys=True) == json.dumps(direct, sort_keys=True)
     # The check has power: the rounding of the files written before issue 46 moves ρ.
     rounded = [[round(v, 8) for v in row] for row in stored["signals"]["steer"]["credit"]]
     stored["signals"]["steer"]["credit"] = rounded
-    moved = credit.rescore(stored, "16")["signals"]["steer"]["credit"]["within"]["spearman"]
+    moved = credit_records.rescore(stored, "16")["signals"]["steer"]["credit"]["within"]["spearman"]
     assert moved != direct["signals"]["steer"]["credit"]["within"]["spearman"]
+
+
+def test_a_completion_succeeds_at_the_scored_configs_threshold():
+    """The record's success and the failed completions whose first wrong token is kept read
+    the threshold they are given (the scored policy's ``Config.success_threshold``), not a
+    constant: a partial reward of 0.6 succeeds at 0.5 and fails at 0.9."""
+    from refimpl.bench.credit import _first_wrong_tokens
+
+    record = credit_records.completion_record
+    assert record("p", "t", [1], [0.1], 0.6, success_threshold=0.5)["success"] is True
+    assert record("p", "t", [1], [0.1], 0.6, success_threshold=0.9)["success"] is False
+    task = get_task("chain")
+    problem = task.sample(1, np.random.default_rng(0))[0]
+    wrong = [TOKENIZER.eos_id]  # ends at once: leaves the reference at token 0
+    outcome = torch.tensor([0.6])
+    assert _first_wrong_tokens(task, [problem], [wrong], outcome, 1, 0.5) == {}
+    assert _first_wrong_tokens(task, [problem], [wrong], outcome, 1, 0.9) == {0: 0}

@@ -315,6 +315,24 @@ def test_no_loop_names_an_algorithm_or_its_fields():
     assert found == []
 
 
+#: The most lines a benchmark module may have (issue 48: no file over 600 lines).
+BENCH_MAX_LINES = 600
+
+
+def test_the_benchmarks_name_no_algorithm():
+    """``refimpl/bench/`` measures and judges no paper's claim (the verdicts are
+    ``scripts/experiments/learning/verdicts.py``'s): its code names no algorithm, as a name or
+    a string (a measurement against the baseline takes ``algorithms.BASELINE``). Fields are
+    not checked here: a benchmark reads metrics whose keys may share a field's name."""
+    names, _fields = algorithm_words()
+    files = sorted((ROOT / "refimpl" / "bench").rglob("*.py"))
+    assert len(files) > 1
+    found = [m for path in files for m in algorithm_mentions(path, names, frozenset())]
+    assert found == []
+    longest = max(files, key=lambda p: len(p.read_text(encoding="utf-8").splitlines()))
+    assert len(longest.read_text(encoding="utf-8").splitlines()) <= BENCH_MAX_LINES, longest
+
+
 def test_the_name_check_sees_each_kind_of_mention(tmp_path, monkeypatch):
     names, fields = algorithm_words()
     (tmp_path / "m.py").write_text(

@@ -247,7 +247,7 @@ def test_notebook_02_panels_follow_the_registry() -> None:
     assert vmax >= largest - 1e-12
 
     source = "\n".join(_cells(NOTEBOOK_DIR / "02_advantages_side_by_side.ipynb"))
-    assert "algorithm_signals(" in source  # the credit of refimpl.bench.credit, not a copy
+    assert "algorithm_signals(" in source  # the credit of refimpl.bench.credit_batch, not a copy
     assert "autograd.grad" not in source
     words = re.compile(r"\b(?:nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen)\b", re.I)
     assert not words.findall(source), "a typed count of algorithms"

@@ -8,8 +8,12 @@
   broken down and set against a measured matmul peak, per-algorithm overhead, vectorised vs
   reference loops, and our trainer against TRL's ``GRPOTrainer`` on the GPT-2 twin.
 
-Both are benchmarks, not tests: their ``--quick`` sizes exist so that ``tests/test_bench.py``
-can check the reports are produced.
+* :mod:`refimpl.bench.credit` — ``refimpl credit``: every algorithm's token credit scored
+  against the oracle's true advantages on one batch.
+
+They are benchmarks, not tests: the ``--quick`` sizes exist so that ``tests/test_bench.py``
+can check the reports are produced. They measure and judge no paper's claim: the verdicts are
+read off ``results.json`` by ``scripts/experiments/learning/verdicts.py``, outside the package.
 """
 
 from __future__ import annotations

@@ -1,34 +1,19 @@
 """``refimpl bench-learning``: does token-level credit assignment help, at toy scale?
 
-Every algorithm × seeds × tasks, plus ablations (GTPO ``alpha_2`` ∈ {0, 0.1, 0.3} and
-``stats=subgroup``; TEPO without its KL mask), each run starting from the task's one warm
+Every algorithm × seeds × tasks, plus ablations (``--ablations``: an algorithm with some of
+its Config's or the trainer's fields changed), each run starting from the task's one warm
 start and stopped when it has **sampled the same number of completion tokens**: dynamic
-sampling (DAPO, GTPO, GRPO-S) draws more tokens per step, so a step budget would favour it.
+sampling draws more tokens per step, so a step budget would favour it.
 
 The budget of a task is ``budget_steps × N × G × ℓ``, with ``ℓ`` the mean length (``<eos>``
 included) of the reference solutions of its held-out problems: about ``budget_steps`` steps of
 an algorithm that samples one batch per step.
 
-Per run, from its ``metrics.jsonl`` (held-out greedy success on 200 fixed problems every
-``eval_every`` steps, standard error ≈ ±0.03):
-
-* **tokens / steps to target**: the first evaluation at which the trailing mean of three
-  consecutive evaluations reaches ``target = base + target_gain`` (``base``: the warm start's
-  held-out success, the same for every run of a task); "not reached" when it never does;
-* **final success**: the evaluation at the end of the token budget, where every run stops
-  and evaluates. One definition for every algorithm: dynamic sampling spends the budget in
-  fewer steps (and evaluations), so "the last three evaluations" would average different
-  parts of different runs;
-* **AUC**: held-out success integrated over sampled tokens, divided by the budget (the mean
-  success over training; the base rate for a run that never moves);
-* **entropy start / end**: mean token entropy of the sampled completions at the first step
-  (the warm start's policy, before any update) / over the last 10 % of steps; **collapsed**
-  when ``end < collapse_ratio × start``. (The first step's batch holds thousands of tokens, so
-  its mean is precise; a mean over the first few steps would already include the fast early
-  fall of the first updates.)
-
-Per algorithm: medians and interquartile ranges over seeds (a "not reached" seed counts as
-+∞, so a median is "not reached" when half the seeds or more never got there).
+This module holds the command: its settings, the run matrix (``plan``), the training
+(``run_all``) and the files it writes (``run_learning``). What is computed of the runs is in
+``refimpl.bench.learning_summary`` (each run's figures, their summary over seeds), the report
+in ``refimpl.bench.learning_report``. The benchmark measures; the papers' claims are read off
+its ``results.json`` by ``scripts/experiments/learning/verdicts.py``.
 """
 
 from __future__ import annotations
@@ -39,7 +24,6 @@ import math
 import os
 import time
 import typing
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,22 +31,11 @@ from typing import Any
 import numpy as np
 
 from refimpl import algorithms
-from refimpl.bench import format_machine, machine_info, markdown_table
-from refimpl.diagnostics.entropy_attribution import (
-    ENTROPY_TERM,
-    MOMENTUM,
-    TOKEN_CLASSES,
-    attribution_table,
-    prediction_table,
-)
+from refimpl.bench import machine_info
+from refimpl.bench.learning_report import format_report, task_figures
+from refimpl.bench.learning_summary import collect, run_metrics
 from refimpl.runs.runlog import check_output_file, read_metrics, write_text_atomic
 from refimpl.settings.presets import PresetName
-
-#: The entropy claim "holds" only when the end entropy is at least this much above DAPO's
-#: (mean of the paired ratios) and higher in every paired seed.
-ENTROPY_MARGIN = 0.05
-
-ABLATION_COLORS = ("#9467bd", "#e377c2", "#000000", "#ff9896", "#8c564b", "#c49c94")
 
 
 def parse_variant(label: str) -> tuple[str, tuple[str, ...], dict[str, Any]]:
@@ -95,9 +68,9 @@ class LearningConfig:
     """comma-separated algorithms"""
     seeds: str = "0,1,2"
     """comma-separated RL seeds"""
-    ablations: str = "gtpo alpha_2=0.0,gtpo stats=subgroup,tepo kl_mask=False,tepo minibatches=1"
+    ablations: str = ""
     """comma-separated variants "ALGO FIELD=VALUE ...", each field an algorithm Config field or
-    a TrainConfig field ("" for none)"""
+    a TrainConfig field ("" for none; left out, the preset's: refimpl.settings.presets)"""
     ablation_tasks: str = "countdown"
     """tasks the ablations run on"""
     budget_steps: int = 150
@@ -245,7 +218,7 @@ class Run:
 
 
 # ---------------------------------------------------------------------------------------------
-# Planning and running.
+# The run matrix, and running it.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -369,573 +342,8 @@ def run_all(cfg: LearningConfig, runs: list[Run]) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Metrics of one run, aggregates over seeds.
+# The files: results.json, report.md, figures.
 # ---------------------------------------------------------------------------------------------
-
-
-def _records(run_dir: Path) -> list[dict[str, Any]]:
-    return read_metrics(run_dir)
-
-
-def run_metrics(
-    records: list[dict[str, Any]], budget: int, target: float, collapse_ratio: float
-) -> dict[str, Any]:
-    """The benchmark's figures of one run (see the module docstring)."""
-    evals = [r for r in records if "heldout_greedy" in r]
-    tokens = np.array([r.get("sampled_tokens", 0) for r in evals], dtype=float)
-    success = np.array([r["heldout_greedy"] for r in evals], dtype=float)
-    steps = np.array([r["step"] for r in evals], dtype=float)
-    window = np.array([success[max(0, i - 2) : i + 1].mean() for i in range(success.size)])
-    hit = np.flatnonzero(window >= target)
-    # Area under success vs tokens, up to the budget, over the budget.
-    x = np.clip(tokens, 0, budget)
-    auc = float(np.trapezoid(success, x) / budget) if x[-1] > 0 else float(success[0])
-    trained = [r for r in records if "entropy_mean" in r]
-    ent = np.array([r["entropy_mean"] for r in trained], dtype=float)
-    tail = max(5, len(ent) // 10)
-    start_ent = float(ent[0]) if ent.size else math.nan  # the warm start's policy
-    end_ent = float(ent[-tail:].mean()) if ent.size else math.nan
-
-    def at_evals(key: str) -> np.ndarray:
-        return np.array([r.get(key, math.nan) for r in evals], dtype=float)
-
-    pass1, pass16 = at_evals("heldout_pass@1"), at_evals("heldout_pass@16")
-    clip = [r.get("clip_frac_low", 0.0) + r.get("clip_frac_high", 0.0) for r in trained]
-    mask = [r["kl_mask_frac"] for r in trained if "kl_mask_frac" in r]
-    pairs = [
-        (r["cov_logp_adv"], r["entropy_change"])
-        for r in trained
-        if "cov_logp_adv" in r and "entropy_change" in r
-    ]
-    cov = np.array(pairs, dtype=float).reshape(-1, 2)
-    cov_r = (
-        float(np.corrcoef(cov[:, 0], cov[:, 1])[0, 1])
-        if len(cov) > 2 and cov[:, 0].std() > 0 and cov[:, 1].std() > 0
-        else math.nan
-    )
-    # The end value: the evaluation at the end of the token budget (every run evaluates when
-    # it stops), the same point of every run whatever its steps cost in tokens.
-    return {
-        "base": float(success[0]),
-        "final": float(success[-1]),
-        "gain": float(success[-1] - success[0]),
-        "pass1_start": float(pass1[0]),
-        "pass1_end": float(pass1[-1]),
-        "pass16_start": float(pass16[0]),
-        "pass16_end": float(pass16[-1]),
-        "clip_frac": float(np.mean(clip)) if clip else math.nan,
-        "mask_frac": float(np.mean(mask)) if mask else math.nan,
-        "cov_mean": float(cov[:, 0].mean()) if len(cov) else math.nan,
-        "cov_entropy_r": cov_r,
-        "auc": auc,
-        "tokens_to_target": float(tokens[hit[0]]) if hit.size else math.inf,
-        "steps_to_target": float(steps[hit[0]]) if hit.size else math.inf,
-        "steps": int(records[-1]["step"]),
-        "sampled_tokens": int(records[-1].get("sampled_tokens", 0)),
-        "entropy_start": start_ent,
-        "entropy_end": end_ent,
-        "entropy_ratio": end_ent / start_ent if start_ent > 0 else math.nan,
-        "collapsed": bool(end_ent < collapse_ratio * start_ent),
-        "kept_group_frac": float(np.mean([r.get("kept_group_frac", 1.0) for r in trained]))
-        if trained
-        else math.nan,
-        "time_s": float(sum(r.get("time_step", 0.0) + r.get("time_eval", 0.0) for r in records)),
-        "curve_tokens": tokens.tolist(),
-        "curve_success": success.tolist(),
-    }
-
-
-def _quantiles(values: list[float]) -> tuple[float, float, float]:
-    """Median and IQR, with +∞ ("not reached") ordered last."""
-    if not values:
-        return math.nan, math.nan, math.nan
-    never = 1e30  # +∞ stand-in: interpolating between two +∞ would give NaN
-    q = np.quantile(np.minimum(np.array(values, dtype=float), never), [0.25, 0.5, 0.75])
-    q = [math.inf if v >= never / 2 else float(v) for v in q]
-    return q[1], q[0], q[2]
-
-
-def summarize_seeds(per_run: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"seeds": len(per_run)}
-    for key in ("tokens_to_target", "steps_to_target"):
-        vals = [r[key] for r in per_run]
-        med, lo, hi = _quantiles(vals)
-        out[key] = {
-            "median": med,
-            "q25": lo,
-            "q75": hi,
-            "reached": sum(math.isfinite(v) for v in vals),
-        }
-    for key in (
-        "final",
-        "gain",
-        "pass1_start",
-        "pass1_end",
-        "pass16_start",
-        "pass16_end",
-        "clip_frac",
-        "mask_frac",
-        "cov_mean",
-        "cov_entropy_r",
-        "auc",
-        "entropy_start",
-        "entropy_end",
-        "entropy_ratio",
-        "steps",
-        "sampled_tokens",
-        "kept_group_frac",
-        "time_s",
-    ):
-        vals = np.array([r.get(key, math.nan) for r in per_run], dtype=float)
-        out[key] = {
-            "mean": float(vals.mean()),
-            "std": float(vals.std(ddof=1)) if vals.size > 1 else 0.0,
-            "median": float(np.median(vals)),
-            "min": float(vals.min()),
-        }
-    out["collapsed"] = sum(r["collapsed"] for r in per_run)
-    return out
-
-
-def collect(cfg: LearningConfig, runs: list[Run], budgets: dict[str, int]) -> dict[str, Any]:
-    """Per task: the base success, the target, per-run and per-label figures."""
-    results: dict[str, Any] = {}
-    for task in cfg.task_list():
-        task_runs = [r for r in runs if r.task == task]
-        if not task_runs:
-            continue
-        per_run = {}
-        base = None
-        for r in task_runs:
-            records = _records(r.train.run_dir)
-            base = records[0]["heldout_greedy"] if base is None else base
-        target = round(base + cfg.target_gain, 4)
-        for r in task_runs:
-            m = run_metrics(_records(r.train.run_dir), budgets[task], target, cfg.collapse_ratio)
-            per_run.setdefault(r.label, {})[r.seed] = m
-        labels = list(dict.fromkeys(r.label for r in task_runs))
-        by_label = {
-            lab: [_records(r.train.run_dir) for r in task_runs if r.label == lab] for lab in labels
-        }
-        results[task] = {
-            "budget_tokens": budgets[task],
-            "base": base,
-            "target": target,
-            "runs": per_run,
-            "summary": {lab: summarize_seeds(list(per_run[lab].values())) for lab in labels},
-            "entropy": {  # why entropy moves: predicted and attributed (seeds pooled)
-                "prediction": prediction_table(by_label),
-                "attribution": attribution_table(by_label),
-            },
-        }
-    return results
-
-
-def _entropy_tables(res: dict[str, Any]) -> list[str]:
-    """The report's tables of ``refimpl.diagnostics.entropy_attribution``: how the first-order prediction
-    and the covariances track the measured entropy change, and the attribution by class."""
-    pred, attr = res["entropy"]["prediction"], res["entropy"]["attribution"]
-
-    def f(v: float, fmt: str = "+.2f") -> str:
-        return "-" if not math.isfinite(v) else format(v, fmt)
-
-    lines = [
-        "Why entropy moves (docs/entropy_mechanism.md), seeds pooled: Pearson's r over steps "
-        "with the measured `entropy_change`, raw / after each run's 11-step running mean "
-        "(detr.) / of first differences (diff.); slope of measured on predicted; the path "
-        "prediction on the attribution steps, next to the plain one on the same steps.",
-        "",
-        markdown_table(
-            [
-                "algorithm",
-                "steps",
-                "r(pred)",
-                "slope",
-                "r(pred) detr.",
-                "attributed steps",
-                "r(path) vs r(pred) there",
-                "r(Cov) raw / detr. / diff.",
-                "r(Cov update) raw / detr.",
-                "r(Cov, pred) raw / detr.",
-            ],
-            [
-                [
-                    r["algo"],
-                    r["steps"],
-                    f(r["r_pred"]),
-                    f(r["slope_pred"]),
-                    f(r["r_pred_detr"]),
-                    r["attr_steps"],
-                    f"{f(r['r_path'])} vs {f(r['r_pred_attr'])}",
-                    f"{f(r['r_cov'])} / {f(r['r_cov_detr'])} / {f(r['r_cov_diff'])}",
-                    f"{f(r['r_covu'])} / {f(r['r_covu_detr'])}",
-                    f"{f(r['r_cov_pred'])} / {f(r['r_cov_pred_detr'])}",
-                ]
-                for r in pred
-            ],
-        ),
-        "",
-    ]
-    classes = [c for c in (*TOKEN_CLASSES, ENTROPY_TERM, MOMENTUM) if any(c in r for r in attr)]
-    lines += [
-        "Attribution of the predicted entropy change, mean per attributed step, 10⁻³ nats "
-        "(A: the algorithm's advantage; high/low: π_old of the sampled token above / at or "
-        "below the batch median; momentum: earlier steps' gradients in Adam's m).",
-        "",
-        markdown_table(
-            ["algorithm", "attributed steps", *classes, "sum", "predicted", "measured", "max gap"],
-            [
-                [
-                    r["algo"],
-                    r["attr_steps"],
-                    *(f(1e3 * r.get(c, math.nan), "+.3f") for c in classes),
-                    f(1e3 * r["sum"], "+.3f"),
-                    f(1e3 * r["entropy_change_pred"], "+.3f"),
-                    f(1e3 * r["entropy_change"], "+.3f"),
-                    f(r["max_gap"], ".1e"),
-                ]
-                for r in attr
-            ],
-        ),
-        "",
-    ]
-    return lines
-
-
-# ---------------------------------------------------------------------------------------------
-# Verdicts on the papers' claims.
-# ---------------------------------------------------------------------------------------------
-
-
-def _paired(task_res: dict[str, Any], a: str, b: str, key: str) -> list[tuple[float, float]]:
-    ra, rb = task_res["runs"].get(a, {}), task_res["runs"].get(b, {})
-    return [(ra[s][key], rb[s][key]) for s in sorted(set(ra) & set(rb))]
-
-
-def verdicts(results: dict[str, Any]) -> list[str]:
-    """The claims, tested in measured terms, per task."""
-    out = []
-    for task, res in results.items():
-        summ = res["summary"]
-        # Claim 1: TEPO reduces convergence time by 50 % compared with GRPO / DAPO.
-        if "tepo" in summ:
-            t = summ["tepo"]["tokens_to_target"]
-            parts = []
-            holds = []
-            for ref in ("grpo", "dapo"):
-                if ref not in summ:
-                    continue
-                r = summ[ref]["tokens_to_target"]
-                if math.isfinite(t["median"]) and math.isfinite(r["median"]):
-                    ratio = t["median"] / r["median"]
-                    holds.append(ratio <= 0.5)
-                    parts.append(
-                        f"median tokens to target {ratio:.2f}× {ref.upper()}'s "
-                        f"({t['median'] / 1e3:.0f}k vs {r['median'] / 1e3:.0f}k)"
-                    )
-                else:
-                    holds.append(False)
-                    parts.append(
-                        f"reached the target in {t['reached']}/"
-                        f"{summ['tepo']['seeds']} seeds, {ref.upper()} in "
-                        f"{r['reached']}/{summ[ref]['seeds']}"
-                    )
-                pairs = _paired(res, "tepo", ref, "auc")
-                wins = sum(x > y for x, y in pairs)
-                parts[-1] += f" (AUC higher than {ref.upper()} in {wins}/{len(pairs)} seeds)"
-            verdict = "holds" if holds and all(holds) else "not supported"
-            out.append(
-                f"**{task} — TEPO converges ≥ 50 % faster than GRPO/DAPO: {verdict}.** "
-                f"TEPO: " + "; ".join(parts) + "."
-            )
-        # Claim 2: GTPO / GRPO-S keep entropy higher than DAPO while learning.
-        if "dapo" in summ:
-            d = summ["dapo"]
-            for algo in ("gtpo", "grpo_s"):
-                if algo not in summ:
-                    continue
-                a = summ[algo]
-                ent_pairs = _paired(res, algo, "dapo", "entropy_end")
-                higher = sum(x > y for x, y in ent_pairs)
-                rel = float(np.mean([x / y - 1 for x, y in ent_pairs])) if ent_pairs else 0.0
-                fin_pairs = _paired(res, algo, "dapo", "final")
-                diff = float(np.mean([x - y for x, y in fin_pairs])) if fin_pairs else math.nan
-                learns = a["final"]["mean"] > res["base"] + 0.02
-                # "Higher": ≥ ENTROPY_MARGIN above DAPO on average and in every paired seed.
-                keeps = bool(ent_pairs) and higher == len(ent_pairs) and rel >= ENTROPY_MARGIN
-                verdict = "holds" if keeps and learns and diff >= -0.03 else "not supported"
-                out.append(
-                    f"**{task} — {algo.upper().replace('_', '-')} keeps entropy higher than "
-                    f"DAPO while learning: {verdict}.** End entropy {a['entropy_end']['mean']:.3f}"
-                    f" vs DAPO {d['entropy_end']['mean']:.3f} nats ({rel:+.1%} paired; higher in "
-                    f"{higher}/"
-                    f"{len(ent_pairs)} paired seeds; end/start {a['entropy_ratio']['mean']:.2f} vs"
-                    f" {d['entropy_ratio']['mean']:.2f}); final success "
-                    f"{a['final']['mean']:.3f} vs {d['final']['mean']:.3f} (paired difference "
-                    f"{diff:+.3f}; base {res['base']:.3f})."
-                )
-        out += regime_verdicts(task, res)
-    return out
-
-
-#: pass@16 is "preserved" when its mean change over seeds (end − start) is at least this:
-#: one standard error of pass@16 on 200 problems near 0.8 is about 0.03.
-PASS_AT_16_TOLERANCE = -0.02
-
-
-def _name(label: str) -> str:
-    return label.upper().replace("_", "-")
-
-
-def regime_verdicts(task: str, res: dict[str, Any]) -> list[str]:
-    """The questions of the testbed regime: GRPO's gain, whether TEPO's mask keeps entropy
-    or pass@16 up (against GRPO, DAPO and TEPO without its mask), and which methods preserve
-    pass@16."""
-    summ, out = res["summary"], []
-    if "grpo" in summ:
-        g = summ["grpo"]["gain"]
-        verdict = "holds" if g["min"] >= 0.20 else "does not hold"
-        out.append(
-            f"**{task} — GRPO lifts held-out greedy success by ≥ 0.20 in every seed: "
-            f"{verdict}.** Gain {g['mean']:+.3f} mean, {g['min']:+.3f} worst seed "
-            f"({summ['grpo']['seeds']} seeds; base {res['base']:.3f})."
-        )
-    if "tepo" in summ:
-        t = summ["tepo"]
-        parts, better = [], []
-        for ref in ("grpo", "dapo", "tepo kl_mask=False"):
-            if ref not in summ:
-                continue
-            r = summ[ref]
-            ent = _paired(res, "tepo", ref, "entropy_end")
-            p16 = _paired(res, "tepo", ref, "pass16_end")
-            ent_up = sum(x > y for x, y in ent)
-            p16_up = sum(x > y for x, y in p16)
-            better.append(ent_up == len(ent) > 0 or p16_up == len(p16) > 0)
-            parts.append(
-                f"vs {_name(ref)}: end entropy {t['entropy_end']['mean']:.3f} vs "
-                f"{r['entropy_end']['mean']:.3f} (higher in {ent_up}/{len(ent)} seeds), end "
-                f"pass@16 {t['pass16_end']['mean']:.3f} vs {r['pass16_end']['mean']:.3f} "
-                f"(higher in {p16_up}/{len(p16)})"
-            )
-        if parts:
-            verdict = "yes" if better and all(better) else "no"
-            out.append(
-                f"**{task} — does TEPO (its KL mask acting on {t['mask_frac']['mean']:.3f} of "
-                f"the tokens) keep entropy or pass@16 higher than every baseline in every seed? "
-                f"{verdict}.** " + "; ".join(parts) + "."
-            )
-    kept = []
-    for label, a in summ.items():
-        change = a["pass16_end"]["mean"] - a["pass16_start"]["mean"]
-        kept.append((label, change, change >= PASS_AT_16_TOLERANCE))
-    if kept:
-        held = [f"{_name(lab)} ({c:+.3f})" for lab, c, ok in kept if ok]
-        lost = [f"{_name(lab)} ({c:+.3f})" for lab, c, ok in kept if not ok]
-        out.append(
-            f"**{task} — which methods preserve pass@16 (mean change ≥ "
-            f"{PASS_AT_16_TOLERANCE})? {', '.join(held) if held else 'none'}.** "
-            f"Lost it: {', '.join(lost) if lost else 'none'}."
-        )
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Figures and the report.
-# ---------------------------------------------------------------------------------------------
-
-
-def _curve_on_grid(run_dir: Path, key: str, grid: np.ndarray, window: int) -> np.ndarray:
-    from refimpl.plots import smooth
-
-    recs = [r for r in _records(run_dir) if key in r]
-    if not recs:
-        return np.full(grid.shape, np.nan)
-    x = np.array([r.get("sampled_tokens", 0) for r in recs], dtype=float)
-    y = smooth(np.array([r[key] for r in recs], dtype=float), window)
-    if key == "heldout_greedy" and window > 1:
-        y = np.array([y[max(0, i - window + 1) : i + 1].mean() for i in range(y.size)])
-    return np.interp(grid, x, y, left=np.nan, right=np.nan)
-
-
-def plot_task(
-    cfg: LearningConfig,
-    runs: list[Run],
-    task: str,
-    budget: int,
-    labels: list[str],
-    out: Path,
-    title: str,
-) -> Path:
-    # A bare Figure, not pyplot: drawing a report file must not switch the backend of a
-    # notebook that called this (its inline figures would stop showing).
-    from matplotlib.figure import Figure
-
-    from refimpl.plots import ALGO_COLORS, save_figure
-
-    grid = np.linspace(0, budget, 101)
-    panels = (
-        ("heldout_greedy", "held-out success (greedy, 3-eval mean)", 3),
-        ("heldout_pass@16", "held-out pass@16", 1),
-        ("entropy_mean", "mean token entropy (nats)", 10),
-        ("success_rate_all", "training success (all sampled groups)", 10),
-    )
-    fig = Figure(figsize=(4.4 * len(panels), 3.6))
-    axes = fig.subplots(1, len(panels))
-    styles = ["-", "--", ":", "-."]
-    for i, label in enumerate(labels):
-        dirs = [r.train.run_dir for r in runs if r.task == task and r.label == label]
-        if not dirs:
-            continue
-        algo = label.split()[0]
-        variant = " " in label  # an ablation: its own colour, dashed
-        color = ABLATION_COLORS[i % len(ABLATION_COLORS)] if variant else ALGO_COLORS.get(algo)
-        ls = styles[1 + i % 3] if variant else "-"
-        for ax, (key, _t, window) in zip(axes, panels):
-            curves = np.array([_curve_on_grid(d, key, grid, window) for d in dirs])
-            if np.isnan(curves).all():
-                continue
-            with warnings.catch_warnings():  # grid points past a run's end are NaN
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean = np.nanmean(curves, axis=0)
-                lo, hi = np.nanmin(curves, 0), np.nanmax(curves, 0)
-            ax.plot(grid / 1e3, mean, color=color, ls=ls, lw=1.6, label=f"{label} (n={len(dirs)})")
-            if len(dirs) > 1:
-                ax.fill_between(grid / 1e3, lo, hi, color=ax.lines[-1].get_color(), alpha=0.10)
-    for ax, (_k, t, _w) in zip(axes, panels):
-        ax.set_title(t, fontsize=10)
-        ax.set_xlabel("sampled tokens (thousands)")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    return save_figure(fig, out, dpi=100)
-
-
-def _fmt_q(q: dict[str, float], scale: float = 1.0, unit: str = "") -> str:
-    def f(v: float) -> str:
-        return "n.r." if not math.isfinite(v) else f"{v / scale:.0f}{unit}"
-
-    return f"{f(q['median'])} [{f(q['q25'])}–{f(q['q75'])}] ({q['reached']} reached)"
-
-
-#: Columns of the report's two tables per task: the outcome, then the mechanisms behind it.
-RESULT_COLUMNS = [
-    "algorithm",
-    "seeds",
-    "final greedy (mean ± sd)",
-    "gain (worst seed)",
-    "pass@1 start → end",
-    "pass@16 start → end",
-    "entropy start → end",
-    "collapsed",
-    "tokens to target, median [IQR]",
-    "AUC",
-]
-MECHANISM_COLUMNS = [
-    "algorithm",
-    "clip fraction",
-    "TEPO mask fraction",
-    "mean Cov(logp, A)",
-    "r(Cov, entropy change) over steps",
-    "steps run",
-    "kept groups",
-    "seconds per run",
-]
-
-
-def _report_header(cfg: LearningConfig, info: dict[str, Any], wall_s: float) -> list[str]:
-    """The report's first lines: the machine and wall time, then the settings of every run."""
-    train = cfg.train_defaults()
-    how = (
-        "summed logged step and evaluation times over the parallel runs"
-        if cfg.report_only
-        else "measured"
-    )
-    return [
-        f"Machine: {format_machine(info)}. Wall time of the training: {wall_s / 60:.1f} "
-        f"min ({how}; {cfg.workers or min(4, os.cpu_count() or 1)} parallel runs, one "
-        f"torch thread each).",
-        "",
-        f"Settings: preset {cfg.preset!r}: lr {train.lr}, {train.prompts_per_step} prompts × "
-        f"G = {train.group_size}, {train.minibatches} minibatch(es) × {train.ppo_epochs} "
-        f"epoch(s) per rollout, task knobs {list(train.task_args) or 'default'}, "
-        f"seeds {cfg.seeds}, budget {cfg.budget_steps} reference-length batches of sampled "
-        f"tokens per run, held-out greedy success on {cfg.eval_problems} problems every "
-        f"{cfg.eval_every} steps, target = base + {cfg.target_gain}, entropy collapse = end"
-        f" < {cfg.collapse_ratio} × start.",
-        "",
-    ]
-
-
-def _result_row(label: str, s: dict[str, Any]) -> list[object]:
-    """One algorithm's row of the outcome table (``s``: its summary over seeds)."""
-
-    def arrow(key: str) -> str:
-        return f"{s[key + '_start']['mean']:.3f} → {s[key + '_end']['mean']:.3f}"
-
-    return [
-        label,
-        s["seeds"],
-        f"{s['final']['mean']:.3f} ± {s['final']['std']:.3f}",
-        f"{s['gain']['mean']:+.3f} ({s['gain']['min']:+.3f})",
-        arrow("pass1"),
-        arrow("pass16"),
-        arrow("entropy"),
-        f"{s['collapsed']}/{s['seeds']}",
-        _fmt_q(s["tokens_to_target"], 1e3, "k"),
-        f"{s['auc']['mean']:.3f}",
-    ]
-
-
-def _mechanism_row(label: str, s: dict[str, Any]) -> list[object]:
-    """One algorithm's row of the mechanism table (``s``: its summary over seeds)."""
-    return [
-        label,
-        f"{s['clip_frac']['mean']:.4f}",
-        "-" if math.isnan(s["mask_frac"]["mean"]) else f"{s['mask_frac']['mean']:.4f}",
-        f"{s['cov_mean']['mean']:+.4f}",
-        f"{s['cov_entropy_r']['mean']:+.2f}",
-        f"{s['steps']['median']:.0f}",
-        f"{s['kept_group_frac']['mean']:.2f}",
-        f"{s['time_s']['mean']:.0f}",
-    ]
-
-
-def _task_section(task: str, res: dict[str, Any], figures: list[Path]) -> list[str]:
-    """One task's section: its budget and target, the two tables, then its figures."""
-    summary = res["summary"].items()
-    lines = [
-        f"### {task}",
-        "",
-        f"Budget {res['budget_tokens']:,} sampled tokens per run; warm start "
-        f"(held-out greedy) {res['base']:.3f}; target {res['target']:.3f}.",
-        "",
-        markdown_table(RESULT_COLUMNS, [_result_row(label, s) for label, s in summary]),
-        "",
-        markdown_table(MECHANISM_COLUMNS, [_mechanism_row(label, s) for label, s in summary]),
-        "",
-    ]
-    if "entropy" in res:
-        lines += _entropy_tables(res)
-    for fig in figures:
-        lines += [f"![{fig.stem}](figures/{fig.name})", ""]
-    return lines
-
-
-def format_report(
-    cfg: LearningConfig,
-    results: dict[str, Any],
-    info: dict[str, Any],
-    wall_s: float,
-    figures: dict[str, list[Path]],
-) -> str:
-    """The markdown report: header, one section per task, then the verdicts."""
-    lines = _report_header(cfg, info, wall_s)
-    for task, res in results.items():
-        lines += _task_section(task, res, figures.get(task, []))
-    lines += ["### Verdicts", ""] + [f"- {v}" for v in verdicts(results)] + [""]
-    return "\n".join(lines)
 
 
 def run_learning(
@@ -953,40 +361,13 @@ def run_learning(
         if not runs:
             raise ValueError(f"--report-only: no finished run under {cfg.out_dir()}")
         wall = sum(
-            run_metrics(_records(r.train.run_dir), budgets[r.task], 0.0, 0.5)["time_s"]
+            run_metrics(read_metrics(r.train.run_dir), budgets[r.task], 0.0, 0.5)["time_s"]
             for r in runs
         ) / (cfg.workers or min(4, os.cpu_count() or 1))
     else:
         wall = run_all(cfg, runs)
     results = collect(cfg, runs, budgets)
-    figures: dict[str, list[Path]] = {}
-    main_labels = cfg.algo_list()
-    for task in results:
-        figures[task] = [
-            plot_task(
-                cfg,
-                runs,
-                task,
-                budgets[task],
-                main_labels,
-                cfg.out_dir() / "figures" / f"bench_learning_{task}.png",
-                f"{task}: every algorithm, same sampled-token budget",
-            )
-        ]
-        abl = [lab for lab in results[task]["summary"] if " " in lab]
-        if abl:
-            labels = [a for a in ("gtpo", "tepo") if a in main_labels] + abl
-            figures[task].append(
-                plot_task(
-                    cfg,
-                    runs,
-                    task,
-                    budgets[task],
-                    labels,
-                    cfg.out_dir() / "figures" / f"bench_ablation_{task}.png",
-                    f"{task}: ablations",
-                )
-            )
+    figures = task_figures(cfg, runs, budgets, results)
     info_after = machine_info()
     info["load_1_5_15_after"] = info_after["load_1_5_15"]
     payload = {

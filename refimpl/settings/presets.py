@@ -37,7 +37,14 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    "default": Preset("TrainConfig's defaults: several optimizer steps per rollout"),
+    "default": Preset(
+        "TrainConfig's defaults: several optimizer steps per rollout",
+        # The learning benchmark's ablations: GTPO without its entropy term and with subgroup
+        # statistics, TEPO without its KL mask and on one minibatch.
+        bench=dict(
+            ablations="gtpo alpha_2=0.0,gtpo stats=subgroup,tepo kl_mask=False,tepo minibatches=1"
+        ),
+    ),
     "onpolicy": Preset(
         "the first wave's regime: one optimizer step per rollout, so the loss always runs at "
         "θ = θ_old, every ratio is 1 and no clip or mask can act (for comparison)",

@@ -13,10 +13,10 @@ BENCH_ORDER = ("grpo", "dapo", "gspo", "gtpo", "grpo_s", "tepo")
 
 
 def toy_summaries(toy: dict) -> dict[str, dict]:
-    """Per arm, the benchmark's own summary over seeds (refimpl.bench.learning), with each
-    run's final and gain read as the ledger reads them (toy_final: the evaluation at the end
-    of the token budget)."""
-    from refimpl.bench.learning import summarize_seeds
+    """Per arm, the benchmark's own summary over seeds (refimpl.bench.learning_summary), with
+    each run's final and gain read as the ledger reads them (toy_final: the evaluation at the
+    end of the token budget)."""
+    from refimpl.bench.learning_summary import summarize_seeds
 
     res = toy["results"]["countdown"]
     labels = sorted(res["runs"], key=lambda a: (a not in BENCH_ORDER,
@@ -32,11 +32,11 @@ def toy_summaries(toy: dict) -> dict[str, dict]:
 def bench_collapse_tables(toy: dict) -> str:
     """§ 2's two tables (outcome, mechanisms) in the benchmark's own columns and formats."""
     from refimpl.bench import markdown_table
-    from refimpl.bench.learning import (
+    from refimpl.bench.learning_report import (
         MECHANISM_COLUMNS,
         RESULT_COLUMNS,
-        _mechanism_row,
-        _result_row,  # fmt: skip
+        mechanism_row,
+        result_row,  # fmt: skip
     )
 
     res, m = toy["results"]["countdown"], toy["machine"]
@@ -49,9 +49,9 @@ def bench_collapse_tables(toy: dict) -> str:
         f"{m.get('date', '?')}, commit {m.get('commit', '?')}), written by "
         f"`python scripts/experiments/claims/report.py`. Warm start {res['base']:.3f}; budget "
         f"{res['budget_tokens']:,} sampled tokens.\n\n"
-        + markdown_table(RESULT_COLUMNS, [_result_row(a, s) for a, s in summaries.items()])
+        + markdown_table(RESULT_COLUMNS, [result_row(a, s) for a, s in summaries.items()])
         + "\n\n"
-        + markdown_table(MECHANISM_COLUMNS, [_mechanism_row(a, s) for a, s in summaries.items()])
+        + markdown_table(MECHANISM_COLUMNS, [mechanism_row(a, s) for a, s in summaries.items()])
         + "\n\n"
         + (f"Not in the file: {', '.join(missing)} (its runs of 2026-12-02 are not committed; "
            "the text below quotes them where it says so). " if missing else "")

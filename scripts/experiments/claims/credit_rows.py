@@ -47,8 +47,8 @@ def credit_units(stem: str, k: str) -> dict | None:
     """The credit tests of one batch with the prompt as the unit (stats.py: per prompt, then
     over prompts, df = prompts − 1), recomputed from the file's per-completion record (its
     entropies, the oracle's A* and half-estimates, GTPO's credit) by the same functions that
-    wrote the file's per-completion means (refimpl/bench/credit.py). None: no oracle at K."""
-    from refimpl.bench import credit as cr
+    wrote the file's per-completion means (refimpl/bench/credit_metrics.py). None: no oracle at K."""
+    from refimpl.bench import credit_metrics as cr
 
     result = read_file(CREDIT / f"{stem}.json")
     if k not in result["oracle"]:

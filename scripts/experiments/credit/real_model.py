@@ -1,6 +1,6 @@
 """The credit benchmark on the real model: SmolLM2-135M-Instruct, one batch, every algorithm.
 
-The same measurement as ``refimpl credit`` (refimpl/bench/credit.py), on the chat task of
+The same measurement as ``refimpl credit`` (refimpl/bench/credit*.py), on the chat task of
 docs/scaleup.md § 4 (two-digit addition asked in a chat, replies of at most 12 tokens): one
 batch of ``--prompts`` × ``--group-size`` replies sampled from the untrained model at T = 1,
 its groups the first ones whose replies are neither all right nor all wrong (``mixed_groups``),
@@ -162,8 +162,8 @@ def measure(args: argparse.Namespace) -> dict:
 
     from refimpl import algorithms
     from refimpl.bench import machine_info
-    from refimpl.bench.credit import (
-        algorithm_signals,
+    from refimpl.bench.credit_batch import algorithm_signals
+    from refimpl.bench.credit_records import (
         completion_record,
         metrics_record,
         oracle_record,
@@ -178,13 +178,16 @@ def measure(args: argparse.Namespace) -> dict:
     model, tokenizer = load_smollm2()
     model.eval()
     task, G = ChatTask(), args.group_size
+    # Every algorithm is scored with its default Config: a success as the baseline's counts it.
+    threshold = algorithms.get(algorithms.BASELINE).Config().success_threshold
     problems, samples, prompts, tried = mixed_groups(model, tokenizer, task, args)
     rows = samples.responses()
     texts = [tokenizer.decode(r, skip_special_tokens=True) for r in rows]
     outcome = torch.tensor([task.reward(problems[i // G], t) for i, t in enumerate(texts)])
     cont = hf_continuations(model, tokenizer, task, problems, prompts, args.rollouts,
                             args.max_new_tokens, args.seed)  # fmt: skip
-    values = estimate_values(rows, [i // G for i in range(len(rows))], (outcome >= 0.5).tolist(),
+    values = estimate_values(rows, [i // G for i in range(len(rows))],
+                             (outcome >= threshold).tolist(),
                              samples.response_ids.shape[1], args.rollouts, cont,
                              progress=functools.partial(progress, unit="prefix"))  # fmt: skip
     # The untrained model is the reference: logp_ref = logp_old, so every KL term is flat.
@@ -212,7 +215,8 @@ def measure(args: argparse.Namespace) -> dict:
         "machine": {**machine_info(), "numerics": numerics.describe()},
         "completions": [
             completion_record(task.question(problems[i // G]), texts[i], r, samples.entropy_old[i],
-                              float(outcome[i]), token_text=[tokenizer.decode([t]) for t in r],
+                              float(outcome[i]), success_threshold=threshold,
+                              token_text=[tokenizer.decode([t]) for t in r],
                               first_wrong=None, truncated=bool(samples.truncated[i]))
             for i, r in enumerate(rows)
         ],

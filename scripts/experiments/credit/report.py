@@ -92,7 +92,7 @@ def main_k(d: dict) -> str:
 def metrics(d: dict, k: str) -> dict:
     """The metrics of one oracle estimate: the file's own (computed from the exact values when
     it was written), or, for a file written before an analysis existed, recomputed from its
-    values (``refimpl.bench.credit.rescore``; it needs the oracle's half-estimates). Analyses
+    values (``refimpl.bench.credit_records.rescore``; it needs the oracle's half-estimates). Analyses
     added since (the ``ΣA*²`` share by prompt, the noise-free correlation, the value at the
     first wrong token) are computed from the file's per-token arrays when it lacks them, and
     leave the stored figures as they are."""
@@ -102,7 +102,7 @@ def metrics(d: dict, k: str) -> dict:
         if current(stored) or "half_advantages" not in d["oracle"][k]:
             m = stored
         else:
-            from refimpl.bench.credit import rescore
+            from refimpl.bench.credit_records import rescore
 
             m = rescore(d, k)
         _METRICS[key] = supplemented(d, k, m)
@@ -112,20 +112,20 @@ def metrics(d: dict, k: str) -> dict:
 def supplemented(d: dict, k: str, m: dict) -> dict:
     """``m`` with the analyses of issue 46 that a file written before it lacks, computed from
     the file's own per-token arrays with the functions that write them now."""
-    from refimpl.bench import credit
+    from refimpl.bench import credit_metrics, credit_records
 
     entropy, oracle = dict(m["entropy"]), dict(m["signals"]["_oracle"])
     o = d["oracle"][k]
     if "share_sq_by_prompt" not in entropy and "half_advantages" in o:
-        entropy |= credit.entropy_extras(
+        entropy |= credit_metrics.entropy_extras(
             [c["entropy_old"] for c in d["completions"]], o["true_advantage"],
-            (o["half_advantages"][0], o["half_advantages"][1]), credit.prompt_indices(d),
+            (o["half_advantages"][0], o["half_advantages"][1]), credit_records.prompt_indices(d),
             d["settings"]["seed"],
         )  # fmt: skip
     if "first_wrong_value" not in oracle:
-        first_wrong = credit.stored_first_wrong(d)
+        first_wrong = credit_records.stored_first_wrong(d)
         oracle["first_wrong_value"] = (
-            credit.first_wrong_values(credit.stored_values(d, k), first_wrong)
+            credit_metrics.first_wrong_values(credit_records.stored_values(d, k), first_wrong)
             if first_wrong else None
         )  # fmt: skip
     return {**m, "entropy": entropy, "signals": {**m["signals"], "_oracle": oracle}}

@@ -1,0 +1,237 @@
+"""The papers' claims, read off a ``refimpl bench-learning`` run: its report's "Verdicts".
+
+``refimpl bench-learning`` measures (tables, figures, ``results.json``) and judges no paper's
+claim. This script reads the benchmark's ``results.json`` and tests, per task, in measured
+terms:
+
+* **TEPO converges ≥ 50 % faster than GRPO/DAPO**: TEPO's median sampled tokens to the
+  target at most half of each baseline's (and its AUC against theirs, paired by seed);
+* **GTPO / GRPO-S keep entropy higher than DAPO while learning**: end entropy at least
+  ``ENTROPY_MARGIN`` above DAPO's on average and in every paired seed, final success above the
+  warm start by 0.02 and no more than 0.03 below DAPO's (paired);
+* the testbed regime's questions: **GRPO lifts held-out greedy success by ≥ 0.20** in every
+  seed; **does TEPO's mask keep entropy or pass@16 higher** than GRPO, DAPO and TEPO without
+  its mask in every seed; **which methods preserve pass@16** (mean change ≥
+  ``PASS_AT_16_TOLERANCE``).
+
+A claim whose algorithms the run did not train is left out. The section is written at the end
+of the run's ``report.md`` under "### Verdicts" (replacing one written before), or printed:
+
+    python scripts/experiments/learning/verdicts.py runs/bench/learning-default
+    python scripts/experiments/learning/verdicts.py runs/bench/learning-collapse --print
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+
+from refimpl.bench.resultfiles import ResultFileError, read_result  # noqa: E402
+from refimpl.runs.runlog import write_text_atomic  # noqa: E402
+
+#: The entropy claim "holds" only when the end entropy is at least this much above DAPO's
+#: (mean of the paired ratios) and higher in every paired seed.
+ENTROPY_MARGIN = 0.05
+#: pass@16 is "preserved" when its mean change over seeds (end − start) is at least this:
+#: one standard error of pass@16 on 200 problems near 0.8 is about 0.03.
+PASS_AT_16_TOLERANCE = -0.02
+#: The heading the section starts with in report.md (everything from it on is replaced).
+HEADING = "### Verdicts"
+
+
+def _name(label: str) -> str:
+    return label.upper().replace("_", "-")
+
+
+def _paired(task_res: dict[str, Any], a: str, b: str, key: str) -> list[tuple[float, float]]:
+    """``(a's, b's)`` value of ``key`` for every seed both labels ran."""
+    ra, rb = task_res["runs"].get(a, {}), task_res["runs"].get(b, {})
+    return [(ra[s][key], rb[s][key]) for s in sorted(set(ra) & set(rb))]
+
+
+def tepo_converges_faster(task: str, res: dict[str, Any]) -> list[str]:
+    """Claim 1: TEPO reduces convergence time by 50 % compared with GRPO / DAPO."""
+    summ = res["summary"]
+    if "tepo" not in summ:
+        return []
+    t = summ["tepo"]["tokens_to_target"]
+    parts, holds = [], []
+    for ref in ("grpo", "dapo"):
+        if ref not in summ:
+            continue
+        r = summ[ref]["tokens_to_target"]
+        if math.isfinite(t["median"]) and math.isfinite(r["median"]):
+            ratio = t["median"] / r["median"]
+            holds.append(ratio <= 0.5)
+            parts.append(
+                f"median tokens to target {ratio:.2f}× {ref.upper()}'s "
+                f"({t['median'] / 1e3:.0f}k vs {r['median'] / 1e3:.0f}k)"
+            )
+        else:
+            holds.append(False)
+            parts.append(
+                f"reached the target in {t['reached']}/{summ['tepo']['seeds']} seeds, "
+                f"{ref.upper()} in {r['reached']}/{summ[ref]['seeds']}"
+            )
+        pairs = _paired(res, "tepo", ref, "auc")
+        wins = sum(x > y for x, y in pairs)
+        parts[-1] += f" (AUC higher than {ref.upper()} in {wins}/{len(pairs)} seeds)"
+    verdict = "holds" if holds and all(holds) else "not supported"
+    return [
+        f"**{task} — TEPO converges ≥ 50 % faster than GRPO/DAPO: {verdict}.** "
+        f"TEPO: " + "; ".join(parts) + "."
+    ]
+
+
+def entropy_higher_than_dapo(task: str, res: dict[str, Any]) -> list[str]:
+    """Claim 2: GTPO / GRPO-S keep entropy higher than DAPO while learning."""
+    summ, out = res["summary"], []
+    if "dapo" not in summ:
+        return out
+    d = summ["dapo"]
+    for algo in ("gtpo", "grpo_s"):
+        if algo not in summ:
+            continue
+        a = summ[algo]
+        ent_pairs = _paired(res, algo, "dapo", "entropy_end")
+        higher = sum(x > y for x, y in ent_pairs)
+        rel = float(np.mean([x / y - 1 for x, y in ent_pairs])) if ent_pairs else 0.0
+        fin_pairs = _paired(res, algo, "dapo", "final")
+        diff = float(np.mean([x - y for x, y in fin_pairs])) if fin_pairs else math.nan
+        learns = a["final"]["mean"] > res["base"] + 0.02
+        # "Higher": ≥ ENTROPY_MARGIN above DAPO on average and in every paired seed.
+        keeps = bool(ent_pairs) and higher == len(ent_pairs) and rel >= ENTROPY_MARGIN
+        verdict = "holds" if keeps and learns and diff >= -0.03 else "not supported"
+        out.append(
+            f"**{task} — {algo.upper().replace('_', '-')} keeps entropy higher than "
+            f"DAPO while learning: {verdict}.** End entropy {a['entropy_end']['mean']:.3f}"
+            f" vs DAPO {d['entropy_end']['mean']:.3f} nats ({rel:+.1%} paired; higher in "
+            f"{higher}/"
+            f"{len(ent_pairs)} paired seeds; end/start {a['entropy_ratio']['mean']:.2f} vs"
+            f" {d['entropy_ratio']['mean']:.2f}); final success "
+            f"{a['final']['mean']:.3f} vs {d['final']['mean']:.3f} (paired difference "
+            f"{diff:+.3f}; base {res['base']:.3f})."
+        )
+    return out
+
+
+def grpo_gain(task: str, res: dict[str, Any]) -> list[str]:
+    """The testbed regime's first question: does GRPO gain ≥ 0.20 in every seed?"""
+    summ = res["summary"]
+    if "grpo" not in summ:
+        return []
+    g = summ["grpo"]["gain"]
+    verdict = "holds" if g["min"] >= 0.20 else "does not hold"
+    return [
+        f"**{task} — GRPO lifts held-out greedy success by ≥ 0.20 in every seed: "
+        f"{verdict}.** Gain {g['mean']:+.3f} mean, {g['min']:+.3f} worst seed "
+        f"({summ['grpo']['seeds']} seeds; base {res['base']:.3f})."
+    ]
+
+
+def tepo_mask_keeps_entropy(task: str, res: dict[str, Any]) -> list[str]:
+    """Does TEPO's mask keep entropy or pass@16 up, against GRPO, DAPO and TEPO without its
+    mask, in every seed?"""
+    summ = res["summary"]
+    if "tepo" not in summ:
+        return []
+    t = summ["tepo"]
+    parts, better = [], []
+    for ref in ("grpo", "dapo", "tepo kl_mask=False"):
+        if ref not in summ:
+            continue
+        r = summ[ref]
+        ent = _paired(res, "tepo", ref, "entropy_end")
+        p16 = _paired(res, "tepo", ref, "pass16_end")
+        ent_up = sum(x > y for x, y in ent)
+        p16_up = sum(x > y for x, y in p16)
+        better.append(ent_up == len(ent) > 0 or p16_up == len(p16) > 0)
+        parts.append(
+            f"vs {_name(ref)}: end entropy {t['entropy_end']['mean']:.3f} vs "
+            f"{r['entropy_end']['mean']:.3f} (higher in {ent_up}/{len(ent)} seeds), end "
+            f"pass@16 {t['pass16_end']['mean']:.3f} vs {r['pass16_end']['mean']:.3f} "
+            f"(higher in {p16_up}/{len(p16)})"
+        )
+    if not parts:
+        return []
+    verdict = "yes" if better and all(better) else "no"
+    return [
+        f"**{task} — does TEPO (its KL mask acting on {t['mask_frac']['mean']:.3f} of "
+        f"the tokens) keep entropy or pass@16 higher than every baseline in every seed? "
+        f"{verdict}.** " + "; ".join(parts) + "."
+    ]
+
+
+def pass16_preserved(task: str, res: dict[str, Any]) -> list[str]:
+    """Which methods preserve pass@16 (mean change over seeds ≥ PASS_AT_16_TOLERANCE)?"""
+    kept = []
+    for label, a in res["summary"].items():
+        change = a["pass16_end"]["mean"] - a["pass16_start"]["mean"]
+        kept.append((label, change, change >= PASS_AT_16_TOLERANCE))
+    if not kept:
+        return []
+    held = [f"{_name(lab)} ({c:+.3f})" for lab, c, ok in kept if ok]
+    lost = [f"{_name(lab)} ({c:+.3f})" for lab, c, ok in kept if not ok]
+    return [
+        f"**{task} — which methods preserve pass@16 (mean change ≥ "
+        f"{PASS_AT_16_TOLERANCE})? {', '.join(held) if held else 'none'}.** "
+        f"Lost it: {', '.join(lost) if lost else 'none'}."
+    ]
+
+
+def verdicts(results: dict[str, Any]) -> list[str]:
+    """The claims, tested in measured terms, per task (``results``: results.json's
+    ``"results"``)."""
+    out = []
+    for task, res in results.items():
+        out += tepo_converges_faster(task, res) + entropy_higher_than_dapo(task, res)
+        out += grpo_gain(task, res) + tepo_mask_keeps_entropy(task, res)
+        out += pass16_preserved(task, res)
+    return out
+
+
+def section(results: dict[str, Any]) -> str:
+    """The report's section: the heading, then one bullet per verdict."""
+    lines = [HEADING, "", *(f"- {v}" for v in verdicts(results)), ""]
+    return "\n".join(lines)
+
+
+def with_section(report: str, text: str) -> str:
+    """``report`` with its verdict section (from ``HEADING`` to the end) replaced by
+    ``text``, or ``text`` appended when it has none."""
+    head = report.split("\n" + HEADING + "\n", 1)[0].rstrip("\n")
+    return head + "\n\n" + text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="the benchmark's --out directory")
+    parser.add_argument("--print", action="store_true", help="print the section, write nothing")
+    args = parser.parse_args(argv)
+    report = args.out / "report.md"
+    try:
+        results = read_result(args.out / "results.json", "refimpl bench-learning's results")
+        text = section(results["results"])
+        if not args.print and not report.is_file():
+            raise ResultFileError(f"{report}: missing (refimpl bench-learning writes it)")
+    except ResultFileError as err:
+        print(f"verdicts: {err}", file=sys.stderr)
+        return 2
+    if args.print:
+        print(text)
+        return 0
+    write_text_atomic(report, with_section(report.read_text(encoding="utf-8"), text))
+    print(f"verdicts: wrote the section of {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
