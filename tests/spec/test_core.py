@@ -450,9 +450,9 @@ def test_reference_group_zscore_hand_computed():
 
 
 def test_the_group_zscore_loop_is_written_once():
-    """No two algorithm files write the same reference loops: an algorithm whose advantage is
-    GRPO's group z-score returns ``core.reference_group_zscore``, and the loops left in the
-    algorithm files (RLOO's leave-one-out baseline, GTPO's token rewards, ...) each differ."""
+    """Each reference loop is written once: an algorithm whose advantage is GRPO's group
+    z-score returns ``core.reference_group_zscore``, and the loops left in the algorithm files
+    (RLOO's leave-one-out baseline, GTPO's token rewards, ...) each differ."""
     import ast
     import inspect
     import textwrap
