@@ -432,3 +432,40 @@ def masked_zscore(
     z = centred / (var.sqrt()[:, None] + eps)
     z = torch.where(degenerate[:, None], torch.zeros((), dtype=torch.float64), z)
     return z.reshape(shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec's reference: GRPO's group z-score written as the paper writes it.
+# ---------------------------------------------------------------------------------------------
+
+
+def reference_group_zscore(
+    batch: RolloutBatch, eps: float, *, scale_by_std: bool = True
+) -> Float32[Tensor, "B T"]:
+    """GRPO's outcome advantage (§4.1.2) as plain loops over groups, completions and positions:
+    the reference the spec compares an algorithm's vectorised ``advantages`` with when that
+    algorithm's advantage *is* this z-score (its ``reference_advantages`` returns this).
+
+        A_{i,t} = (r_i − mean_G r) / (std_G r + eps)   on every response token of o_i
+
+    with the Bessel-corrected std, ``A = 0`` for a group whose rewards are all equal (its
+    z-score is 0/0) and on padding. With ``scale_by_std=False`` the std is left out,
+    ``A_{i,t} = r_i − mean_G r``, as ``group_normalize``'s switch does. Written without
+    tensors and sharing no code with ``group_normalize``, so that a slip in either shows up as
+    a difference (``tests/spec/test_common.py::test_vectorised_equals_reference``)."""
+    B, T = batch.response_mask.shape
+    G = batch.group_size
+    A = torch.zeros(B, T, dtype=torch.float32)
+    r = batch.rewards.tolist()
+    for g in range(batch.num_groups):
+        rows = range(g * G, g * G + G)
+        rewards = [r[i] for i in rows]
+        mean = sum(rewards) / G
+        std = (sum((x - mean) ** 2 for x in rewards) / (G - 1)) ** 0.5  # Bessel-corrected
+        scale = std + eps if scale_by_std else 1.0
+        for i in rows:
+            A_i = 0.0 if max(rewards) == min(rewards) else (r[i] - mean) / scale
+            for t in range(T):
+                if batch.response_mask[i, t] == 1:
+                    A[i, t] = A_i
+    return A

@@ -1,7 +1,9 @@
 """The bridge between text tasks and token tensors: prompts in, scored completions out.
 
 Used by the warm start, the trainer and the notebooks alike, so that "success rate" means one
-thing everywhere: the fraction of problems whose completion earns reward ≥ 0.5.
+thing everywhere: the fraction of problems whose completion earns a reward ≥ the success
+threshold, the algorithm Config's ``success_threshold`` when a caller has one, else the default
+every Config shares (``refimpl.algorithms.SUCCESS_THRESHOLD``).
 
 pass@k (Chen et al., "Evaluating Large Language Models Trained on Code", arXiv 2107.03374)
 --------------------------------------------------------------------------------------------
@@ -25,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from refimpl.algorithms import SUCCESS_THRESHOLD
 from refimpl.contract import require
 from refimpl.sampling import Samples, sample_groups
 from toy_envs import TOKENIZER
@@ -95,9 +98,10 @@ def solved(
     seed: int = 0,
     max_new_tokens: int | None = None,
     batch_size: int = 256,
+    success_threshold: float = SUCCESS_THRESHOLD,
 ) -> np.ndarray:
     """Per problem, 1.0 when its one completion (greedy, or sampled at T = 1) earns reward
-    ≥ 0.5, else 0.0."""
+    ≥ ``success_threshold``, else 0.0."""
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     budget = max_new_tokens or task.max_new_tokens
@@ -114,7 +118,8 @@ def solved(
             top_k=1 if greedy else None,
             generator=generator,
         )
-        out.append((score_samples(task, chunk, samples, 1) >= 0.5).astype(np.float64))
+        rewards = score_samples(task, chunk, samples, 1)
+        out.append((rewards >= success_threshold).astype(np.float64))
     return np.concatenate(out)
 
 
@@ -133,9 +138,10 @@ def correct_counts(
     max_new_tokens: int | None = None,
     generator: torch.Generator | None = None,
     batch_rows: int = 1024,
+    success_threshold: float = SUCCESS_THRESHOLD,
 ) -> list[int]:
-    """For each problem, how many of ``n`` completions sampled at T = 1 earn reward ≥ 0.5
-    (the ``c`` of the unbiased pass@k, ``pass_at_k``)."""
+    """For each problem, how many of ``n`` completions sampled at T = 1 earn reward
+    ≥ ``success_threshold`` (the ``c`` of the unbiased pass@k, ``pass_at_k``)."""
     budget = max_new_tokens or task.max_new_tokens
     per_call = max(1, batch_rows // n)  # problems per sampling call
     counts: list[int] = []
@@ -150,23 +156,36 @@ def correct_counts(
             pad_id=TOKENIZER.pad_id,
             generator=generator,
         )
-        solved = score_samples(task, chunk, samples, n) >= 0.5
+        solved = score_samples(task, chunk, samples, n) >= success_threshold
         counts.extend(int(c) for c in solved.reshape(len(chunk), n).sum(axis=1))
     return counts
 
 
 @torch.no_grad()
 def heldout_metrics(
-    model, task, problems: Sequence, samples_per_problem: int, *, max_new_tokens: int, generator
+    model,
+    task,
+    problems: Sequence,
+    samples_per_problem: int,
+    *,
+    max_new_tokens: int,
+    generator,
+    success_threshold: float = SUCCESS_THRESHOLD,
 ) -> dict[str, float]:
     """The trainer's held-out evaluation: greedy success (``heldout_greedy``) and the unbiased
     pass@k from ``samples_per_problem`` completions per problem at T = 1 (``heldout_pass@k``
-    for every k in ``PASS_AT_K`` up to it), the completions drawn with ``generator``."""
+    for every k in ``PASS_AT_K`` up to it), the completions drawn with ``generator``; a
+    completion succeeds when its reward is ≥ ``success_threshold`` (the trainer passes its
+    algorithm Config's)."""
     n = samples_per_problem
     counts = correct_counts(
-        model, task, problems, n, max_new_tokens=max_new_tokens, generator=generator
-    )
-    greedy = success_rate(model, task, problems, greedy=True, max_new_tokens=max_new_tokens)
+        model, task, problems, n, max_new_tokens=max_new_tokens, generator=generator,
+        success_threshold=success_threshold,
+    )  # fmt: skip
+    greedy = success_rate(
+        model, task, problems, greedy=True, max_new_tokens=max_new_tokens,
+        success_threshold=success_threshold,
+    )  # fmt: skip
     pass_at = mean_pass_at_k(counts, n, [k for k in PASS_AT_K if k <= n])
     return {"heldout_greedy": greedy, **{f"heldout_pass@{k}": v for k, v in pass_at.items()}}
 

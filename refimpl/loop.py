@@ -182,7 +182,7 @@ def train(model: GPT, cfg: LoopConfig, log=print) -> list[dict[str, float]]:
         metrics = {
             "step": step + 1,
             "reward_mean": float(rewards.mean()),
-            "success_rate": float((outcome >= 0.5).float().mean()),
+            "success_rate": float((outcome >= algo_cfg.success_threshold).float().mean()),
             "groups_trained": batch.num_groups,
             "loss": float(np.mean(losses)),
             "grad_norm": float(np.mean(grad_norms)),

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.algorithms import SUCCESS_THRESHOLD
 from refimpl.plots import (
     ALGO_COLORS,
     end_values,
@@ -364,6 +365,11 @@ def token_grid(
     return im
 
 
+def success_labels(rewards: Sequence[float], success_threshold: float) -> list[str]:
+    """A row label per completion: ✓ (reward ≥ ``success_threshold``) or ✗, and its reward."""
+    return [f"{'✓' if r >= success_threshold else '✗'} r={r:g}" for r in rewards]
+
+
 def plot_token_advantages(
     advantages: dict[str, np.ndarray],
     tokens: Sequence[Sequence[str]],
@@ -375,11 +381,13 @@ def plot_token_advantages(
     row_height: float = 0.32,
     ncols: int = 1,
     fontsize: float = 9,
+    success_threshold: float = SUCCESS_THRESHOLD,
 ):
     """One panel per entry of ``advantages`` (label → ``[G, T]``): the group's completions
     with each token coloured by its advantage (red < 0 < blue, white = 0). Each panel has its
     own symmetric colour scale unless ``shared_scale``. With ``entropies`` a first panel shows
-    the rollout entropy of every token. Returns the figure."""
+    the rollout entropy of every token. Rows are labelled ✓ when their reward is
+    ≥ ``success_threshold``. Returns the figure."""
     panels = (
         [("rollout entropy H (nats)", np.asarray(entropies, dtype=float))]
         if entropies is not None
@@ -391,7 +399,7 @@ def plot_token_advantages(
     fig, axes = plt.subplots(
         nrows, ncols, squeeze=False, figsize=(width, nrows * (G * row_height + 0.45))
     )
-    labels = [f"{'✓' if r >= 0.5 else '✗'} r={r:g}" for r in rewards]
+    labels = success_labels(rewards, success_threshold)
     common = max(float(np.nanmax(np.abs(v))) for k, v in advantages.items()) or 1.0
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
@@ -597,14 +605,15 @@ def plot_advantages_and_credit(
     width: float = 14.0,
     row_height: float = 0.3,
     fontsize: float = 7,
+    success_threshold: float = SUCCESS_THRESHOLD,
 ):
     """One row per algorithm: its advantages ``A[i,t]`` (left) and its effective credit
     (right, e.g. ``−∂L/∂logp`` scaled by the number of response tokens, from
-    ``refimpl.bench.credit.algorithm_signals``), every token's value written in its cell.
+    ``refimpl.bench.credit_batch.algorithm_signals``), every token's value written in its cell.
     All panels share ONE symmetric colour scale, so equal colours are equal values across
     algorithms and columns, and a panel differs from its neighbour exactly where the values do.
-    Returns ``(fig, vmax)``; the figure has ``2 × len(advantages)`` token panels and one
-    colour bar."""
+    Rows are labelled ✓ when their reward is ≥ ``success_threshold``. Returns ``(fig, vmax)``;
+    the figure has ``2 × len(advantages)`` token panels and one colour bar."""
     names = list(advantages)
     if list(credit) != names:
         raise ValueError(f"credit names {list(credit)} differ from the advantages' {names}")
@@ -617,7 +626,7 @@ def plot_advantages_and_credit(
         squeeze=False,
         figsize=(width, len(names) * (G * row_height + 0.45)),
     )
-    labels = [f"{'✓' if r >= 0.5 else '✗'} r={r:g}" for r in rewards]
+    labels = success_labels(rewards, success_threshold)
     im = None
     for row, name in zip(axes, names):
         for ax, kind, v in zip(row, ("advantage A", "credit −∂L/∂logp × Σ|o|"),

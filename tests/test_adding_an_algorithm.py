@@ -6,7 +6,8 @@ The page's steps are its code blocks: a ``bash`` block's ``.venv/bin/python`` li
 
 * ``the whole file``; ``replace the module docstring``; ``replace def NAME`` (a top-level
   function); ``add to class Config``; ``replace the line of "KEY"`` (the line that holds
-  ``"KEY":``).
+  ``"KEY":``); ``add to the imports`` (before the first top-level import of a module outside
+  the standard library, where ``import torch`` sorts).
 
 The pytest commands of its step 6 then run in the copy, so the page's new algorithm passes the
 guard, its own spec module and every test parametrised over ``NAMES``. ``make`` and
@@ -28,6 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "adding_an_algorithm.md"
+STDLIB = sys.stdlib_module_names | {"__future__"}
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.M | re.S)
 STEP = re.compile(r"^# (\S+): (.+)$")
 #: What a scratch copy needs of the repository (the rest is build output and caches).
@@ -66,6 +68,12 @@ def paste(root: Path, path: str, action: str, code: str) -> None:
         assert found, f"{path} has no class Config"
         first = last = found[0].end_lineno
         code = "\n" + code
+    elif action == "add to the imports":
+        imports = [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+        modules = [(n.names[0].name if isinstance(n, ast.Import) else n.module) for n in imports]
+        after = [n for n, m in zip(imports, modules) if m.split(".")[0] not in STDLIB]
+        assert after, f"{path} imports nothing outside the standard library"
+        first = last = after[0].lineno - 1
     elif m := re.fullmatch(r'replace the line of "(\w+)"', action):
         hits = [i for i, line in enumerate(lines) if f'"{m[1]}":' in line]
         assert len(hits) == 1, f'{path}: {len(hits)} lines hold "{m[1]}":'

@@ -109,22 +109,9 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
 
 
 def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
-    """The same advantages as plain loops over groups, completions and positions."""
-    B, T = batch.response_mask.shape
-    G = batch.group_size
-    A = torch.zeros(B, T, dtype=torch.float32)
-    r = batch.rewards.tolist()
-    for g in range(batch.num_groups):
-        rows = range(g * G, g * G + G)
-        rewards = [r[i] for i in rows]
-        mean = sum(rewards) / G
-        std = (sum((x - mean) ** 2 for x in rewards) / (G - 1)) ** 0.5  # Bessel-corrected
-        for i in rows:
-            A_i = 0.0 if max(rewards) == min(rewards) else (r[i] - mean) / (std + cfg.eps)
-            for t in range(T):
-                if batch.response_mask[i, t] == 1:
-                    A[i, t] = A_i
-    return A
+    """The same advantages as plain loops over groups, completions and positions: GRPO's group
+    z-score, whose loops the spec writes once (``core.reference_group_zscore``)."""
+    return core.reference_group_zscore(batch, cfg.eps)
 
 
 def kl_cov_mask(

@@ -12,12 +12,14 @@ it) and the policy ``π`` at its sampling temperature ``τ``::
     V(q, o_<t) = P( success | q, o_<t )            the value of a prefix under π      (1)
     A*[t]      = V(q, o_≤t) − V(q, o_<t)           the true advantage of token o_t      (2)
 
-A completion *succeeds* when its outcome reward is at least ``success_threshold`` (0.5 for the
-toy tasks' {0, 1} rewards, as every algorithm's Config decides it). ``V`` of the whole
-completion is its outcome, 1 or 0: nothing is sampled after ``<eos>``, or after a completion
-that used up the budget ``L_max``. Every other prefix is estimated by ``K`` rollouts: ``K``
-continuations sampled from ``π`` at ``τ`` (and the run's top-k / top-p), each with the budget
-that is left, ``L_max − |prefix|``, scored by the task's verifier on the whole text::
+A completion *succeeds* when its outcome reward is at least ``success_threshold`` (the
+algorithm Config's; by default the one every Config shares,
+``refimpl.algorithms.SUCCESS_THRESHOLD``, 0.5 for the toy tasks' {0, 1} rewards). ``V`` of the
+whole completion is its outcome, 1 or 0: nothing is sampled after ``<eos>``, or after a
+completion that used up the budget ``L_max``. Every other prefix is estimated by ``K``
+rollouts: ``K`` continuations sampled from ``π`` at ``τ`` (and the run's top-k / top-p), each
+with the budget that is left, ``L_max − |prefix|``, scored by the task's verifier on the whole
+text::
 
     V̂(q, p) = c / K,   c = #successful continuations,   s.e. = √(V̂ (1 − V̂) / K)     (3)
 
@@ -66,6 +68,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from refimpl.algorithms import SUCCESS_THRESHOLD
 from refimpl.contract import require
 from refimpl.sampling import (
     TEMPERATURE_MIN,
@@ -320,7 +323,7 @@ def token_values(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    success_threshold: float = 0.5,
+    success_threshold: float = SUCCESS_THRESHOLD,
     seed: int = 0,
     max_rows: int = 4096,
     progress: ProgressFn | None = None,
@@ -470,7 +473,7 @@ def reference_values(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    success_threshold: float = 0.5,
+    success_threshold: float = SUCCESS_THRESHOLD,
 ) -> float:
     """The exact ``V(q, prefix)`` (Eq. 1): every continuation of ``prefix`` within the budget
     ``max_new_tokens`` enumerated with its probability under ``softmax(logits / τ)`` (top-k /

@@ -210,6 +210,7 @@ class HeldOutEvaluation(Observer):
             trainer.cfg.eval_samples,
             max_new_tokens=trainer.max_new_tokens,
             generator=seeded_generator(trainer.cfg.seed, EVAL_SEED, device=trainer.device),
+            success_threshold=trainer.algo_cfg.success_threshold,
         )
         out["time_eval"] = time.perf_counter() - t0
         return out

@@ -15,8 +15,8 @@ matrix multiply (the only MKL routine these models call: ``MKL_VERBOSE=1`` lists
 - ``ONEDNN_MAX_CPU_ISA=AVX2``: the same cap for oneDNN, for the ops that reach it,
 
 overriding whatever the environment says. What that buys, measured (docs/numerics.md has the
-tables, ``scripts/numeric_paths.py`` reruns them, ``tests/golden/cross_machine.json`` records
-two machines):
+tables, ``scripts/costs/numeric_paths.py`` reruns them, ``tests/golden/cross_machine.json``
+records two machines):
 
 - **The same bits on one machine**, run after run, whatever kernels the environment asks for
   (ATen's plain or AVX-512 ones, any MKL branch): the pin overrides them.

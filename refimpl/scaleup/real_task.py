@@ -30,6 +30,7 @@ import torch
 from transformers import TrainerCallback
 
 import toy_envs
+from refimpl.algorithms import SUCCESS_THRESHOLD
 from refimpl.contract import require
 from refimpl.evaluate import mean_pass_at_k
 from toy_envs import Problem
@@ -187,8 +188,10 @@ def evaluate(
     batch_size: int = 64,
     seed: int = 0,
     n_examples: int = 8,
+    success_threshold: float = SUCCESS_THRESHOLD,
 ) -> Evaluation:
-    """Sample ``n_samples`` replies per problem at T = 1 (no top-k/top-p) and score them.
+    """Sample ``n_samples`` replies per problem at T = 1 (no top-k/top-p) and score them: a
+    reply is correct when its reward is ≥ ``success_threshold``.
 
     ``batch_size`` replies are generated at once (``batch_size // n_samples`` prompts). The
     entropy of each sampled token is computed from the logits ``generate`` already returns, so
@@ -229,7 +232,7 @@ def evaluate(
         texts = tokenizer.batch_decode(replies, skip_special_tokens=True)
         for j, problem in enumerate(chunk):
             rewards = [task.reward(problem, t) for t in texts[j * n_samples : (j + 1) * n_samples]]
-            correct.append(int(sum(r >= 0.5 for r in rewards)))
+            correct.append(int(sum(r >= success_threshold for r in rewards)))
             if len(examples) < n_examples:
                 examples.append((task.question(problem), texts[j * n_samples], rewards[0]))
     model.train(was_training)

@@ -192,6 +192,19 @@ def test_evaluate_bookkeeping(tiny) -> None:
     assert e.n_problems == 5 and len(e.examples) == 5 and model.training is False
 
 
+def test_evaluate_counts_a_reply_correct_at_the_threshold_it_is_given(tiny) -> None:
+    """A reward of 0.7 is a success at the default threshold (every Config's 0.5) and a
+    failure at 0.8: the count follows ``success_threshold``."""
+    model, tokenizer = tiny
+    problems = ChatTask().held_out(3)
+    partly = _Always()
+    object.__setattr__(partly, "value", 0.7)
+    kwargs = {"n_samples": 2, "max_new_tokens": 3, "batch_size": 8}
+    assert evaluate(model, tokenizer, partly, problems, **kwargs).correct == [2] * 3
+    high = evaluate(model, tokenizer, partly, problems, success_threshold=0.8, **kwargs)
+    assert high.correct == [0] * 3 and high.success == 0.0
+
+
 def test_evaluate_pass_at_k_matches_the_counts(tiny) -> None:
     model, tokenizer = tiny
     problems = ChatTask().held_out(6)

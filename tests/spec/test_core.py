@@ -423,3 +423,51 @@ def test_sequence_token_ratio_value_is_exactly_s_i(scale):
     ratio = core.sequence_token_ratio(logp.requires_grad_(), logp_old, mask)
     expected = torch.where(mask.bool(), s_i[:, None].expand(6, 5), torch.ones(()))
     assert torch.equal(ratio.detach(), expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec's one reference loop for the group z-score.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_reference_group_zscore_hand_computed():
+    """Two groups of G = 4. Rewards [1, 0, 0, 1]: mean ½, Bessel variance 4·¼/3 = ⅓, so
+    A = ±½ / (1/√3 + eps) (= ±√3/2 up to eps), and without the std A = ±½. Rewards [2, 2, 2, 2]:
+    all equal, A = 0. Padding gets 0 either way."""
+    mask = torch.ones(8, 3)
+    mask[1, 1:] = 0.0
+    mask[6, :] = 0.0
+    batch = RolloutBatch(
+        response_ids=torch.zeros(8, 3, dtype=torch.long), response_mask=mask,
+        rewards=torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0]),
+        logp_old=-torch.ones(8, 3), entropy_old=torch.ones(8, 3), group_size=4,
+    )  # fmt: skip
+    eps = 1e-6
+    for scale_by_std, a in ((True, 0.5 / (3**-0.5 + eps)), (False, 0.5)):
+        want = torch.tensor([a, -a, -a, a, 0.0, 0.0, 0.0, 0.0])[:, None] * mask
+        got = core.reference_group_zscore(batch, eps, scale_by_std=scale_by_std)
+        torch.testing.assert_close(got, want)
+
+
+def test_the_group_zscore_loop_is_written_once():
+    """Each reference loop is written once: an algorithm whose advantage is GRPO's group
+    z-score returns ``core.reference_group_zscore``, and the loops left in the algorithm files
+    (RLOO's leave-one-out baseline, GTPO's token rewards, ...) each differ."""
+    import ast
+    import inspect
+    import textwrap
+
+    from refimpl import algorithms
+
+    loops, shared = {}, []
+    for name in algorithms.NAMES:
+        fn = inspect.unwrap(algorithms.get(name).reference_advantages)
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        if any(isinstance(node, ast.For) for node in ast.walk(tree)):
+            body = tree.body[0].body[1:]  # without the docstring
+            loops.setdefault(ast.dump(ast.Module(body=body, type_ignores=[])), []).append(name)
+        else:
+            assert "core.reference_group_zscore(" in inspect.getsource(fn), name
+            shared.append(name)
+    assert [names for names in loops.values() if len(names) > 1] == []
+    assert "grpo" in shared and "dapo" in shared

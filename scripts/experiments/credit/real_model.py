@@ -93,10 +93,12 @@ def sample_replies(model, tokenizer, task, problems, G: int, budget: int, seed: 
     return samples, prompts
 
 
-def hf_continuations(model, tokenizer, task, problems, prompts, K: int, budget: int, seed: int):
+def hf_continuations(model, tokenizer, task, problems, prompts, K: int, budget: int, seed: int,
+                     threshold: float):  # fmt: skip
     """The oracle's ``ContinueFn`` for a Hugging Face model: each prefix (chat prompt and the
     reply so far) continued ``K`` times at T = 1 with the budget that is left (its prompt read
-    once, its cache repeated ``K`` times), the whole reply scored by the task's verifier."""
+    once, its cache repeated ``K`` times), the whole reply scored by the task's verifier (a win:
+    reward ≥ ``threshold``)."""
     import numpy as np
     import torch
 
@@ -123,14 +125,15 @@ def hf_continuations(model, tokenizer, task, problems, prompts, K: int, budget: 
                 cont = cont[: cont.index(eos) + 1]
             sampled += len(cont)
             text = tokenizer.decode([*prefix, *cont], skip_special_tokens=True)
-            wins[row // K, row % K] = task.reward(problems[g], text) >= 0.5
+            wins[row // K, row % K] = task.reward(problems[g], text) >= threshold
         return wins, sampled
 
     return continue_prefixes
 
 
-def mixed_groups(model, tokenizer, task, args: argparse.Namespace):
-    """``--prompts`` groups whose ``G`` replies hold both a right and a wrong answer, drawn
+def mixed_groups(model, tokenizer, task, args: argparse.Namespace, threshold: float):
+    """``--prompts`` groups whose ``G`` replies hold both a right and a wrong answer (reward
+    ≥ ``threshold`` and below it), drawn
     problem by problem from the training problems of ``--seed`` (as DAPO's dynamic sampling
     keeps groups: a group whose replies all fail, the common case at a base success of 0.14,
     gives every group-relative advantage 0 and scores nothing). Returns the problems, their
@@ -146,7 +149,7 @@ def mixed_groups(model, tokenizer, task, args: argparse.Namespace):
             samples, ids = sample_replies(model, tokenizer, task, [problem], G,
                                           args.max_new_tokens, args.seed * 1_000 + tried)  # fmt: skip
         texts = [tokenizer.decode(r, skip_special_tokens=True) for r in samples.responses()]
-        wins = sum(task.reward(problem, t) >= 0.5 for t in texts)
+        wins = sum(task.reward(problem, t) >= threshold for t in texts)
         if 0 < wins < G:
             kept.append(problem)
             parts.append(samples)
@@ -178,16 +181,16 @@ def measure(args: argparse.Namespace) -> dict:
     model, tokenizer = load_smollm2()
     model.eval()
     task, G = ChatTask(), args.group_size
-    # Every algorithm is scored with its default Config: a success as the baseline's counts it.
-    threshold = algorithms.get(algorithms.BASELINE).Config().success_threshold
-    problems, samples, prompts, tried = mixed_groups(model, tokenizer, task, args)
+    # Every algorithm runs on its default Config here, whose success threshold they share.
+    threshold = algorithms.SUCCESS_THRESHOLD
+    problems, samples, prompts, tried = mixed_groups(model, tokenizer, task, args, threshold)
     rows = samples.responses()
     texts = [tokenizer.decode(r, skip_special_tokens=True) for r in rows]
     outcome = torch.tensor([task.reward(problems[i // G], t) for i, t in enumerate(texts)])
     cont = hf_continuations(model, tokenizer, task, problems, prompts, args.rollouts,
-                            args.max_new_tokens, args.seed)  # fmt: skip
-    values = estimate_values(rows, [i // G for i in range(len(rows))],
-                             (outcome >= threshold).tolist(),
+                            args.max_new_tokens, args.seed, threshold)  # fmt: skip
+    success = (outcome >= threshold).tolist()
+    values = estimate_values(rows, [i // G for i in range(len(rows))], success,
                              samples.response_ids.shape[1], args.rollouts, cont,
                              progress=functools.partial(progress, unit="prefix"))  # fmt: skip
     # The untrained model is the reference: logp_ref = logp_old, so every KL term is flat.

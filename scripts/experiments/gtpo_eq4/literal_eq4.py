@@ -14,6 +14,7 @@ import argparse
 
 import torch
 
+from refimpl import core
 from refimpl.algorithms import gtpo
 from refimpl.contract import RolloutBatch
 
@@ -51,10 +52,11 @@ def main() -> None:
         counts = torch.zeros(2, dtype=torch.float64)
         for _ in range(args.batches):
             batch = random_batch(args.groups, args.group_size, args.max_len, generator)
-            A = gtpo.advantages(batch, gtpo.Config(stats=stats)).double()
+            cfg = gtpo.Config(stats=stats)
+            A = gtpo.advantages(batch, cfg).double()
             active = batch.response_mask.bool()
-            right = (batch.rewards >= 0.5)[:, None] & active
-            wrong = ~(batch.rewards >= 0.5)[:, None] & active
+            success = core.successful(batch, cfg.success_threshold)[:, None]  # GTPO's O⁺
+            right, wrong = success & active, ~success & active
             sums += torch.stack(
                 [A[right].sum(), A[wrong].sum(), (A[right] < 0).sum(), (A[wrong] > 0).sum()]
             )
