@@ -188,7 +188,7 @@ def _write_run(run_dir: Path, steps: int, budget: int | None, records: list[dict
 
 
 def test_run_status_tells_a_finished_run_from_a_partial_one(tmp_path: Path) -> None:
-    from refimpl import nbplots
+    from refimpl.runs import status
 
     def log(last_step: int, tokens_per_step: int, final_eval: bool = True) -> list[dict]:
         out = [{"step": 0, "heldout_greedy": 0.4}]
@@ -208,15 +208,15 @@ def test_run_status_tells_a_finished_run_from_a_partial_one(tmp_path: Path) -> N
     # a directory that is not a run
     (tmp_path / "empty").mkdir()
 
-    assert nbplots.run_status(budget_done)["complete"]
-    assert nbplots.run_status(steps_done)["complete"]
-    s = nbplots.run_status(interrupted)
+    assert status.run_status(budget_done)["complete"]
+    assert status.run_status(steps_done)["complete"]
+    s = status.run_status(interrupted)
     assert not s["complete"] and s["label"].startswith("partial") and "step 29 of 200" in s["label"]
     assert "1,450 of 4,000" in s["label"]
-    assert not nbplots.run_status(no_eval)["complete"]
-    assert not nbplots.run_status(tmp_path / "empty")["complete"]
+    assert not status.run_status(no_eval)["complete"]
+    assert not status.run_status(tmp_path / "empty")["complete"]
 
-    done, refused = nbplots.complete_runs(
+    done, refused = status.complete_runs(
         [budget_done, interrupted, steps_done, no_eval, tmp_path / "empty"]
     )
     assert done == [budget_done, steps_done]
@@ -225,7 +225,7 @@ def test_run_status_tells_a_finished_run_from_a_partial_one(tmp_path: Path) -> N
 
 def test_notebook_05_draws_only_finished_runs() -> None:
     source = "\n".join(_cells(NOTEBOOK_DIR / "05_entropy_interventions.ipynb", "code"))
-    assert "nbplots.complete_runs(" in source
+    assert "complete_runs(" in source
     assert 'metrics.jsonl").exists()' not in source  # presence is not completion
 
 
