@@ -1,6 +1,8 @@
-"""The code stays readable in one sitting: no function in ``refimpl/`` or ``toy_envs/`` is
-longer than ``MAX_FUNCTION_LINES`` (its ``def`` line to its last line, docstring and
-comments included), so that a reader can hold each one at once."""
+"""The code stays readable in one sitting: no function of the project's own Python outside the
+tests (``refimpl/``, ``toy_envs/``, ``scripts/``, ``docs/``, ``examples/``) is longer than
+``MAX_FUNCTION_LINES`` (its ``def`` line to its last line, docstring and comments included),
+so that a reader can hold each one at once, and no such file is longer than
+``MAX_FILE_LINES``."""
 
 from __future__ import annotations
 
@@ -9,13 +11,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_FUNCTION_LINES = 80
+#: The most lines a source file outside ``tests/`` may have (issue 48): a reader takes a file
+#: in as a whole, and a longer one holds more than one idea.
+MAX_FILE_LINES = 600
+#: Where the project's own Python lives outside the tests.
+SOURCE_DIRS = ("refimpl", "toy_envs", "scripts", "docs", "examples")
 
 
 def long_functions(limit: int = MAX_FUNCTION_LINES) -> list[str]:
     """``path:line name (n lines)`` of every function (methods and nested ones included)
     longer than ``limit`` lines."""
     out = []
-    for package in ("refimpl", "toy_envs"):
+    for package in SOURCE_DIRS:
         for path in sorted((ROOT / package).rglob("*.py")):
             tree = ast.parse(path.read_text(encoding="utf-8"))
             for node in ast.walk(tree):
@@ -29,6 +36,28 @@ def long_functions(limit: int = MAX_FUNCTION_LINES) -> list[str]:
 
 def test_no_function_is_longer_than_the_limit():
     assert long_functions() == []
+
+
+def long_files(limit: int = MAX_FILE_LINES) -> list[str]:
+    """``path (n lines)`` of every ``.py`` file outside ``tests/`` longer than ``limit``."""
+    out = []
+    for folder in SOURCE_DIRS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            n = len(path.read_text(encoding="utf-8").splitlines())
+            if n > limit:
+                out.append(f"{path.relative_to(ROOT)} ({n} lines)")
+    return out
+
+
+def test_no_source_file_is_longer_than_the_limit():
+    assert long_files() == []
+
+
+def test_the_file_check_sees_a_long_file(tmp_path, monkeypatch):
+    (tmp_path / "scripts" / "x").mkdir(parents=True)
+    (tmp_path / "scripts" / "x" / "m.py").write_text("a = 1\n" * (MAX_FILE_LINES + 1))
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    assert long_files() == [f"scripts/x/m.py ({MAX_FILE_LINES + 1} lines)"]
 
 
 def test_the_check_sees_a_long_function(tmp_path, monkeypatch):
@@ -373,3 +402,52 @@ def test_the_design_page_draws_the_tree_and_the_layers():
     rows = re.findall(r"^\| (\d+) \| (.+) \|$", section, re.M)
     table = tuple(tuple(re.findall(r"`([\w.]+)`", units)) for _, units in rows)
     assert table == LAYERS
+
+
+# -- the textbook and the lab (docs/design.md) ---------------------------------------------------
+LAB = ROOT / "scripts" / "experiments"
+
+
+def lab_imports(root: Path = ROOT) -> list[str]:
+    """``path: line`` of every import of the lab (``scripts``) in the package, or a path of
+    the lab put on ``sys.path`` there."""
+    out = []
+    for package in ("refimpl", "toy_envs"):
+        for path in sorted((root / package).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            for node in ast.walk(ast.parse(text)):
+                names = []
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module]
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                if any(n.split(".")[0] == "scripts" for n in names):
+                    out.append(f"{path.relative_to(root)}:{node.lineno}")
+            for n, line in enumerate(text.splitlines(), 1):
+                code = line.split("#", 1)[0]
+                if "sys.path" in code and "scripts" in code:
+                    out.append(f"{path.relative_to(root)}:{n}")
+    return out
+
+
+def test_the_package_never_imports_the_lab():
+    assert lab_imports() == []
+
+
+def test_the_lab_check_sees_an_import(tmp_path):
+    (tmp_path / "refimpl").mkdir()
+    (tmp_path / "refimpl" / "m.py").write_text(
+        "def f():\n    from scripts.experiments.claims import stats\n"
+        "import sys\nsys.path.insert(0, 'scripts/experiments')\n"
+    )
+    assert lab_imports(tmp_path) == ["refimpl/m.py:2", "refimpl/m.py:4"]
+
+
+def test_every_experiment_has_its_readme_and_is_on_the_design_page():
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    lab = text.split("## Where each file lives", 1)[1].split("## The contract", 1)[0]
+    folders = sorted(p.name for p in LAB.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert folders, LAB
+    for name in folders:
+        assert (LAB / name / "README.md").is_file(), f"{name}: no README.md"
+        assert name in lab, f"docs/design.md does not name scripts/experiments/{name}"
