@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from refimpl.core import require
-from refimpl.sampling import Samples, sample_groups
+from refimpl.sampling.groups import Samples, sample_groups
 from toy_envs import TOKENIZER
 
 #: The k of every pass@k the trainer logs (the evaluation draws at least max(K) samples).

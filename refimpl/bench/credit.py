@@ -55,7 +55,7 @@ from refimpl import algorithms, mechanisms
 from refimpl.core import require
 from refimpl.diagnostics.credit_oracle import TokenValues, token_values, training_values
 from refimpl.runs.progress import progress as progress_bar
-from refimpl.sampling import Samples, sample_groups, seeded_generator
+from refimpl.sampling.groups import Samples, sample_groups, seeded_generator
 from refimpl.settings.presets import PresetName
 from refimpl.settings.train import TrainConfig
 from toy_envs import TOKENIZER
