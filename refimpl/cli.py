@@ -34,14 +34,10 @@ try:
     from refimpl.compare import CompareConfig, compare
     from refimpl.runs.checkpoint import CheckpointError
     from refimpl.runs.divergence import NonFiniteLossError
-    from refimpl.runs.rundir import (
-        SavedRun,
-        check_name,
-        is_locked,
-        load_config_file,
-        read_saved_run,
-        steps_outside,
-    )
+    from refimpl.runs.lock import is_locked
+    from refimpl.runs.paths import check_name
+    from refimpl.runs.resume import steps_outside
+    from refimpl.runs.rundir import SavedRun, load_config_file, read_saved_run
     from refimpl.runs.runlog import (
         find_runs,
         is_run_dir,

@@ -24,8 +24,9 @@ import tyro
 
 from refimpl import algorithms
 from refimpl.plots import format_table, plot_compare, summary_table
+from refimpl.runs.paths import check_name, check_runs_dir
 from refimpl.runs.progress import progress
-from refimpl.runs.rundir import check_name, check_runs_dir, preflight
+from refimpl.runs.rundir import preflight
 from refimpl.runs.runlog import is_run_dir, open_no_follow, read_metrics
 from refimpl.runs.stop import Interrupted, StopRequest
 from refimpl.settings import presets

@@ -29,7 +29,7 @@ import torch
 
 from refimpl.algorithms import SUCCESS_THRESHOLD
 from refimpl.contract import require
-from refimpl.sampling import Samples, sample_groups
+from refimpl.sampling.groups import Samples, sample_groups
 from toy_envs import TOKENIZER
 
 #: The k of every pass@k the trainer logs (the evaluation draws at least max(K) samples).

@@ -33,7 +33,7 @@ import torch
 from refimpl import algorithms, mechanisms
 from refimpl.diagnostics.credit_oracle import training_values
 from refimpl.model import GPT
-from refimpl.sampling import Samples, concat_samples, sample_groups, seeded_generator
+from refimpl.sampling.groups import Samples, concat_samples, sample_groups, seeded_generator
 from refimpl.streams import training_rng  # the prompts of step s, round r: their own stream
 from toy_envs import DEFAULT_TASK, TOKENIZER, get_task
 

@@ -51,7 +51,7 @@ from refimpl.runs.progress import progress
 from refimpl.runs.rundir import SavedRun, claim_run_dir, open_run_dir, preflight, save_run
 from refimpl.runs.runlog import MetricsLog
 from refimpl.runs.stop import StopRequest, report_interrupt
-from refimpl.sampling import Samples, concat_samples, sample_groups, seeded_generator
+from refimpl.sampling.groups import Samples, concat_samples, sample_groups, seeded_generator
 from refimpl.settings.plan import Plan
 from refimpl.settings.train import TrainConfig, config_dict
 from refimpl.streams import training_rng

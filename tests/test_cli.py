@@ -319,7 +319,8 @@ def test_runs_says_whether_a_run_reached_its_budget_or_stopped(tmp_path, capsys)
     """The issue's "83/4000" against "29/4000": a run that reached its steps or its token
     budget is ``done``, one that ended before either (Ctrl-C, a kill) ``stopped`` with the
     command that continues it, and one whose lock a process holds ``running``."""
-    from refimpl.runs.rundir import LOCK_FILE, RunLock
+    from refimpl.runs.lock import RunLock
+    from refimpl.runs.runlog import LOCK_FILE
 
     fake_run(tmp_path / "full", "grpo", "chain", 4, [(0, 0.25)])
     fake_run(tmp_path / "cut", "grpo", "chain", 4, [(0, 0.25)])

@@ -28,7 +28,7 @@ from refimpl.bench.credit_metrics import (
     spearman,
     within_completion,
 )
-from refimpl.sampling import Samples
+from refimpl.sampling.groups import Samples
 from toy_envs import TOKENIZER, get_task
 from toy_envs.tasks import Problem
 

@@ -169,7 +169,7 @@ DEFAULTS = {"temperature": 1.0, "top_k": None, "top_p": None}
 @pytest.fixture(scope="module")
 def tiny_settings(tiny):
     """The tiny policy's first prompt, 2 completions sampled at ``SETTINGS``."""
-    from refimpl.sampling import sample_groups, seeded_generator
+    from refimpl.sampling.groups import sample_groups, seeded_generator
 
     model, task, problems, _, _ = tiny
     problems = problems[:1]

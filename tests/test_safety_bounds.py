@@ -350,10 +350,10 @@ def test_steer_s_unbounded_coefficient_in_a_config_file_is_one_line(
 
 
 def test_the_smallest_temperature_and_top_p_still_train(tmp_path, capsys):
-    """At the bounds (``refimpl.sampling.TEMPERATURE_MIN``, ``TOP_P_MIN``) float32 still
-    computes: a tiny run trains its steps with finite metrics."""
+    """At the bounds (``refimpl.sampling.distribution.TEMPERATURE_MIN``, ``TOP_P_MIN``)
+    float32 still computes: a tiny run trains its steps with finite metrics."""
     from refimpl.runs.runlog import read_metrics
-    from refimpl.sampling import TEMPERATURE_MIN, TOP_P_MIN
+    from refimpl.sampling.distribution import TEMPERATURE_MIN, TOP_P_MIN
 
     argv = ["train", *tiny_flags(tmp_path, steps=2), "--name", "edge"]
     argv += ["--temperature", repr(TEMPERATURE_MIN), "--top-p", repr(TOP_P_MIN)]

@@ -23,7 +23,7 @@ import torch
 from refimpl.bench.credit import CreditConfig
 from refimpl.bench.learning import LearningConfig
 from refimpl.diagnostics.credit_oracle import estimate_values, reference_values, token_values
-from refimpl.sampling import Samples
+from refimpl.sampling.groups import Samples
 from tests.safety_helpers import (
     ROOT,
     cli,
@@ -357,7 +357,7 @@ def test_issue_49_9_a_temperature_that_trains_nothing_is_refused(tmp_path, capsy
     """``train --temperature 1e-30`` sampled greedily, recorded entropy 0 and updated
     nothing. Below ``TEMPERATURE_MIN`` float32 gives the runner-up of a logit gap of one
     nothing; refused, saying why."""
-    from refimpl.sampling import TEMPERATURE_MIN
+    from refimpl.sampling.distribution import TEMPERATURE_MIN
 
     assert TEMPERATURE_MIN >= 1e-2
     # The reason the bound states: at τ = TEMPERATURE_MIN a gap of 1 still leaves the

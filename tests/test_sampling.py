@@ -10,7 +10,8 @@ from torch import Tensor, nn
 
 from refimpl.contract import RolloutBatch
 from refimpl.model import GPT, GPTConfig
-from refimpl.sampling import Samples, entropy_from_logits, policy_logprobs, sample_groups
+from refimpl.sampling.distribution import entropy_from_logits
+from refimpl.sampling.groups import Samples, policy_logprobs, sample_groups
 
 VOCAB = 20
 EOS = 0

@@ -51,7 +51,7 @@ def enumerable_batch(runs_dir: Path, budget: int, temperature: float):
     import numpy as np
     import torch
 
-    from refimpl.sampling import sample_groups, seeded_generator
+    from refimpl.sampling.groups import sample_groups, seeded_generator
     from refimpl.warmstart import train_warmstart
     from toy_envs import TOKENIZER, get_task
 

@@ -14,7 +14,7 @@ import torch
 
 from refimpl import algorithms, mechanisms
 from refimpl.contract import require
-from refimpl.sampling import Samples, sample_groups, seeded_generator
+from refimpl.sampling.groups import Samples, sample_groups, seeded_generator
 from refimpl.settings.train import TrainConfig
 from toy_envs import TOKENIZER
 
@@ -85,7 +85,7 @@ def plan_policy(cfg: CreditConfig, typed: frozenset[str] | None = None):
     """``(plan, checkpoint, state)``: the settings resolved and checked (flags named as
     ``credit`` takes them), and with ``--run`` its checkpoint verified, before any warm start
     is trained or loaded."""
-    from refimpl.runs.rundir import verify_run_checkpoint
+    from refimpl.runs.resume import verify_run_checkpoint
     from refimpl.settings.plan import resolve
 
     train = train_settings(cfg, typed)

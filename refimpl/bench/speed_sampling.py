@@ -38,7 +38,7 @@ def _no_eos_model(model_cfg, eos_id: int):
 def bench_sampling(cfg: SpeedConfig, model_size: dict[str, int]) -> list[dict[str, Any]]:
     from refimpl.evaluate import encode_prompts
     from refimpl.model import GPTConfig
-    from refimpl.sampling import sample_groups
+    from refimpl.sampling.groups import sample_groups
     from toy_envs import TOKENIZER, get_task
 
     problems = get_task("chain").sample(16, np.random.default_rng([0, 0]))
@@ -93,7 +93,7 @@ def bench_oracle(cfg: SpeedConfig, model_size: dict[str, int], peak: float) -> d
     credit`` runs it). Every row generates to the budget (``<eos>`` masked out), so the tokens
     are known and every one counts."""
     from refimpl.model import GPTConfig
-    from refimpl.sampling import sample_groups
+    from refimpl.sampling.groups import sample_groups
     from toy_envs import TOKENIZER
 
     n_prefix, k, prefix_len, new = cfg.oracle_batch
@@ -150,7 +150,7 @@ def _oracle_rollouts(
     ``refimpl credit`` runs them."""
     from refimpl.diagnostics.credit_oracle import token_values
     from refimpl.model import GPTConfig
-    from refimpl.sampling import sample_groups
+    from refimpl.sampling.groups import sample_groups
     from toy_envs import TOKENIZER, get_task
 
     n_prefix, k, _prefix_len, new = cfg.oracle_batch

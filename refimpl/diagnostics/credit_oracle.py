@@ -70,14 +70,8 @@ from torch import Tensor
 
 from refimpl.algorithms import SUCCESS_THRESHOLD
 from refimpl.contract import require
-from refimpl.sampling import (
-    TEMPERATURE_MIN,
-    TOP_P_MIN,
-    Samples,
-    _truncate,
-    sample_groups,
-    seeded_generator,
-)
+from refimpl.sampling.distribution import TEMPERATURE_MIN, TOP_P_MIN, truncate
+from refimpl.sampling.groups import Samples, sample_groups, seeded_generator
 from toy_envs import TOKENIZER
 
 #: Salt of the oracle's random streams (``seeded_generator(seed, ORACLE_STREAM, t, chunk)``),
@@ -134,7 +128,7 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -
     """``ValueError`` naming the argument unless the sampling distribution is one a run can
     have: the bounds of ``refimpl train`` (``refimpl.settings.train``), so that ``logits / τ``
     and the nucleus stay finite and non-empty in float32. (The sampler itself,
-    ``refimpl.sampling``, takes what it is given: the oracle checks before it calls it.)"""
+    ``refimpl.sampling.groups``, takes what it is given: the oracle checks before it calls it.)"""
 
     ok = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
     require(
@@ -503,7 +497,7 @@ def reference_values(
         frontier = levels[-1]
         ids = torch.tensor([prompt + p for p in frontier])
         logits = model(ids)[:, -1, :].float() / temperature
-        p = F.softmax(_truncate(logits, top_k, top_p), dim=-1).double().numpy()
+        p = F.softmax(truncate(logits, top_k, top_p), dim=-1).double().numpy()
         probs.append(p)
         levels.append([seq + [v] for seq in frontier for v in range(TOKENIZER.vocab_size)])
     # Back up from the leaves: a leaf (the budget spent) is scored as it is.

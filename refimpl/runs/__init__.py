@@ -2,7 +2,11 @@
 (``refimpl/loop.py``) does not. What a run computes, its settings and the plan resolved from
 them, is ``refimpl.settings``'s; this package checks the disk against that plan.
 
-    rundir       the run directory: preflight, the lock, --resume, --overwrite, config.json
+    rundir       the run directory, the Trainer's way in: preflight, claimed under its lock,
+                 opened (a new run's config.json, or a resumed run restored), saved
+    paths        --runs-dir and --name: a directory, one printable name, no link
+    lock         the run directory's OS lock: one process at a time
+    resume       what a resumed run's logs and checkpoint must satisfy, checked first
     runlog       the run's files: metrics.jsonl, probes.jsonl, JSON read bounded, atomic writes
     checkpoint   atomic checkpoints with checksums, verified before a resume
     cache        the warm-start cache: its key, its directory, whether it can be written

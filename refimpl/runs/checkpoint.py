@@ -478,7 +478,7 @@ def prepare_run_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
 
     ``overwrite`` deletes only a run directory (a ``config.json`` of ``refimpl train`` and
     nothing but the files a run holds, at every depth); anything else is refused. The lock
-    file stays: the caller holds it (``refimpl.runs.rundir.RunLock``)."""
+    file stays: the caller holds it (``refimpl.runs.lock.RunLock``)."""
     run_dir = Path(run_dir)
     if run_dir.exists() and _entries(run_dir):
         if overwrite and not resume:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 #: The lock file of a run directory: ``refimpl train`` holds an OS lock on it (``flock``)
-#: for as long as it writes there (see ``refimpl.runs.rundir.RunLock``). It is never deleted, not
+#: for as long as it writes there (see ``refimpl.runs.lock.RunLock``). It is never deleted, not
 #: even by ``--overwrite``: a lock file deleted while held would let a second process in.
 LOCK_FILE = "run.lock"
 

@@ -16,7 +16,7 @@ import torch
 
 from refimpl import algorithms
 from refimpl.loop import LoopConfig
-from refimpl.sampling import TEMPERATURE_MIN, TOP_P_MIN  # the sampler's bounds
+from refimpl.sampling.distribution import TEMPERATURE_MIN, TOP_P_MIN  # the sampler's bounds
 from refimpl.settings.limits import check_lr, check_positive, check_seed, check_threads, flag
 from refimpl.settings.overrides import KeyValues
 from refimpl.settings.warmstart import RunWarmstartConfig, TaskName

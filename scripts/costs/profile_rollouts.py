@@ -28,7 +28,7 @@ hooks open a profiler range around each ``nn.Linear``, ``nn.GELU``, ``nn.LayerNo
 | GELU, LayerNorm, embeddings | their modules |
 | other ops | every other forward operation: the attention mask, writing and repeating the
   KV cache, concatenations, ``where``, the loss |
-| sampling and entropy | ``_sample_token``: log-softmax, entropy, the inverse-CDF draw |
+| sampling and entropy | ``sample_token``: log-softmax, entropy, the inverse-CDF draw |
 | backward | everything under autograd's backward pass |
 | optimizer | ``Optimizer.step`` |
 | Python between ops | the wall time no operation accounts for |
@@ -52,7 +52,8 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import refimpl  # noqa: F401  (the numeric path is pinned before torch runs)
-from refimpl import sampling
+from refimpl.sampling import decoding
+from refimpl.sampling.groups import sample_groups
 
 STAGES = (
     "matmuls",
@@ -92,7 +93,7 @@ def _label_of(module: nn.Module) -> str | None:
 
 @contextlib.contextmanager
 def stage_ranges(model: nn.Module):
-    """Profiler ranges around the modules of ``model`` and around ``_sample_token``."""
+    """Profiler ranges around the modules of ``model`` and around ``sample_token``."""
     handles, open_ranges = [], {}
     for module in model.modules():
         label = _label_of(module)
@@ -108,17 +109,17 @@ def stage_ranges(model: nn.Module):
             open_ranges[id(mod)].pop().__exit__(None, None, None)
 
         handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
-    original = sampling._sample_token
+    original = decoding.sample_token  # looked up there by the decoding loop
 
     def sample_token(*args, **kwargs):
         with record_function("stage:sample_token"):
             return original(*args, **kwargs)
 
-    sampling._sample_token = sample_token
+    decoding.sample_token = sample_token
     try:
         yield
     finally:
-        sampling._sample_token = original
+        decoding.sample_token = original
         for handle in handles:
             handle.remove()
 
@@ -184,7 +185,7 @@ def workload_sample(runs_dir: Path) -> tuple:
     prompts = [TOKENIZER.encode(p.prompt, add_bos=True) for p in problems]
 
     def fn():
-        s = sampling.sample_groups(
+        s = sample_groups(
             model, prompts, group_size=cfg.group_size, max_new_tokens=plan.max_new_tokens,
             eos_id=TOKENIZER.eos_id, pad_id=TOKENIZER.pad_id,
             generator=torch.Generator().manual_seed(0),

@@ -14,7 +14,7 @@ from transformers import GPT2LMHeadModel
 from refimpl import algorithms
 from refimpl.contract import RolloutBatch
 from refimpl.model import GPT, GPTConfig
-from refimpl.sampling import policy_logprobs
+from refimpl.sampling.groups import policy_logprobs
 from refimpl.scaleup import hf
 from tests.spec.strategies import with_requested_values
 

@@ -60,11 +60,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def sample_replies(model, tokenizer, task, problems, G: int, budget: int, seed: int):
-    """The batch as ``refimpl.sampling.Samples``: each problem's chat prompt, ``G`` replies at
+    """The batch as ``refimpl.sampling.groups.Samples``: each problem's chat prompt, ``G`` replies at
     T = 1 (ending at the end-of-turn token, or at the budget), their log-probs and entropies."""
     import torch
 
-    from refimpl.sampling import Samples
+    from refimpl.sampling.groups import Samples
     from refimpl.scaleup.real_task import generate_shared_prefix, reply_mask_and_entropy
 
     enc = tokenizer([task.prompt_text(tokenizer, p) for p in problems], return_tensors="pt",
@@ -140,7 +140,7 @@ def mixed_groups(model, tokenizer, task, args: argparse.Namespace, threshold: fl
     replies as one ``Samples`` batch, the prompts' token ids and how many problems were tried."""
     import torch
 
-    from refimpl.sampling import concat_samples
+    from refimpl.sampling.groups import concat_samples
 
     kept, parts, prompts, G = [], [], [], args.group_size
     candidates = task.training(200, seed=args.seed, n_held_out=100)
