@@ -29,8 +29,8 @@ try:
 
     from refimpl import algorithms, contract
     from refimpl.bench.credit import CreditConfig
-    from refimpl.bench.learning import LearningConfig
-    from refimpl.bench.speed import SpeedConfig
+    from refimpl.bench.learning_settings import LearningConfig
+    from refimpl.bench.speed_settings import SpeedConfig
     from refimpl.compare import CompareConfig, compare
     from refimpl.runs.checkpoint import CheckpointError
     from refimpl.runs.divergence import NonFiniteLossError

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from refimpl.bench import learning, speed_step
-from refimpl.bench.learning import LearningConfig
+from refimpl.bench import learning, learning_settings, speed_step
+from refimpl.bench.learning_settings import LearningConfig
 from refimpl.bench.learning_summary import run_metrics, summarize_seeds
-from refimpl.bench.speed import SpeedConfig
+from refimpl.bench.speed_settings import SpeedConfig
 from refimpl.cli import main as cli_main
 from refimpl.runs.runlog import read_metrics
 
@@ -186,12 +186,12 @@ def test_quick_learning_benchmark_writes_its_report(tmp_path):
 def test_parse_variant_splits_algorithm_and_trainer_fields():
     """An ablation label names the algorithm, then FIELD=VALUE pairs: the algorithm's Config
     fields go to --algo-args, TrainConfig fields to the run's settings (typed)."""
-    algo, algo_args, train_args = learning.parse_variant("tepo kl_mask=False minibatches=2")
+    algo, algo_args, train_args = learning_settings.parse_variant("tepo kl_mask=False minibatches=2")
     assert algo == "tepo"
     assert algo_args == ("kl_mask=False",)
     assert train_args == {"minibatches": 2}
     with pytest.raises(ValueError, match="algorithm"):
-        learning.parse_variant("nope x=1")
+        learning_settings.parse_variant("nope x=1")
 
 
 @pytest.mark.slow

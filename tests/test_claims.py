@@ -583,7 +583,7 @@ def test_slip_6_no_sd_printed_as_a_standard_error_and_one_speed_verdict():
 def test_slip_7_the_toy_command_reproduces_the_files_settings():
     import tyro
 
-    from refimpl.bench.learning import LearningConfig
+    from refimpl.bench.learning_settings import LearningConfig
     from refimpl.settings.presets import explicit_fields
 
     rows = [r for r in ledger.ledger_rows(REAL, TOY) if r[5] != "—" and not _elsewhere(r)]

@@ -247,7 +247,7 @@ def test_bench_learning_preset_never_overrides_a_typed_flag():
     gtpo alpha_2=0.0`` keeps the typed 150 (the default, which the preset's 200 would replace)
     and the typed ablation, and takes the rest (eval every 50, the six algorithms) from the
     preset."""
-    from refimpl.bench.learning import LearningConfig
+    from refimpl.bench.learning_settings import LearningConfig
     from refimpl.settings.presets import explicit_fields
 
     argv = ["--preset", "collapse", "--budget-steps", "150", "--ablations", "gtpo alpha_2=0.0"]
@@ -280,7 +280,8 @@ def test_bench_learning_runs_take_the_presets_task_knobs_and_warm_start():
     from the preset's warm start (2,400 steps, 96 positions), and the token budget is measured
     on those problems; the collapse preset's warm start is the default one (its cache key is
     what it was before presets could set a warm start)."""
-    from refimpl.bench.learning import LearningConfig, _warmstart, plan
+    from refimpl.bench.learning import _warmstart, plan
+    from refimpl.bench.learning_settings import LearningConfig
     from refimpl.settings.warmstart import WarmstartConfig
 
     cfg = LearningConfig(preset="longchain").with_preset(frozenset())
@@ -390,7 +391,7 @@ def test_bench_speed_quick_keeps_the_sizes_that_were_typed():
     is not typed takes the quick sizes."""
     import tyro
 
-    from refimpl.bench.speed import SpeedConfig
+    from refimpl.bench.speed_settings import SpeedConfig
 
     def parse(*argv: str) -> SpeedConfig:
         return tyro.cli(SpeedConfig, args=list(argv))

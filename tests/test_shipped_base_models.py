@@ -75,7 +75,8 @@ def test_the_recorded_settings_hash_to_the_recorded_key(name):
 
 def _experiment_warmstart(preset: str) -> WarmstartConfig:
     """The warm start ``refimpl bench-learning --preset PRESET`` trains for its task."""
-    from refimpl.bench.learning import LearningConfig, _warmstart
+    from refimpl.bench.learning import _warmstart
+    from refimpl.bench.learning_settings import LearningConfig
     from refimpl.settings.presets import PRESETS
 
     return _warmstart(LearningConfig(preset=preset), PRESETS[preset].bench["tasks"])

@@ -53,13 +53,7 @@ from typing import Any
 import torch
 
 from refimpl import algorithms
-from refimpl.bench.credit_batch import (
-    algorithm_signals,
-    load_policy,
-    oracle_memory,
-    plan_policy,
-    sample_batch,
-)
+from refimpl.bench.credit_batch import Policy, algorithm_signals, sample_batch
 from refimpl.bench.credit_metrics import first_wrong_token
 from refimpl.bench.credit_records import (
     completion_record,
@@ -297,6 +291,100 @@ def _oracle_runs(cfg: CreditConfig, policy, problems, samples, outcome, signals,
             signals, values, samples.entropy_old, first_wrong, cfg.seed, prompt_of
         )
     return oracle, metrics, {"matmul_peak_flops_per_s": peak, "flops_per_token": flops_per_token}
+
+
+# The policy scored: its settings, checked, and its weights.
+
+#: The flags of ``TrainConfig`` (first components): a message of its checks names
+#: ``--temperature``; ``refimpl credit`` takes it as ``--train.temperature``.
+_TRAIN_FLAGS = frozenset(f.name.replace("_", "-") for f in dataclasses.fields(TrainConfig))
+
+
+def as_train_flags(message: str) -> str:
+    """``message`` (a ``TrainConfig`` check's) with each of its flags spelled as ``refimpl
+    credit`` takes it: ``--temperature`` → ``--train.temperature``."""
+    import re
+
+    def spell(m: re.Match) -> str:
+        name = m.group(1)
+        return f"--train.{name}" if name.split(".")[0] in _TRAIN_FLAGS else m.group(0)
+
+    return re.sub(r"(?<![\w.])--([a-z][\w-]*(?:\.[\w-]+)*)", spell, message)
+
+
+def train_settings(cfg: CreditConfig, typed: frozenset[str] | None = None) -> TrainConfig:
+    """The settings of the policy scored: the run's config.json (``--run``; where the run is
+    now, whatever directory it was trained from), or ``--train`` with ``--preset``'s values
+    on the fields not typed (``typed``, as ``compare`` keeps them; None: the fields still at
+    their defaults)."""
+    from refimpl.runs.rundir import load_config_file
+    from refimpl.settings import presets
+
+    if cfg.run is not None:
+        run = Path(cfg.run)
+        train = load_config_file(run / "config.json", "--run", algo_config=True)
+        # config.json keeps --runs-dir as typed (relative to where the run was trained): the
+        # run is where it was found now, and so is the warm-start cache beside it.
+        return dataclasses.replace(train, progress=False, runs_dir=run.parent, name=run.name)
+    explicit = None
+    if typed is not None:
+        explicit = frozenset(n.removeprefix("train.") for n in typed if n.startswith("train."))
+    return presets.fill_defaults(cfg.train, presets.get(cfg.preset).train, explicit)
+
+
+def plan_policy(cfg: CreditConfig, typed: frozenset[str] | None = None):
+    """``(plan, checkpoint, state)``: the settings resolved and checked (flags named as
+    ``credit`` takes them), and with ``--run`` its checkpoint verified, before any warm start
+    is trained or loaded."""
+    from refimpl.runs.resume import verify_run_checkpoint
+    from refimpl.settings.plan import resolve
+
+    train = train_settings(cfg, typed)
+    try:
+        plan = resolve(train)
+    except ValueError as err:
+        message = str(err) if cfg.run is not None else as_train_flags(str(err))
+        raise ValueError(message) from None
+    if cfg.run is None:
+        return plan, None, None
+    checkpoint, state = verify_run_checkpoint(Path(cfg.run), train, "--run")
+    return plan, checkpoint, state
+
+
+def load_policy(cfg: CreditConfig, typed: frozenset[str] | None = None, planned=None) -> Policy:
+    """The policy of ``--run`` (its last checkpoint) or the warm start of ``--train``."""
+    from refimpl.runs.checkpoint import load_model_weights
+    from refimpl.warmstart import base_model
+
+    plan, checkpoint, state = planned or plan_policy(cfg, typed)
+    reference = base_model(plan.warmstart, "--train.warmstart.").eval()
+    if cfg.run is None:
+        return Policy(reference, reference, plan, "warm start", 0)
+    model = plan.warmstart.model.build()
+    load_model_weights(checkpoint, model, state=state)
+    return Policy(model.eval(), reference, plan, str(cfg.run), int(state.get("step", -1)))
+
+
+def oracle_memory(cfg: CreditConfig, plan, G: int) -> list[tuple[str, int, list]]:
+    """The largest allocations of the benchmark (``refimpl.settings.memory``'s form): the
+    batch's ``N·G`` rows and the oracle's rollout rows per sampling call (``--max-rows``, or
+    ``K·N·G`` when fewer), each a row of ``L_prompt + L_max`` positions as ``train``
+    estimates a sampled row."""
+    from refimpl.settings.memory import decode_bytes
+
+    d = CreditConfig()
+    T = plan.task.max_prompt_tokens + plan.max_new_tokens
+    per_row = T * decode_bytes(plan.warmstart.model)
+    K, N = max(cfg.rollout_list()), cfg.prompts
+    rows = min(cfg.max_rows, K * N * G)
+    N_f = ("--prompts", N, d.prompts)
+    G_f = ("--group-size", G, TrainConfig().group_size)
+    oracle_f = [("--max-rows", cfg.max_rows, d.max_rows)] if rows == cfg.max_rows else [
+        ("--rollouts", K, 32), N_f, G_f]  # fmt: skip
+    return [
+        ("the batch's completions", N * G * per_row, [N_f, G_f]),
+        ("the oracle's rollouts (one sampling call)", rows * per_row, oracle_f),
+    ]
 
 
 def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from refimpl.diagnostics.entropy_attribution import ENTROPY_TERM, MOMENTUM, TOKE
 from refimpl.runs.runlog import read_metrics
 
 if TYPE_CHECKING:
-    from refimpl.bench.learning import LearningConfig, Run
+    from refimpl.bench.learning_settings import LearningConfig, Run
 
 ABLATION_COLORS = ("#9467bd", "#e377c2", "#000000", "#ff9896", "#8c564b", "#c49c94")
 

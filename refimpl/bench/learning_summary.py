@@ -33,7 +33,7 @@ from refimpl.diagnostics.entropy_attribution import attribution_table, predictio
 from refimpl.runs.runlog import read_metrics
 
 if TYPE_CHECKING:
-    from refimpl.bench.learning import LearningConfig, Run
+    from refimpl.bench.learning_settings import LearningConfig, Run
 
 
 def run_metrics(

@@ -18,7 +18,7 @@ from refimpl.bench.speed_timing import (
 )
 
 if TYPE_CHECKING:
-    from refimpl.bench.speed import SpeedConfig
+    from refimpl.bench.speed_settings import SpeedConfig
 
 
 def _no_eos_model(model_cfg, eos_id: int):

@@ -17,7 +17,7 @@ from refimpl.bench.speed_timing import interleaved, median_ratio, median_time
 from refimpl.contract import RolloutBatch
 
 if TYPE_CHECKING:
-    from refimpl.bench.speed import SpeedConfig
+    from refimpl.bench.speed_settings import SpeedConfig
 
 
 # ---------------------------------------------------------------------------------------------

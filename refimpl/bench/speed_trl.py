@@ -18,7 +18,7 @@ from refimpl.bench.speed_step import train_config
 from refimpl.bench.speed_timing import median_ratio
 
 if TYPE_CHECKING:
-    from refimpl.bench.speed import SpeedConfig
+    from refimpl.bench.speed_settings import SpeedConfig
 
 
 def _trl_config(output_dir: str, ours: Any, max_steps: int) -> Any:

@@ -213,8 +213,8 @@ def workload_step(runs_dir: Path) -> tuple:
 
 
 def workload_oracle(runs_dir: Path) -> tuple:
-    from refimpl.bench.credit import CreditConfig
-    from refimpl.bench.credit_batch import load_policy, sample_batch
+    from refimpl.bench.credit import CreditConfig, load_policy
+    from refimpl.bench.credit_batch import sample_batch
     from refimpl.diagnostics.credit_oracle import token_values
     from refimpl.settings.train import TrainConfig
 

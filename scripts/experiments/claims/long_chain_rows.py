@@ -47,7 +47,7 @@ def long_chain_setting() -> tuple[str, float]:
     """("23–37-token chains of a 2-layer model", the learning rate) from the files: the
     warm start's sampled completions (the credit batch at step 0) and its recorded model, and
     the preset's learning rate (chosen with GRPO: results/regime_probes.json)."""
-    from refimpl.bench.learning import LearningConfig
+    from refimpl.bench.learning_settings import LearningConfig
 
     batch = read_file(CREDIT / "longchain_step0.json")["completions"]
     lengths = [len(c["token"]) for c in batch]

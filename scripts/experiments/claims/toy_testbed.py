@@ -124,7 +124,7 @@ TOY_FLAGS = ("seeds", "ablations", "ablation_tasks", "eval_every", "out", "worke
 def toy_command(config: dict) -> str:
     """The ``refimpl bench-learning`` command that wrote a results.json, from its recorded
     settings: the preset, every field that differs from the preset's, and TOY_FLAGS."""
-    from refimpl.bench.learning import LearningConfig
+    from refimpl.bench.learning_settings import LearningConfig
 
     preset = LearningConfig(preset=config["preset"]).with_preset(frozenset())
     parts = [f"--preset {config['preset']}"]
