@@ -429,14 +429,11 @@ Seed = Annotated[int, Range(0, math.inf, text="an integer ≥ 0 (or None)")]
 @dataclass(frozen=True)
 class AlgorithmConfig:
     """The contract every algorithm's ``Config`` fulfils: a frozen dataclass that subclasses
-    this one, so that it has the fields below, which every training loop reads directly.
-    ``kl_coef`` and ``loss_agg_mode`` have no default here: each ``Config`` states its own.
-    The other six are DAPO's batch-level mechanisms (run by the training loops with
-    ``refimpl.mechanisms``, never by an algorithm file), off by default, with the values DAPO
-    uses once switched on; a ``Config`` names one only where its paper changes it (DAPO turns
-    on dynamic sampling and overlong shaping), so ``diff grpo.py dapo.py`` shows the switch.
-    An algorithm adds its own fields after these; a field it annotates with a plain type keeps
-    the range annotated here.
+    this one, so it has the fields below, which every training loop reads directly. Each
+    ``Config`` states ``kl_coef`` and ``loss_agg_mode``; the other six set DAPO's batch
+    mechanisms (run by the loops, ``refimpl.mechanisms``): off, with DAPO's values for when
+    on. A ``Config`` names one only where its paper changes it (``diff grpo.py dapo.py``).
+    An algorithm adds its own fields; one it annotates with a plain type keeps the range here.
 
     The methods answer, for one configuration, what a training loop must provide; an
     algorithm whose answer differs from the default here overrides them (TEPO: the reference
@@ -448,23 +445,13 @@ class AlgorithmConfig:
 
     kl_coef: Coef  # β of a k3 KL term (0: none)
     loss_agg_mode: str  # one of core.AGG_MODES the algorithm's loss supports
-    # r ≥ this counts as a success, on the outcome reward before any shaping: dynamic
-    # sampling's count, GTPO's and GRPO-S's O⁺/O⁻ split, VinePPO's final value (binary toy
-    # rewards: 0.5) [A]
-    success_threshold: float = 0.5
-    # DAPO's dynamic sampling (§3.2, Eq. 11): train on the groups with 0 < #successful < G
-    # only (``mechanisms.keep_groups``)
-    dynamic_sampling: bool = False
-    # DAPO's soft overlong punishment (§3.4, Eq. 13): r + scale·R_len(|o|), where R_len falls
-    # from 0 to −1 over the last L_cache tokens of the budget L_max (``mechanisms.shape_rewards``)
-    overlong_shaping: bool = False
-    overlong_cache_frac: Fraction = 0.2  # L_cache / L_max = 4096 / 20480 (DAPO §4.1) [C]
-    # R_len's weight: half the reward range, which on {0, 1} rewards is DAPO's R_len on ±1
-    # rewards (dapo.py's Assumptions) [C]
+    success_threshold: float = 0.5  # outcome r ≥ this: a success (dynamic sampling, O⁺/O⁻) [A]
+    dynamic_sampling: bool = False  # DAPO's filter: only groups with 0 < #successful < G (Eq. 11)
+    overlong_shaping: bool = False  # DAPO's soft length penalty r + scale·R_len(|o|) (Eq. 13)
+    overlong_cache_frac: Fraction = 0.2  # its band L_cache / L_max = 4096 / 20480 (DAPO §4.1) [C]
+    # its scale: half the reward range, DAPO's ±1 penalty on {0, 1} rewards (dapo.py) [C]
     overlong_penalty_scale: Annotated[float, Range(0.0, COEF_LIMIT, low_open=True)] = 0.5
-    # DAPO's overlong filtering (§3.4): truncated completions (no EOS) leave the loss, still
-    # counted in their group's statistics
-    overlong_filter: bool = False
+    overlong_filter: bool = False  # DAPO's truncation mask: rows without EOS leave the loss
 
     def needs_reference(self) -> bool:
         """Whether the loss reads ``batch.logp_ref`` (a KL term to the frozen reference)."""
