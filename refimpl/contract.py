@@ -426,11 +426,14 @@ Length = Annotated[
 Seed = Annotated[int, Range(0, math.inf, text="an integer ≥ 0 (or None)")]
 
 
+@dataclass(frozen=True)
 class AlgorithmConfig:
     """The contract every algorithm's ``Config`` fulfils: a frozen dataclass that subclasses
-    this class and has (at least) the fields annotated here, which every training loop reads
-    directly. Each algorithm declares them with its own defaults and adds its own fields; a
-    field it annotates with a plain type keeps the range annotated here.
+    this one, so it has the fields below, which every training loop reads directly. Each
+    ``Config`` states ``kl_coef`` and ``loss_agg_mode``; the other six set DAPO's batch
+    mechanisms (run by the loops, ``refimpl.mechanisms``): off, with DAPO's values for when
+    on. A ``Config`` names one only where its paper changes it (``diff grpo.py dapo.py``).
+    An algorithm adds its own fields; one it annotates with a plain type keeps the range here.
 
     The methods answer, for one configuration, what a training loop must provide; an
     algorithm whose answer differs from the default here overrides them (TEPO: the reference
@@ -442,12 +445,13 @@ class AlgorithmConfig:
 
     kl_coef: Coef  # β of a k3 KL term (0: none)
     loss_agg_mode: str  # one of core.AGG_MODES the algorithm's loss supports
-    success_threshold: float  # r ≥ this counts as a success (dynamic sampling, O⁺/O⁻ splits)
-    dynamic_sampling: bool  # DAPO's filter: train on groups with 0 < #successful < G only
-    overlong_shaping: bool  # DAPO's soft length penalty added to the reward (Eq. 13)
-    overlong_cache_frac: Fraction  # its band L_cache as a fraction of L_max
-    overlong_penalty_scale: Annotated[float, Range(0.0, COEF_LIMIT, low_open=True)]  # its weight
-    overlong_filter: bool  # DAPO's truncation mask: rows without EOS leave the loss
+    success_threshold: float = 0.5  # outcome r ≥ this: a success (dynamic sampling, O⁺/O⁻) [A]
+    dynamic_sampling: bool = False  # DAPO's filter: only groups with 0 < #successful < G (Eq. 11)
+    overlong_shaping: bool = False  # DAPO's soft length penalty r + scale·R_len(|o|) (Eq. 13)
+    overlong_cache_frac: Fraction = 0.2  # its band L_cache / L_max = 4096 / 20480 (DAPO §4.1) [C]
+    # its scale: half the reward range, DAPO's ±1 penalty on {0, 1} rewards (dapo.py) [C]
+    overlong_penalty_scale: Annotated[float, Range(0.0, COEF_LIMIT, low_open=True)] = 0.5
+    overlong_filter: bool = False  # DAPO's truncation mask: rows without EOS leave the loss
 
     def needs_reference(self) -> bool:
         """Whether the loss reads ``batch.logp_ref`` (a KL term to the frozen reference)."""

@@ -3,11 +3,12 @@
 ``Config`` (frozen dataclass of paper defaults), ``advantages(batch, cfg)``,
 ``reference_advantages(batch, cfg)`` and ``loss(batch, logp, adv, cfg, entropy=None)``.
 
-Every ``Config`` subclasses ``refimpl.contract.AlgorithmConfig`` and has the fields it lists
-(``contract.CONFIG_FIELDS``: ``kl_coef``, ``loss_agg_mode``, ``success_threshold``,
-``dynamic_sampling``, ``overlong_shaping``, ``overlong_cache_frac``,
-``overlong_penalty_scale``, ``overlong_filter``), which the training loops read directly;
-``tests/spec/test_contract.py`` checks it.
+Every ``Config`` subclasses ``refimpl.contract.AlgorithmConfig`` and so has the fields it
+declares (``contract.CONFIG_FIELDS``: ``kl_coef``, ``loss_agg_mode``, which each ``Config``
+states, and DAPO's switches ``success_threshold``, ``dynamic_sampling``, ``overlong_shaping``,
+``overlong_cache_frac``, ``overlong_penalty_scale``, ``overlong_filter``, whose defaults are
+the contract's and which a ``Config`` names only where its paper changes them), which the
+training loops read directly; ``tests/spec/test_contract.py`` checks it.
 
 >>> from refimpl import algorithms
 >>> algorithms.get("gtpo").Config().alpha_2

@@ -61,7 +61,9 @@ shaping the rewards of an all-wrong group can differ, and such a group must stil
 Order in every trainer: outcome → dynamic sampling → shaping → advantages → overlong filter
 (which masks truncated rows out of the loss; they still count in their group's statistics).
 ``L_cache / L_max`` = 4096 / 20480 = 0.2 as in the paper; the toy ``L_max`` is the trainer's
-generation budget [C].
+generation budget [C]. The overlong filter (§3.4, ``overlong_filter``) stays off: the paper's
+final recipe uses the soft punishment instead [C]. These four values are the defaults every
+``Config`` shares (``contract.AlgorithmConfig``); ``Config`` below names what DAPO turns on.
 
 Worked example: ``docs/algorithms/dapo.md`` computes one group by hand;
 ``tests/spec/test_dapo.py::test_worked_example`` checks every number of it.
@@ -92,13 +94,8 @@ class Config(contract.AlgorithmConfig):
     kl_coef: float = 0.0  # β: the KL term is removed (§2.3) [C]
     loss_agg_mode: str = "token-mean"  # token-level policy gradient loss (§3.3, Eq. 12) [C]
     eps: contract.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
-    success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling (Eq. 11) [A]
     dynamic_sampling: bool = True  # keep groups with 0 < #successful < G (§3.2, Eq. 11) [C]
     overlong_shaping: bool = True  # soft overlong punishment added to r (§3.4, Eq. 13) [C]
-    overlong_cache_frac: float = 0.2  # L_cache / L_max = 4096 / 20480 (§4.1) [C]
-    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
-    overlong_filter: bool = False  # mask truncated completions out of the loss (§3.4); the
-    #                                paper's final recipe uses the soft punishment instead [C]
 
     def __post_init__(self) -> None:
         contract.check_config(self, LOSS_AGG_MODES)

@@ -98,13 +98,8 @@ class Config(contract.AlgorithmConfig):
     kl_coef: float = 0.0  # β: the KL term is removed (§2.3) [C]
     loss_agg_mode: str = "token-mean"  # token-level policy gradient loss (§3.3, Eq. 12) [C]
     eps: contract.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
-    success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling (Eq. 11) [A]
     dynamic_sampling: bool = True  # keep groups with 0 < #successful < G (§3.2, Eq. 11) [C]
     overlong_shaping: bool = True  # soft overlong punishment added to r (§3.4, Eq. 13) [C]
-    overlong_cache_frac: float = 0.2  # L_cache / L_max = 4096 / 20480 (§4.1) [C]
-    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
-    overlong_filter: bool = False  # mask truncated completions out of the loss (§3.4); the
-    #                                paper's final recipe uses the soft punishment instead [C]
 
     def __post_init__(self) -> None:
         contract.check_config(self, LOSS_AGG_MODES)

@@ -80,12 +80,6 @@ class Config(contract.AlgorithmConfig):
     loss_agg_mode: str = "token-mean"  # 1/Σ|o_i| Σ_i Σ_t (§3; verl's gpg loss) [C]
     normalize_std: bool = False  # F_norm = std_G r instead of 1 (§3, off by default) [C]
     eps: contract.Positive = core.EPS  # std denominator when normalize_std is on (verl's) [C]
-    success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
-    dynamic_sampling: bool = False  # DAPO's filter; GPG keeps all groups and rescales by α [C]
-    overlong_shaping: bool = False  # DAPO's length penalty; not part of GPG [C]
-    overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
-    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
-    overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
 
     def __post_init__(self) -> None:
         contract.check_config(self, LOSS_AGG_MODES)

@@ -32,9 +32,10 @@ Relative to GRPO
 ----------------
 This *is* the baseline every other file is compared against: ``diff grpo.py <other>.py``
 shows what the other algorithm changes in its advantage, its loss and its ``Config``. The
-batch-level mechanisms a ``Config`` switches on (DAPO's dynamic sampling, overlong shaping
-and overlong filter) run in the training loops, not in the algorithm file: such a diff shows
-only the switches (see ``dapo.py``'s "Relative to GRPO").
+batch-level mechanisms of DAPO (dynamic sampling, overlong shaping and overlong filter) run in
+the training loops, not in the algorithm file; their switches, off, are declared once in
+``contract.AlgorithmConfig``, and a ``Config`` names only those its paper turns on: such a
+diff shows only the switches (see ``dapo.py``'s "Relative to GRPO").
 
 Assumptions
 -----------
@@ -70,12 +71,6 @@ class Config(contract.AlgorithmConfig):
     kl_coef: float = 0.04  # β, KL penalty to the reference policy (§4.2) [C]
     loss_agg_mode: str = "seq-mean-token-mean"  # Eq. 3: 1/G Σ_i 1/|o_i| Σ_t [C]
     eps: contract.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
-    success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
-    dynamic_sampling: bool = False  # DAPO's filter; not part of GRPO [C]
-    overlong_shaping: bool = False  # DAPO's length penalty; not part of GRPO [C]
-    overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
-    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
-    overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
 
     def __post_init__(self) -> None:
         contract.check_config(self, LOSS_AGG_MODES)

@@ -74,6 +74,8 @@ Choices [A] (each is a Config field; ``docs/fidelity.md`` lists them)
 * ``entropy_eps``: H̃_i = Ĥ_i + eps_H on both sides (finite 1/H̃, uniform split at H = 0);
   in the geometric mean the floor is applied per token, before the logarithm.
 * ``success_threshold``: decided on the outcome reward before any shaping, as GTPO.
+* DAPO's batch mechanisms as GTPO: ``dynamic_sampling`` on; ``overlong_shaping`` and
+  ``overlong_filter`` off, as the contract's defaults (not used in §3's runs).
 
 Worked example: ``docs/algorithms/grpo_s.md`` computes one group by hand;
 ``tests/spec/test_grpo_s.py::test_worked_example`` checks every number of it.
@@ -117,12 +119,7 @@ class Config(contract.AlgorithmConfig):
     kl_coef: float = 0.0  # β: no KL term in Eq. 7 [C]
     loss_agg_mode: str = "seq-mean"  # Eq. 7: 1/G Σ_i ℓ_i, one loss per sequence [C]
     eps: contract.Positive = core.EPS  # in the std denominators (verl's; TRL uses 1e-4) [C]
-    success_threshold: float = 0.5  # r_i ≥ this ⇒ i ∈ O⁺, and for dynamic sampling [A]
     dynamic_sampling: bool = True  # DAPO's filter 0 < #successful < G, as GTPO [A]
-    overlong_shaping: bool = False  # DAPO's length penalty; not used by the paper [A]
-    overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
-    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
-    overlong_filter: bool = False  # DAPO's truncated-sample masking; off [A]
 
     def __post_init__(self) -> None:
         # Every field's type and range (beta_1, beta_2 ≥ 0; entropy_eps > 0): its annotation.

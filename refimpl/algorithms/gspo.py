@@ -79,12 +79,6 @@ class Config(contract.AlgorithmConfig):
     kl_coef: float = 0.0  # β: no KL term (Eq. 5) [C]
     loss_agg_mode: str = "seq-mean"  # Eq. 5: 1/G Σ_i; a token mode selects GSPO-token [C]
     eps: contract.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
-    success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
-    dynamic_sampling: bool = False  # DAPO's filter; not part of GSPO [C]
-    overlong_shaping: bool = False  # DAPO's length penalty; not part of GSPO [C]
-    overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
-    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
-    overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [C]
 
     def __post_init__(self) -> None:
         contract.check_config(self, LOSS_AGG_MODES)

@@ -99,6 +99,9 @@ Choices [A] and departures (each is a Config field; ``docs/fidelity.md`` lists t
   sampling decides it. With ``overlong_shaping`` on (off by default; not in the paper) the
   shaped r_i enters α₁·r_i of Eq. 2, while Eq. 3 has no r_j: the length penalty then reaches
   successful completions only.
+* DAPO's batch mechanisms: ``dynamic_sampling`` on, as DAPO (the paper's baseline; v5 does
+  not say); ``overlong_shaping`` and ``overlong_filter`` off, as the contract's defaults (not
+  used in §3's runs; App. C's group-relative overlong punishment is not implemented).
 
 Worked example: ``docs/algorithms/gtpo.md`` computes one group by hand;
 ``tests/spec/test_gtpo.py::test_worked_example`` checks every number of it.
@@ -140,12 +143,7 @@ class Config(contract.AlgorithmConfig):
     kl_coef: float = 0.0  # β: no KL term in Eq. 5 [C]
     loss_agg_mode: str = "token-mean"  # Eq. 5: 1/Σ_k |o_k| Σ_i Σ_t, token-level [C]
     eps: contract.Positive = core.EPS  # std denominators of Eq. 4 (verl's; TRL uses 1e-4) [C]
-    success_threshold: float = 0.5  # r_i ≥ this ⇒ i ∈ O⁺, and for dynamic sampling [A]
     dynamic_sampling: bool = True  # DAPO's filter 0 < #successful < G, as in DAPO [A]
-    overlong_shaping: bool = False  # DAPO's length penalty; not used by the paper [A]
-    overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
-    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
-    overlong_filter: bool = False  # DAPO's truncated-sample masking; off [A]
 
     def __post_init__(self) -> None:
         # Every field's type and range (alpha_1, alpha_2 ≥ 0; entropy_eps > 0): its annotation.

@@ -171,12 +171,6 @@ class Config(contract.AlgorithmConfig):
     kl_coef: float = 0.0  # β: use_kl_loss=False, use_kl_in_reward=False in run/*.sh [C]
     loss_agg_mode: str = "token-mean"  # verl's default, not overridden in run/*.sh [C]
     eps: contract.Positive = core.EPS  # in the std denominator (verl's) [C]
-    success_threshold: float = 0.5  # r ≥ this is a success (read by no mechanism here) [A]
-    dynamic_sampling: bool = False  # no algorithm.filter_groups in run/*.sh [C]
-    overlong_shaping: bool = False  # no overlong reward buffer in run/*.sh [C]
-    overlong_cache_frac: float = 0.2  # DAPO's L_cache / L_max, used only if shaping is on [A]
-    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO [A]
-    overlong_filter: bool = False  # truncated completions stay in the loss (run/*.sh) [C]
 
     def __post_init__(self) -> None:
         contract.check_config(self, LOSS_AGG_MODES)

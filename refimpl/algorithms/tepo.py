@@ -74,6 +74,8 @@ Assumptions [A] (each is a Config field; ``docs/fidelity.md`` lists them)
   float32: under bf16 autocast they differ by up to ~7e-3 at θ = θ_old (2-3 % of the toy
   model's tokens by more than τ, measured on CPU), so under ``--dtype bfloat16`` the trainer
   recomputes both in float32 (``Config.reads_current_entropy()``).
+* DAPO's batch mechanisms (``dynamic_sampling``, ``overlong_shaping``, ``overlong_filter``)
+  off, as the contract's defaults: the paper does not state them.
 
 Worked example: ``docs/algorithms/tepo.md`` computes one group by hand;
 ``tests/spec/test_tepo.py::test_worked_example`` checks every number of it.
@@ -118,12 +120,6 @@ class Config(contract.AlgorithmConfig):
     entropy_decrease_tol: contract.NonNegative = 1e-4  # τ (nats): smaller falls are float noise [A]
     loss_agg_mode: str = "token-mean"  # "token-level aggregation" (abstract) [C]/[A]
     eps: contract.Positive = core.EPS  # in the std denominator (verl's; TRL uses 1e-4) [C]
-    success_threshold: float = 0.5  # r ≥ this is a success, for dynamic sampling when on [A]
-    dynamic_sampling: bool = False  # DAPO's filter; not stated for TEPO [A]
-    overlong_shaping: bool = False  # DAPO's length penalty; not stated for TEPO [A]
-    overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
-    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
-    overlong_filter: bool = False  # DAPO's truncation mask (the trainer applies it); off [A]
 
     def __post_init__(self) -> None:
         contract.check_config(self, LOSS_AGG_MODES)

@@ -111,12 +111,6 @@ class Config(contract.AlgorithmConfig):
     kl_coef: float = 1e-4  # β, KL to the reference in the loss (refKl0.0001.jsonnet) [C]
     loss_agg_mode: str = "token-mean"  # masked mean over the batch's tokens (ppo_trainer) [C]
     eps: contract.Positive = core.EPS  # in the whitening's std denominator [A]
-    success_threshold: float = 0.5  # r ≥ this: the value after the last token is 1 [A]
-    dynamic_sampling: bool = False  # not part of VinePPO [C]
-    overlong_shaping: bool = False  # not part of VinePPO [C]
-    overlong_cache_frac: float = 0.2  # L_cache / L_max when overlong_shaping is on (DAPO) [C]
-    overlong_penalty_scale: float = 0.5  # R_len × half the reward range, as DAPO on ±1 [C]
-    overlong_filter: bool = False  # not part of VinePPO [C]
 
     def __post_init__(self) -> None:
         contract.check_config(self, LOSS_AGG_MODES)

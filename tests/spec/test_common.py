@@ -525,8 +525,9 @@ def test_advantages_bounded_by_their_group(name, data):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_config_has_success_threshold(name):
-    """Every Config states its success threshold and its overlong-penalty scale, so no trainer
-    falls back to a hidden default (dynamic sampling and reward shaping read them)."""
+    """Every Config has its success threshold and its overlong-penalty scale, 0.5 (the
+    contract's defaults, which no algorithm changes), so no trainer falls back to a default of
+    its own (dynamic sampling and reward shaping read them)."""
     cfg = algorithms.get(name).Config()
     assert cfg.success_threshold == 0.5
     assert cfg.overlong_penalty_scale == 0.5

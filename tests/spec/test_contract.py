@@ -41,6 +41,43 @@ def test_contract_fields_are_the_shared_mechanisms():
     }
 
 
+def test_dapos_switches_are_declared_once_off():
+    """The six batch switches have their defaults in the contract, the three mechanisms off
+    (so an algorithm that names none of them is GRPO's batch: every group, no shaping, no
+    mask); ``kl_coef`` and ``loss_agg_mode`` have none (each Config states its own)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(contract.AlgorithmConfig)}
+    assert defaults.pop("kl_coef") is defaults.pop("loss_agg_mode") is dataclasses.MISSING
+    assert defaults == {
+        "success_threshold": 0.5,
+        "dynamic_sampling": False,
+        "overlong_shaping": False,
+        "overlong_cache_frac": 0.2,
+        "overlong_penalty_scale": 0.5,
+        "overlong_filter": False,
+    }
+
+
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_a_config_names_only_the_switches_its_paper_changes(name):
+    """A Config that declares one of the contract's switches gives it another default than
+    the contract's (DAPO: ``dynamic_sampling = True``): no file restates a default, so
+    ``diff grpo.py dapo.py`` shows DAPO's switches as DAPO's lines."""
+    config = algorithms.get(name).Config
+    contract_defaults = {
+        f.name: f.default
+        for f in dataclasses.fields(contract.AlgorithmConfig)
+        if f.default is not dataclasses.MISSING
+    }
+    declared = set(vars(config).get("__annotations__", {})) & set(contract_defaults)
+    for field in declared:
+        assert getattr(config(), field) != contract_defaults[field], (
+            f"{name}.Config restates {field} = {contract_defaults[field]!r}, the contract's "
+            "default: leave it to contract.AlgorithmConfig"
+        )
+    if name == "dapo":
+        assert declared == {"dynamic_sampling", "overlong_shaping"}
+
+
 @pytest.mark.parametrize("name", algorithms.NAMES)
 def test_reference_and_entropy_needs(name):
     """A reference model is needed exactly when a KL term to it is on: never with

@@ -6,6 +6,7 @@ and dynamic-sampling filter, and ``RolloutBatch`` validation (``refimpl/contract
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -310,16 +311,15 @@ def test_overlong_rejects_bad_lengths():
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
 class _Shaping(contract.AlgorithmConfig):
-    """A stand-in Config carrying the shaping fields (every algorithm Config has them); an
-    ``AlgorithmConfig``, as ``shape_rewards``'s annotation asks (checked in the tests)."""
+    """A stand-in Config with shaping on and the contract's shaping defaults (L_cache / L_max
+    = 0.2, scale ½: DAPO's); an ``AlgorithmConfig``, as ``shape_rewards``'s annotation asks
+    (checked in the tests)."""
 
-    def __init__(self, on: bool = True, frac: float = 0.2, scale: float = 0.5):
-        self.overlong_shaping, self.overlong_cache_frac, self.overlong_penalty_scale = (
-            on,
-            frac,
-            scale,
-        )
+    kl_coef: float = 0.0
+    loss_agg_mode: str = "token-mean"
+    overlong_shaping: bool = True
 
 
 def test_shape_rewards_hand_computed():
@@ -331,7 +331,7 @@ def test_shape_rewards_hand_computed():
     lengths = torch.tensor([8, 10, 9, 10])
     shaped = mechanisms.shape_rewards(r, lengths, 10, _Shaping())
     assert shaped.tolist() == [1.0, 0.5, -0.25, -0.5]
-    assert mechanisms.shape_rewards(r, lengths, 10, _Shaping(on=False)) is r
+    assert mechanisms.shape_rewards(r, lengths, 10, _Shaping(overlong_shaping=False)) is r
 
 
 @given(
@@ -368,7 +368,7 @@ def test_shaping_orders_correct_truncated_wrong_as_dapo():
     A_dapo = core.group_normalize(torch.tensor([1.0, 0.0, -1.0, -2.0]), 4)
     torch.testing.assert_close(A, A_dapo, rtol=0, atol=1e-5)
     assert A[0] > A[1] > A[2] > A[3]
-    doubled = mechanisms.shape_rewards(r, lengths, 10, _Shaping(scale=1.0))
+    doubled = mechanisms.shape_rewards(r, lengths, 10, _Shaping(overlong_penalty_scale=1.0))
     assert doubled[1] == doubled[2]  # the defect the scale ½ removes
 
 
