@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
     from refimpl.scaleup.hf import char_tokenizer, from_hf_gpt2, to_hf_gpt2
     from refimpl.scaleup.real_task import TRL_FIXED_ARGS, StepPrinter
     from refimpl.scaleup.trl import GRPOConfig, RefimplGRPOTrainer
-    from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
+    from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
     from refimpl.warmstart import train_warmstart
 
     check_args(args)  # every flag, before anything is trained or written

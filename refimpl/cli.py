@@ -47,8 +47,8 @@ try:
     )
     from refimpl.settings.presets import explicit_fields
     from refimpl.settings.record import config_from_record
-    from refimpl.settings.train import TrainConfig
-    from refimpl.settings.warmstart import WarmstartCommand, WarmstartConfig
+    from refimpl.settings.train_config import TrainConfig
+    from refimpl.settings.warmstart_config import WarmstartCommand, WarmstartConfig
     from refimpl.train import train
     from refimpl.warmstart import train_warmstart
 except KeyboardInterrupt:

@@ -24,6 +24,7 @@ import tyro
 
 from refimpl import algorithms
 from refimpl.plots import format_table, plot_compare, summary_table
+from refimpl.problem_streams import SEED_MAX
 from refimpl.runs.paths import check_name, check_runs_dir
 from refimpl.runs.progress import progress
 from refimpl.runs.rundir import preflight
@@ -31,8 +32,7 @@ from refimpl.runs.runlog import is_run_dir, open_no_follow, read_metrics
 from refimpl.runs.stop import Interrupted, StopRequest
 from refimpl.settings import presets
 from refimpl.settings.plan import run_warmstart
-from refimpl.settings.train import AlgoName, TrainConfig
-from refimpl.streams import SEED_MAX
+from refimpl.settings.train_config import AlgoName, TrainConfig
 from refimpl.train import train
 from refimpl.warmstart import train_warmstart
 

@@ -73,7 +73,7 @@ class RolloutBatch:
         logp_ref: ``[B, T]`` under the frozen reference model, when a KL term needs it.
         outcome_rewards: optional ``[B]`` outcome rewards *before* reward shaping: each loop
             (``loop.py``, the Trainer, the TRL and HF paths) sets them to the verifier's
-            rewards, because :func:`refimpl.mechanisms.shape_rewards` may change ``rewards``.
+            rewards, because :func:`refimpl.batch_stages.shape_rewards` may change ``rewards``.
             Success (``r ≥ success_threshold``: GTPO's and GRPO-S's O⁺/O⁻ split, dynamic
             sampling) is decided on these, so shaping changes how much a completion is worth,
             never whether it succeeded. ``None``: ``rewards`` are the outcome rewards.
@@ -431,7 +431,7 @@ class AlgorithmConfig:
     """The contract every algorithm's ``Config`` fulfils: a frozen dataclass that subclasses
     this one, so it has the fields below, which every training loop reads directly. Each
     ``Config`` states ``kl_coef`` and ``loss_agg_mode``; the other six set DAPO's batch
-    mechanisms (run by the loops, ``refimpl.mechanisms``): off, with DAPO's values for when
+    mechanisms (run by the loops, ``refimpl.batch_stages``): off, with DAPO's values for when
     on. A ``Config`` names one only where its paper changes it (``diff grpo.py dapo.py``).
     An algorithm adds its own fields; one it annotates with a plain type keeps the range here.
 
@@ -493,7 +493,7 @@ class AlgorithmConfig:
         """A constant of the whole batch that the loss multiplies every advantage by (GPG's α;
         1 for every other algorithm). A loop whose loss sees micro-batches that split groups
         (TRL, verl) cannot let the loss compute it, so it folds it into the advantages
-        (``refimpl.mechanisms.kept_group_advantages``)."""
+        (``refimpl.batch_stages.kept_group_advantages``)."""
         return 1.0
 
     def values_needed(self) -> ValueRequest | None:

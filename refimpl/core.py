@@ -6,7 +6,7 @@ distinguishes one algorithm from another, so an algorithm file plus this one is 
 reading list of that algorithm. What an algorithm is given and declares (``RolloutBatch``,
 ``AlgorithmConfig``, the ranges of its fields) and the checks of its inputs are the contract's,
 ``refimpl.contract``. What the training loops do to a batch around an algorithm (dynamic
-sampling, reward shaping, minibatch splits) lives in ``refimpl.mechanisms``. This module knows
+sampling, reward shaping, minibatch splits) lives in ``refimpl.batch_stages``. This module knows
 nothing of models, tokenizers or tasks.
 
 Notation

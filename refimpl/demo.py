@@ -42,10 +42,10 @@ import tyro
 from refimpl.compare import CompareConfig, compare
 from refimpl.evaluate import solved
 from refimpl.plots import group_runs
+from refimpl.problem_streams import held_out_rng
 from refimpl.runs.checkpoint import load_model_weights
 from refimpl.settings.plan import build_task, run_warmstart
-from refimpl.settings.train import TrainConfig
-from refimpl.streams import held_out_rng
+from refimpl.settings.train_config import TrainConfig
 from refimpl.warmstart import train_warmstart
 
 

@@ -5,13 +5,13 @@
       ─► ppo_epochs × minibatches: loss ─► clip ─► Adam
 
 An algorithm is two functions in ``refimpl/algorithms/<name>.py``, ``advantages`` and
-``loss``, and a ``Config`` whose switches ``refimpl.mechanisms`` reads (DAPO's dynamic
+``loss``, and a ``Config`` whose switches ``refimpl.batch_stages`` reads (DAPO's dynamic
 sampling, overlong shaping and overlong filter): nothing below depends on which algorithm
 runs. ``refimpl.train.Trainer`` is this same loop plus what a long run needs around it;
 ``tests/test_loop.py`` checks that the two compute the same losses and the same weights.
 
     from refimpl.loop import LoopConfig, train
-    from refimpl.settings.warmstart import WarmstartConfig
+    from refimpl.settings.warmstart_config import WarmstartConfig
     from refimpl.warmstart import train_warmstart
     train(train_warmstart(WarmstartConfig()), LoopConfig(algo="dapo", steps=20))
 
@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from refimpl import algorithms, mechanisms
+from refimpl import algorithms, batch_stages
 from refimpl.diagnostics.credit_oracle import training_values
 from refimpl.model import GPT
+from refimpl.problem_streams import training_rng  # the prompts of step s, round r: their own stream
 from refimpl.sampling.groups import Samples, concat_samples, sample_groups, seeded_generator
-from refimpl.streams import training_rng  # the prompts of step s, round r: their own stream
 from toy_envs import DEFAULT_TASK, TOKENIZER, get_task
 
 
@@ -92,7 +92,7 @@ def rollout(model, task, algo_cfg, cfg: LoopConfig, step: int, L_max: int):
     kept_samples, kept_outcomes, kept_problems, kept = [], [], [], 0
     for round_ in range(1 + cfg.resample_rounds):
         samples, outcome, problems = sample_round(model, task, cfg, step, round_, L_max)
-        keep = mechanisms.keep_groups(outcome, G, algo_cfg)  # [N] bool: all, unless asked
+        keep = batch_stages.keep_groups(outcome, G, algo_cfg)  # [N] bool: all, unless asked
         keep[torch.cumsum(keep.long(), 0) > N - kept] = False  # never more than N groups
         if keep.any():
             kept_samples.append(samples.select_groups(keep))
@@ -117,7 +117,7 @@ def update(model, optimizer, algo, algo_cfg, batch, samples: Samples, A, cfg: Lo
     # every other Config this is the Config itself.
     algo_cfg = algo_cfg.for_update(batch, A)
     for _epoch in range(cfg.ppo_epochs):
-        for groups in mechanisms.split_groups(batch.num_groups, cfg.minibatches):
+        for groups in batch_stages.split_groups(batch.num_groups, cfg.minibatches):
             keep = torch.zeros(batch.num_groups, dtype=torch.bool, device=A.device)
             keep[groups.start : groups.stop] = True
             rows = keep.repeat_interleave(cfg.group_size)
@@ -156,7 +156,7 @@ def train(model: GPT, cfg: LoopConfig, log=print) -> list[dict[str, float]]:
             log(f"step {step + 1}: every group uninformative, nothing to train on")
             continue
         # Reward shaping (DAPO Eq. 13): r̃_i = r_i + c·R_len(|o_i|) when the Config asks.
-        rewards = mechanisms.shape_rewards(outcome, samples.response_mask.sum(1), L_max, algo_cfg)
+        rewards = batch_stages.shape_rewards(outcome, samples.response_mask.sum(1), L_max, algo_cfg)
         logp_ref = None
         if reference is not None:
             with torch.no_grad():
@@ -176,7 +176,7 @@ def train(model: GPT, cfg: LoopConfig, log=print) -> list[dict[str, float]]:
             batch = batch.replace(token_values=values.value_before)
         A = algo.advantages(batch, algo_cfg)  # [B, T]: the algorithm's own equations
         # DAPO's overlong filter: truncated rows leave the loss, after they counted in A.
-        loss_mask = mechanisms.overlong_filter(batch.response_mask, samples.truncated, algo_cfg)
+        loss_mask = batch_stages.overlong_filter(batch.response_mask, samples.truncated, algo_cfg)
         batch = batch.replace(response_mask=loss_mask)
         losses, grad_norms = update(model, optimizer, algo, algo_cfg, batch, samples, A, cfg)
         metrics = {

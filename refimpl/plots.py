@@ -2,7 +2,7 @@
 
 Everything reads the run directories the trainer writes (``metrics.jsonl``, ``probes.jsonl``,
 ``config.json``), so a figure can be redrawn from any finished or interrupted run. The
-helpers of the notebooks live in ``refimpl.nbplots``, which imports this module (never the
+helpers of the notebooks live in ``refimpl.notebook_figures``, which imports this module (never the
 other way round).
 """
 

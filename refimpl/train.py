@@ -40,12 +40,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from refimpl import contract, mechanisms
+from refimpl import batch_stages, contract
 from refimpl.diagnostics.credit_oracle import training_values
 from refimpl.diagnostics.metrics import entropy_stats, step_metrics
 from refimpl.diagnostics.observers import Observer, default_observers
 from refimpl.evaluate import encode_prompts, score_samples
 from refimpl.model import GPT
+from refimpl.problem_streams import training_rng
 from refimpl.runs.divergence import DivergenceGuard, NonFiniteLossError
 from refimpl.runs.progress import progress
 from refimpl.runs.rundir import SavedRun, claim_run_dir, open_run_dir, preflight, save_run
@@ -53,8 +54,7 @@ from refimpl.runs.runlog import MetricsLog
 from refimpl.runs.stop import StopRequest, report_interrupt
 from refimpl.sampling.groups import Samples, concat_samples, sample_groups, seeded_generator
 from refimpl.settings.plan import Plan
-from refimpl.settings.train import TrainConfig, config_dict
-from refimpl.streams import training_rng
+from refimpl.settings.train_config import TrainConfig, config_dict
 from refimpl.warmstart import base_model
 from toy_envs import TOKENIZER
 
@@ -167,7 +167,7 @@ class Trainer:
             entropies.append(samples.entropy_old[samples.response_mask.bool()].float())
             first_rewards = rewards if first_rewards is None else first_rewards
             # Dynamic sampling: keep groups with 0 < #successful < G (outcome rewards).
-            keep = mechanisms.keep_groups(rewards, G, self.algo_cfg)
+            keep = batch_stages.keep_groups(rewards, G, self.algo_cfg)
             keep[torch.cumsum(keep.long(), 0) > N - kept] = False  # never more than N groups
             if keep.any():
                 kept_samples.append(samples.select_groups(keep) if not keep.all() else samples)
@@ -212,9 +212,9 @@ class Trainer:
 
     def shape_rewards(self, samples: Samples, outcome: torch.Tensor) -> torch.Tensor:
         """The reward the advantages see: the overlong penalty added to the outcome when the
-        Config asks for it (``mechanisms.shape_rewards``), on the outcome's scale."""
+        Config asks for it (``batch_stages.shape_rewards``), on the outcome's scale."""
         lengths = samples.response_mask.sum(1)
-        return mechanisms.shape_rewards(outcome, lengths, self.max_new_tokens, self.algo_cfg)
+        return batch_stages.shape_rewards(outcome, lengths, self.max_new_tokens, self.algo_cfg)
 
     @torch.no_grad()
     def reference_logprobs(self, samples: Samples) -> torch.Tensor | None:
@@ -245,7 +245,7 @@ class Trainer:
         """The algorithm's ``[B, T]`` advantages; then, when the Config asks for the overlong
         filter, truncated rows (no <eos>) leave the loss (not the advantages)."""
         adv = self.algo.advantages(batch, self.algo_cfg)
-        loss_mask = mechanisms.overlong_filter(
+        loss_mask = batch_stages.overlong_filter(
             batch.response_mask, samples.truncated, self.algo_cfg
         )
         if loss_mask is not batch.response_mask:
@@ -265,7 +265,7 @@ class Trainer:
         for _epoch in range(self.cfg.ppo_epochs):
             # Minibatch sizes differ by at most one group (fewer groups than minibatches:
             # one group each), however many groups dynamic sampling kept.
-            for groups in mechanisms.split_groups(n_groups, self.cfg.minibatches):
+            for groups in batch_stages.split_groups(n_groups, self.cfg.minibatches):
                 keep = torch.zeros(n_groups, dtype=torch.bool, device=self.device)
                 keep[groups.start : groups.stop] = True
                 minibatch = batch.select_groups(keep) if len(groups) < n_groups else batch

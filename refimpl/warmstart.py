@@ -29,13 +29,13 @@ from filelock import FileLock
 
 from refimpl.evaluate import success_rate
 from refimpl.model import GPT
+from refimpl.problem_streams import held_out_rng, warmstart_rng
 from refimpl.runs import numerics, shipped
 from refimpl.runs.cache import cache_complete, cache_dir, cache_key, check_cache_writable
 from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.runs.progress import progress
 from refimpl.settings.limits import flag
-from refimpl.settings.warmstart import WARMSTART_MIX, ModelConfig, WarmstartConfig
-from refimpl.streams import held_out_rng, warmstart_rng
+from refimpl.settings.warmstart_config import WARMSTART_MIX, ModelConfig, WarmstartConfig
 from toy_envs import TOKENIZER, get_task
 
 

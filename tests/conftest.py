@@ -101,7 +101,7 @@ SHAPE_CHECKED = {
     for module in [
         importlib.import_module("refimpl.contract"),
         importlib.import_module("refimpl.core"),
-        importlib.import_module("refimpl.mechanisms"),
+        importlib.import_module("refimpl.batch_stages"),
     ]
     + [_algorithms.get(name) for name in _algorithms.NAMES]
 }

@@ -186,7 +186,9 @@ def test_quick_learning_benchmark_writes_its_report(tmp_path):
 def test_parse_variant_splits_algorithm_and_trainer_fields():
     """An ablation label names the algorithm, then FIELD=VALUE pairs: the algorithm's Config
     fields go to --algo-args, TrainConfig fields to the run's settings (typed)."""
-    algo, algo_args, train_args = learning_settings.parse_variant("tepo kl_mask=False minibatches=2")
+    algo, algo_args, train_args = learning_settings.parse_variant(
+        "tepo kl_mask=False minibatches=2"
+    )
     assert algo == "tepo"
     assert algo_args == ("kl_mask=False",)
     assert train_args == {"minibatches": 2}

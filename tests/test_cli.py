@@ -557,7 +557,7 @@ def test_every_train_flag_help_is_one_paragraph():
     from tyro import _docstrings
 
     from refimpl.cli import _plain_help
-    from refimpl.settings.train import TrainConfig
+    from refimpl.settings.train_config import TrainConfig
 
     with _plain_help():
         for f in dataclasses.fields(TrainConfig):

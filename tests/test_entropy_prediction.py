@@ -25,7 +25,7 @@ from refimpl.diagnostics.metrics import logp_advantage_covariance
 from refimpl.model import GPT, GPTConfig
 from refimpl.runs.runlog import read_metrics
 from refimpl.settings.plan import resolve
-from refimpl.settings.train import TrainConfig
+from refimpl.settings.train_config import TrainConfig
 from refimpl.train import train
 from tests.tiny import tiny_train
 

@@ -71,8 +71,8 @@ def test_the_check_sees_a_long_function(tmp_path, monkeypatch):
 
 
 #: What ``refimpl/loop.py`` may import of ours: the algorithms and what they run on.
-LOOP_IMPORTS = {"refimpl.algorithms", "refimpl.core", "refimpl.mechanisms", "refimpl.model"}
-LOOP_IMPORTS |= {"refimpl.sampling", "refimpl.streams", "toy_envs"}
+LOOP_IMPORTS = {"refimpl.algorithms", "refimpl.core", "refimpl.batch_stages", "refimpl.model"}
+LOOP_IMPORTS |= {"refimpl.sampling", "refimpl.problem_streams", "toy_envs"}
 LOOP_IMPORTS |= {"refimpl.diagnostics.credit_oracle"}  # the values a Config may ask for
 LOOP_MAX_LINES = 200
 
@@ -134,15 +134,15 @@ def test_the_top_level_is_small_and_the_trainer_fits_in_a_sitting():
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("toy_envs", "refimpl.settings.typecheck"),
     ("refimpl.contract",),
-    ("refimpl.core", "refimpl.model", "refimpl.streams"),
-    ("refimpl.algorithms", "refimpl.mechanisms", "refimpl.sampling"),
+    ("refimpl.core", "refimpl.model", "refimpl.problem_streams"),
+    ("refimpl.algorithms", "refimpl.batch_stages", "refimpl.sampling"),
     ("refimpl.diagnostics.credit_oracle",),
     ("refimpl.loop", "refimpl.evaluate"),
     ("refimpl.settings", "refimpl.scaleup"),
     ("refimpl.runs",),
     ("refimpl.diagnostics",),
     ("refimpl.warmstart", "refimpl.plots"),
-    ("refimpl.train", "refimpl.nbplots"),
+    ("refimpl.train", "refimpl.notebook_figures"),
     ("refimpl.compare",),
     ("refimpl.bench",),
     ("refimpl.cli", "refimpl.demo"),
@@ -195,7 +195,7 @@ def test_no_import_points_up():
 def test_the_layer_check_sees_an_upward_import(tmp_path):
     """An import from above, and one from the same layer's other unit, are both found."""
     for name, text in {
-        "refimpl/core.py": "from refimpl.settings.train import TrainConfig\n",
+        "refimpl/core.py": "from refimpl.settings.train_config import TrainConfig\n",
         "refimpl/evaluate.py": "def f():\n    from refimpl.loop import LoopConfig\n",
         "refimpl/loop.py": "from refimpl import core\n",
         "toy_envs/tasks.py": "",
@@ -203,7 +203,7 @@ def test_the_layer_check_sees_an_upward_import(tmp_path):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     assert upward_imports(tmp_path) == [
-        "refimpl.core -> refimpl.settings.train.TrainConfig",
+        "refimpl.core -> refimpl.settings.train_config.TrainConfig",
         "refimpl.evaluate -> refimpl.loop.LoopConfig",
     ]
 
@@ -226,14 +226,14 @@ def re_exports(root: Path = ROOT) -> list[str]:
 def test_no_module_re_exports_another_modules_names(tmp_path):
     assert re_exports() == []
     (tmp_path / "refimpl").mkdir()
-    hub = "from refimpl.settings.train import (  # noqa: F401\n    TrainConfig,\n)\n"
+    hub = "from refimpl.settings.train_config import (  # noqa: F401\n    TrainConfig,\n)\n"
     (tmp_path / "refimpl" / "hub.py").write_text(hub)
     assert re_exports(tmp_path) == ["refimpl/hub.py:1"]
 
 
 #: The files that drive every algorithm through the contract: none of them names one.
 ALGORITHM_FREE = ("refimpl/contract.py", "refimpl/core.py", "refimpl/train.py", "refimpl/loop.py")
-ALGORITHM_FREE += ("refimpl/mechanisms.py",)
+ALGORITHM_FREE += ("refimpl/batch_stages.py",)
 ALGORITHM_FREE_PACKAGES = ("refimpl/scaleup",)
 
 
@@ -246,7 +246,7 @@ def algorithm_words() -> tuple[frozenset[str], frozenset[str]]:
 
     from refimpl import algorithms, contract
     from refimpl.loop import LoopConfig
-    from refimpl.settings.train import TrainConfig
+    from refimpl.settings.train_config import TrainConfig
 
     loops = {f.name for cls in (LoopConfig, TrainConfig) for f in dataclasses.fields(cls)}
     fields = {

@@ -15,7 +15,7 @@ import torch
 from refimpl import algorithms, loop
 from refimpl.runs.runlog import read_metrics
 from refimpl.settings.plan import run_warmstart
-from refimpl.settings.train import TrainConfig
+from refimpl.settings.train_config import TrainConfig
 from refimpl.train import Trainer
 from refimpl.warmstart import train_warmstart
 from tests.tiny import tiny_train

@@ -1,6 +1,6 @@
 """Execute every notebook ``notebooks/0*.ipynb`` at its fast size and check it draws.
 
-Each notebook reads ``REFIMPL_NOTEBOOK_SIZE`` in its first cell (``refimpl.nbplots.notebook_size``);
+Each notebook reads ``REFIMPL_NOTEBOOK_SIZE`` in its first cell (``refimpl.notebook_figures.notebook_size``);
 ``fast`` shrinks the warm start and the RL runs to seconds (the committed outputs come from the
 default ``small`` size, ``scripts/dev/time_notebooks.py --inplace``). The
 notebooks share one runs directory here, so the tiny warm start is trained once.
@@ -126,14 +126,14 @@ def _cells(path: Path, kind: str | None = None) -> list[str]:
 
 
 def test_one_size_switch_with_a_small_default(monkeypatch) -> None:
-    from refimpl import nbplots
+    from refimpl import notebook_figures
 
-    assert nbplots.notebook_size({}) == "small"
-    assert nbplots.notebook_size({nbplots.SIZE_VARIABLE: ""}) == "small"
+    assert notebook_figures.notebook_size({}) == "small"
+    assert notebook_figures.notebook_size({notebook_figures.SIZE_VARIABLE: ""}) == "small"
     for size in ("fast", "small", "full"):
-        assert nbplots.notebook_size({nbplots.SIZE_VARIABLE: size}) == size
+        assert notebook_figures.notebook_size({notebook_figures.SIZE_VARIABLE: size}) == size
     with pytest.raises(ValueError, match="fast, small, full"):
-        nbplots.notebook_size({nbplots.SIZE_VARIABLE: "huge"})
+        notebook_figures.notebook_size({notebook_figures.SIZE_VARIABLE: "huge"})
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
@@ -141,7 +141,9 @@ def test_notebook_reads_the_switch_and_shows_progress(path: Path) -> None:
     """Every notebook takes its size from the one switch, and none hides its progress: the
     tests and the timing script disable tqdm from outside (TQDM_DISABLE), a person sees bars."""
     code = _cells(path, "code")
-    assert "nbplots.notebook_size()" in code[0], f"{path.name}: first cell does not read the size"
+    assert "notebook_figures.notebook_size()" in code[0], (
+        f"{path.name}: first cell does not read the size"
+    )
     source = "\n".join(code)
     assert "TQDM_DISABLE" not in source.replace("TQDM_DISABLE=1", ""), path.name
     assert "capture_output" not in source, f"{path.name}: a cell hides its progress"
@@ -231,13 +233,13 @@ def test_notebook_05_draws_only_finished_runs() -> None:
 
 def test_notebook_02_panels_follow_the_registry() -> None:
     """One advantage and one credit panel per registered algorithm, on ONE colour scale."""
-    from refimpl import algorithms, nbplots
+    from refimpl import algorithms, notebook_figures
 
     rng = np.random.default_rng(0)
     tokens = [list("ab#1"), list("c#2")]
     adv = {n: rng.normal(size=(2, 4)) for n in algorithms.NAMES}
     credit = {n: 3 * rng.normal(size=(2, 4)) for n in algorithms.NAMES}
-    fig, vmax = nbplots.plot_advantages_and_credit(adv, credit, tokens, [1.0, 0.0])
+    fig, vmax = notebook_figures.plot_advantages_and_credit(adv, credit, tokens, [1.0, 0.0])
     panels = [ax for ax in fig.axes if ax.get_title(loc="left")]
     assert len(panels) == 2 * len(algorithms.NAMES)
     limits = {ax.images[0].get_clim() for ax in panels}
@@ -259,7 +261,7 @@ def test_notebook_01_small_size_starts_from_the_demo_base_model(tmp_path, monkey
     from refimpl.demo import DemoConfig
     from refimpl.runs.cache import cache_dir
     from refimpl.settings.plan import run_warmstart
-    from refimpl.settings.train import TrainConfig
+    from refimpl.settings.train_config import TrainConfig
 
     cells = _cells(NOTEBOOK_DIR / "01_quickstart.ipynb", "code")
     config_cell = next(c for c in cells if "DemoConfig()" in c)

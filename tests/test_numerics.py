@@ -28,7 +28,7 @@ import pytest
 
 from refimpl.runs import numerics
 from refimpl.runs.cache import cache_dir
-from refimpl.settings.warmstart import WarmstartConfig
+from refimpl.settings.warmstart_config import WarmstartConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")

@@ -11,7 +11,7 @@ import torch
 
 from refimpl.diagnostics.observers import Observer
 from refimpl.runs.runlog import read_metrics
-from refimpl.settings.train import TrainConfig
+from refimpl.settings.train_config import TrainConfig
 from refimpl.train import Trainer
 from tests.tiny import tiny_train
 

@@ -1,5 +1,5 @@
 """The split of the figures: run/compare figures in ``refimpl.plots``, notebook helpers in
-``refimpl.nbplots`` (which imports plots, never the reverse), colours from the registry."""
+``refimpl.notebook_figures`` (which imports plots, never the reverse), colours from the registry."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from refimpl import algorithms, nbplots, plots
+from refimpl import algorithms, notebook_figures, plots
 from refimpl.runs import runlog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def _imports(path: Path) -> set[str]:
 
 def test_no_import_circle_in_refimpl():
     """The import graph of refimpl/ (every import statement, lazy ones in functions included)
-    has no cycle: plots.py once reached nbplots.py, which imports plots, through a module
+    has no cycle: plots.py once reached notebook_figures.py, which imports plots, through a module
     ``__getattr__``."""
     modules = {
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
@@ -76,15 +76,16 @@ def test_no_module_getattr_shims():
     "path", sorted((ROOT / "notebooks").glob("0*.ipynb")), ids=lambda p: p.stem
 )
 def test_notebooks_call_helpers_where_they_live(path):
-    """Every ``plots.<name>`` and ``nbplots.<name>`` in a notebook's code exists in that
-    module (the notebook helpers are in nbplots; plots no longer forwards them)."""
+    """Every ``plots.<name>`` and ``notebook_figures.<name>`` in a notebook's code exists in
+    that module (the notebook helpers are in notebook_figures; plots no longer forwards
+    them)."""
     notebook = json.loads(path.read_text(encoding="utf-8"))
     for cell in notebook["cells"]:
         if cell["cell_type"] != "code":
             continue
         source = "".join(cell["source"])
-        for module, name in re.findall(r"(?<![\w.])(plots|nbplots)\.(\w+)", source):
-            assert hasattr({"plots": plots, "nbplots": nbplots}[module], name), (
+        for module, name in re.findall(r"(?<![\w.])(plots|notebook_figures)\.(\w+)", source):
+            assert hasattr({"plots": plots, "notebook_figures": notebook_figures}[module], name), (
                 f"{path.name}: {module}.{name}"
             )
 

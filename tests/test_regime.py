@@ -15,7 +15,7 @@ import pytest
 
 from refimpl.evaluate import PASS_AT_K
 from refimpl.runs.runlog import read_metrics
-from refimpl.settings.train import TrainConfig
+from refimpl.settings.train_config import TrainConfig
 from refimpl.train import train
 from tests.tiny import tiny_warmstart
 

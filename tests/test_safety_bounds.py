@@ -282,7 +282,7 @@ def test_bench_learning_runs_take_the_presets_task_knobs_and_warm_start():
     what it was before presets could set a warm start)."""
     from refimpl.bench.learning import _warmstart, plan
     from refimpl.bench.learning_settings import LearningConfig
-    from refimpl.settings.warmstart import WarmstartConfig
+    from refimpl.settings.warmstart_config import WarmstartConfig
 
     cfg = LearningConfig(preset="longchain").with_preset(frozenset())
     runs, budgets = plan(cfg)

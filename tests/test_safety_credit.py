@@ -249,7 +249,7 @@ def test_issue_49_6_train_flags_with_run_are_refused(tmp_path):
     run.mkdir()
     (run / "config.json").write_text("{}")
     cfg = CreditConfig(run=run, out=tmp_path / "x.json")
-    from refimpl.settings.train import TrainConfig
+    from refimpl.settings.train_config import TrainConfig
 
     bad = CreditConfig(run=run, out=tmp_path / "x.json",
                        train=TrainConfig(temperature=0.5, task="countdown"))  # fmt: skip

@@ -267,7 +267,7 @@ def test_seed_10000_never_trains_on_the_held_out_problems(tmp_path, monkeypatch)
     import numpy as np
 
     from refimpl import loop
-    from refimpl.settings.warmstart import ModelConfig
+    from refimpl.settings.warmstart_config import ModelConfig
     from refimpl.train import Trainer
     from tests.safety_helpers import warmstart_dir
     from tests.tiny import tiny_train, tiny_warmstart
@@ -350,26 +350,28 @@ def test_the_streams_of_seeds_below_10000_are_what_they_always_were():
     one 32-bit word is refused."""
     import numpy as np
 
-    from refimpl import streams
+    from refimpl import problem_streams
 
     for s in [*range(8), 9_999]:
         for step in range(3):
             for round_ in range(2):
-                assert _problems_of(streams.training_rng(s, step, round_), 8) == _problems_of(
-                    np.random.default_rng([s, step, round_]), 8
-                )
-            assert _problems_of(streams.warmstart_rng(s, step), 8) == _problems_of(
+                assert _problems_of(
+                    problem_streams.training_rng(s, step, round_), 8
+                ) == _problems_of(np.random.default_rng([s, step, round_]), 8)
+            assert _problems_of(problem_streams.warmstart_rng(s, step), 8) == _problems_of(
                 np.random.default_rng([s, step]), 8
             )
-    assert _problems_of(streams.held_out_rng()) == _problems_of(np.random.default_rng([10_000, 0]))
-    held_out = _problems_of(streams.held_out_rng())
-    for s in (10_000, 10_001, streams.SEED_MAX):
-        assert streams.stream_seed(s) != streams.HELD_OUT_SEED
-        assert _problems_of(streams.training_rng(s, 0, 0)) != held_out
-        assert _problems_of(streams.warmstart_rng(s, 0)) != held_out
-    for bad in (-1, streams.SEED_MAX + 1, 10_000 + 2**32, True, 1.0):
+    assert _problems_of(problem_streams.held_out_rng()) == _problems_of(
+        np.random.default_rng([10_000, 0])
+    )
+    held_out = _problems_of(problem_streams.held_out_rng())
+    for s in (10_000, 10_001, problem_streams.SEED_MAX):
+        assert problem_streams.stream_seed(s) != problem_streams.HELD_OUT_SEED
+        assert _problems_of(problem_streams.training_rng(s, 0, 0)) != held_out
+        assert _problems_of(problem_streams.warmstart_rng(s, 0)) != held_out
+    for bad in (-1, problem_streams.SEED_MAX + 1, 10_000 + 2**32, True, 1.0):
         with pytest.raises(ValueError, match="^seed: expected"):
-            streams.training_rng(bad, 0, 0)
+            problem_streams.training_rng(bad, 0, 0)
 
 
 @pytest.mark.parametrize("field", ["rewards", "outcome_rewards"])
@@ -540,7 +542,7 @@ def test_the_hf_path_refuses_what_are_no_token_ids_and_no_tokenizer(monkeypatch)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     pytest.importorskip("transformers")
     from refimpl.scaleup import hf
-    from refimpl.settings.warmstart import ModelConfig
+    from refimpl.settings.warmstart_config import ModelConfig
 
     torch.manual_seed(0)
     twin = hf.to_hf_gpt2(ModelConfig(n_layer=1, n_embd=32, n_head=2).build()).eval()

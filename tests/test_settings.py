@@ -16,13 +16,13 @@ import refimpl.runs.rundir as rundir
 import refimpl.runs.runlog as runlog
 import refimpl.settings.memory as memory
 import refimpl.settings.plan as plan_module
-import refimpl.settings.train as train_settings
-import refimpl.settings.warmstart as settings
+import refimpl.settings.train_config as train_settings
+import refimpl.settings.warmstart_config as settings
 from refimpl.algorithms import grpo
 from refimpl.cli import main
 from refimpl.runs.rundir import load_config_file
 from refimpl.runs.runlog import read_metrics
-from refimpl.settings.train import TrainConfig
+from refimpl.settings.train_config import TrainConfig
 
 #: A one-step GRPO run with a 5-step 1-layer warm start (trained in the test's directory).
 TINY = [

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from refimpl.runs import shipped
 from refimpl.runs.cache import cache_dir, settings_key
 from refimpl.runs.checkpoint import CheckpointError, sha256
-from refimpl.settings.warmstart import WARMSTART_MIX, ModelConfig, WarmstartConfig
+from refimpl.settings.warmstart_config import WARMSTART_MIX, ModelConfig, WarmstartConfig
 from refimpl.warmstart import TRAINED_WITH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -226,7 +226,7 @@ def test_an_edited_manifest_setting_no_longer_matches(tmp_path, monkeypatch):
 def test_a_run_records_the_shipped_base_it_started_from(tmp_path):
     """One tiny RL step on countdown from the shipped default warm start: config.json says
     which base model (and its sha256)."""
-    from refimpl.settings.train import TrainConfig
+    from refimpl.settings.train_config import TrainConfig
     from refimpl.train import train
 
     cfg = TrainConfig(task="countdown", steps=1, prompts_per_step=2, group_size=2,

@@ -20,8 +20,8 @@ from refimpl.runs.cache import cache_key
 from refimpl.runs.checkpoint import load_model_weights
 from refimpl.runs.divergence import NonFiniteLossError
 from refimpl.runs.runlog import read_metrics
-from refimpl.settings.train import TrainConfig
-from refimpl.settings.warmstart import WarmstartConfig
+from refimpl.settings.train_config import TrainConfig
+from refimpl.settings.warmstart_config import WarmstartConfig
 from refimpl.train import Trainer, train
 from tests.tiny import tiny_warmstart
 

@@ -30,7 +30,7 @@ import torch
 from refimpl import algorithms
 from refimpl import train as train_module
 from refimpl.sampling.groups import policy_logprobs, sample_groups
-from refimpl.settings.train import TrainConfig
+from refimpl.settings.train_config import TrainConfig
 from refimpl.train import Trainer
 from tests.tiny import tiny_warmstart
 

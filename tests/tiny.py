@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from refimpl.settings.train import TrainConfig
-from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
+from refimpl.settings.train_config import TrainConfig
+from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
 
 
 def tiny_warmstart(runs: Path) -> WarmstartConfig:

@@ -25,12 +25,12 @@ Equations
     Aggregation "token-mean" (Eq. 8/12's 1/Σ_i|o_i| Σ_i Σ_t):
         L = Σ_{i,t} m[i,t] ℓ[i,t] / Σ_{i,t} m[i,t]
 
-    Dynamic sampling (Eq. 11), applied by every training loop with ``mechanisms.keep_groups``
+    Dynamic sampling (Eq. 11), applied by every training loop with ``batch_stages.keep_groups``
     (the ``informative_groups`` when ``dynamic_sampling`` is on) on the outcome rewards:
         keep a group only if 0 < |{o_i : r_i ≥ success_threshold}| < G
 
     Soft overlong punishment (Eq. 13), added to r_i by the trainer with
-    ``mechanisms.shape_rewards`` after dynamic sampling and before the advantage:
+    ``batch_stages.shape_rewards`` after dynamic sampling and before the advantage:
         R_len(|o|) = 0                                 if |o| ≤ L_max − L_cache
                    = ((L_max − L_cache) − |o|) / L_cache    if L_max − L_cache < |o| ≤ L_max
                    = −1                                if |o| > L_max
@@ -41,7 +41,7 @@ Relative to GRPO
 Only the configuration changes: ``clip_eps_high`` 0.2 → 0.28 (clip-higher), ``kl_coef``
 0.04 → 0, ``loss_agg_mode`` seq-mean-token-mean → token-mean, ``dynamic_sampling`` and
 ``overlong_shaping`` on. The advantage and the loss code are GRPO's line for line; the two
-batch-level mechanisms live once in ``refimpl.mechanisms`` (``keep_groups``, ``shape_rewards``),
+batch-level mechanisms live once in ``refimpl.batch_stages`` (``keep_groups``, ``shape_rewards``),
 called by the training loops (they need the sampler and the length budget ``L_max``, which an
 advantage function does not see).
 

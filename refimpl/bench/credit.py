@@ -64,7 +64,7 @@ from refimpl.bench.credit_records import (
 from refimpl.diagnostics.credit_oracle import token_values, training_values
 from refimpl.runs.progress import progress as progress_bar
 from refimpl.settings.presets import PresetName
-from refimpl.settings.train import TrainConfig
+from refimpl.settings.train_config import TrainConfig
 from toy_envs import TOKENIZER
 
 

@@ -10,13 +10,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from refimpl import algorithms, mechanisms
+from refimpl import algorithms, batch_stages
 from refimpl.contract import require
 from refimpl.sampling.groups import Samples, sample_groups, seeded_generator
 from toy_envs import TOKENIZER
 
 #: The batch's prompts come from ``default_rng([HELD_OUT_SEED, CREDIT_STREAM, seed])``: a key
-#: whose first word is the evaluation streams' (``refimpl.streams.HELD_OUT_SEED``), which no
+#: whose first word is the evaluation streams' (``refimpl.problem_streams.HELD_OUT_SEED``), which no
 #: training or warm-start stream uses, and whose second word is not the held-out set's 0.
 CREDIT_STREAM = 1
 
@@ -41,7 +41,7 @@ class Policy:
 def sample_batch(policy: Policy, n_prompts: int, group_size: int, seed: int):
     """``(problems, samples, outcome)``: ``n_prompts`` problems of the policy's task, ``G``
     completions each at the run's sampling settings, and their outcome rewards."""
-    from refimpl.streams import HELD_OUT_SEED
+    from refimpl.problem_streams import HELD_OUT_SEED
 
     train, task = policy.plan.cfg, policy.plan.task
     problems = task.sample(n_prompts, np.random.default_rng([HELD_OUT_SEED, CREDIT_STREAM, seed]))
@@ -94,19 +94,21 @@ def algorithm_signals(
     B, T = samples.response_ids.shape
     advantages = torch.zeros(B, T, dtype=torch.float64)
     credit = torch.zeros(B, T, dtype=torch.float64)
-    keep = mechanisms.keep_groups(outcome, G, cfg)  # DAPO Eq. 11 when the Config asks
+    keep = batch_stages.keep_groups(outcome, G, cfg)  # DAPO Eq. 11 when the Config asks
     rows = keep.repeat_interleave(G)
     if not bool(keep.any()):
         return {"advantages": advantages, "credit": credit, "trained": rows}
     kept = samples.select_groups(keep)
     kept_outcome = outcome[rows]
-    rewards = mechanisms.shape_rewards(kept_outcome, kept.response_mask.sum(1), max_new_tokens, cfg)
+    rewards = batch_stages.shape_rewards(
+        kept_outcome, kept.response_mask.sum(1), max_new_tokens, cfg
+    )
     ref = logp_ref[rows] if (logp_ref is not None and cfg.needs_reference()) else None
     batch = kept.to_rollout_batch(rewards, G, logp_ref=ref).replace(outcome_rewards=kept_outcome)
     if cfg.values_needed() is not None:
         batch = batch.replace(token_values=token_values[rows].double())
     A = algo.advantages(batch, cfg)
-    loss_mask = mechanisms.overlong_filter(batch.response_mask, kept.truncated, cfg)
+    loss_mask = batch_stages.overlong_filter(batch.response_mask, kept.truncated, cfg)
     batch = batch.replace(response_mask=loss_mask)
     logp = batch.logp_old.clone().requires_grad_(True)
     # θ = θ_old: the current policy's entropy is the rollout's (TEPO's mask reads both).

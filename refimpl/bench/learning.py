@@ -46,7 +46,7 @@ def _task_args(cfg: LearningConfig, task: str) -> tuple[str, ...]:
 
 
 def _warmstart(cfg: LearningConfig, task: str):
-    from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
+    from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
 
     # The preset's warm start (its steps, its model) on the runs' task and knobs.
     preset_ws = dataclasses.asdict(cfg.train_defaults().warmstart)
@@ -70,8 +70,8 @@ def _warmstart(cfg: LearningConfig, task: str):
 
 def token_budget(cfg: LearningConfig, task_name: str) -> tuple[int, float]:
     """``(budget, ℓ)``: tokens per run, and the mean reference completion length ℓ."""
-    from refimpl.settings.warmstart import parse_task_args
-    from refimpl.streams import held_out_rng
+    from refimpl.problem_streams import held_out_rng
+    from refimpl.settings.warmstart_config import parse_task_args
     from toy_envs import TOKENIZER, get_task
 
     task = get_task(task_name, **dict(parse_task_args(task_name, _task_args(cfg, task_name))))

@@ -23,7 +23,7 @@ def parse_variant(label: str) -> tuple[str, tuple[str, ...], dict[str, Any]]:
     {"minibatches": 1})``: the algorithm, its Config overrides (``--algo-args``) and the
     ``TrainConfig`` overrides (any FIELD=VALUE whose field belongs to TrainConfig)."""
     from refimpl.settings.overrides import parse_overrides
-    from refimpl.settings.train import TrainConfig
+    from refimpl.settings.train_config import TrainConfig
 
     algo, *pairs = label.split()
     algorithms.get(algo)  # ValueError listing the names
@@ -132,7 +132,7 @@ class LearningConfig:
     def train_defaults(self):
         """The TrainConfig every run starts from: the preset's regime plus --lr/-N/-G."""
         from refimpl.settings import presets
-        from refimpl.settings.train import TrainConfig
+        from refimpl.settings.train_config import TrainConfig
 
         train = presets.fill_defaults(TrainConfig(), presets.get(self.preset).train)
         changes = {

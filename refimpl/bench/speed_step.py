@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
 
 def train_config(cfg: SpeedConfig, **changes):
-    from refimpl.settings.train import TrainConfig
-    from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
+    from refimpl.settings.train_config import TrainConfig
+    from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
 
     ws = WarmstartConfig(runs_dir=cfg.runs_dir, progress=False, threads=cfg.threads)
     if cfg.quick:

@@ -68,7 +68,7 @@ def _trl_problems(ours, steps: int):
     reward function, which scores a completion with the task, as our trainer does."""
     from datasets import Dataset
 
-    from refimpl.streams import HELD_OUT_SEED
+    from refimpl.problem_streams import HELD_OUT_SEED
 
     task, N = ours.task, ours.cfg.prompts_per_step
     problems = task.sample(N * steps, np.random.default_rng([HELD_OUT_SEED + 1, 0]))

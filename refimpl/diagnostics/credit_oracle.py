@@ -126,7 +126,7 @@ def _is_int(x: object) -> bool:
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """``ValueError`` naming the argument unless the sampling distribution is one a run can
-    have: the bounds of ``refimpl train`` (``refimpl.settings.train``), so that ``logits / τ``
+    have: the bounds of ``refimpl train`` (``refimpl.settings.train_config``), so that ``logits / τ``
     and the nucleus stay finite and non-empty in float32. (The sampler itself,
     ``refimpl.sampling.groups``, takes what it is given: the oracle checks before it calls it.)"""
 

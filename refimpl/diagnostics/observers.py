@@ -37,9 +37,9 @@ from refimpl import contract, core
 from refimpl.diagnostics.entropy_attribution import EntropyPredictor
 from refimpl.diagnostics.metrics import logp_advantage_covariance
 from refimpl.evaluate import heldout_metrics, probe_snapshot
+from refimpl.problem_streams import held_out_rng
 from refimpl.runs.runlog import open_no_follow
 from refimpl.sampling.groups import seeded_generator
-from refimpl.streams import held_out_rng
 
 PROBE_SEED = 20_000  # the fixed probe prompts of the entropy snapshots
 EVAL_SEED = 30_000  # the sampled completions of every held-out evaluation

@@ -20,7 +20,7 @@ from refimpl.runs import numerics
 from refimpl.runs.checkpoint import CheckpointError, check_replaceable
 from refimpl.runs.runlog import nearest_existing
 from refimpl.settings.limits import flag
-from refimpl.settings.warmstart import WARMSTART_MIX, WarmstartConfig
+from refimpl.settings.warmstart_config import WARMSTART_MIX, WarmstartConfig
 from toy_envs import TOKENIZER
 
 

@@ -19,7 +19,7 @@ from refimpl.runs.checkpoint import CheckpointError, find_checkpoint, read_state
 from refimpl.runs.runlog import read_metrics, read_probes, read_run_config
 from refimpl.settings.limits import flag
 from refimpl.settings.plan import Plan, flatten, may_differ
-from refimpl.settings.train import TrainConfig, config_dict
+from refimpl.settings.train_config import TrainConfig, config_dict
 
 
 def verify_resume(plan: Plan) -> None:

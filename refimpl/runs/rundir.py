@@ -55,7 +55,7 @@ from refimpl.runs.runlog import (
 )
 from refimpl.settings.plan import RESUME_RECORDED, Plan, resolve
 from refimpl.settings.record import config_from_record
-from refimpl.settings.train import TrainConfig, config_dict
+from refimpl.settings.train_config import TrainConfig, config_dict
 
 # ---------------------------------------------------------------------------------------------
 # Checks before anything is written.

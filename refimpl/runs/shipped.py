@@ -59,7 +59,7 @@ class ShippedModel:
 def config_from_record(record: dict[str, Any], runs_dir: Path | str = "runs"):
     """A ``WarmstartConfig`` from a recorded dict of its fields (a manifest entry's ``config``,
     a cache's ``state.json``), on ``runs_dir``."""
-    from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
+    from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
 
     return WarmstartConfig(
         **{

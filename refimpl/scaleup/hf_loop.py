@@ -4,11 +4,11 @@ names, so the two files read side by side:
 
     rollout     N prompts × G replies (``model.generate``) ─► rewards (``task.reward``) ─►
                 ``hf.rollout_batch`` (logp_old and the full-vocabulary entropy_old in one
-                forward pass) ─► dynamic sampling (``mechanisms.keep_groups``)
-    shaping     the overlong penalty added to the reward (``mechanisms.shape_rewards``)
-    advantages  ``algo.advantages``, then the overlong filter (``mechanisms.overlong_filter``)
+                forward pass) ─► dynamic sampling (``batch_stages.keep_groups``)
+    shaping     the overlong penalty added to the reward (``batch_stages.shape_rewards``)
+    advantages  ``algo.advantages``, then the overlong filter (``batch_stages.overlong_filter``)
     update      ``ppo_epochs`` × ``minibatches`` optimizer steps on whole groups
-                (``mechanisms.split_groups``): ``algo.loss`` → backward → clip → Adam
+                (``batch_stages.split_groups``): ``algo.loss`` → backward → clip → Adam
 
 Every switch of the algorithm's ``Config`` acts here as in ``loop.py``: dynamic sampling,
 overlong shaping and filter, the generation budget (``Config.for_generation_budget``), the
@@ -39,7 +39,7 @@ import copy
 
 import torch
 
-from refimpl import algorithms, core, mechanisms
+from refimpl import algorithms, batch_stages, core
 from refimpl.scaleup.hf import refuse_values_needed, rollout_batch, token_logprobs_and_entropy
 
 
@@ -63,7 +63,7 @@ def rollout(model, tok, task, chunk, algo_cfg, G: int, L_max: int, temperature: 
     # logp_old and the full-vocabulary entropy_old of every reply token, in one pass.
     batch = rollout_batch(model, prompt_ids, prompt_mask, seqs, outcome, G, eos,
                           temperature=temperature, ref_model=ref)  # fmt: skip
-    keep = mechanisms.keep_groups(batch.rewards, G, algo_cfg)  # [N] bool: all, unless asked
+    keep = batch_stages.keep_groups(batch.rewards, G, algo_cfg)  # [N] bool: all, unless asked
     if not keep.any():
         return None
     rows = keep.repeat_interleave(G)
@@ -81,7 +81,7 @@ def update(model, optimizer, algo, algo_cfg, batch, seqs, prompt_mask, forward_m
     model.train()
     algo_cfg = algo_cfg.for_update(batch, A)  # whole-rollout constants (STEER's |Ω| range)
     for _epoch in range(ppo_epochs):
-        for groups in mechanisms.split_groups(batch.num_groups, minibatches):
+        for groups in batch_stages.split_groups(batch.num_groups, minibatches):
             keep = torch.zeros(batch.num_groups, dtype=torch.bool)
             keep[groups.start : groups.stop] = True
             rows = keep.repeat_interleave(G)
@@ -123,12 +123,12 @@ def train_hf_loop(model, tok, task, problems, algorithm=algorithms.BASELINE, pro
         batch, seqs, prompt_mask, truncated, P, reward = kept
         outcome = batch.rewards
         # Reward shaping (DAPO Eq. 13) when the Config asks; success stays the outcome's.
-        rewards = mechanisms.shape_rewards(outcome, batch.lengths, L_max, algo_cfg)
+        rewards = batch_stages.shape_rewards(outcome, batch.lengths, L_max, algo_cfg)
         batch = batch.replace(rewards=rewards, outcome_rewards=outcome)
         A = algo.advantages(batch, algo_cfg)  # [B, T] token advantages, from the whole rollout
         forward_mask = batch.response_mask
         # DAPO's overlong filter: truncated rows leave the loss, after they counted in A.
-        loss_mask = mechanisms.overlong_filter(forward_mask, truncated, algo_cfg)
+        loss_mask = batch_stages.overlong_filter(forward_mask, truncated, algo_cfg)
         batch = batch.replace(response_mask=loss_mask)
         for metrics in update(model, optimizer, algo, algo_cfg, batch, seqs, prompt_mask,
                               forward_mask, A, P, ppo_epochs, minibatches, grad_clip,

@@ -49,7 +49,7 @@ from torch import Tensor
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer import grpo_trainer as _trl_grpo
 
-from refimpl import algorithms, contract, core, mechanisms
+from refimpl import algorithms, batch_stages, contract, core
 from refimpl.contract import RolloutBatch
 from refimpl.scaleup.hf import loss_batch, normaliser_count, refuse_values_needed
 
@@ -178,13 +178,13 @@ class RefimplGRPOTrainer(GRPOTrainer):
 
         outcome = rewards.float()  # success (dynamic sampling, GTPO's O⁺) is decided on it
         # DAPO Eq. 13 when cfg.overlong_shaping: the soft length penalty, on the outcome's scale.
-        rewards = mechanisms.shape_rewards(
+        rewards = batch_stages.shape_rewards(
             outcome, g_mask.sum(dim=1), self.max_completion_length, cfg
         )
         # DAPO's overlong filter when cfg.overlong_filter: truncated rows (no EOS) leave the loss.
         eos = self.processing_class.eos_token_id
         truncated = ~(g_ids == eos).logical_and(g_mask.bool()).any(dim=1)
-        g_mask = mechanisms.overlong_filter(g_mask, truncated, cfg)
+        g_mask = batch_stages.overlong_filter(g_mask, truncated, cfg)
 
         batch = RolloutBatch(
             response_ids=g_ids,
@@ -198,8 +198,8 @@ class RefimplGRPOTrainer(GRPOTrainer):
         )
         # DAPO's dynamic sampling when cfg.dynamic_sampling: TRL cannot resample, so the
         # uninformative groups get no advantage and leave the loss (GPG's α folded in).
-        keep = mechanisms.keep_groups(outcome, G, cfg)
-        adv = mechanisms.kept_group_advantages(self.algorithm, batch, keep, cfg)
+        keep = batch_stages.keep_groups(outcome, G, cfg)
+        adv = batch_stages.kept_group_advantages(self.algorithm, batch, keep, cfg)
         loss_mask = g_mask * keep.repeat_interleave(G)[:, None].to(g_mask.dtype)
         # Constants of the whole generation batch that a micro-batch's loss cannot compute
         # (STEER's |Ω| range with normalise="batch"): fixed here for every micro-batch of it.

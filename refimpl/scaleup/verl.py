@@ -67,7 +67,7 @@ import torch
 from torch import Tensor
 from verl.trainer.ppo import core_algos
 
-from refimpl import algorithms, contract, mechanisms
+from refimpl import algorithms, batch_stages, contract
 from refimpl.contract import RolloutBatch
 from refimpl.scaleup.hf import loss_batch, normaliser_count, refuse_values_needed
 
@@ -195,8 +195,8 @@ def _make_estimator(name: str):
         )
         # DAPO's dynamic sampling when cfg.dynamic_sampling; GPG's α folded into A (the loss
         # sees micro-batches, not groups).
-        keep = mechanisms.keep_groups(batch.rewards, G, cfg)
-        adv_sorted = mechanisms.kept_group_advantages(module, batch, keep, cfg)
+        keep = batch_stages.keep_groups(batch.rewards, G, cfg)
+        adv_sorted = batch_stages.kept_group_advantages(module, batch, keep, cfg)
         adv = torch.empty_like(adv_sorted)
         adv[order] = adv_sorted  # back to verl's row order
         return adv, adv  # (advantages, returns), as verl's outcome estimators return

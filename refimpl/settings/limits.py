@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from refimpl.streams import SEED_MAX
+from refimpl.problem_streams import SEED_MAX
 
 #: The largest learning rate: torch's Adam (and AdamW) takes a first step of
 #: ``lr / (1 − β₁)`` = 10·lr, which must fit in float32 (a larger one is an overflow
@@ -48,7 +48,7 @@ def check_seed(seed: int, flag: str) -> None:
     if not 0 <= seed <= SEED_MAX:
         raise ValueError(
             f"{flag}: expected an integer in [0, {SEED_MAX}] (its stream key is one 32-bit "
-            f"word: refimpl.streams), got {seed}"
+            f"word: refimpl.problem_streams), got {seed}"
         )
 
 

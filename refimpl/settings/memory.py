@@ -8,8 +8,8 @@ import os
 
 import torch
 
-from refimpl.settings.train import TrainConfig
-from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
+from refimpl.settings.train_config import TrainConfig
+from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
 from toy_envs import TOKENIZER, tasks
 
 #: Rough bytes per held-out problem object: the size ``toy_envs`` bounds ``Task.sample`` by,

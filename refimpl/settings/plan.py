@@ -20,8 +20,8 @@ from refimpl import algorithms
 from refimpl.settings.limits import flag
 from refimpl.settings.memory import check_memory
 from refimpl.settings.overrides import parse_overrides
-from refimpl.settings.train import TrainConfig, check_train_config, config_dict
-from refimpl.settings.warmstart import RunWarmstartConfig, parse_task_args
+from refimpl.settings.train_config import TrainConfig, check_train_config, config_dict
+from refimpl.settings.warmstart_config import RunWarmstartConfig, parse_task_args
 from toy_envs import TASK_NAMES, get_task
 
 

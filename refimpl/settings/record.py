@@ -1,6 +1,6 @@
 """The settings of a config.json read back: its ``train_config`` and ``algo_config``.
 
-A run's config.json holds ``config_dict(cfg)`` (``refimpl.settings.train``) and its algorithm's
+A run's config.json holds ``config_dict(cfg)`` (``refimpl.settings.train_config``) and its algorithm's
 Config; ``config_from_record`` turns such a record back into a ``TrainConfig``, checking every
 key against its annotation (one line naming the file and the key). Reading the file is
 ``refimpl.runs.rundir.load_config_file``'s.
@@ -17,7 +17,7 @@ from typing import Any
 from refimpl import algorithms
 from refimpl.settings import typecheck
 from refimpl.settings.plan import algorithm_config, build_task, overridden_config
-from refimpl.settings.train import TrainConfig
+from refimpl.settings.train_config import TrainConfig
 
 
 def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:

@@ -44,7 +44,7 @@ from refimpl import core
 from refimpl.bench import format_machine, machine_info
 from refimpl.diagnostics import entropy_attribution, observers
 from refimpl.diagnostics.observers import Covariance, EntropyChange
-from refimpl.settings.train import TrainConfig
+from refimpl.settings.train_config import TrainConfig
 from refimpl.train import Trainer
 
 

@@ -32,7 +32,7 @@ import torch
 
 from refimpl.runs.checkpoint import save_checkpoint
 from refimpl.runs.runlog import fsync_file
-from refimpl.settings.warmstart import ModelConfig
+from refimpl.settings.warmstart_config import ModelConfig
 
 
 def main() -> None:

@@ -120,7 +120,7 @@ def worker() -> None:
     from refimpl import algorithms, contract
     from refimpl.evaluate import encode_prompts
     from refimpl.sampling.groups import policy_logprobs, sample_groups
-    from refimpl.settings.warmstart import WARMSTART_MIX, WarmstartConfig
+    from refimpl.settings.warmstart_config import WARMSTART_MIX, WarmstartConfig
     from refimpl.warmstart import _training_batch
     from toy_envs import TOKENIZER, get_task
 

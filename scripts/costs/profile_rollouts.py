@@ -174,7 +174,7 @@ def _profile(fn, model: nn.Module, repeats: int, warmup: bool = True) -> dict:
 def workload_sample(runs_dir: Path) -> tuple:
     from refimpl.loop import LoopConfig
     from refimpl.settings.plan import resolve
-    from refimpl.settings.train import TrainConfig
+    from refimpl.settings.train_config import TrainConfig
     from refimpl.warmstart import base_model
     from toy_envs import TOKENIZER
 
@@ -196,7 +196,7 @@ def workload_sample(runs_dir: Path) -> tuple:
 
 
 def workload_step(runs_dir: Path) -> tuple:
-    from refimpl.settings.train import TrainConfig
+    from refimpl.settings.train_config import TrainConfig
     from refimpl.train import Trainer
 
     trainer = Trainer(
@@ -216,7 +216,7 @@ def workload_oracle(runs_dir: Path) -> tuple:
     from refimpl.bench.credit import CreditConfig, load_policy
     from refimpl.bench.credit_batch import sample_batch
     from refimpl.diagnostics.credit_oracle import token_values
-    from refimpl.settings.train import TrainConfig
+    from refimpl.settings.train_config import TrainConfig
 
     cfg = CreditConfig(preset="longchain", prompts=8, train=TrainConfig(runs_dir=runs_dir))
     policy = load_policy(cfg)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import refimpl  # noqa: F401  (the numeric path is pinned before torch runs)
 from refimpl.runs.runlog import read_metrics
-from refimpl.settings.train import TrainConfig
-from refimpl.settings.warmstart import WarmstartConfig
+from refimpl.settings.train_config import TrainConfig
+from refimpl.settings.warmstart_config import WarmstartConfig
 from refimpl.train import train
 
 #: The bars, as the test stated them before any run: a rise of 0.04 in each measure.

@@ -25,7 +25,7 @@ import refimpl  # noqa: E402,F401  (the numeric path is pinned before torch runs
 from refimpl.runs import shipped  # noqa: E402
 from refimpl.runs.cache import settings_key  # noqa: E402
 from refimpl.runs.checkpoint import read_state, sha256  # noqa: E402
-from refimpl.settings.warmstart import WARMSTART_MIX  # noqa: E402
+from refimpl.settings.warmstart_config import WARMSTART_MIX  # noqa: E402
 from refimpl.warmstart import TRAINED_WITH  # noqa: E402
 
 

@@ -236,13 +236,11 @@ def kernel_env(size_variable: str, size: str, runs_dir: Path) -> dict[str, str]:
 
 def main(cfg: TimeConfig) -> int:
     sys.path.insert(0, str(REPO))
-    from refimpl import nbplots
     from refimpl.bench import machine_info
+    from refimpl.notebook_figures import SIZE_VARIABLE, SIZES
 
-    if cfg.size not in nbplots.SIZES:
-        print(
-            f"--size: expected one of {', '.join(nbplots.SIZES)}, got {cfg.size!r}", file=sys.stderr
-        )
+    if cfg.size not in SIZES:
+        print(f"--size: expected one of {', '.join(SIZES)}, got {cfg.size!r}", file=sys.stderr)
         return 2
     try:
         paths = select(cfg.notebooks)
@@ -256,7 +254,7 @@ def main(cfg: TimeConfig) -> int:
         return 2
     fresh = cfg.runs_dir is None
     runs_dir = Path(tempfile.mkdtemp(prefix="refimpl-nbtime-")) if fresh else cfg.runs_dir
-    os.environ.update(kernel_env(nbplots.SIZE_VARIABLE, cfg.size, runs_dir))  # kernels inherit it
+    os.environ.update(kernel_env(SIZE_VARIABLE, cfg.size, runs_dir))  # kernels inherit it
     result = {
         "size": cfg.size,
         "machine": machine_info(),

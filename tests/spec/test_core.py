@@ -14,7 +14,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refimpl import contract, core, mechanisms
+from refimpl import batch_stages, contract, core
 from refimpl.contract import RolloutBatch
 from tests.spec.strategies import pad_tensor, rollout_batches
 
@@ -196,9 +196,9 @@ def test_overlong_penalty_continuous_monotone_bounded(L_max, frac):
     """``R_len`` (DAPO Eq. 13) is in [−1, 0], non-increasing in ``|o|``, 0 up to
     ``L_max − L_cache``, −1 beyond ``L_max``, and continuous: on integer lengths consecutive
     values differ by at most ``1/L_cache`` (the slope of the linear band)."""
-    cache = mechanisms.overlong_cache_len(L_max, frac)
+    cache = batch_stages.overlong_cache_len(L_max, frac)
     lengths = torch.arange(0, L_max + 5)
-    p = mechanisms.overlong_penalty(lengths, L_max, cache)
+    p = batch_stages.overlong_penalty(lengths, L_max, cache)
     assert bool((p <= 0).all()) and bool((p >= -1).all())
     steps = p[1:] - p[:-1]
     assert bool((steps <= 0).all())
@@ -207,14 +207,14 @@ def test_overlong_penalty_continuous_monotone_bounded(L_max, frac):
     assert bool((p[L_max:] == -1).all())
     # Continuity at the band's edges on real-valued lengths.
     edge = torch.tensor([L_max - cache - 1e-3, L_max - cache + 1e-3, L_max - 1e-3, L_max + 1e-3])
-    q = mechanisms.overlong_penalty(edge, L_max, cache)
+    q = batch_stages.overlong_penalty(edge, L_max, cache)
     assert abs(float(q[0] - q[1])) < 1e-2 and abs(float(q[2] - q[3])) < 1e-2
 
 
 def test_overlong_penalty_hand_computed():
     """DAPO's own numbers scaled down: L_max = 10, L_cache = 4 → the band is (6, 10]:
     |o| = 6 → 0, 7 → −1/4, 8 → −2/4, 10 → −1, 11 → −1."""
-    p = mechanisms.overlong_penalty(torch.tensor([6, 7, 8, 10, 11]), 10, 4)
+    p = batch_stages.overlong_penalty(torch.tensor([6, 7, 8, 10, 11]), 10, 4)
     torch.testing.assert_close(p, torch.tensor([0.0, -0.25, -0.5, -1.0, -1.0]))
 
 
@@ -222,7 +222,7 @@ def test_overlong_penalty_hand_computed():
 def test_informative_groups_keeps_mixed_groups(batch):
     """Dynamic sampling keeps exactly the groups with ``0 < #successful < G`` (DAPO Eq. 11):
     with binary rewards, those whose rewards are not all equal."""
-    keep = mechanisms.informative_groups(batch.rewards, batch.group_size, 0.5)
+    keep = batch_stages.informative_groups(batch.rewards, batch.group_size, 0.5)
     r = batch.rewards.view(-1, batch.group_size)
     n = (r >= 0.5).sum(1)
     assert keep.tolist() == [(0 < int(k) < batch.group_size) for k in n]
@@ -298,12 +298,12 @@ def test_overlong_rejects_bad_lengths():
     """``overlong_penalty`` / ``overlong_cache_len`` name ``max_len``, ``cache_len`` and
     ``overlong_cache_frac`` when out of range."""
     with pytest.raises(ValueError, match="max_len"):
-        mechanisms.overlong_penalty(torch.tensor([1]), 0, 1)
+        batch_stages.overlong_penalty(torch.tensor([1]), 0, 1)
     with pytest.raises(ValueError, match="cache_len"):
-        mechanisms.overlong_penalty(torch.tensor([1]), 4, 5)
+        batch_stages.overlong_penalty(torch.tensor([1]), 4, 5)
     with pytest.raises(ValueError, match="overlong_cache_frac"):
-        mechanisms.overlong_cache_len(10, 0.0)
-    assert math.isclose(mechanisms.overlong_cache_len(20480, 0.2), 4096)
+        batch_stages.overlong_cache_len(10, 0.0)
+    assert math.isclose(batch_stages.overlong_cache_len(20480, 0.2), 4096)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,9 +329,9 @@ def test_shape_rewards_hand_computed():
     rewards pass through unchanged."""
     r = torch.tensor([1.0, 1.0, 0.0, 0.0])
     lengths = torch.tensor([8, 10, 9, 10])
-    shaped = mechanisms.shape_rewards(r, lengths, 10, _Shaping())
+    shaped = batch_stages.shape_rewards(r, lengths, 10, _Shaping())
     assert shaped.tolist() == [1.0, 0.5, -0.25, -0.5]
-    assert mechanisms.shape_rewards(r, lengths, 10, _Shaping(overlong_shaping=False)) is r
+    assert batch_stages.shape_rewards(r, lengths, 10, _Shaping(overlong_shaping=False)) is r
 
 
 @given(
@@ -345,9 +345,9 @@ def test_shaped_advantage_equals_dapo_on_pm1_rewards(L_max, lengths, correct):
     GRPO-normalised advantages are DAPO's (up to eps, scaled by the factor 2 in the std)."""
     lengths_t = torch.tensor([min(n, L_max) for n in lengths])
     r01 = torch.tensor([1.0 if c else 0.0 for c in correct])
-    ours = mechanisms.shape_rewards(r01, lengths_t, L_max, _Shaping())
-    cache = mechanisms.overlong_cache_len(L_max, 0.2)
-    dapo_rewards = (2 * r01 - 1) + mechanisms.overlong_penalty(lengths_t, L_max, cache)
+    ours = batch_stages.shape_rewards(r01, lengths_t, L_max, _Shaping())
+    cache = batch_stages.overlong_cache_len(L_max, 0.2)
+    dapo_rewards = (2 * r01 - 1) + batch_stages.overlong_penalty(lengths_t, L_max, cache)
     torch.testing.assert_close(2 * ours - 1, dapo_rewards, rtol=0, atol=1e-6)
     torch.testing.assert_close(
         core.group_normalize(ours, 4), core.group_normalize(dapo_rewards, 4), rtol=0, atol=1e-5
@@ -362,13 +362,13 @@ def test_shaping_orders_correct_truncated_wrong_as_dapo():
     gives 1, 0, 0, −1: the truncated correct answer ties with the short wrong one.)"""
     r = torch.tensor([1.0, 1.0, 0.0, 0.0])
     lengths = torch.tensor([5, 10, 5, 10])
-    ours = mechanisms.shape_rewards(r, lengths, 10, _Shaping())
+    ours = batch_stages.shape_rewards(r, lengths, 10, _Shaping())
     assert ours.tolist() == [1.0, 0.5, 0.0, -0.5]
     A = core.group_normalize(ours, 4)
     A_dapo = core.group_normalize(torch.tensor([1.0, 0.0, -1.0, -2.0]), 4)
     torch.testing.assert_close(A, A_dapo, rtol=0, atol=1e-5)
     assert A[0] > A[1] > A[2] > A[3]
-    doubled = mechanisms.shape_rewards(r, lengths, 10, _Shaping(overlong_penalty_scale=1.0))
+    doubled = batch_stages.shape_rewards(r, lengths, 10, _Shaping(overlong_penalty_scale=1.0))
     assert doubled[1] == doubled[2]  # the defect the scale ½ removes
 
 
@@ -392,7 +392,7 @@ def test_success_is_decided_on_the_outcome():
 def test_split_groups_even(n_groups, minibatches):
     """The minibatches cover every group once, in order, with sizes that differ by at most
     one; there are ``min(minibatches, n_groups)`` of them and none is empty."""
-    parts = mechanisms.split_groups(n_groups, minibatches)
+    parts = batch_stages.split_groups(n_groups, minibatches)
     assert [g for p in parts for g in p] == list(range(n_groups))
     assert len(parts) == min(minibatches, n_groups)
     sizes = [len(p) for p in parts]
@@ -403,9 +403,9 @@ def test_split_groups_even(n_groups, minibatches):
 
 def test_split_groups_hand_computed():
     """7 groups in 2 minibatches: 3 and 4 (not 3, 3 and 1); 8 in 4: 2 each; 3 in 4: 1 each."""
-    assert [len(p) for p in mechanisms.split_groups(7, 2)] == [3, 4]
-    assert [len(p) for p in mechanisms.split_groups(8, 4)] == [2, 2, 2, 2]
-    assert [len(p) for p in mechanisms.split_groups(3, 4)] == [1, 1, 1]
+    assert [len(p) for p in batch_stages.split_groups(7, 2)] == [3, 4]
+    assert [len(p) for p in batch_stages.split_groups(8, 4)] == [2, 2, 2, 2]
+    assert [len(p) for p in batch_stages.split_groups(3, 4)] == [1, 1, 1]
 
 
 @pytest.mark.parametrize("scale", [45.0, 1.0, 1e-3])

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refimpl import core, mechanisms
+from refimpl import batch_stages, core
 from refimpl.algorithms import dapo
 from refimpl.contract import RolloutBatch
 from tests.spec import worked
@@ -84,8 +84,8 @@ def test_overlong_shaping_continuous_monotone_bounded(L_max):
     continuous: neighbouring integer lengths differ by at most ``1/L_cache``."""
     cfg = dapo.Config()
     assert cfg.overlong_shaping
-    cache = mechanisms.overlong_cache_len(L_max, cfg.overlong_cache_frac)
-    p = mechanisms.overlong_penalty(torch.arange(0, L_max + 3), L_max, cache)
+    cache = batch_stages.overlong_cache_len(L_max, cfg.overlong_cache_frac)
+    p = batch_stages.overlong_penalty(torch.arange(0, L_max + 3), L_max, cache)
     assert bool(((p >= -1) & (p <= 0)).all())
     d = p[1:] - p[:-1]
     assert bool((d <= 0).all()) and bool((d >= -1.0 / cache - 1e-6).all())
@@ -99,7 +99,7 @@ def test_dynamic_sampling_keeps_exactly_mixed_groups(batch):
     cfg = dapo.Config()
     assert cfg.dynamic_sampling
     G = batch.group_size
-    keep = mechanisms.informative_groups(batch.rewards, G, cfg.success_threshold)
+    keep = batch_stages.informative_groups(batch.rewards, G, cfg.success_threshold)
     n_success = (batch.rewards >= 0.5).view(-1, G).sum(1)
     assert keep.tolist() == [0 < int(n) < G for n in n_success]
     A = core.group_normalize(batch.rewards, G).view(-1, G)
@@ -110,7 +110,7 @@ def test_dynamic_sampling_counts_successes_not_reward_spread():
     """After overlong shaping an all-wrong group can have different rewards (0 and −0.5);
     the filter still drops it, because it counts successes (Eq. 11), not reward spread."""
     shaped = torch.tensor([0.0, -0.5, 1.0, 0.75])
-    assert mechanisms.informative_groups(shaped, 2, dapo.Config().success_threshold).tolist() == [
+    assert batch_stages.informative_groups(shaped, 2, dapo.Config().success_threshold).tolist() == [
         False,
         False,
     ]
@@ -175,8 +175,10 @@ def test_worked_example():
     batch, logp = worked.batch()
     cfg = dapo.Config()
     lengths = batch.response_mask.sum(1)
-    assert mechanisms.informative_groups(batch.rewards, 4, cfg.success_threshold).tolist() == [True]
-    shaped = mechanisms.shape_rewards(batch.rewards, lengths, 4, cfg)
+    assert batch_stages.informative_groups(batch.rewards, 4, cfg.success_threshold).tolist() == [
+        True
+    ]
+    shaped = batch_stages.shape_rewards(batch.rewards, lengths, 4, cfg)
     assert shaped.tolist() == [1.0, 0.5, 0.0, 0.0]
     batch = batch.replace(rewards=shaped, outcome_rewards=batch.rewards)
     A = [1.305582, 0.261116, -0.783349, -0.783349]

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from refimpl import algorithms, contract, core, mechanisms
+from refimpl import algorithms, batch_stages, contract, core
 from refimpl.algorithms import dapo, gpg, grpo
 
 G = 2
@@ -36,9 +36,9 @@ def test_keep_groups_is_dynamic_sampling_only_when_asked():
     mixed ones stay (the last is mixed: 0.6 fails, 0.8 succeeds); off, every group stays."""
     outcome = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.6, 0.8])
     on = dapo.Config(success_threshold=0.7)
-    assert mechanisms.keep_groups(outcome, G, on).tolist() == [True, False, False, True]
+    assert batch_stages.keep_groups(outcome, G, on).tolist() == [True, False, False, True]
     off = dataclasses.replace(on, dynamic_sampling=False)
-    assert mechanisms.keep_groups(outcome, G, off).tolist() == [True] * 4
+    assert batch_stages.keep_groups(outcome, G, off).tolist() == [True] * 4
 
 
 @pytest.mark.parametrize("name", ["gtpo", "grpo_s"])
@@ -51,7 +51,7 @@ def test_a_reward_exactly_at_the_threshold_is_a_success(name):
     below = torch.nextafter(torch.tensor(0.5), torch.tensor(0.0)).item()
     rewards = torch.tensor([0.5, below, 0.5, 0.5])
     assert core.successful(make_batch(rewards.tolist()), 0.5).tolist() == [True, False, True, True]
-    assert mechanisms.keep_groups(rewards, G, dapo.Config()).tolist() == [True, False]
+    assert batch_stages.keep_groups(rewards, G, dapo.Config()).tolist() == [True, False]
     module = algorithms.get(name)
     cfg = module.Config()
     assert cfg.success_threshold == 0.5
@@ -67,9 +67,9 @@ def test_overlong_filter_removes_truncated_rows_only_when_asked():
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
     truncated = torch.tensor([False, True, False])
     on = dapo.Config(overlong_filter=True)
-    out = mechanisms.overlong_filter(mask, truncated, on)
+    out = batch_stages.overlong_filter(mask, truncated, on)
     assert out.tolist() == [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
-    assert mechanisms.overlong_filter(mask, truncated, dapo.Config()) is mask  # off by default
+    assert batch_stages.overlong_filter(mask, truncated, dapo.Config()) is mask  # off by default
 
 
 @pytest.mark.parametrize(
@@ -89,12 +89,12 @@ def test_kept_group_advantages_zero_the_dropped_groups():
     """The kept groups get the algorithm's advantages of the kept batch, the others 0."""
     batch = make_batch([1.0, 0.0, 0.0, 0.0, 0.0, 1.0])
     keep = torch.tensor([True, False, True])
-    adv = mechanisms.kept_group_advantages(grpo, batch, keep, grpo.Config())
+    adv = batch_stages.kept_group_advantages(grpo, batch, keep, grpo.Config())
     rows = keep.repeat_interleave(G)
     expected = grpo.advantages(batch.select_groups(keep), grpo.Config())
     torch.testing.assert_close(adv[rows], expected, rtol=0, atol=0)
     assert (adv[~rows] == 0).all()
-    nothing = mechanisms.kept_group_advantages(
+    nothing = batch_stages.kept_group_advantages(
         grpo, batch, torch.zeros(3, dtype=torch.bool), grpo.Config()
     )
     assert (nothing == 0).all()
@@ -106,7 +106,7 @@ def test_gpg_alpha_folded_into_the_advantages_gives_the_same_gradient():
     batch = make_batch([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
     keep = torch.ones(3, dtype=torch.bool)
     cfg = gpg.Config()
-    folded = mechanisms.kept_group_advantages(gpg, batch, keep, cfg)
+    folded = batch_stages.kept_group_advantages(gpg, batch, keep, cfg)
     plain = gpg.advantages(batch, cfg)
     torch.testing.assert_close(folded, plain * 1.5, rtol=0, atol=0)
 
@@ -127,7 +127,7 @@ def test_shape_rewards_is_the_identity_unless_asked(name):
     """``shape_rewards`` changes rewards only with ``overlong_shaping`` (DAPO's default)."""
     cfg = algorithms.get(name).Config()
     rewards, lengths = torch.tensor([1.0, 0.0]), torch.tensor([10, 10])
-    shaped = mechanisms.shape_rewards(rewards, lengths, 10, cfg)
+    shaped = batch_stages.shape_rewards(rewards, lengths, 10, cfg)
     if cfg.overlong_shaping:
         # L_max = 10, L_cache = 2: |o| = 10 is 2 past L_max − L_cache → R_len = −1, × 0.5.
         assert shaped.tolist() == [0.5, -0.5]

@@ -24,7 +24,7 @@ from refimpl.algorithms import vineppo
 from refimpl.contract import ValueRequest
 from refimpl.diagnostics import credit_oracle
 from refimpl.diagnostics.credit_oracle import step_starts, token_values, training_values
-from refimpl.settings.warmstart import ModelConfig
+from refimpl.settings.warmstart_config import ModelConfig
 from tests.spec import worked
 from tests.spec.strategies import rollout_batches
 from tests.tiny import enumerable_batch

@@ -43,8 +43,8 @@ def calibrate(n_layer: int, n_embd: int, log=print) -> dict:
 
     import refimpl  # noqa: F401  (the pinned numeric path, before torch runs)
     from refimpl.evaluate import success_rate
-    from refimpl.settings.warmstart import ModelConfig
-    from refimpl.streams import held_out_rng, warmstart_rng
+    from refimpl.problem_streams import held_out_rng, warmstart_rng
+    from refimpl.settings.warmstart_config import ModelConfig
     from refimpl.warmstart import _training_batch
     from toy_envs import get_task
 

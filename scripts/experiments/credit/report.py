@@ -504,7 +504,7 @@ def learning_figure(out: Path) -> Path | None:
 def token_figure(d: dict, out: Path, k: str | None = None) -> Path:
     """One failed and one successful completion of a batch, every token coloured by A* and by
     the advantages of GRPO, GTPO, GRPO-S and TEPO (each row its own symmetric scale)."""
-    from refimpl.nbplots import plot_completion_credit
+    from refimpl.notebook_figures import plot_completion_credit
     from refimpl.plots import save_figure
 
     fig = plot_completion_credit(d, k=k or main_k(d), algos=FIGURE_ALGOS)

@@ -29,7 +29,7 @@ from refimpl import core
 from refimpl.bench import format_machine, machine_info
 from refimpl.diagnostics.entropy_attribution import hbar_gradient
 from refimpl.diagnostics.observers import EntropyChange
-from refimpl.settings.train import TrainConfig
+from refimpl.settings.train_config import TrainConfig
 from refimpl.train import Trainer
 
 #: (groups P, completions C) of each candidate subset.

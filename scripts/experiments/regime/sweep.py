@@ -31,8 +31,8 @@ import tyro
 
 from refimpl.compare import run_in_workers
 from refimpl.settings.plan import run_warmstart
-from refimpl.settings.train import TrainConfig
-from refimpl.settings.warmstart import ModelConfig, WarmstartConfig
+from refimpl.settings.train_config import TrainConfig
+from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
 
 
 def _ws(**changes) -> WarmstartConfig:

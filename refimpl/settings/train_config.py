@@ -16,11 +16,11 @@ import torch
 
 from refimpl import algorithms
 from refimpl.loop import LoopConfig
+from refimpl.problem_streams import held_out_rng
 from refimpl.sampling.distribution import TEMPERATURE_MIN, TOP_P_MIN  # the sampler's bounds
 from refimpl.settings.limits import check_lr, check_positive, check_seed, check_threads, flag
 from refimpl.settings.overrides import KeyValues
-from refimpl.settings.warmstart import RunWarmstartConfig, TaskName
-from refimpl.streams import held_out_rng
+from refimpl.settings.warmstart_config import RunWarmstartConfig, TaskName
 from toy_envs import TOKENIZER
 
 #: ``--algo`` choices, listed by ``--help`` (built from the registry: new algorithms appear).

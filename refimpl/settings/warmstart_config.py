@@ -1,7 +1,7 @@
 """The settings of a warm start: the model's size, the supervised run, and the task's knobs.
 
 Types only, and their checks: this module trains nothing and touches no file.
-``refimpl.warmstart`` (the supervised loop) and ``refimpl.settings.train`` (an RL run's
+``refimpl.warmstart`` (the supervised loop) and ``refimpl.settings.train_config`` (an RL run's
 settings, which embed a warm start's) both read it; where its model is cached is
 ``refimpl.runs.cache``'s.
 
