@@ -9,7 +9,8 @@
 #      α₂ = 0, evaluated after the last step only (the evaluations run under a forked
 #      random-number generator, so fewer of them do not change what an arm trains);
 #   3. the third pass (2026-12-06, the AMD EPYC): the seeds that can decide the α₂ row
-#      (GTPO and GTPO with α₂ = 0 on seeds 6-17: 18 seeds for an MDD near 0.05), then GRPO-S
+#      (the base model, GTPO and GTPO with α₂ = 0 on seeds 6-17: 18 seeds for an MDD near
+#      0.05; the base model's evaluation is the step-0 point every arm of a seed needs), then GRPO-S
 #      on seeds 3-5, so that GRPO-S − DAPO without overlong shaping pairs on one machine.
 # PASSES picks the passes (default "1 2 3"; PASSES=3 runs the third alone).
 # A run whose result file exists is skipped, so the script can be stopped and started again;
@@ -44,8 +45,8 @@ if [[ " $PASSES " == *" 2 "* ]]; then
   done
 fi
 if [[ " $PASSES " == *" 3 "* ]]; then
-  for seed in $(seq 6 17); do  # the two arms of a seed one after the other: each pair lands whole
-    queue+=("gtpo $seed --eval-at 12" "gtpo_alpha0 $seed --eval-at 12")
+  for seed in $(seq 6 17); do  # a seed's base model and its two arms together: each lands whole
+    queue+=("base $seed" "gtpo $seed --eval-at 12" "gtpo_alpha0 $seed --eval-at 12")
   done
   queue+=("grpo_s 3 --eval-at 12" "grpo_s 4 --eval-at 12" "grpo_s 5 --eval-at 12")
 fi
