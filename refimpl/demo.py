@@ -21,7 +21,7 @@ act), writes ``runs/demo/compare.png`` and prints two tables.
    the RL seed: ``--seeds 0,1,2`` averages over seeds.
 
 Every number is the same run after run on one machine (each run trains on one torch thread);
-another CPU rounds differently and prints other digits (``refimpl/runs/numerics.py``):
+another CPU rounds differently and prints other digits (``refimpl/runs/cpu_kernels.py``):
 docs/benchmarks.md § 0 gives the spread over seeds, which is what carries to any machine.
 """
 

@@ -9,7 +9,7 @@ short supervised run on reference solutions of a *mix of easier instances* (for 
 both right and wrong answers (a group whose rewards are all equal carries no signal).
 
 The result is deterministic per seed on a machine (on one torch thread, the default: see
-``WarmstartConfig.threads``; refimpl's pinned kernel path, ``refimpl/runs/numerics.py``, makes it
+``WarmstartConfig.threads``; refimpl's pinned kernel path, ``refimpl/runs/cpu_kernels.py``, makes it
 independent of the CPU's instruction-set level, but an AMD CPU trains other bits than an Intel
 one: docs/numerics.md) and cached under ``runs/warmstart/<task>-<hash>/``: the
 hash covers every setting, so changing one trains a new model, and ``make demo``, the
@@ -30,7 +30,7 @@ from filelock import FileLock
 from refimpl.evaluate import success_rate
 from refimpl.model import GPT
 from refimpl.problem_streams import held_out_rng, warmstart_rng
-from refimpl.runs import numerics, shipped
+from refimpl.runs import cpu_kernels, shipped
 from refimpl.runs.cache import cache_complete, cache_dir, cache_key, check_cache_writable
 from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.runs.progress import progress
@@ -241,13 +241,17 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
     model.eval()
     report = base_success(model, get_task(cfg.task, **cfg.task_knobs()), cfg.eval_problems)
     report["train_seconds"] = round(seconds, 1)
-    state = {"config": dataclasses.asdict(cfg), "report": report, "numerics": numerics.describe()}
+    state = {
+        "config": dataclasses.asdict(cfg),
+        "report": report,
+        "numerics": cpu_kernels.describe(),
+    }
     save_checkpoint(cache, model, None, state)
     model.base_record = shipped.describe_base(
         "trained",
         sha=read_state(cache)["checksums"]["model.safetensors"],
         cache=cache,
-        trained_on=numerics.cpu_name(),
+        trained_on=cpu_kernels.cpu_name(),
     )
     model.base_report = report
     print(f"warm start: trained {cfg.steps} steps in {seconds:.0f} s → {cache}")

@@ -663,7 +663,7 @@ def test_slip_8_each_file_names_its_machine():
     """New files record the CPU's model name and the numeric path; a file that does not name
     its CPU model (the first pass's record only "x86_64") is shown as "unrecorded", never
     attributed from outside the file (issue 47, item 3)."""
-    from refimpl.runs.numerics import names_cpu_model
+    from refimpl.runs.cpu_kernels import names_cpu_model
 
     machines = _block(report.PAGE.read_text(), "machines")
     assert TOY["machine"]["cpu"] in machines
@@ -686,7 +686,7 @@ def test_a_file_without_a_cpu_model_is_unrecorded_on_the_page():
     """Every real-model, cross-machine and toy file either names its CPU model, or the page's
     machines block lists it on an "unrecorded" line; no machine is named that no file records
     (the first pass's Xeon was a guess from the commits' dates)."""
-    from refimpl.runs.numerics import names_cpu_model
+    from refimpl.runs.cpu_kernels import names_cpu_model
 
     machines = _block(report.PAGE.read_text(), "machines")
     lines = machines.splitlines()

@@ -130,7 +130,7 @@ def test_the_top_level_is_small_and_the_trainer_fits_in_a_sitting():
 #: The layers of the code, from the bottom up (``docs/design.md`` draws them): a module imports
 #: only from its own unit (a module, or a package) or from a layer below its own, never from
 #: its own layer's other units or from above. ``refimpl/__init__.py`` is outside the order: it
-#: pins the numeric path (``refimpl.runs.numerics``) before anything loads torch.
+#: pins the numeric path (``refimpl.runs.cpu_kernels``) before anything loads torch.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("toy_envs", "refimpl.settings.typecheck"),
     ("refimpl.contract",),

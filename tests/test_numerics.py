@@ -1,4 +1,4 @@
-"""One numeric path (refimpl/runs/numerics.py): the kernel path torch would pick on this machine,
+"""One numeric path (refimpl/runs/cpu_kernels.py): the kernel path torch would pick on this machine,
 or the one the environment asks for, must not change a single weight.
 
 The cross-path test is what would have caught issue 24: a warm start plus a few RL steps in
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from refimpl.runs import numerics
+from refimpl.runs import cpu_kernels
 from refimpl.runs.cache import cache_dir
 from refimpl.settings.warmstart_config import WarmstartConfig
 
@@ -51,8 +51,8 @@ TRAIN_ARGS = [
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in numerics.PINNED_ENV}
-    env.pop(numerics.MODE_VARIABLE, None)
+    env = {k: v for k, v in os.environ.items() if k not in cpu_kernels.PINNED_ENV}
+    env.pop(cpu_kernels.MODE_VARIABLE, None)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra)
     return env
@@ -92,11 +92,11 @@ def test_warm_start_and_rl_are_bit_identical_on_two_kernel_paths(tmp_path):
     assert plain[1] == weights
     for cfg in (config, plain[2]):
         assert cfg["numerics"]["path"] == "avx2"
-        assert cfg["numerics"]["cpu_capability"] == numerics.PINNED_CAPABILITY
-        assert cfg["numerics"]["env"] == numerics.PINNED_ENV
+        assert cfg["numerics"]["cpu_capability"] == cpu_kernels.PINNED_CAPABILITY
+        assert cfg["numerics"]["env"] == cpu_kernels.PINNED_ENV
         # MKL took the pin's strict mode; its branch is the vendor's (AVX2 Intel, AUTO AMD).
-        assert numerics._mkl_took_the_pin(cfg["numerics"]["mkl_branch"])
-        assert cfg["numerics"]["cpu"] == numerics.cpu_name()
+        assert cpu_kernels._mkl_took_the_pin(cfg["numerics"]["mkl_branch"])
+        assert cfg["numerics"]["cpu"] == cpu_kernels.cpu_name()
 
 
 def _python(code: str, extra: dict[str, str]) -> subprocess.CompletedProcess:
@@ -105,14 +105,16 @@ def _python(code: str, extra: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
-DESCRIBE = "import json; from refimpl.runs import numerics; print(json.dumps(numerics.describe()))"
+DESCRIBE = (
+    "import json; from refimpl.runs import cpu_kernels; print(json.dumps(cpu_kernels.describe()))"
+)
 
 
 @pytest.mark.skipif(not X86_64, reason="the pinned path is x86-64's (elsewhere: native)")
 def test_pin_overrides_the_environment_and_native_opts_out():
     pinned = json.loads(_python("import refimpl, torch; " + DESCRIBE, PLAIN_ENV).stdout)
     assert pinned["path"] == "avx2" and pinned["cpu_capability"] == "AVX2"
-    assert pinned["env"] == numerics.PINNED_ENV
+    assert pinned["env"] == cpu_kernels.PINNED_ENV
     native = json.loads(
         _python(
             "import refimpl, torch; " + DESCRIBE, {**PLAIN_ENV, "REFIMPL_NUMERICS": "native"}
@@ -130,7 +132,7 @@ def test_torch_imported_but_unused_before_refimpl_is_still_pinned():
     result = _python("import torch, refimpl; " + DESCRIBE, {})
     described = json.loads(result.stdout)
     assert described["path"] == "avx2" and described["cpu_capability"] == "AVX2"
-    assert numerics._mkl_took_the_pin(described["mkl_branch"])
+    assert cpu_kernels._mkl_took_the_pin(described["mkl_branch"])
     assert "RuntimeWarning" not in result.stderr
 
 
@@ -145,20 +147,20 @@ def test_torch_run_before_refimpl_warns_and_records_the_native_path():
     # default branch, not the pin's strict mode.
     assert not (
         described["cpu_capability"] == "AVX2"
-        and numerics._mkl_took_the_pin(described["mkl_branch"])
+        and cpu_kernels._mkl_took_the_pin(described["mkl_branch"])
     )
 
 
 def test_a_bad_mode_is_an_error_naming_the_variable(monkeypatch):
     monkeypatch.setenv("REFIMPL_NUMERICS", "fast")
     with pytest.raises(ValueError, match="REFIMPL_NUMERICS: expected one of avx2, native"):
-        numerics.requested_mode()
+        cpu_kernels.requested_mode()
 
 
 def test_the_warm_start_cache_is_keyed_by_the_numeric_path(monkeypatch, tmp_path):
     cfg = WarmstartConfig(runs_dir=tmp_path)
     pinned = cache_dir(cfg)
-    monkeypatch.setattr(numerics, "cache_tag", lambda: "native-x86_64-avx512")
+    monkeypatch.setattr(cpu_kernels, "cache_tag", lambda: "native-x86_64-avx512")
     assert cache_dir(cfg) != pinned
 
 
@@ -166,29 +168,29 @@ def test_the_warm_start_cache_is_keyed_by_the_numeric_path(monkeypatch, tmp_path
 def test_torch_imported_first_is_pinned_whatever_branch_the_vendor_gives(monkeypatch, branch):
     """MKL answers the pin's ``AVX2,STRICT`` with ``AUTO,STRICT`` on AMD (issue 30); that is the
     pinned path there, not torch having run first, so no warning and the mode is ``avx2``."""
-    monkeypatch.setattr(numerics, "_state", {})
-    monkeypatch.setattr(numerics, "requested_mode", lambda: "avx2")
-    monkeypatch.setattr(numerics.platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(numerics, "_capability", lambda: "AVX2")
-    monkeypatch.setattr(numerics, "_mkl_branch", lambda: branch)
-    monkeypatch.setattr(numerics.os, "environ", dict(os.environ))  # pin() sets variables
+    monkeypatch.setattr(cpu_kernels, "_state", {})
+    monkeypatch.setattr(cpu_kernels, "requested_mode", lambda: "avx2")
+    monkeypatch.setattr(cpu_kernels.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(cpu_kernels, "_capability", lambda: "AVX2")
+    monkeypatch.setattr(cpu_kernels, "_mkl_branch", lambda: branch)
+    monkeypatch.setattr(cpu_kernels.os, "environ", dict(os.environ))  # pin() sets variables
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert numerics.pin() == "avx2"
-    tag = numerics.cache_tag()
+        assert cpu_kernels.pin() == "avx2"
+    tag = cpu_kernels.cache_tag()
     # Intel's branch and AMD's train other models: they never share a cached warm start.
     assert tag == ("avx2-mkl-auto,strict" if branch == "AUTO,STRICT" else "avx2")
 
 
 def test_mkl_default_branch_after_torch_ran_is_not_the_pin(monkeypatch):
-    monkeypatch.setattr(numerics, "_state", {})
-    monkeypatch.setattr(numerics, "requested_mode", lambda: "avx2")
-    monkeypatch.setattr(numerics.platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(numerics, "_capability", lambda: "AVX2")
-    monkeypatch.setattr(numerics, "_mkl_branch", lambda: "off")  # MKL read no MKL_CBWR
-    monkeypatch.setattr(numerics.os, "environ", dict(os.environ))
+    monkeypatch.setattr(cpu_kernels, "_state", {})
+    monkeypatch.setattr(cpu_kernels, "requested_mode", lambda: "avx2")
+    monkeypatch.setattr(cpu_kernels.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(cpu_kernels, "_capability", lambda: "AVX2")
+    monkeypatch.setattr(cpu_kernels, "_mkl_branch", lambda: "off")  # MKL read no MKL_CBWR
+    monkeypatch.setattr(cpu_kernels.os, "environ", dict(os.environ))
     with pytest.warns(RuntimeWarning, match="import refimpl before using torch"):
-        assert numerics.pin() == "native"
+        assert cpu_kernels.pin() == "native"
 
 
 # -- Two machines' record (issue 30) --------------------------------------------------------

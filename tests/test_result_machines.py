@@ -1,6 +1,6 @@
 """Every committed result file names the CPU model it was computed on (issue 47, item 3), and
-every writer of result files records it: ``refimpl.runs.numerics.cpu_name`` (read by
-``numerics.describe`` and ``refimpl.bench.machine_info``) gives a model name or
+every writer of result files records it: ``refimpl.runs.cpu_kernels.cpu_name`` (read by
+``cpu_kernels.describe`` and ``refimpl.bench.machine_info``) gives a model name or
 "unrecorded (<architecture>)", never the architecture alone, which a reader takes for a CPU.
 
 A committed file that records no CPU model is allowed only where the page that reads it says
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from refimpl.runs import numerics
-from refimpl.runs.numerics import names_cpu_model
+from refimpl.runs import cpu_kernels
+from refimpl.runs.cpu_kernels import names_cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_FILES = sorted(
@@ -74,17 +74,17 @@ def test_cpu_name_reads_the_model_or_says_unrecorded(tmp_path, monkeypatch, cpui
     (where ``platform.processor()`` says only "aarch64")."""
     fake = tmp_path / "cpuinfo"
     fake.write_text(cpuinfo)
-    monkeypatch.setattr(numerics, "Path", lambda _path: fake)
-    monkeypatch.setattr(numerics.platform, "processor", lambda: "aarch64")
-    monkeypatch.setattr(numerics.platform, "machine", lambda: "aarch64")
-    monkeypatch.setattr(numerics.sys, "platform", "linux")
-    assert numerics.cpu_name() == expected
+    monkeypatch.setattr(cpu_kernels, "Path", lambda _path: fake)
+    monkeypatch.setattr(cpu_kernels.platform, "processor", lambda: "aarch64")
+    monkeypatch.setattr(cpu_kernels.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(cpu_kernels.sys, "platform", "linux")
+    assert cpu_kernels.cpu_name() == expected
 
 
 def test_the_benchmarks_record_the_same_cpu_name():
     from refimpl.bench import machine_info
 
-    assert machine_info()["cpu"] == numerics.cpu_name()
+    assert machine_info()["cpu"] == cpu_kernels.cpu_name()
 
 
 #: Every script that writes a result file, and the record it writes the machine with.
@@ -103,7 +103,7 @@ WRITERS = [
 
 def test_every_writer_of_a_result_file_records_the_machine():
     """Each script under scripts/ that writes JSON to a file records ``machine_info()`` or
-    ``numerics.describe()`` (both name the CPU model), and the list above is all of them."""
+    ``cpu_kernels.describe()`` (both name the CPU model), and the list above is all of them."""
     writers = set()
     for path in [*ROOT.glob("scripts/**/*.py"), *ROOT.glob("scripts/**/*.sh")]:
         text = path.read_text()
@@ -115,4 +115,4 @@ def test_every_writer_of_a_result_file_records_the_machine():
     assert writers <= set(WRITERS), writers - set(WRITERS)
     for rel in WRITERS:
         text = (ROOT / rel).read_text()
-        assert "machine_info()" in text or "numerics.describe()" in text, rel
+        assert "machine_info()" in text or "cpu_kernels.describe()" in text, rel

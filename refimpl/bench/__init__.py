@@ -28,7 +28,7 @@ def machine_info() -> dict[str, object]:
     """What the figures were measured on: CPU model, cores, load, versions, date."""
     import torch
 
-    from refimpl.runs.numerics import cpu_name
+    from refimpl.runs.cpu_kernels import cpu_name
 
     cpu = cpu_name()  # the model name, or "unrecorded (<architecture>)": never the arch alone
     try:

@@ -392,7 +392,7 @@ def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None
     metrics; returns what ``main`` writes. ``typed``: the fields the command line set
     (``presets.explicit_fields``), which ``--preset`` leaves alone."""
     from refimpl.bench import machine_info
-    from refimpl.runs import numerics
+    from refimpl.runs import cpu_kernels
     from refimpl.settings.memory import refuse_over_budget
 
     cfg.check(typed)
@@ -428,7 +428,7 @@ def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None
                                         default=str))
             for name, c in algo_cfgs.items()}},
         "policy": {"source": policy.source, "step": policy.step},
-        "machine": {**machine_info(), "numerics": numerics.describe(), **cost},
+        "machine": {**machine_info(), "numerics": cpu_kernels.describe(), **cost},
         "completions": [
             completion_record(problems[i // G].prompt, TOKENIZER.decode(tokens), tokens,
                               samples.entropy_old[i], float(outcome[i]),

@@ -12,9 +12,9 @@ them, is ``refimpl.settings``'s; this package checks the disk against that plan.
     cache        the warm-start cache: its key, its directory, whether it can be written
     stop         Ctrl-C / SIGTERM: stop after the step, with a checkpoint
     divergence   NaN/inf in a step stops the run, the last good checkpoint kept
-    numerics     the pinned CPU kernel path (imported by ``refimpl/__init__.py`` before torch)
+    cpu_kernels  the pinned CPU kernel path (imported by ``refimpl/__init__.py`` before torch)
     progress     a progress bar on a terminal, a line every 10 % in a log
 
-This file imports nothing: ``refimpl/__init__.py`` imports ``refimpl.runs.numerics`` before
+This file imports nothing: ``refimpl/__init__.py`` imports ``refimpl.runs.cpu_kernels`` before
 any module loads torch.
 """

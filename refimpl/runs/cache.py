@@ -3,7 +3,7 @@
 A warm start's model is trained once and cached under ``<runs_dir>/warmstart/<task>-<key>/``
 (a checkpoint directory: ``model.safetensors`` and ``state.json``), where the key hashes
 every setting that changes the trained weights, the numeric path included
-(``refimpl.runs.numerics``): another kernel path trains another model, so it never reuses
+(``refimpl.runs.cpu_kernels``): another kernel path trains another model, so it never reuses
 this one. ``refimpl.warmstart`` trains and loads it; a run's ``preflight`` checks, before
 anything is trained, that a cache that has to be written can be.
 """
@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from refimpl.runs import numerics
+from refimpl.runs import cpu_kernels
 from refimpl.runs.checkpoint import CheckpointError, check_replaceable
 from refimpl.runs.runlog import nearest_existing
 from refimpl.settings.limits import flag
@@ -50,7 +50,7 @@ def cache_key(cfg: WarmstartConfig) -> str:
     """A hash of every setting of ``cfg`` that changes the trained weights (``key_inputs``)
     and of the numeric path: another kernel path trains another model, so this machine's
     cache never reuses one trained on another path."""
-    return _digest({**key_inputs(cfg), "numerics": numerics.cache_tag()})
+    return _digest({**key_inputs(cfg), "numerics": cpu_kernels.cache_tag()})
 
 
 def settings_key(cfg: WarmstartConfig) -> str:

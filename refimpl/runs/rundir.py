@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from refimpl.runs import numerics, shipped
+from refimpl.runs import cpu_kernels, shipped
 from refimpl.runs.cache import check_cache_writable
 from refimpl.runs.checkpoint import (
     CheckpointError,
@@ -352,7 +352,7 @@ def write_new_run(run_dir: Path, cfg: TrainConfig, algo_cfg: Any,
         "train_config": config_dict(cfg),
         "algo_config": dataclasses.asdict(algo_cfg),
         "versions": versions(),
-        "numerics": numerics.describe(),
+        "numerics": cpu_kernels.describe(),
         **({"base_model": base} if base is not None else {}),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -372,7 +372,7 @@ def record_resume(run_dir: Path, saved: dict[str, Any], cfg: TrainConfig, step: 
             "at_step": step,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "versions": versions(),
-            "numerics": numerics.describe(),
+            "numerics": cpu_kernels.describe(),
             **({"changed": changed} if changed else {}),
         }
     )

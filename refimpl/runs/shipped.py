@@ -1,7 +1,7 @@
 """The base models shipped with refimpl: one set of weights per warm start, for every machine.
 
 A warm start trained on an AMD CPU and one trained on an Intel CPU from the same settings are
-different models (``refimpl/runs/numerics.py``: countdown's default warm start solves 0.41 of
+different models (``refimpl/runs/cpu_kernels.py``: countdown's default warm start solves 0.41 of
 the held-out problems on the project's AMD EPYC and 0.46 on its Xeon), so two machines that
 each train their own start their RL runs from different places, and their runs do not pair.
 The warm starts that the claims ledger, the credit page and the demo start from are therefore
@@ -12,7 +12,7 @@ and an installed package both have them), each described in ``refimpl/base_model
   hashes, ``key_inputs``), ``settings_key``: their hash, without the numeric path;
 - ``sha256`` and ``bytes`` of the file, and ``report``: its held-out greedy and sampled success;
 - ``command``: the command that trains it, ``trained_on``: the machine and numeric path
-  (``numerics.describe()`` at training time), ``cache_key``: its cache directory's key there.
+  (``cpu_kernels.describe()`` at training time), ``cache_key``: its cache directory's key there.
 
 ``refimpl.warmstart.base_model`` starts from the shipped model whenever the settings asked for
 match an entry (``find``) and ``--warmstart.shipped`` is on (the default): nothing is trained,

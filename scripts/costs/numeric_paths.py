@@ -250,7 +250,7 @@ def main() -> None:
         print(f"| {label} | {cells} | {ratio:.2f} |")
     import torch  # noqa: PLC0415  (after refimpl would pin it: this process stays native)
 
-    from refimpl.runs.numerics import cpu_name
+    from refimpl.runs.cpu_kernels import cpu_name
 
     print(
         f"\n{cpu_name()}, {os.cpu_count()} CPUs, torch "

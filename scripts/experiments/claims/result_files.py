@@ -91,7 +91,7 @@ def machine_of(result: dict, key: tuple[str, int] | None = None) -> str:
     """The machine a result file was computed on, from its own record only: the CPU's model
     name (and numeric path, torch, threads where recorded); "unrecorded" where the file does
     not name its CPU model (the first pass's files record only "x86_64")."""
-    from refimpl.runs.numerics import names_cpu_model
+    from refimpl.runs.cpu_kernels import names_cpu_model
 
     m = result.get("machine", {})
     cpu = str(m.get("cpu", ""))

@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     import torch
 
-    from refimpl.runs import numerics
+    from refimpl.runs import cpu_kernels
     from refimpl.scaleup.models import load_smollm2
     from refimpl.scaleup.real_task import ChatTask, evaluate
 
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
         "commit": _commit(),
         # The CPU's model name and the numeric path (docs/numerics.md), so a reader can tell
         # which machine's digits a file holds.
-        "machine": {**numerics.describe(), "torch": torch.__version__, "threads": args.threads},
+        "machine": {**cpu_kernels.describe(), "torch": torch.__version__, "threads": args.threads},
         "held_out": [str(p) for p in held_out],
     }
     t0 = time.perf_counter()

@@ -98,13 +98,13 @@ def main(argv: list[str] | None = None) -> dict:
     if not names or unknown:
         parser.error(f"--models: expected names from {', '.join(MODELS)}, got {args.models!r}")
     from refimpl.bench import machine_info
-    from refimpl.runs import numerics
+    from refimpl.runs import cpu_kernels
     from refimpl.runs.runlog import write_text_atomic
 
     result = json.loads(args.out.read_text()) if args.out.exists() else {"models": {}}
     for name in names:
         result["models"][name] = calibrate(*MODELS[name])
-        result["machine"] = {**machine_info(), "numerics": numerics.describe()}
+        result["machine"] = {**machine_info(), "numerics": cpu_kernels.describe()}
         args.out.parent.mkdir(parents=True, exist_ok=True)
         # After each model (an interrupted run keeps the others), never through a link.
         write_text_atomic(args.out, json.dumps(result, indent=1) + "\n")

@@ -173,7 +173,7 @@ def measure(args: argparse.Namespace) -> dict:
         signals_record,
     )
     from refimpl.diagnostics.credit_oracle import estimate_values
-    from refimpl.runs import numerics
+    from refimpl.runs import cpu_kernels
     from refimpl.runs.progress import progress
     from refimpl.scaleup.models import load_smollm2
     from refimpl.scaleup.real_task import ChatTask
@@ -215,7 +215,7 @@ def measure(args: argparse.Namespace) -> dict:
                      "model": "SmolLM2-135M-Instruct"},
         "policy": {"source": "SmolLM2-135M-Instruct, untrained", "step": 0,
                    "problems_tried": tried},
-        "machine": {**machine_info(), "numerics": numerics.describe()},
+        "machine": {**machine_info(), "numerics": cpu_kernels.describe()},
         "completions": [
             completion_record(task.question(problems[i // G]), texts[i], r, samples.entropy_old[i],
                               float(outcome[i]), success_threshold=threshold,

@@ -196,10 +196,10 @@ def main(argv: list[str] | None = None) -> dict:
         del model
 
     from refimpl.bench import machine_info
-    from refimpl.runs import numerics
+    from refimpl.runs import cpu_kernels
 
     # The machine that computed the file: its CPU model, cores, versions, numeric path.
-    machine = {**machine_info(), "numerics": numerics.describe()}
+    machine = {**machine_info(), "numerics": cpu_kernels.describe()}
     result = {
         "args": {k: str(v) for k, v in vars(args).items()},
         "machine": machine,
