@@ -52,7 +52,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import torch
 from jaxtyping import Float
 from torch import Tensor
 
@@ -98,21 +97,9 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
 
 
 def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
-    """The same advantages as plain loops over groups, completions and positions."""
-    B, T = batch.response_mask.shape
-    G = batch.group_size
-    A = torch.zeros(B, T, dtype=torch.float32)
-    r = batch.rewards.tolist()
-    for g in range(batch.num_groups):
-        rows = range(g * G, g * G + G)
-        rewards = [r[i] for i in rows]
-        mean = sum(rewards) / G
-        for i in rows:
-            A_i = 0.0 if max(rewards) == min(rewards) else r[i] - mean
-            for t in range(T):
-                if batch.response_mask[i, t] == 1:
-                    A[i, t] = A_i
-    return A
+    """The same advantages as plain loops over groups, completions and positions: GRPO's group
+    loops with the std left out (``core.reference_group_zscore``, written once for the spec)."""
+    return core.reference_group_zscore(batch, core.EPS, scale_by_std=False)
 
 
 def loss(

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from jaxtyping import Float
 from torch import Tensor
 
@@ -114,23 +113,10 @@ def advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
 
 
 def reference_advantages(batch: RolloutBatch, cfg: Config) -> Float[Tensor, "B T"]:
-    """The same advantages as plain loops over groups, completions and positions."""
-    B, T = batch.response_mask.shape
-    G = batch.group_size
-    A = torch.zeros(B, T, dtype=torch.float32)
-    r = batch.rewards.tolist()
-    for g in range(batch.num_groups):
-        rows = range(g * G, g * G + G)
-        rewards = [r[i] for i in rows]
-        mean = sum(rewards) / G
-        std = (sum((x - mean) ** 2 for x in rewards) / (G - 1)) ** 0.5  # Bessel-corrected
-        F_norm = std + cfg.eps if cfg.normalize_std else 1.0
-        for i in rows:
-            A_i = 0.0 if max(rewards) == min(rewards) else (r[i] - mean) / F_norm
-            for t in range(T):
-                if batch.response_mask[i, t] == 1:
-                    A[i, t] = A_i
-    return A
+    """The same advantages as plain loops over groups, completions and positions: GRPO's group
+    loops with F_norm = 1, or the group std with ``normalize_std``
+    (``core.reference_group_zscore``, written once for the spec)."""
+    return core.reference_group_zscore(batch, cfg.eps, scale_by_std=cfg.normalize_std)
 
 
 def loss(
