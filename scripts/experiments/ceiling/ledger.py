@@ -1,6 +1,6 @@
 """The claims ledger's rows about what token credit is worth (docs/claims.md).
 
-``scripts/experiments/claims/report.py`` adds these three rows to its ledger; they read the
+``scripts/experiments/claims/ceiling_rows.py`` adds these three rows to the ledger; they read the
 ceiling's committed result files through ``report.py`` beside this file, with its statistics:
 VinePPO − GRPO (the ceiling), forking tokens − the random 20 %, GTPO − GRPO and its share.
 """
