@@ -17,13 +17,20 @@ algorithm's ``Config``, so that one loop serves every algorithm:
                        (TRL, verl), with the algorithm's batch-wide constant folded in
                        ``kept_group_advantages`` (GPG's α: ``Config.advantage_scale``)
 
-The order every loop follows: outcome reward → dynamic sampling (on the outcome) → shaping →
-advantages → overlong filter (a truncated row still counts in its group's statistics).
+The order every loop follows, written once in :func:`prepare_update` (every driver calls it
+between its sampler and its optimizer):
+
+    outcome reward → dynamic sampling (on the outcome; the sampler's, since a loop that can
+    resample draws more groups) → shaping → advantages → overlong filter (a truncated row
+    still counts in its group's statistics) → ``Config.for_update`` (the whole rollout's
+    constants) → minibatches of whole groups (:func:`minibatches`)
 """
 
 from __future__ import annotations
 
-from types import ModuleType
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from jaxtyping import Bool, Float, Float32, Real, Shaped
@@ -31,6 +38,73 @@ from torch import Tensor
 
 from refimpl.contract import AlgorithmConfig, RolloutBatch, require
 from refimpl.core import group_view
+
+
+@dataclass(frozen=True)
+class Update:
+    """What a driver's optimizer steps read from one rollout (:func:`prepare_update`)."""
+
+    batch: RolloutBatch  # rewards shaped, outcome_rewards the outcome, response_mask the loss's
+    advantages: Float[Tensor, "B T"]  # the algorithm's, from the whole rollout
+    cfg: AlgorithmConfig  # every loss call of this rollout gets it (Config.for_update)
+
+
+def prepare_update(
+    algorithm: Any,  # an algorithm module (refimpl/algorithms/<name>.py) or a stand-in
+    batch: RolloutBatch,
+    cfg: AlgorithmConfig,
+    *,
+    max_len: int | None,
+    truncated: Bool[Tensor, " B"] | None,
+    keep: Bool[Tensor, " N"] | None = None,
+) -> Update:
+    """The stages between a rollout and its optimizer steps, in the one order every driver
+    (``loop.py``, the Trainer, the HF loop, TRL, verl) follows:
+
+    1. shaping: ``r̃ = shape_rewards(outcome)`` (DAPO Eq. 13 when the Config asks); the
+       outcome stays in ``outcome_rewards``, where success is decided;
+    2. advantages from the whole rollout: ``algorithm.advantages``; with ``keep`` (a loop whose
+       loss sees micro-batches that split groups: TRL, verl) those of the kept groups, 0 on
+       the others, the batch-wide constant folded in (:func:`kept_group_advantages`);
+    3. the loss mask: the overlong filter (a truncated row counted in step 2, it only gets no
+       gradient), and with ``keep`` the dropped groups' rows out;
+    4. ``Config.for_update``: the whole rollout's constants a minibatch cannot see.
+
+    ``batch.rewards`` holds the outcome (or ``batch.outcome_rewards`` does). ``max_len`` is
+    the generation budget ``L_max``, ``truncated`` ``[B]`` the rows that hit it without EOS;
+    a host that applies shaping or masking itself (verl's reward manager) passes None. Dynamic
+    sampling comes before: a loop that can resample keeps whole informative groups at its
+    sampler (:func:`keep_groups`); one that cannot passes ``keep``.
+    """
+    outcome = batch.rewards if batch.outcome_rewards is None else batch.outcome_rewards
+    if max_len is not None:  # 1. shaping, on the outcome's scale
+        shaped = shape_rewards(outcome, batch.lengths, max_len, cfg)
+        batch = batch.replace(rewards=shaped, outcome_rewards=outcome)
+    if keep is None:  # 2. the advantages, every row of the rollout counted
+        advantages = algorithm.advantages(batch, cfg)
+    else:
+        advantages = kept_group_advantages(algorithm, batch, keep, cfg)
+    loss_mask = batch.response_mask  # 3. the loss mask
+    if truncated is not None:
+        loss_mask = overlong_filter(loss_mask, truncated, cfg)
+    if keep is not None:
+        loss_mask = loss_mask * keep.repeat_interleave(batch.group_size)[:, None].to(loss_mask)
+    if loss_mask is not batch.response_mask:
+        batch = batch.replace(response_mask=loss_mask)
+    return Update(batch, advantages, cfg.for_update(batch, advantages))  # 4.
+
+
+def minibatches(
+    batch: RolloutBatch, minibatches: int
+) -> Iterator[tuple[RolloutBatch, Bool[Tensor, " B"]]]:
+    """Each optimizer step's minibatch of whole groups (:func:`split_groups`) and its rows
+    (``[B]`` bool, to index what the driver keeps beside the batch: log-probs, sequences)."""
+    n_groups = batch.num_groups
+    for groups in split_groups(n_groups, minibatches):
+        keep = torch.zeros(n_groups, dtype=torch.bool, device=batch.response_mask.device)
+        keep[groups.start : groups.stop] = True
+        minibatch = batch.select_groups(keep) if len(groups) < n_groups else batch
+        yield minibatch, keep.repeat_interleave(batch.group_size)
 
 
 def informative_groups(
@@ -69,7 +143,7 @@ def overlong_filter(
 
 
 def kept_group_advantages(
-    algorithm: ModuleType, batch: RolloutBatch, keep: Bool[Tensor, " N"], cfg: AlgorithmConfig
+    algorithm: Any, batch: RolloutBatch, keep: Bool[Tensor, " N"], cfg: AlgorithmConfig
 ) -> Float[Tensor, "B T"]:
     """``[B, T]`` advantages of ``algorithm`` on the groups where ``keep`` holds, 0 on the
     others, for a loop whose loss sees micro-batches that split groups (TRL, verl).

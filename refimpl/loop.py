@@ -1,8 +1,10 @@
 """The toy RL loop, whole, in one file: read it right after an algorithm file.
 
-    sample N prompts × G completions ─► rewards ─► dynamic sampling, reward shaping
-      ─► values of π_old, when the Config asks (VinePPO) ─► advantages (the algorithm file)
-      ─► ppo_epochs × minibatches: loss ─► clip ─► Adam
+    sample N prompts × G completions ─► rewards ─► dynamic sampling
+      ─► values of π_old, when the Config asks (VinePPO)
+      ─► batch_stages.prepare_update: reward shaping ─► advantages (the algorithm file)
+         ─► overlong filter ─► the rollout's constants
+      ─► ppo_epochs × minibatches: loss (the algorithm file) ─► clip ─► Adam
 
 An algorithm is two functions in ``refimpl/algorithms/<name>.py``, ``advantages`` and
 ``loss``, and a ``Config`` whose switches ``refimpl.batch_stages`` reads (DAPO's dynamic
@@ -107,27 +109,26 @@ def rollout(model, task, algo_cfg, cfg: LoopConfig, step: int, L_max: int):
     return samples, torch.cat(kept_outcomes), kept_problems
 
 
-def update(model, optimizer, algo, algo_cfg, batch, samples: Samples, A, cfg: LoopConfig):
+def update(
+    model, optimizer, algo, prepared: batch_stages.Update, samples: Samples, cfg: LoopConfig
+):
     """``ppo_epochs`` passes over the batch, each in ``minibatches`` optimizer steps on whole
     groups: after the first step π_θ ≠ π_old, so the ratios leave 1 and the clip can act.
     Returns each optimizer step's loss and gradient norm (before clipping)."""
     model.train()
     losses, grad_norms = [], []
-    # Whole-rollout constants a minibatch cannot see (STEER's |Ω| range over the batch); for
-    # every other Config this is the Config itself.
-    algo_cfg = algo_cfg.for_update(batch, A)
+    # prepared.cfg: the Config with the whole rollout's constants a minibatch cannot see
+    # (STEER's |Ω| range over the batch); for every other Config the Config itself.
+    A, algo_cfg = prepared.advantages, prepared.cfg
     for _epoch in range(cfg.ppo_epochs):
-        for groups in batch_stages.split_groups(batch.num_groups, cfg.minibatches):
-            keep = torch.zeros(batch.num_groups, dtype=torch.bool, device=A.device)
-            keep[groups.start : groups.stop] = True
-            rows = keep.repeat_interleave(cfg.group_size)
+        for minibatch, rows in batch_stages.minibatches(prepared.batch, cfg.minibatches):
             # log π_θ(o_t | q, o_<t) and H_θ of every response token, one forward pass.
             logp, H = samples.policy_logprobs(model, rows, temperature=cfg.temperature)
             # H_θ carries gradient only into a loss that trains it (entropy_bonus.py's
             # bonus); TEPO's KL mask only reads it (tepo.py: H_θ < H_old − τ); others ignore it.
             if not algo_cfg.differentiates_entropy():
                 H = H.detach()
-            loss, _ = algo.loss(batch.select_groups(keep), logp, A[rows], algo_cfg, entropy=H)
+            loss, _ = algo.loss(minibatch, logp, A[rows], algo_cfg, entropy=H)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -155,16 +156,13 @@ def train(model: GPT, cfg: LoopConfig, log=print) -> list[dict[str, float]]:
         if samples is None:
             log(f"step {step + 1}: every group uninformative, nothing to train on")
             continue
-        # Reward shaping (DAPO Eq. 13): r̃_i = r_i + c·R_len(|o_i|) when the Config asks.
-        rewards = batch_stages.shape_rewards(outcome, samples.response_mask.sum(1), L_max, algo_cfg)
         logp_ref = None
         if reference is not None:
             with torch.no_grad():
                 logp_ref = samples.policy_logprobs(
                     reference, temperature=cfg.temperature, with_entropy=False
                 )[0]
-        batch = samples.to_rollout_batch(rewards, cfg.group_size, logp_ref=logp_ref)
-        batch = batch.replace(outcome_rewards=outcome)  # success is decided on the outcome
+        batch = samples.to_rollout_batch(outcome, cfg.group_size, logp_ref=logp_ref)
         request = algo_cfg.values_needed()  # VinePPO: V̂ of π_old at its step starts
         if request is not None:
             # The credit oracle (refimpl credit's code) on π_old: `model` has not moved yet.
@@ -174,16 +172,20 @@ def train(model: GPT, cfg: LoopConfig, log=print) -> list[dict[str, float]]:
                 success_threshold=algo_cfg.success_threshold, seed=cfg.seed, step=step,
             )  # fmt: skip
             batch = batch.replace(token_values=values.value_before)
-        A = algo.advantages(batch, algo_cfg)  # [B, T]: the algorithm's own equations
-        # DAPO's overlong filter: truncated rows leave the loss, after they counted in A.
-        loss_mask = batch_stages.overlong_filter(batch.response_mask, samples.truncated, algo_cfg)
-        batch = batch.replace(response_mask=loss_mask)
-        losses, grad_norms = update(model, optimizer, algo, algo_cfg, batch, samples, A, cfg)
+        # Between rollout and update, the stages every driver runs in one order: reward
+        # shaping (DAPO Eq. 13: r̃_i = r_i + c·R_len(|o_i|) when the Config asks) → A =
+        # algo.advantages(batch, algo_cfg), [B, T], the algorithm's own equations → DAPO's
+        # overlong filter (truncated rows leave the loss, after they counted in A) → the
+        # whole rollout's constants (Config.for_update).
+        prepared = batch_stages.prepare_update(
+            algo, batch, algo_cfg, max_len=L_max, truncated=samples.truncated
+        )
+        losses, grad_norms = update(model, optimizer, algo, prepared, samples, cfg)
         metrics = {
             "step": step + 1,
-            "reward_mean": float(rewards.mean()),
+            "reward_mean": float(prepared.batch.rewards.mean()),
             "success_rate": float((outcome >= algo_cfg.success_threshold).float().mean()),
-            "groups_trained": batch.num_groups,
+            "groups_trained": prepared.batch.num_groups,
             "loss": float(np.mean(losses)),
             "grad_norm": float(np.mean(grad_norms)),
         }

@@ -6,10 +6,12 @@ algorithm contract (``tests/test_loop.py`` checks that both train the same weigh
     rollout     sample N prompts ─► G completions each (KV cache; logp_old, entropy_old
                 recorded) ─► reward (the task's verifier) ─► dynamic sampling, when the
                 Config asks: resample until N informative groups
-    shape       the overlong length penalty added to the reward, when the Config asks
     reference   logp_ref from the frozen warm start, when a KL term needs it
     values      V̂ of π_old at the prefixes the Config asks for, by the credit oracle
-    advantages  advantages(batch, cfg); then the overlong filter masks truncated rows
+    prepare     ``batch_stages.prepare_update``, the stages every driver runs in one order:
+                the overlong length penalty added to the reward, when the Config asks ─►
+                advantages(batch, cfg) ─► the overlong filter masks truncated rows ─► the
+                whole rollout's constants (``Config.for_update``)
     update      ppo_epochs × minibatches of loss(batch, logp, adv, cfg, entropy) → backward
                 → clip grad norm → optimizer step
     metrics     rewards, entropies, lengths, advantages
@@ -134,18 +136,21 @@ class Trainer:
             metrics.update(skipped=1, sampled_tokens=self.sampled_tokens)
             metrics["time_step"] = time.perf_counter() - t_start
             return metrics
-        rewards = self.shape_rewards(samples, outcome)
         t0 = time.perf_counter()
         batch = samples.to_rollout_batch(
-            rewards, self.cfg.group_size, logp_ref=self.reference_logprobs(samples)
+            outcome, self.cfg.group_size, logp_ref=self.reference_logprobs(samples)
         )
-        batch = batch.replace(outcome_rewards=outcome)  # success stays the outcome's
         batch, value_cost = self.values(batch, samples, outcome, problems)
-        batch, adv = self.advantages(batch, samples)
+        # shaping → advantages → overlong filter → the rollout's constants (loop.py's order)
+        prepared = batch_stages.prepare_update(
+            self.algo, batch, self.algo_cfg, max_len=self.max_new_tokens,
+            truncated=samples.truncated,
+        )  # fmt: skip
+        batch, adv = prepared.batch, prepared.advantages
         t_adv = time.perf_counter() - t0
-        grad_norm, update_metrics = self.update(batch, samples, adv)
+        grad_norm, update_metrics = self.update(prepared, samples)
         t_loss = time.perf_counter() - t0 - t_adv
-        metrics.update(step_metrics(samples, batch, rewards, outcome, adv, self.algo_cfg))
+        metrics.update(step_metrics(samples, batch, batch.rewards, outcome, adv, self.algo_cfg))
         metrics.update(self._observe("measure", samples, batch, adv), **value_cost)
         metrics.update(grad_norm=grad_norm, time_adv=t_adv, time_loss=t_loss, **update_metrics)
         metrics["sampled_tokens"] = self.sampled_tokens
@@ -210,12 +215,6 @@ class Trainer:
         self.sampled_tokens += int(samples.response_mask.sum())
         return samples, rewards, problems
 
-    def shape_rewards(self, samples: Samples, outcome: torch.Tensor) -> torch.Tensor:
-        """The reward the advantages see: the overlong penalty added to the outcome when the
-        Config asks for it (``batch_stages.shape_rewards``), on the outcome's scale."""
-        lengths = samples.response_mask.sum(1)
-        return batch_stages.shape_rewards(outcome, lengths, self.max_new_tokens, self.algo_cfg)
-
     @torch.no_grad()
     def reference_logprobs(self, samples: Samples) -> torch.Tensor | None:
         """``logp_ref`` under the frozen warm start, when the loss has a KL term to it."""
@@ -241,36 +240,21 @@ class Trainer:
         cost = {"value_prefixes": v.prefixes, "value_sampled_tokens": v.sampled_tokens}
         return batch.replace(token_values=v.value_before.to(batch.response_mask.device)), cost
 
-    def advantages(self, batch: contract.RolloutBatch, samples: Samples):
-        """The algorithm's ``[B, T]`` advantages; then, when the Config asks for the overlong
-        filter, truncated rows (no <eos>) leave the loss (not the advantages)."""
-        adv = self.algo.advantages(batch, self.algo_cfg)
-        loss_mask = batch_stages.overlong_filter(
-            batch.response_mask, samples.truncated, self.algo_cfg
-        )
-        if loss_mask is not batch.response_mask:
-            batch = batch.replace(response_mask=loss_mask)
-        return batch, adv
-
-    def update(self, batch: contract.RolloutBatch, samples: Samples, adv: torch.Tensor):
+    def update(self, prepared: batch_stages.Update, samples: Samples):
         """``ppo_epochs`` passes over the batch, each in ``minibatches`` optimizer steps on
         whole groups. Returns the mean gradient norm and the mean of each loss metric."""
         self.model.train()
         steps = []
-        n_groups = batch.num_groups
+        batch, adv = prepared.batch, prepared.advantages
         self._observe("before_update", batch, samples, adv)
-        # The Config every loss call of this rollout gets: itself, unless the loss reads a
-        # constant of the whole batch that its minibatches cannot give (Config.for_update).
-        algo_cfg = self.algo_cfg.for_update(batch, adv)
         for _epoch in range(self.cfg.ppo_epochs):
             # Minibatch sizes differ by at most one group (fewer groups than minibatches:
-            # one group each), however many groups dynamic sampling kept.
-            for groups in batch_stages.split_groups(n_groups, self.cfg.minibatches):
-                keep = torch.zeros(n_groups, dtype=torch.bool, device=self.device)
-                keep[groups.start : groups.stop] = True
-                minibatch = batch.select_groups(keep) if len(groups) < n_groups else batch
-                rows = keep.repeat_interleave(self.cfg.group_size)
-                steps.append(self._optimizer_step(minibatch, samples, rows, adv[rows], algo_cfg))
+            # one group each), however many groups dynamic sampling kept. Every loss call
+            # gets prepared.cfg: the Config with the whole rollout's constants.
+            for minibatch, rows in batch_stages.minibatches(batch, self.cfg.minibatches):
+                steps.append(
+                    self._optimizer_step(minibatch, samples, rows, adv[rows], prepared.cfg)
+                )
         self.model.eval()
         grad_norm = float(np.mean([norm for norm, _ in steps]))
         loss_metrics = {key: float(np.mean([m[key] for _, m in steps])) for key in steps[0][1]}

@@ -100,19 +100,18 @@ def algorithm_signals(
         return {"advantages": advantages, "credit": credit, "trained": rows}
     kept = samples.select_groups(keep)
     kept_outcome = outcome[rows]
-    rewards = batch_stages.shape_rewards(
-        kept_outcome, kept.response_mask.sum(1), max_new_tokens, cfg
-    )
     ref = logp_ref[rows] if (logp_ref is not None and cfg.needs_reference()) else None
-    batch = kept.to_rollout_batch(rewards, G, logp_ref=ref).replace(outcome_rewards=kept_outcome)
+    batch = kept.to_rollout_batch(kept_outcome, G, logp_ref=ref)
     if cfg.values_needed() is not None:
         batch = batch.replace(token_values=token_values[rows].double())
-    A = algo.advantages(batch, cfg)
-    loss_mask = batch_stages.overlong_filter(batch.response_mask, kept.truncated, cfg)
-    batch = batch.replace(response_mask=loss_mask)
+    # shaping → advantages → overlong filter → the rollout's constants: every driver's order
+    prepared = batch_stages.prepare_update(
+        algo, batch, cfg, max_len=max_new_tokens, truncated=kept.truncated
+    )
+    batch, A = prepared.batch, prepared.advantages
     logp = batch.logp_old.clone().requires_grad_(True)
     # θ = θ_old: the current policy's entropy is the rollout's (TEPO's mask reads both).
-    loss, _ = algo.loss(batch, logp, A, cfg.for_update(batch, A), entropy=batch.entropy_old)
+    loss, _ = algo.loss(batch, logp, A, prepared.cfg, entropy=batch.entropy_old)
     (grad,) = torch.autograd.grad(loss, logp)
     advantages[rows] = A.detach().double()
     credit[rows] = -grad.double()

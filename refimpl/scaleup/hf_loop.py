@@ -5,8 +5,8 @@ names, so the two files read side by side:
     rollout     N prompts × G replies (``model.generate``) ─► rewards (``task.reward``) ─►
                 ``hf.rollout_batch`` (logp_old and the full-vocabulary entropy_old in one
                 forward pass) ─► dynamic sampling (``batch_stages.keep_groups``)
-    shaping     the overlong penalty added to the reward (``batch_stages.shape_rewards``)
-    advantages  ``algo.advantages``, then the overlong filter (``batch_stages.overlong_filter``)
+    prepare     ``batch_stages.prepare_update``: the overlong penalty added to the reward ─►
+                ``algo.advantages`` ─► the overlong filter ─► the rollout's constants
     update      ``ppo_epochs`` × ``minibatches`` optimizer steps on whole groups
                 (``batch_stages.split_groups``): ``algo.loss`` → backward → clip → Adam
 
@@ -72,25 +72,21 @@ def rollout(model, tok, task, chunk, algo_cfg, G: int, L_max: int, temperature: 
     return batch.select_groups(keep), seqs[rows], prompt_mask[rows], truncated[rows], P, reward
 
 
-def update(model, optimizer, algo, algo_cfg, batch, seqs, prompt_mask, forward_mask, A, P,
-           ppo_epochs: int, minibatches: int, grad_clip: float, temperature: float):  # fmt: skip
+def update(model, optimizer, algo, prepared: batch_stages.Update, seqs, prompt_mask, forward_mask,
+           P, ppo_epochs: int, minibatches: int, grad_clip: float, temperature: float):  # fmt: skip
     """``ppo_epochs`` passes over the batch, each in ``minibatches`` optimizer steps on whole
     groups; yields each optimizer step's metrics. ``forward_mask``: the replies' tokens (the
-    loss mask ``batch.response_mask`` may have dropped truncated rows, the forward pass not)."""
-    G = batch.group_size
+    loss mask ``prepared.batch.response_mask`` may have dropped truncated rows, the forward
+    pass not)."""
     model.train()
-    algo_cfg = algo_cfg.for_update(batch, A)  # whole-rollout constants (STEER's |Ω| range)
+    A, algo_cfg = prepared.advantages, prepared.cfg  # cfg: whole-rollout constants (STEER's |Ω|)
     for _epoch in range(ppo_epochs):
-        for groups in batch_stages.split_groups(batch.num_groups, minibatches):
-            keep = torch.zeros(batch.num_groups, dtype=torch.bool)
-            keep[groups.start : groups.stop] = True
-            rows = keep.repeat_interleave(G)
+        for minibatch, rows in batch_stages.minibatches(prepared.batch, minibatches):
             attention = torch.cat([prompt_mask[rows], forward_mask[rows].long()], dim=1)
             logp, H = token_logprobs_and_entropy(model, seqs[rows], attention, P,
                                                  temperature=temperature)  # fmt: skip
             if not algo_cfg.differentiates_entropy():  # gradient only for an entropy bonus
                 H = H.detach()
-            minibatch = batch.select_groups(keep)
             loss, metrics = algo.loss(minibatch, logp, A[rows], algo_cfg, entropy=H)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -121,17 +117,15 @@ def train_hf_loop(model, tok, task, problems, algorithm=algorithms.BASELINE, pro
         if kept is None:  # every group uninformative: nothing to train on
             continue
         batch, seqs, prompt_mask, truncated, P, reward = kept
-        outcome = batch.rewards
-        # Reward shaping (DAPO Eq. 13) when the Config asks; success stays the outcome's.
-        rewards = batch_stages.shape_rewards(outcome, batch.lengths, L_max, algo_cfg)
-        batch = batch.replace(rewards=rewards, outcome_rewards=outcome)
-        A = algo.advantages(batch, algo_cfg)  # [B, T] token advantages, from the whole rollout
-        forward_mask = batch.response_mask
-        # DAPO's overlong filter: truncated rows leave the loss, after they counted in A.
-        loss_mask = batch_stages.overlong_filter(forward_mask, truncated, algo_cfg)
-        batch = batch.replace(response_mask=loss_mask)
-        for metrics in update(model, optimizer, algo, algo_cfg, batch, seqs, prompt_mask,
-                              forward_mask, A, P, ppo_epochs, minibatches, grad_clip,
+        # loop.py's stages in its order: reward shaping (DAPO Eq. 13) when the Config asks,
+        # success staying the outcome's ─► algo.advantages, [B, T], from the whole rollout ─►
+        # DAPO's overlong filter (truncated rows leave the loss, after they counted in A) ─►
+        # the whole rollout's constants.
+        prepared = batch_stages.prepare_update(
+            algo, batch, algo_cfg, max_len=L_max, truncated=truncated
+        )
+        for metrics in update(model, optimizer, algo, prepared, seqs, prompt_mask,
+                              batch.response_mask, P, ppo_epochs, minibatches, grad_clip,
                               temperature):  # fmt: skip
             log.append({"rollout": r, "reward": reward, **metrics})
             if progress:

@@ -177,33 +177,31 @@ class RefimplGRPOTrainer(GRPOTrainer):
         G = self.num_generations if mode == "train" else self.num_generations_eval
 
         outcome = rewards.float()  # success (dynamic sampling, GTPO's O⁺) is decided on it
-        # DAPO Eq. 13 when cfg.overlong_shaping: the soft length penalty, on the outcome's scale.
-        rewards = batch_stages.shape_rewards(
-            outcome, g_mask.sum(dim=1), self.max_completion_length, cfg
-        )
-        # DAPO's overlong filter when cfg.overlong_filter: truncated rows (no EOS) leave the loss.
         eos = self.processing_class.eos_token_id
-        truncated = ~(g_ids == eos).logical_and(g_mask.bool()).any(dim=1)
-        g_mask = batch_stages.overlong_filter(g_mask, truncated, cfg)
-
+        truncated = ~(g_ids == eos).logical_and(g_mask.bool()).any(dim=1)  # no EOS: cut by L_max
         batch = RolloutBatch(
             response_ids=g_ids,
             response_mask=g_mask,
-            rewards=rewards.float(),
+            rewards=outcome,
             logp_old=g_logp_old,
             entropy_old=g_entropy_old,
             group_size=G,
             logp_ref=g_ref,
-            outcome_rewards=outcome,
         )
-        # DAPO's dynamic sampling when cfg.dynamic_sampling: TRL cannot resample, so the
-        # uninformative groups get no advantage and leave the loss (GPG's α folded in).
+        # loop.py's stages in its order (batch_stages.prepare_update), with
+        # max_completion_length as L_max: DAPO Eq. 13's shaping when cfg.overlong_shaping →
+        # the advantages → DAPO's overlong filter when cfg.overlong_filter (truncated rows
+        # leave the loss after they counted in A) → the generation batch's constants (STEER's
+        # |Ω| range with normalise="batch"), fixed here for every micro-batch of it. TRL cannot
+        # resample: with cfg.dynamic_sampling the uninformative groups get no advantage and
+        # leave the loss mask (GPG's α folded into A).
         keep = batch_stages.keep_groups(outcome, G, cfg)
-        adv = batch_stages.kept_group_advantages(self.algorithm, batch, keep, cfg)
-        loss_mask = g_mask * keep.repeat_interleave(G)[:, None].to(g_mask.dtype)
-        # Constants of the whole generation batch that a micro-batch's loss cannot compute
-        # (STEER's |Ω| range with normalise="batch"): fixed here for every micro-batch of it.
-        self._update_config[mode] = cfg.for_update(batch.replace(response_mask=loss_mask), adv)
+        prepared = batch_stages.prepare_update(
+            self.algorithm, batch, cfg, max_len=self.max_completion_length, truncated=truncated,
+            keep=keep,
+        )  # fmt: skip
+        adv, loss_mask = prepared.advantages, prepared.batch.response_mask
+        self._update_config[mode] = prepared.cfg
 
         local = slice(
             self.accelerator.process_index * B_local, (self.accelerator.process_index + 1) * B_local

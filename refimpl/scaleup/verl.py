@@ -193,10 +193,16 @@ def _make_estimator(name: str):
             entropy_old=(entropy_old.float() if entropy_old is not None else zeros)[order],
             group_size=G,
         )
-        # DAPO's dynamic sampling when cfg.dynamic_sampling; GPG's α folded into A (the loss
-        # sees micro-batches, not groups).
+        # loop.py's stages (batch_stages.prepare_update) as far as an estimator sees them:
+        # DAPO's dynamic sampling when cfg.dynamic_sampling (the dropped groups' A = 0) and
+        # GPG's α folded into A (the loss sees micro-batches, not groups). Overlong shaping
+        # and masking are verl's reward manager's and response mask's (max_len, truncated:
+        # None), so the rewards arrive as verl's reward manager shaped them.
         keep = batch_stages.keep_groups(batch.rewards, G, cfg)
-        adv_sorted = batch_stages.kept_group_advantages(module, batch, keep, cfg)
+        prepared = batch_stages.prepare_update(
+            module, batch, cfg, max_len=None, truncated=None, keep=keep
+        )
+        adv_sorted = prepared.advantages
         adv = torch.empty_like(adv_sorted)
         adv[order] = adv_sorted  # back to verl's row order
         return adv, adv  # (advantages, returns), as verl's outcome estimators return

@@ -392,13 +392,24 @@ SLIPS: list[Slip] = [
         ("tests/test_loop.py",),
         "loop.py skips the gradient clip",
     ),
+    # --- the stage order every driver calls (refimpl/batch_stages.py: prepare_update) ---
     Slip(
-        "loop-no-overlong-filter",
-        "refimpl/loop.py",
-        "        batch = batch.replace(response_mask=loss_mask)\n",
-        "",
-        ("tests/test_loop.py",),
-        "loop.py trains truncated rows that DAPO's overlong filter masks out",
+        "stages-no-overlong-filter",
+        "refimpl/batch_stages.py",
+        "        loss_mask = overlong_filter(loss_mask, truncated, cfg)\n",
+        "        pass\n",
+        ("tests/test_stage_order.py",),
+        "every loop trains truncated rows that DAPO's overlong filter masks out",
+    ),
+    Slip(
+        "stages-filter-before-advantages",
+        "refimpl/batch_stages.py",
+        "    if keep is None:  # 2. the advantages, every row of the rollout counted\n",
+        "    if truncated is not None:\n"
+        "        batch = batch.replace(response_mask=overlong_filter(batch.response_mask, truncated, cfg))\n"
+        "    if keep is None:\n",
+        ("tests/test_stage_order.py",),
+        "the overlong filter applied before the advantages (a truncated row leaves its group)",
     ),
     # --- the credit oracle (refimpl/diagnostics/credit_oracle.py): a measuring device ---
     Slip(
