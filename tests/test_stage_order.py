@@ -22,7 +22,7 @@ G, T, L_MAX = 4, 5, 5
 
 #: Every driver between a sampler and an optimizer: the reader's loop, the Trainer, the HF
 #: loop, TRL, verl, and the credit study's first update.
-DRIVERS = ["refimpl/loop.py", "refimpl/train.py", "refimpl/scaleup/hf_loop.py",
+DRIVERS = ["refimpl/loop.py", "refimpl/train.py", "refimpl/scaleup/hf_by_hand.py",
            "refimpl/scaleup/trl.py", "refimpl/scaleup/verl.py", "refimpl/bench/credit_batch.py"]  # fmt: skip
 #: The stages prepare_update runs; a driver that calls one itself writes the order again.
 STAGES = {"shape_rewards", "overlong_filter", "kept_group_advantages", "split_groups", "advantages"}

@@ -24,7 +24,10 @@ occurrence, so that the counts do not grow with the number of steps, and is clas
     return   the callee's module was visited earlier in the walk, but is not on the stack
     descent  a module seen for the first time
 
-"modules" is the number of distinct modules the setting visits. Fewer climbs and returns is
+"modules" is the number of distinct modules the setting visits. "Stops" (the walk "from the
+trainer's entry to the step") are the distinct functions the setting enters from
+``refimpl.train.train`` up to and including the first ``Trainer.train_step``, in how many
+files (modules, ``refimpl/train.py`` counted). Fewer climbs and returns is
 a walk a reader can follow top to bottom. Each walk is also split at the first call of
 ``Trainer.train_step``: "setup" (from the command to the first step: checking and resolving
 the settings, the warm start, the run directory) and "steps" (the edges first seen after it).
@@ -53,6 +56,9 @@ TINY = [
     "--warmstart.model.n-head", "2",
 ]  # fmt: skip
 
+
+#: The trainer's entry: the walk "from the trainer's entry to the step" starts at its call.
+ENTRY = "refimpl.train.train"
 
 SETTINGS = {"TrainConfig", "WarmstartConfig", "RunWarmstartConfig", "ModelConfig"}
 
@@ -84,7 +90,9 @@ class Walk:
         self.edges: dict[tuple[str, str], str] = {}
         self.visited: set[str] = set()
         self.root: str | None = None
+        self.module_of: dict[str, str] = {}
         self.setup_edges: int | None = None  # edges seen before the first train_step
+        self.entry_edges: int | None = None  # edges seen before the trainer's entry, train()
 
     def profile(self, frame, event, arg) -> None:
         if event != "call" or not _in_package(frame.f_code):
@@ -103,6 +111,8 @@ class Walk:
                 stack.append((f.f_globals.get("__name__", "?"), f.f_code.co_qualname))
             f = f.f_back
         callee = f"{callee_mod}.{code.co_qualname}"
+        if self.entry_edges is None and callee == ENTRY:
+            self.entry_edges = len(self.edges)
         if not stack:  # the command itself: where the walk starts
             self.root = self.root or callee
             self.visited.add(callee_mod)
@@ -123,6 +133,16 @@ class Walk:
             kind = "descent"
         self.visited.add(callee_mod)
         self.edges[key] = kind
+        self.module_of[callee] = callee_mod
+
+    def stops(self) -> tuple[int, int]:
+        """(stops, files) from the trainer's entry to the step: the distinct functions the
+        setting enters from ``refimpl.train.train`` up to the first ``Trainer.train_step``
+        (included), and the distinct modules they are in (``refimpl.train`` counted)."""
+        edges = list(self.edges)[self.entry_edges : self.setup_edges + 1]
+        callees = {callee for _, callee in edges}
+        modules = {self.module_of[c] for c in callees} | {ENTRY.rsplit(".", 1)[0]}
+        return len(callees), len(modules)
 
     def counts(self, part: slice = slice(None)) -> dict[str, int]:
         out = {k: 0 for k in ("stay", "climb", "return", "descent")}
@@ -160,6 +180,8 @@ def main() -> None:
             f"{label:8s} {c['stay']} stays in {len(w.visited)} modules, {c['climb']} climbs, "
             f"{c['return']} returns, {c['descent']} descents ({len(w.edges)} edges)"
         )
+        stops, files = w.stops()
+        print(f"  entry → step  {stops} stops in {files} files ({ENTRY} to Trainer.train_step)")
         for part, where in (("setup", slice(w.setup_edges)), ("steps", slice(w.setup_edges, None))):
             c = w.counts(where)
             print(

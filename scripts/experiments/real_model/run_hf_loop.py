@@ -1,6 +1,6 @@
 """The HF path by hand: generate → rollout_batch → advantages → loss → optimizer step, no TRL.
 
-The loop a reader copies into their own code is ``refimpl/scaleup/hf_loop.py`` (``loop.py``'s
+The loop a reader copies into their own code is ``refimpl/scaleup/hf_by_hand.py`` (``loop.py``'s
 twin on a Hugging Face model); this script runs it on SmolLM2-135M-Instruct, two-digit
 additions in a chat, free-form rewards, any ``refimpl.algorithms`` name. Held-out success
 before and after, as ``run_trl.py`` beside it reports it (the same defaults, the same table).
@@ -21,7 +21,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 
 from refimpl import algorithms  # noqa: E402
-from refimpl.scaleup.hf_loop import train_hf_loop  # noqa: E402
+from refimpl.scaleup.hf_by_hand import train_hf_loop  # noqa: E402
 from refimpl.scaleup.models import load_smollm2  # noqa: E402
 from refimpl.scaleup.real_task import ChatTask  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""refimpl/scaleup/hf_loop.py is loop.py's twin on a Hugging Face model: every switch of the
+"""refimpl/scaleup/hf_by_hand.py is loop.py's twin on a Hugging Face model: every switch of the
 Config acts (dynamic sampling, overlong shaping and filter, the reference of a KL term), and
 the update takes ppo_epochs × minibatches optimizer steps on whole groups. Checked on the
 transformers twin of a tiny random toy GPT, with a stand-in reward that mixes each group."""
@@ -13,7 +13,7 @@ import torch
 import toy_envs
 from refimpl import algorithms
 from refimpl.model import GPT, GPTConfig
-from refimpl.scaleup import hf, hf_loop
+from refimpl.scaleup import hf, hf_by_hand
 
 G, N, L_MAX = 4, 3, 6
 
@@ -58,13 +58,13 @@ def twin():
 
 def run(twin, monkeypatch, algo: str, **cfg_changes):
     spy = Spy(algorithms.get(algo))
-    monkeypatch.setattr(hf_loop, "algorithms", types.SimpleNamespace(get=lambda name: spy))
+    monkeypatch.setattr(hf_by_hand, "algorithms", types.SimpleNamespace(get=lambda name: spy))
     tok = hf.char_tokenizer(toy_envs.TOKENIZER)
     task = Task()
     before = [p.detach().clone() for p in twin.parameters()]
     cfg = spy.algo.Config(**cfg_changes)
     torch.manual_seed(1)
-    log = hf_loop.train_hf_loop(twin, tok, task, task.problems, algo, prompts_per_step=N,
+    log = hf_by_hand.train_hf_loop(twin, tok, task, task.problems, algo, prompts_per_step=N,
                                 group_size=G, rollouts=2, minibatches=2, max_new_tokens=L_MAX,
                                 lr=1e-2, cfg=cfg, ppo_epochs=2)  # fmt: skip
     moved = any(not torch.equal(a, b) for a, b in zip(before, twin.parameters()))
@@ -119,7 +119,7 @@ def test_a_config_that_asks_for_values_is_refused_before_any_work(twin, monkeypa
     kwargs = dict(prompts_per_step=N, group_size=G, rollouts=1, max_new_tokens=L_MAX, cfg=cfg)
     if cfg.values_needed() is not None:
         with pytest.raises(ValueError, match=r"^cfg: expected .*docs/scaleup\.md"):
-            hf_loop.train_hf_loop(*args, **kwargs)
+            hf_by_hand.train_hf_loop(*args, **kwargs)
     else:
         with pytest.raises(RuntimeError, match="generated"):
-            hf_loop.train_hf_loop(*args, **kwargs)
+            hf_by_hand.train_hf_loop(*args, **kwargs)
