@@ -31,6 +31,7 @@ from refimpl.runs.rundir import preflight
 from refimpl.runs.runlog import is_run_dir, open_no_follow, read_metrics
 from refimpl.runs.stop import Interrupted, StopRequest
 from refimpl.settings import presets
+from refimpl.settings.limits import parse_seeds
 from refimpl.settings.plan import run_warmstart
 from refimpl.settings.train_config import AlgoName, TrainConfig
 from refimpl.train import train
@@ -87,12 +88,7 @@ class CompareConfig:
         return names
 
     def seed_list(self) -> list[int]:
-        try:
-            seeds = [int(s) for s in self.seeds.split(",") if s.strip()]
-        except ValueError:
-            raise ValueError(
-                f"--seeds: expected comma-separated integers, got {self.seeds!r}"
-            ) from None
+        seeds = parse_seeds(self.seeds)
         if not seeds or min(seeds) < 0 or max(seeds) > SEED_MAX:
             raise ValueError(
                 f"--seeds: expected comma-separated integers in [0, {SEED_MAX}], got {self.seeds!r}"

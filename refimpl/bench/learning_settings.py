@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from refimpl import algorithms
+from refimpl.settings.limits import parse_seeds
 from refimpl.settings.presets import PresetName
 
 
@@ -178,12 +179,7 @@ class LearningConfig:
         return names
 
     def seed_list(self) -> list[int]:
-        try:
-            seeds = [int(s) for s in self.seeds.split(",") if s.strip()]
-        except ValueError:
-            raise ValueError(
-                f"--seeds: expected comma-separated integers, got {self.seeds!r}"
-            ) from None
+        seeds = parse_seeds(self.seeds)
         return [int(s) for s in self._list(",".join(map(str, seeds)), "seeds")]
 
 

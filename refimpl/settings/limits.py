@@ -43,6 +43,15 @@ def check_lr(lr: float, flag: str, optimizer: str = "Adam") -> None:
         )
 
 
+def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
+    """The integers of a comma-separated ``text`` (empty items skipped); ``ValueError``
+    naming ``flag`` when one is not an integer. The callers check the range and repeats."""
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+
+
 def check_seed(seed: int, flag: str) -> None:
     """``ValueError`` naming ``flag`` unless ``seed`` is in ``[0, SEED_MAX]``."""
     if not 0 <= seed <= SEED_MAX:
