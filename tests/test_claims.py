@@ -423,9 +423,12 @@ def _second_pass(tmp_path: Path) -> tuple[Path, Path]:
         for r in per_seed.values():
             r.pop("end_evals", None)
             r["final"] = r["curve_success"][-1]
+    ablations = [
+        a for a in toy["config"]["ablations"].split(",") if a != "dapo overlong_shaping=False"
+    ]
     toy["config"] |= {"algos": "grpo,dapo,gspo,gtpo,grpo_s,tepo", "seeds": "0,1,2,3,4,5,6,7",
-                      "eval_every": 25, "ablations": toy["config"]["ablations"]
-                      + ",dapo overlong_shaping=False"}  # fmt: skip
+                      "eval_every": 25,  # the committed file may hold the DAPO ablation already
+                      "ablations": ",".join([*ablations, "dapo overlong_shaping=False"])}  # fmt: skip
     toy_path = tmp_path / "results.json"
     toy_path.write_text(json.dumps(toy))
     return real, toy_path

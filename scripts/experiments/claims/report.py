@@ -38,12 +38,15 @@ from benchmark_blocks import (  # noqa: E402
     bench_criteria,
     bench_entropy_verdict,
     bench_literal,
+    bench_literal_entropy,
+    bench_pass16,
+    bench_tepo_verdicts,
     results_literal,
 )
 from credit_rows import CREDIT  # noqa: E402
 from curves_figure import plot_real_curves  # noqa: E402
 from learning_curves import real_convergence_table  # noqa: E402
-from ledger import ledger_table  # noqa: E402
+from ledger import ledger_rows, ledger_table  # noqa: E402
 from real_tables import (  # noqa: E402
     alpha0_spread,
     alpha0_table,
@@ -86,10 +89,14 @@ def blocks() -> dict[str, dict[str, str]]:
         out["results"] = {"results-brief": results_brief(real, toy)}
     if toy:
         out.setdefault("results", {})["results-literal"] = results_literal(toy)
+        speed = next(r for r in ledger_rows(real, toy) if r[0].startswith("TEPO converges"))
         out["benchmarks"] = {"bench-collapse": bench_collapse_tables(toy),
                              "bench-criteria": bench_criteria(toy),
                              "bench-literal": bench_literal(toy),
-                             "bench-entropy-verdict": bench_entropy_verdict(toy)}  # fmt: skip
+                             "bench-literal-entropy": bench_literal_entropy(toy),
+                             "bench-entropy-verdict": bench_entropy_verdict(toy),
+                             "bench-tepo": bench_tepo_verdicts(toy, speed[2]),
+                             "bench-pass16": bench_pass16(toy)}  # fmt: skip
     return out
 
 
