@@ -371,3 +371,39 @@ def test_a_real_row_that_the_cpu_cannot_decide_says_how_many_seeds_it_needs():
         else:
             assert "not decidable" not in verdict, row
     assert checked >= 3  # every DAPO comparison of the real model needs 38 seeds or more
+
+
+def _seed_file(seed: int, cpu: str, base: float) -> str:
+    """A long-chain seed file as run_long_chain.sh leaves it: the three arms on one seed, made
+    from the credit study's seed-0 runs (their ``time_s`` −1, to tell them apart)."""
+    first = json.loads((CREDIT / "longchain_learning.json").read_text())
+    task = next(iter(first["results"].values()))
+    runs = {
+        a: {str(seed): {**task["runs"][a]["0"], "time_s": -1.0}} for a in ("grpo_s", "dapo", "grpo")
+    }
+    machine = {**first["machine"], "cpu": cpu}
+    return json.dumps({"machine": machine, "results": {"chain": {"base": base, "runs": runs}}})
+
+
+def test_more_long_chain_seeds_join_only_from_the_same_machine_and_warm_start(
+    tmp_path, monkeypatch
+):
+    """run_long_chain.sh's seeds join the credit study's seeds 0-4 when their file ran on the
+    same CPU from the same warm start; a file from another CPU or base model is refused (one
+    machine per pair), and no seed of the first file is replaced."""
+    from refimpl.bench.resultfiles import ResultFileError
+
+    first = json.loads((CREDIT / "longchain_learning.json").read_text())
+    task = next(iter(first["results"].values()))
+    cpu, base = first["machine"]["cpu"], task["base"]
+    monkeypatch.setattr(long_chain_rows, "MORE_SEEDS", tmp_path)
+    (tmp_path / "seed5.json").write_text(_seed_file(5, cpu, base))
+    (tmp_path / "seed0.json").write_text(_seed_file(0, cpu, base))  # a seed the first file has
+    runs = long_chain_rows.long_chain_runs()
+    assert sorted(runs["grpo_s"], key=int) == sorted([*task["runs"]["grpo_s"], "5"], key=int)
+    assert runs["dapo"]["0"] == task["runs"]["dapo"]["0"] and runs["dapo"]["5"]["time_s"] == -1
+    assert sorted(runs["gtpo"]) == sorted(task["runs"]["gtpo"])  # other arms: the first file's
+    for bad in (_seed_file(6, "Intel(R) Xeon(R) Processor", base), _seed_file(6, cpu, base + 0.1)):
+        (tmp_path / "seed6.json").write_text(bad)
+        with pytest.raises(ResultFileError, match="to pair with its seeds"):
+            long_chain_rows.long_chain_runs()

@@ -5,6 +5,8 @@ every arm read on one grid of sampled tokens.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from arms import NAMES
 from credit_rows import CREDIT, CREDIT_CMD
@@ -14,20 +16,42 @@ from result_files import read_file
 from stats import Comparison, over_seeds
 from wording import both, describe
 
+#: More seeds of the arms the long-chain row reads (GRPO-S, DAPO, GRPO), one file per seed
+#: (``run_long_chain.sh``), beside the credit study's 5-seed file.
+MORE_SEEDS = Path(__file__).resolve().parent / "results" / "long_chain"
+
 
 def long_chain_runs() -> dict | None:
+    """Per arm, per seed, the long-chain runs: the credit study's file (seeds 0–4), and the
+    seeds of ``MORE_SEEDS`` whose file ran on the same CPU from the same warm start (the same
+    held-out base success), so that every pair of the row runs on one machine from one model.
+    A seed the first file has already is never replaced."""
     from refimpl.bench.resultfiles import expect
 
     path = CREDIT / "longchain_learning.json"
-    results = read_file(path)["results"]
+    first = read_file(path)
+    results = first["results"]
     expect(isinstance(results, dict) and results, path, "results: expected a task's results")
-    return next(iter(results.values()))["runs"]
+    task = next(iter(results.values()))
+    runs = {arm: dict(per_seed) for arm, per_seed in task["runs"].items()}
+    for more in sorted(MORE_SEEDS.glob("seed*.json")):
+        data = read_file(more)
+        extra = next(iter(data["results"].values()))
+        same = (data["machine"].get("cpu") == first["machine"].get("cpu")
+                and extra["base"] == task["base"])  # fmt: skip
+        expect(same, more, f"a run on {first['machine'].get('cpu')} from the warm start at "
+                           f"{task['base']} (the first file's), to pair with its seeds")  # fmt: skip
+        for arm, per_seed in extra["runs"].items():
+            for seed, run in per_seed.items():
+                runs.setdefault(arm, {}).setdefault(seed, run)
+    return runs
 
 
 LONG_COT_QUOTE = ("“exhibits superior stability in long Chain-of-Thought (CoT) reasoning tasks” "
                   "(v6 abstract); “GRPO-S exhibits higher stability across settings” (v5 §3.4)")  # fmt: skip
 
-LONG_COT_CMD = "`refimpl bench-learning --preset longchain` (" + CREDIT_CMD + ")"
+LONG_COT_CMD = ("`refimpl bench-learning --preset longchain` (" + CREDIT_CMD + "); more seeds "
+                "of GRPO-S, DAPO and GRPO: `bash scripts/experiments/claims/run_long_chain.sh`")  # fmt: skip
 
 
 def long_cot_compare(
