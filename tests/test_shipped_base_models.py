@@ -241,8 +241,9 @@ def test_a_run_records_the_shipped_base_it_started_from(tmp_path):
 
 
 def test_the_docs_list_every_shipped_model():
-    """docs/calibration.md's section names each shipped model and its sha256 prefix."""
-    text = (ROOT / "docs" / "calibration.md").read_text()
+    """docs/benchmarks.md § 1's section on the shipped base models names each shipped model and
+    its sha256 prefix."""
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
     section = text.split("### The shipped base models", 1)[1].split("\n## ", 1)[0]
     for m in MODELS:
         assert m.name in section and m.sha256[:12] in section, m.name
