@@ -41,6 +41,11 @@ What verl's contract does not carry, and how it gets here
   A loss that reads a constant of the whole rollout (``Config.for_update`` differs from the
   Config: STEER with ``normalise="batch"``) is refused: no micro-batch can compute it.
 
+* **DAPO's overlong shaping and filter** (``Config.overlong_shaping``, ``overlong_filter``):
+  an estimator sees rewards and masks, not lengths against a budget, so ours applies neither
+  (``batch_stages.prepare_update`` with ``max_len=None, truncated=None``). In verl they belong
+  to the reward manager (DAPO's overlong buffer, verl's DAPO recipe) and to the response mask.
+
 * **Monte-Carlo values of π_old** (VinePPO's ``Config.values_needed()``): not carried. verl's
   rollout side samples no continuations of prefixes, so :func:`algorithm_config` refuses such
   a Config, and ``refimpl_vineppo``'s estimator and loss raise at verl's first call
