@@ -151,8 +151,9 @@ def kept_group_advantages(
     A constant of the whole batch that the loss multiplies the advantages by
     (``cfg.advantage_scale``: GPG's ``α``) cannot be computed on such a micro-batch: it is
     folded into the advantages (``−α·A·logp`` is linear in ``A``), and the loss then sees no
-    rewards and computes ``α = 1``. A loop whose loss sees whole groups (the toy
-    trainer) calls ``algorithm.advantages`` directly and lets the loss compute ``α``.
+    rewards and computes ``α = 1``. A loop whose loss sees whole groups (the toy trainer)
+    gets ``algorithm.advantages`` from :func:`prepare_update` without ``keep``, and its loss
+    computes ``α``.
     """
     adv = torch.zeros_like(batch.response_mask)
     if not bool(keep.any()):
