@@ -45,7 +45,7 @@ import torch
 from refimpl import batch_stages, contract
 from refimpl.diagnostics.credit_oracle import training_values
 from refimpl.diagnostics.metrics import entropy_stats, step_metrics
-from refimpl.diagnostics.observers import Observer, default_observers
+from refimpl.diagnostics.observers import Observer, TrainerState, default_observers
 from refimpl.evaluate import encode_prompts, score_samples
 from refimpl.model import GPT
 from refimpl.problem_streams import training_rng
@@ -107,8 +107,12 @@ class Trainer:
         self.step = 0
         self.sampled_tokens = 0
         self.run_dir = self.plan.run_dir
-        self.divergence = DivergenceGuard(self)  # NaN/inf in any step stops the run
-        self.observers = default_observers(self) if observers is None else list(observers)
+        self.divergence = DivergenceGuard(self.run_dir, lr=cfg.lr)  # NaN/inf stops the run
+        if observers is None:
+            observers = default_observers(
+                cfg, self.task, self.max_new_tokens, self.algo_cfg.success_threshold
+            )
+        self.observers = list(observers)
 
     def autocast(self):
         """bf16 autocast of the forward passes with ``--dtype bfloat16`` (the losses run in fp32)."""
@@ -117,12 +121,14 @@ class Trainer:
         )
 
     def _observe(self, hook: str, *args: Any) -> dict[str, Any]:
-        """Call ``hook`` of every observer that implements it; their metrics, merged in the
-        observers' order."""
+        """Call ``hook`` of every observer that implements it, with the trainer's state now;
+        their metrics, merged in the observers' order."""
+        state = TrainerState(self.model, self.optimizer, self.device, self.step,
+                             self.sampled_tokens, self.finished(), self.run_dir)  # fmt: skip
         out: dict[str, Any] = {}
         for observer in self.observers:
             if getattr(type(observer), hook) is not getattr(Observer, hook):
-                out.update(getattr(observer, hook)(self, *args) or {})
+                out.update(getattr(observer, hook)(state, *args) or {})
         return out
 
     # -- one step: loop.py's stages, in the order train_step runs them ----------------------
@@ -364,7 +370,7 @@ class Trainer:
             metrics = self.train_step()
             self.step += 1
             metrics["step"] = self.step
-            self.divergence.check(metrics)  # before it is logged or checkpointed
+            self.divergence.check(metrics, self.model)  # before it is logged or checkpointed
             metrics.update(self._observe("after_step", metrics))
             log.append(metrics)
             bar.set_postfix(

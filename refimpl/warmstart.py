@@ -31,7 +31,7 @@ from refimpl.evaluate import success_rate
 from refimpl.model import GPT
 from refimpl.problem_streams import held_out_rng, warmstart_rng
 from refimpl.runs import cpu_kernels, shipped
-from refimpl.runs.cache import cache_complete, cache_dir, cache_key, check_cache_writable
+from refimpl.runs.cache import cache_complete, cache_key, cache_path, check_cache_writable
 from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.runs.progress import progress
 from refimpl.settings.limits import flag
@@ -65,8 +65,9 @@ def train_warmstart(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
     ``make demo``, say) train it once: the second waits, then loads the first one's cache.
     ``prefix``: how the flags are spelled in error messages (``--warmstart.`` for a run)."""
     cfg.check(prefix)
-    if not shipped.supplies(cfg):
-        check_cache_writable(cfg, prefix)
+    inputs = cfg.key_inputs()
+    if not shipped.supplies(inputs, allowed=cfg.shipped and not cfg.force):
+        check_cache_writable(cache_path(cfg.runs_dir, inputs), force=cfg.force, prefix=prefix)
     return base_model(cfg, prefix)
 
 
@@ -77,22 +78,22 @@ def base_model(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
     cached. The model's ``base_record`` says which (``shipped.describe_base``): a run writes
     it into its config.json; its ``base_report`` holds the success measured when it was
     trained (greedy and sampled, on the warm start's own check problems)."""
-    if cfg.shipped and not cfg.force:
-        entry = shipped.find(cfg)
-        if entry is not None:
-            return _load_shipped(cfg, entry, prefix)
-    cache = cache_dir(cfg)
+    inputs = cfg.key_inputs()  # the warm start's identity (its cache's key, a shipped model's)
+    entry = shipped.find(inputs)  # a model of these settings in the package, or None
+    if entry is not None and cfg.shipped and not cfg.force:
+        return _load_shipped(cfg, entry, prefix)
+    cache = cache_path(cfg.runs_dir, inputs)
     if cache_complete(cache) and not cfg.force:
-        return _announce(cfg, _load(cfg, cache, prefix))
+        return _announce(entry, _load(cfg, cache, prefix))
     cache.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache) + ".lock"):
         if cache_complete(cache) and not cfg.force:  # trained by another process meanwhile
-            return _announce(cfg, _load(cfg, cache, prefix))
+            return _announce(entry, _load(cfg, cache, prefix))
         previous = torch.get_num_threads()
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         try:
-            return _announce(cfg, _train(cfg, cache))
+            return _announce(entry, _train(cfg, cache))
         finally:
             torch.set_num_threads(previous)  # the caller's RL run keeps its own setting
 
@@ -116,10 +117,9 @@ def _load_shipped(cfg: WarmstartConfig, entry: shipped.ShippedModel, prefix: str
     return model
 
 
-def _announce(cfg: WarmstartConfig, model: GPT) -> GPT:
+def _announce(entry: shipped.ShippedModel | None, model: GPT) -> GPT:
     """``model`` (trained or reused on this machine) with its ``base_record``; when a model
-    of these settings is shipped, say whether this machine's has the same bits."""
-    entry = shipped.find(cfg)
+    of its settings is shipped (``entry``), say whether this machine's has the same bits."""
     mine = model.base_record["sha256"]
     if entry is not None:
         same = mine == entry.sha256
@@ -185,12 +185,12 @@ def verify_cache(cfg: WarmstartConfig, cache: Path) -> dict:
                 "runs_dir": Path(cfg.runs_dir),
             }
         )
-        key = cache_key(trained)
+        key = cache_key(trained.key_inputs())
     except Exception:  # not a dict, unknown fields, a task that does not exist, ...
         raise CheckpointError(
             f"{file}: records no settings of a warm start (damaged or edited?)"
         ) from None
-    if key != cache_key(cfg):
+    if key != cache_key(cfg.key_inputs()):
         ours, theirs = dataclasses.asdict(cfg), dataclasses.asdict(trained)
         ours["task_args"], theirs["task_args"] = (
             cfg.canonical_task_args(),

@@ -37,40 +37,40 @@ class Recorder(Observer):
     def _seen(self, name: str) -> None:
         self.calls.append(name)
 
-    def start(self, trainer):
+    def start(self, state):
         self._seen("start")
         return {"recorded_start": 1.0}
 
-    def before_step(self, trainer):
+    def before_step(self, state):
         self._seen("before_step")
 
-    def before_update(self, trainer, batch, samples, adv):
+    def before_update(self, state, batch, samples, adv):
         self._seen("before_update")
 
-    def after_forward(self, trainer, rows, logp, entropy, loss_entropy):
+    def after_forward(self, state, rows, logp, entropy, loss_entropy):
         assert entropy.requires_grad and not loss_entropy.requires_grad  # GRPO's: detached
         self._seen("after_forward")
 
-    def before_optimizer_step(self, trainer, rows, logp, loss_entropy, grad_norm):
-        assert all(p.grad is not None for p in trainer.model.parameters())
+    def before_optimizer_step(self, state, rows, logp, loss_entropy, grad_norm):
+        assert all(p.grad is not None for p in state.model.parameters())
         self._seen("before_optimizer_step")
 
-    def after_optimizer_step(self, trainer, minibatch, logp):
+    def after_optimizer_step(self, state, minibatch, logp):
         self._seen("after_optimizer_step")
         return {"recorded_per_optimizer_step": float(len(self.calls))}
 
-    def after_update(self, trainer):
+    def after_update(self, state):
         self._seen("after_update")
 
-    def measure(self, trainer, samples, batch, adv):
+    def measure(self, state, samples, batch, adv):
         self._seen("measure")
         return {"recorded_measure": 2.0}
 
-    def after_step(self, trainer, metrics):
-        assert metrics["step"] == trainer.step
+    def after_step(self, state, metrics):
+        assert metrics["step"] == state.step
         self._seen("after_step")
 
-    def end(self, trainer):
+    def end(self, state):
         self._seen("end")
 
 

@@ -67,10 +67,10 @@ def test_the_recorded_settings_hash_to_the_recorded_key(name):
 
     m = _by_name(name)
     cfg = m.config()
-    assert settings_key(cfg) == m.entry["settings_key"]
+    assert settings_key(cfg.key_inputs()) == m.entry["settings_key"]
     argv = m.entry["command"].split()[2:]
     command = tyro.cli(COMMANDS["warmstart"], args=argv)
-    assert settings_key(command) == m.entry["settings_key"], argv
+    assert settings_key(command.key_inputs()) == m.entry["settings_key"], argv
 
 
 def _experiment_warmstart(preset: str) -> WarmstartConfig:
@@ -96,7 +96,7 @@ def test_the_experiments_ask_for_the_shipped_settings(what, name):
         cfg = WarmstartConfig(task=demo.task, steps=demo.base_steps)
     else:
         cfg = _experiment_warmstart(what)
-    found = shipped.find(cfg)
+    found = shipped.find(cfg.key_inputs())
     assert found is not None and found.name == name
 
 
@@ -139,7 +139,7 @@ def test_a_config_that_matches_no_shipped_model_trains(tmp_path):
     from refimpl.warmstart import train_warmstart
 
     cfg = _tiny(tmp_path)
-    assert shipped.find(cfg) is None
+    assert shipped.find(cfg.key_inputs()) is None
     model = train_warmstart(cfg)
     assert model.base_record["source"] == "trained"
     assert model.base_record["sha256"] == sha256(cache_dir(cfg) / "model.safetensors")
@@ -160,7 +160,7 @@ def test_no_shipped_and_force_train_even_when_a_shipped_model_matches(tmp_path, 
 
     monkeypatch.setattr(warmstart, "_train", training)
     cfg = WarmstartConfig(task="countdown", runs_dir=tmp_path, progress=False, **changes)
-    assert shipped.find(cfg) is not None
+    assert shipped.find(cfg.key_inputs()) is not None
     with pytest.raises(Trained):
         warmstart.train_warmstart(cfg)
 
@@ -184,8 +184,8 @@ def test_another_setting_is_another_key():
             other.check()
         except ValueError:
             continue
-        assert settings_key(other) != settings_key(base), change
-        found = shipped.find(other)
+        assert settings_key(other.key_inputs()) != settings_key(base.key_inputs()), change
+        found = shipped.find(other.key_inputs())
         assert found is None or found.name != "countdown-600", change
 
 
@@ -217,10 +217,10 @@ def test_an_edited_manifest_setting_no_longer_matches(tmp_path, monkeypatch):
     data = json.loads((copy / "manifest.json").read_text())
     data["models"]["countdown-600"]["config"]["steps"] = 599
     (copy / "manifest.json").write_text(json.dumps(data))
-    found = shipped.find(WarmstartConfig(task="countdown"))
+    found = shipped.find(WarmstartConfig(task="countdown").key_inputs())
     assert found is None or found.name != "countdown-600"
     edited = shipped.ShippedModel("countdown-600", data["models"]["countdown-600"])
-    assert settings_key(edited.config()) != edited.entry["settings_key"]
+    assert settings_key(edited.config().key_inputs()) != edited.entry["settings_key"]
 
 
 def test_a_run_records_the_shipped_base_it_started_from(tmp_path):

@@ -20,8 +20,9 @@ import pytest
 import torch
 
 from refimpl import algorithms, evaluate, loop
-from refimpl.diagnostics.observers import HeldOutEvaluation
+from refimpl.diagnostics.observers import HeldOutEvaluation, default_observers
 from refimpl.model import GPT, GPTConfig
+from refimpl.settings.train_config import TrainConfig
 from toy_envs import TOKENIZER, get_task
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,13 +76,27 @@ def test_evaluation_reads_the_threshold_it_is_given():
 @pytest.mark.parametrize("threshold, expected", [(EVERYONE, 1.0), (NO_ONE, 0.0)])
 def test_the_trainers_held_out_evaluation_passes_its_configs_threshold(threshold, expected):
     task = get_task("chain", num_ops=1)
-    trainer = SimpleNamespace(
-        model=tiny_model(), task=task, device="cpu", max_new_tokens=4,
-        cfg=SimpleNamespace(eval_problems=4, eval_samples=2, seed=0),
-        algo_cfg=algorithms.get("dapo").Config(success_threshold=threshold),
-    )  # fmt: skip
-    out = HeldOutEvaluation(trainer).evaluate(trainer)
+    algo_cfg = algorithms.get("dapo").Config(success_threshold=threshold)
+    cfg = TrainConfig(eval_problems=4, eval_samples=2, seed=0, probe_every=0)
+    # the Trainer's defaults, made as the Trainer makes them: with its Config's threshold
+    observers = default_observers(cfg, task, 4, algo_cfg.success_threshold)
+    (evaluation,) = [o for o in observers if isinstance(o, HeldOutEvaluation)]
+    state = SimpleNamespace(model=tiny_model(), device=torch.device("cpu"), step=0)
+    out = evaluation.evaluate(state)
     assert out["heldout_greedy"] == expected and out["heldout_pass@1"] == expected
+
+
+def test_the_trainer_makes_its_observers_with_its_configs_threshold():
+    """The Trainer's call of ``default_observers`` passes its Config's ``success_threshold``."""
+    tree = ast.parse((Path(__file__).parents[1] / "refimpl" / "train.py").read_text())
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "default_observers"
+    ]
+    assert len(calls) == 1
+    passed = [ast.unparse(a) for a in calls[0].args]
+    assert passed[-1] == "self.algo_cfg.success_threshold"
 
 
 # ---------------------------------------------------------------------------------------------

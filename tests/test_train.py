@@ -225,9 +225,10 @@ def test_equivalent_task_args_share_one_warm_start_cache(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.count("warm start: trained") == 1 and out.count("warm start: reusing") == 3
     # Same knobs, same key; different knobs (num_ops=2 also moves min_ops), another key.
-    key = cache_key(WarmstartConfig(task="chain", task_args=("num_ops=2",)))
-    assert key == cache_key(WarmstartConfig(task="chain", task_args=("min_ops=2", "num_ops=2")))
-    assert key != cache_key(WarmstartConfig(task="chain"))
+    key = cache_key(WarmstartConfig(task="chain", task_args=("num_ops=2",)).key_inputs())
+    same = WarmstartConfig(task="chain", task_args=("min_ops=2", "num_ops=2"))
+    assert key == cache_key(same.key_inputs())
+    assert key != cache_key(WarmstartConfig(task="chain").key_inputs())
 
 
 def test_cli_help_and_bad_flags(capsys):
@@ -257,8 +258,12 @@ def test_a_warm_start_can_stop_a_longer_schedule_early(tmp_path):
     keeps the cache key warm starts always had; a schedule shorter than the run is refused;
     stopping early trains another model than the whole (shorter) schedule."""
     base = WarmstartConfig(task="chain", steps=600)
-    assert cache_key(dataclasses.replace(base, schedule_steps=600)) == cache_key(base)
-    assert cache_key(dataclasses.replace(base, schedule_steps=2400)) != cache_key(base)
+    assert cache_key(dataclasses.replace(base, schedule_steps=600).key_inputs()) == cache_key(
+        base.key_inputs()
+    )
+    assert cache_key(dataclasses.replace(base, schedule_steps=2400).key_inputs()) != cache_key(
+        base.key_inputs()
+    )
     with pytest.raises(ValueError, match="--schedule-steps"):
         dataclasses.replace(base, schedule_steps=599).check()
     from refimpl.warmstart import train_warmstart

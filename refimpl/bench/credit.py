@@ -374,7 +374,8 @@ def oracle_memory(cfg: CreditConfig, plan, G: int) -> list[tuple[str, int, list]
 
     d = CreditConfig()
     T = plan.task.max_prompt_tokens + plan.max_new_tokens
-    per_row = T * decode_bytes(plan.warmstart.model)
+    model = plan.warmstart.model
+    per_row = T * decode_bytes(model.n_layer, model.n_embd)
     K, N = max(cfg.rollout_list()), cfg.prompts
     rows = min(cfg.max_rows, K * N * G)
     N_f = ("--prompts", N, d.prompts)

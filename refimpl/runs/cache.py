@@ -10,7 +10,6 @@ anything is trained, that a cache that has to be written can be.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -20,25 +19,7 @@ from refimpl.runs import cpu_kernels
 from refimpl.runs.checkpoint import CheckpointError, check_replaceable
 from refimpl.runs.runlog import nearest_existing
 from refimpl.settings.limits import flag
-from refimpl.settings.warmstart_config import WARMSTART_MIX, WarmstartConfig
-from toy_envs import TOKENIZER
-
-
-def key_inputs(cfg: WarmstartConfig) -> dict:
-    """Every setting of ``cfg`` that changes the trained weights, but the numeric path: the
-    task's knobs as ``canonical_task_args`` (not as typed), the supervised mix and the
-    vocabulary. What a shipped base model is matched by (``settings_key``)."""
-    keep = {
-        k: v
-        for k, v in dataclasses.asdict(cfg).items()
-        if k not in ("runs_dir", "eval_problems", "threads", "force", "progress", "shipped")
-    }
-    if cfg.schedule_steps in (None, cfg.steps):  # the same schedule: the key it always had
-        keep.pop("schedule_steps")
-    keep["task_args"] = list(cfg.canonical_task_args())
-    keep["mix"] = WARMSTART_MIX.get(cfg.task, {})
-    keep["vocab"] = TOKENIZER.itos
-    return keep
+from refimpl.settings.warmstart_config import WarmstartConfig
 
 
 def _digest(keep: dict) -> str:
@@ -46,23 +27,29 @@ def _digest(keep: dict) -> str:
     return hashlib.sha256(blob).hexdigest()[:10]
 
 
-def cache_key(cfg: WarmstartConfig) -> str:
-    """A hash of every setting of ``cfg`` that changes the trained weights (``key_inputs``)
-    and of the numeric path: another kernel path trains another model, so this machine's
-    cache never reuses one trained on another path."""
-    return _digest({**key_inputs(cfg), "numerics": cpu_kernels.cache_tag()})
+def cache_key(inputs: dict) -> str:
+    """A hash of every setting of a warm start that changes the trained weights (``inputs``:
+    ``WarmstartConfig.key_inputs()``) and of the numeric path: another kernel path trains
+    another model, so this machine's cache never reuses one trained on another path."""
+    return _digest({**inputs, "numerics": cpu_kernels.cache_tag()})
 
 
-def settings_key(cfg: WarmstartConfig) -> str:
-    """A hash of the settings alone (``key_inputs``, no numeric path): the same on every
-    machine, so a base model shipped with the package (``refimpl.runs.shipped``) is found by
-    it wherever it was trained."""
-    return _digest(key_inputs(cfg))
+def settings_key(inputs: dict) -> str:
+    """A hash of the settings alone (``inputs``: ``WarmstartConfig.key_inputs()``, no numeric
+    path): the same on every machine, so a base model shipped with the package
+    (``refimpl.runs.shipped``) is found by it wherever it was trained."""
+    return _digest(inputs)
+
+
+def cache_path(runs_dir: Path | str, inputs: dict) -> Path:
+    """The directory of the cached model of the warm start ``inputs``
+    (``WarmstartConfig.key_inputs()``) under ``runs_dir``."""
+    return Path(runs_dir) / "warmstart" / f"{inputs['task']}-{cache_key(inputs)}"
 
 
 def cache_dir(cfg: WarmstartConfig) -> Path:
-    """The directory of ``cfg``'s cached model."""
-    return Path(cfg.runs_dir) / "warmstart" / f"{cfg.task}-{cache_key(cfg)}"
+    """The directory of ``cfg``'s cached model (``cache_path`` of its settings)."""
+    return cache_path(cfg.runs_dir, cfg.key_inputs())
 
 
 def cache_complete(cache: Path) -> bool:
@@ -71,14 +58,14 @@ def cache_complete(cache: Path) -> bool:
     return (Path(cache) / "model.safetensors").exists()
 
 
-def check_cache_writable(cfg: WarmstartConfig, prefix: str = "--") -> None:
-    """Raise ``ValueError`` naming ``runs_dir`` when the model must be trained but its cache
-    cannot be written: not writable, a symbolic link, or holding what a cache does not
-    (``checkpoint.check_replaceable``). A cached model is read without writing anything
-    (through a link too); so is a shipped one, which the callers check first
-    (``refimpl.runs.shipped.supplies``). ``prefix``: how the flags are spelled."""
-    cache = cache_dir(cfg)
-    if cache_complete(cache) and not cfg.force:
+def check_cache_writable(cache: Path, *, force: bool, prefix: str = "--") -> None:
+    """Raise ``ValueError`` naming ``runs_dir`` when the model must be trained (``force``:
+    even when cached) but its cache directory ``cache`` cannot be written: not writable, a
+    symbolic link, or holding what a cache does not (``checkpoint.check_replaceable``). A
+    cached model is read without writing anything (through a link too); so is a shipped one,
+    which the callers check first (``refimpl.runs.shipped.supplies``). ``prefix``: how the
+    flags are spelled."""
+    if cache_complete(cache) and not force:
         return
     lock = Path(str(cache) + ".lock")
     try:  # the save renames the cache directory: never a link, nothing else inside

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,29 +47,31 @@ def non_finite_weight(model: torch.nn.Module) -> str | None:
 
 
 class DivergenceGuard:
-    """Checks each step of a ``Trainer`` (``check``): stops a diverged run, warns about one
-    that skips every group for ``SKIPPED_STEPS_WARNING`` steps in a row."""
+    """Checks each step of a ``Trainer``'s run in ``run_dir``, trained at the learning rate
+    ``lr`` (``check``): stops a diverged run, warns about one that skips every group for
+    ``SKIPPED_STEPS_WARNING`` steps in a row."""
 
-    def __init__(self, trainer: Any):
-        self.trainer = trainer
+    def __init__(self, run_dir: Path, *, lr: float):
+        self.run_dir, self.lr = Path(run_dir), lr
         self.skipped_in_a_row = 0
 
-    def check(self, metrics: dict[str, Any]) -> None:
-        """Raise ``NonFiniteLossError`` naming the step when its record or the weights after
-        it are not finite; call it before the step is logged or checkpointed."""
-        step = metrics.get("step", self.trainer.step)
+    def check(self, metrics: dict[str, Any], model: torch.nn.Module) -> None:
+        """Raise ``NonFiniteLossError`` naming the step (``metrics["step"]``) when its record
+        or the weights of ``model`` after it are not finite; call it before the step is logged
+        or checkpointed."""
+        step = metrics["step"]
         bad = sorted(
             k
             for k, v in metrics.items()
             if watched(k) and isinstance(v, float) and not math.isfinite(v)
         )
-        weight = non_finite_weight(self.trainer.model)
+        weight = non_finite_weight(model)
         if bad or weight is not None:
             what = f"{bad[0]} = {metrics[bad[0]]}" if bad else f"the weight {weight}"
             skipped = " (every group skipped)" if metrics.get("skipped") else ""
             raise NonFiniteLossError(
                 f"step {step}{skipped}: the policy diverged, {what} is not finite; most likely "
-                f"the learning rate is too high (--lr {self.trainer.cfg.lr:g}); {self.kept()}"
+                f"the learning rate is too high (--lr {self.lr:g}); {self.kept()}"
             )
         self.skipped_in_a_row = self.skipped_in_a_row + 1 if metrics.get("skipped") else 0
         if self.skipped_in_a_row == SKIPPED_STEPS_WARNING:
@@ -82,7 +85,7 @@ class DivergenceGuard:
 
     def kept(self) -> str:
         """Which checkpoint the stopped run keeps."""
-        run_dir = self.trainer.run_dir
+        run_dir = self.run_dir
         checkpoint = find_checkpoint(run_dir / "checkpoint", warn=False)
         if checkpoint is None:
             return f"nothing was checkpointed ({run_dir} holds no checkpoint yet)"

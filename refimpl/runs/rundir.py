@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from refimpl.runs import cpu_kernels, shipped
-from refimpl.runs.cache import check_cache_writable
+from refimpl.runs.cache import cache_path, check_cache_writable
 from refimpl.runs.checkpoint import (
     CheckpointError,
     check_deletable,
@@ -103,12 +103,16 @@ def check_run_dir(plan: Plan, *, locked: bool = False) -> None:
     check_not_a_link(run_dir)
     if not locked:
         # a run in use by another process: refused before the rest
-        check_not_locked(run_dir, _flag_of(cfg))
+        check_not_locked(run_dir, _flag_of(cfg.resume, cfg.overwrite))
     with warnings.catch_warnings():  # a torn last line: the trainer warns when it reads it
         warnings.simplefilter("ignore", TornLineWarning)
         _check_contents(plan)
-    if not locked and not shipped.supplies(plan.warmstart):  # under the lock: trained already
-        check_cache_writable(plan.warmstart, "--warmstart.")
+    ws = plan.warmstart
+    inputs = ws.key_inputs()  # the warm start's identity: its cache and a shipped model's key
+    if not locked and not shipped.supplies(inputs, allowed=ws.shipped and not ws.force):
+        # (under the lock: the warm start is trained already)
+        cache = cache_path(ws.runs_dir, inputs)
+        check_cache_writable(cache, force=ws.force, prefix="--warmstart.")
 
 
 def _check_contents(plan: Plan) -> None:
@@ -170,8 +174,9 @@ def _writable(path: Path, flag: str, what: str) -> None:
         raise ValueError(f"{flag}: {target} is not writable ({what})")
 
 
-def _flag_of(cfg: TrainConfig) -> str:
-    return "--resume" if cfg.resume else "--overwrite" if cfg.overwrite else "--name"
+def _flag_of(resume: bool, overwrite: bool) -> str:
+    """The flag that says what the run does to its directory."""
+    return "--resume" if resume else "--overwrite" if overwrite else "--name"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,7 +271,7 @@ def claim_run_dir(plan: Plan) -> RunLock:
             run_dir.mkdir(parents=True)
         except FileExistsError:
             pass  # already there (an empty one, a run, or another process was first)
-    lock = RunLock.acquire(run_dir, _flag_of(cfg))
+    lock = RunLock.acquire(run_dir, _flag_of(cfg.resume, cfg.overwrite))
     try:
         with warnings.catch_warnings():  # the trainer warns when it reads the files
             warnings.simplefilter("ignore")
@@ -287,7 +292,10 @@ def open_run_dir(plan: Plan, model, optimizer) -> tuple[int, int]:
     if plan.saved is None:
         # Checked again here: the warm start may have taken minutes since preflight.
         prepare_run_dir(run_dir, resume=False, overwrite=cfg.overwrite)
-        write_new_run(run_dir, cfg, plan.algo_cfg, getattr(model, "base_record", None))
+        write_new_run(
+            run_dir, config_dict(cfg), dataclasses.asdict(plan.algo_cfg),
+            getattr(model, "base_record", None),
+        )  # fmt: skip
         return 0, 0
     step, sampled_tokens = restore_run(run_dir, model, optimizer, cfg.fresh_optimizer)
     record_resume(run_dir, plan.saved.config, cfg, step)
@@ -343,14 +351,14 @@ def save_run(plan: Plan, model, optimizer, step: int, sampled_tokens: int) -> No
     save_checkpoint(plan.run_dir / "checkpoint", model, optimizer, state)
 
 
-def write_new_run(run_dir: Path, cfg: TrainConfig, algo_cfg: Any,
+def write_new_run(run_dir: Path, train_config: dict[str, Any], algo_config: dict[str, Any],
                   base: dict[str, Any] | None = None) -> None:  # fmt: skip
-    """config.json of a new run (its settings, the algorithm's, the versions, and ``base``:
-    which base model it started from, ``refimpl.runs.shipped.describe_base``) and empty
-    logs."""
+    """config.json of a new run (its settings as recorded, ``config_dict``; the algorithm's
+    Config's fields; the versions; and ``base``: which base model it started from,
+    ``refimpl.runs.shipped.describe_base``) and empty logs."""
     record = {
-        "train_config": config_dict(cfg),
-        "algo_config": dataclasses.asdict(algo_cfg),
+        "train_config": train_config,
+        "algo_config": algo_config,
         "versions": versions(),
         "numerics": cpu_kernels.describe(),
         **({"base_model": base} if base is not None else {}),

@@ -24,6 +24,7 @@ with the command that would make them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,33 +91,36 @@ def shipped_models(path: Path | None = None) -> list[ShippedModel]:
     return [ShippedModel(n, e) for n, e in manifest(path).get("models", {}).items()]
 
 
-def find(cfg) -> ShippedModel | None:
-    """The shipped model trained with ``cfg``'s settings (the same ``settings_key``, computed
-    from the manifest's recorded config, not read from it), or None."""
+def find(inputs: dict) -> ShippedModel | None:
+    """The shipped model trained with the settings ``inputs`` (a warm start's
+    ``WarmstartConfig.key_inputs()``): the same ``settings_key``, computed from the manifest's
+    recorded config, not read from it; or None."""
     from refimpl.runs.cache import settings_key
 
-    key, plain = None, _plain_settings(cfg)
+    key, plain = None, _plain_settings(inputs)
     for model in shipped_models():
-        recorded = model.config(cfg.runs_dir)
-        if _plain_settings(recorded) != plain:  # differs before the task's knobs are read
+        recorded = model.config()
+        if _plain_settings(dataclasses.asdict(recorded)) != plain:  # before the task's knobs
             continue
-        key = key or settings_key(cfg)
-        if settings_key(recorded) == key:
+        key = key or settings_key(inputs)
+        if settings_key(recorded.key_inputs()) == key:
             return model
     return None
 
 
-def _plain_settings(cfg) -> tuple:
+def _plain_settings(settings: dict) -> tuple:
     """The settings compared as typed, before ``settings_key`` canonicalises the task's knobs:
     the task, the model, the schedule, the steps, the batch, the lr, the seed."""
-    return (cfg.task, cfg.model, cfg.steps, cfg.schedule_steps or cfg.steps, cfg.batch_size,
-            cfg.lr, cfg.seed)  # fmt: skip
+    steps = settings["steps"]
+    return (settings["task"], settings["model"], steps, settings.get("schedule_steps") or steps,
+            settings["batch_size"], settings["lr"], settings["seed"])  # fmt: skip
 
 
-def supplies(cfg) -> bool:
-    """``cfg``'s base model comes from the package: shipped models allowed, no retraining
-    asked, and one trained with these settings is shipped (nothing is written then)."""
-    return bool(cfg.shipped and not cfg.force and find(cfg) is not None)
+def supplies(inputs: dict, *, allowed: bool) -> bool:
+    """The base model of the settings ``inputs`` comes from the package: ``allowed`` (shipped
+    models on, no retraining asked: ``cfg.shipped and not cfg.force``), and one trained with
+    these settings is shipped (nothing is written then)."""
+    return allowed and find(inputs) is not None
 
 
 def load(model_entry: ShippedModel, cfg):

@@ -30,10 +30,11 @@ def memory_budget(device: str) -> tuple[int, str] | None:
         return None
 
 
-def decode_bytes(model: ModelConfig) -> int:
-    """Bytes per position of one sampled row: its KV cache (``2 · n_layer · d`` floats) and
-    its ids, masks, log-prob and entropy."""
-    return 4 * (2 * model.n_layer * model.n_embd + 6)
+def decode_bytes(n_layer: int, n_embd: int) -> int:
+    """Bytes per position of one sampled row of a model of ``n_layer`` layers of width
+    ``n_embd`` (d): its KV cache (``2 · n_layer · d`` floats) and its ids, masks, log-prob
+    and entropy."""
+    return 4 * (2 * n_layer * n_embd + 6)
 
 
 def memory_estimates(
@@ -48,7 +49,7 @@ def memory_estimates(
     f32 = 4
     d, layers, heads, vocab = m.n_embd, m.n_layer, m.n_head, TOKENIZER.vocab_size
     T = task.max_prompt_tokens + max_new_tokens  # one sequence of a run
-    decode = decode_bytes(m)  # per position: KV cache, ids, masks, logp, entropy
+    decode = decode_bytes(m.n_layer, m.n_embd)  # per position: KV cache, ids, masks, logp, entropy
     train = f32 * (layers * (16 * d + heads * T) + 3 * vocab)  # kept for the backward pass
     params = layers * 12 * d * d + (vocab + m.block_size) * d
     copies = 4 + (1 if algo_cfg.needs_reference() else 0)  # + the frozen reference

@@ -11,6 +11,7 @@ task, the warm start's checks, its cache key and its training all read the same 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import typing
@@ -194,6 +195,24 @@ class WarmstartConfig:
         defaults = get_task(self.task).knobs()
         knobs = get_task(self.task, **self.task_knobs()).knobs()
         return tuple(f"{k}={v}" for k, v in sorted(knobs.items()) if v != defaults[k])
+
+    def key_inputs(self) -> dict:
+        """Every setting that changes the trained weights, but the numeric path, as plain
+        values: the task's knobs as ``canonical_task_args`` (not as typed), the supervised mix
+        and the vocabulary. The warm start's identity: its cache key hashes it with the
+        numeric path (``refimpl.runs.cache.cache_key``), a shipped base model is found by it
+        (``refimpl.runs.shipped.find``), and neither reads these settings again."""
+        keep = {
+            k: v
+            for k, v in dataclasses.asdict(self).items()
+            if k not in ("runs_dir", "eval_problems", "threads", "force", "progress", "shipped")
+        }
+        if self.schedule_steps in (None, self.steps):  # the same schedule: the key it always had
+            keep.pop("schedule_steps")
+        keep["task_args"] = list(self.canonical_task_args())
+        keep["mix"] = WARMSTART_MIX.get(self.task, {})
+        keep["vocab"] = TOKENIZER.itos
+        return keep
 
 
 @dataclass

@@ -30,7 +30,6 @@ steps, the mean cost per step is pred + (attribute − pred) / k, printed for a 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
@@ -85,7 +84,7 @@ class _NoPredictor:
 class _ChangeWithoutPrediction(EntropyChange):
     """``entropy_change`` on today's measured rows, without the prediction (``before``)."""
 
-    def before_update(self, trainer, batch, samples, adv) -> None:
+    def before_update(self, state, batch, samples, adv) -> None:
         self.predictor = _NoPredictor()
 
 
@@ -94,32 +93,34 @@ class _Change16x8(_ChangeWithoutPrediction):
     with all their completions (``main``)."""
 
     @torch.no_grad()
-    def measure(self, trainer, samples, batch, adv) -> dict:
-        measured = slice(0, min(batch.num_groups, 16) * trainer.cfg.group_size)
-        with trainer.autocast():
-            _, after = trainer.logprobs(trainer.model, samples, measured, with_entropy=True)
+    def measure(self, state, samples, batch, adv) -> dict:
+        measured = slice(0, min(batch.num_groups, 16) * self.group_size)
+        with torch.autocast(state.device.type, dtype=torch.bfloat16, enabled=self.bfloat16):
+            _, after = samples.policy_logprobs(
+                state.model, measured, temperature=self.temperature, with_entropy=True
+            )
         mask = batch.response_mask[measured]
         change = core.masked_mean(after.float() - batch.entropy_old[measured], mask)
         return {"entropy_change": float(change)}
 
 
-#: The observers of each mode (the held-out evaluation and the probes do not run in a step).
+#: The observers of each mode, made with the run's settings of the entropy change (the
+#: held-out evaluation and the probes do not run in a step).
 MODES = {
-    "none": lambda: [],
-    "main": lambda: [Covariance(), _Change16x8()],
-    "before": lambda: [Covariance(), _ChangeWithoutPrediction()],
-    "pred": lambda: [Covariance(), EntropyChange()],
-    "attribute": lambda: [Covariance(), EntropyChange()],
+    "none": lambda settings: [],
+    "main": lambda settings: [Covariance(), _Change16x8(**settings)],
+    "before": lambda settings: [Covariance(), _ChangeWithoutPrediction(**settings)],
+    "pred": lambda settings: [Covariance(), EntropyChange(**settings)],
+    "attribute": lambda settings: [Covariance(), EntropyChange(**settings)],
 }
 
 
 def _mode(trainer: Trainer, name: str):
     """A context that makes ``trainer.train_step`` compute the diagnostics of mode ``name``."""
     every = 1 if name == "attribute" else 0  # 0: never an attribution step
-    return [
-        mock.patch.object(trainer, "observers", MODES[name]()),
-        mock.patch.object(trainer, "cfg", dataclasses.replace(trainer.cfg, diag_every=every)),
-    ]
+    default = next(o for o in trainer.observers if type(o) is EntropyChange)
+    observers = MODES[name]({**default.settings, "diag_every": every})
+    return [mock.patch.object(trainer, "observers", observers)]
 
 
 class _Clock:

@@ -3,6 +3,7 @@ code, as counts that another clone can reproduce.
 
     python scripts/dev/setting_walk.py            # a new run, then its resume: the counts
     python scripts/dev/setting_walk.py --edges    # also every call edge, classified
+    python scripts/dev/setting_walk.py --stops    # also the stops, entry to step, in order
 
 Method
 ------
@@ -135,12 +136,16 @@ class Walk:
         self.edges[key] = kind
         self.module_of[callee] = callee_mod
 
+    def stop_list(self) -> list[str]:
+        """The stops from the trainer's entry to the step, in the order they are first entered."""
+        edges = list(self.edges)[self.entry_edges : self.setup_edges + 1]
+        return list(dict.fromkeys(callee for _, callee in edges))
+
     def stops(self) -> tuple[int, int]:
         """(stops, files) from the trainer's entry to the step: the distinct functions the
         setting enters from ``refimpl.train.train`` up to the first ``Trainer.train_step``
         (included), and the distinct modules they are in (``refimpl.train`` counted)."""
-        edges = list(self.edges)[self.entry_edges : self.setup_edges + 1]
-        callees = {callee for _, callee in edges}
+        callees = set(self.stop_list())
         modules = {self.module_of[c] for c in callees} | {ENTRY.rsplit(".", 1)[0]}
         return len(callees), len(modules)
 
@@ -169,6 +174,7 @@ def walk(argv: list[str]) -> Walk:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--edges", action="store_true", help="list every edge")
+    parser.add_argument("--stops", action="store_true", help="list the stops, entry to step")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         runs = ["--runs-dir", tmp, "--name", "walk"]
@@ -188,6 +194,9 @@ def main() -> None:
                 f"  {part:6s} {c['stay']} stays, {c['climb']} climbs, {c['return']} returns, "
                 f"{c['descent']} descents"
             )
+        if args.stops:
+            for callee in w.stop_list():
+                print(f"    {callee}")
         if args.edges:
             for (caller, callee), kind in w.edges.items():
                 print(f"    {kind:8s} {caller} -> {callee}")

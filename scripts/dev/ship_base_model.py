@@ -44,7 +44,7 @@ def entry_of(cache: Path, command: str, used_by: str, source: str) -> dict:
         "sha256": recorded,
         "bytes": file.stat().st_size,
         "config": config,
-        "settings_key": settings_key(cfg),
+        "settings_key": settings_key(cfg.key_inputs()),
         "mix": WARMSTART_MIX.get(cfg.task, {}),
         "threads": state["config"].get("threads"),
         "cache_key": cache.name.rsplit("-", 1)[-1],

@@ -93,12 +93,12 @@ def main(cfg: MeasuredRowsConfig) -> None:
     class EverySubset(EntropyChange):
         """The trainer's entropy change, and the same on every candidate subset."""
 
-        def measure(self, trainer, samples, batch, adv):
+        def measure(self, state, samples, batch, adv):
             every_subset(samples, batch)
-            return super().measure(trainer, samples, batch, adv)
+            return super().measure(state, samples, batch, adv)
 
     trainer.observers = [
-        o if type(o) is not EntropyChange else EverySubset() for o in trainer.observers
+        o if type(o) is not EntropyChange else EverySubset(**o.settings) for o in trainer.observers
     ]
     start = time.perf_counter()
     for _ in range(cfg.steps):
