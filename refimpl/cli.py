@@ -225,7 +225,7 @@ RUN_ENDS = {
 
 def run_end(run_dir: Path, tc: dict, records: list[dict]) -> str:
     """How the run in ``run_dir`` ended, from its log, by the rule the trainer stops on
-    (``Trainer.finished``): its last step reached ``steps``, or the completion tokens it
+    (``runs.status.RunBudget``): its last step reached ``steps``, or the completion tokens it
     sampled reached ``max_sampled_tokens``; else it is running (its lock is held) or stopped
     early. A key of ``RUN_ENDS``."""
     last = max(records, key=lambda r: r["step"], default={"step": 0})

@@ -51,8 +51,9 @@ from refimpl.model import GPT
 from refimpl.problem_streams import training_rng
 from refimpl.runs.divergence import DivergenceGuard, NonFiniteLossError
 from refimpl.runs.progress import progress
-from refimpl.runs.rundir import SavedRun, claim_run_dir, open_run_dir, preflight, save_run
+from refimpl.runs.rundir import SavedRun, open_run, preflight, save_run
 from refimpl.runs.runlog import MetricsLog
+from refimpl.runs.status import RunBudget
 from refimpl.runs.stop import StopRequest, report_interrupt
 from refimpl.sampling.groups import Samples, concat_samples, sample_groups, seeded_generator
 from refimpl.settings.plan import Plan
@@ -106,6 +107,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
         self.step = 0
         self.sampled_tokens = 0
+        self.budget = RunBudget(cfg.steps, cfg.max_sampled_tokens)  # when the run is finished
         self.run_dir = self.plan.run_dir
         self.divergence = DivergenceGuard(self.run_dir, lr=cfg.lr)  # NaN/inf stops the run
         if observers is None:
@@ -123,8 +125,9 @@ class Trainer:
     def _observe(self, hook: str, *args: Any) -> dict[str, Any]:
         """Call ``hook`` of every observer that implements it, with the trainer's state now;
         their metrics, merged in the observers' order."""
+        finished = self.budget.spent(self.step, self.sampled_tokens)
         state = TrainerState(self.model, self.optimizer, self.device, self.step,
-                             self.sampled_tokens, self.finished(), self.run_dir)  # fmt: skip
+                             self.sampled_tokens, finished, self.run_dir)  # fmt: skip
         out: dict[str, Any] = {}
         for observer in self.observers:
             if getattr(type(observer), hook) is not getattr(Observer, hook):
@@ -323,23 +326,16 @@ class Trainer:
         return self.logprobs(self.model, samples, rows, with_entropy=True)[1]
 
     # -- the run ---------------------------------------------------------------------------
-    def finished(self) -> bool:
-        """The step budget, or the sampled-token budget when one is set, is spent."""
-        token_budget = self.cfg.max_sampled_tokens
-        return self.step >= self.cfg.steps or (
-            token_budget is not None and self.sampled_tokens >= token_budget
-        )
-
     def run(self) -> Path:
         """Train until ``cfg.steps``; return the run directory. The run holds the directory's
-        lock from before its first write to after its last (``rundir.claim_run_dir``).
+        lock from before its first write to after its last (``rundir.open_run``).
 
         Ctrl-C (or SIGTERM) lets the step in progress finish, writes a checkpoint, prints how
         to resume and raises ``KeyboardInterrupt``; a second Ctrl-C stops at once (the last
         checkpoint is kept)."""
         cfg = self.cfg
-        with claim_run_dir(self.plan):
-            self.step, self.sampled_tokens = open_run_dir(self.plan, self.model, self.optimizer)
+        with open_run(self.plan, self.model, self.optimizer) as (step, sampled_tokens):
+            self.step, self.sampled_tokens = step, sampled_tokens
             log = MetricsLog(self.run_dir, tensorboard=cfg.tensorboard)
             bar = progress(cfg.steps, f"{cfg.algo} s{cfg.seed}", initial=self.step,
                            disable=not cfg.progress)  # fmt: skip
@@ -350,7 +346,7 @@ class Trainer:
             finally:
                 bar.close()
                 log.close()
-            if stop.requested and not self.finished():
+            if stop.requested and not self.budget.spent(self.step, self.sampled_tokens):
                 report_interrupt(self.run_dir, cfg.runs_dir, cfg.name, self.step, stop.requested)
             self._observe("end")
             if cfg.plot:
@@ -365,7 +361,7 @@ class Trainer:
         cfg = self.cfg
         if self.step == 0:
             log.append({"step": 0, "sampled_tokens": 0, **self._observe("start")})
-        while not self.finished() and not stop.requested:
+        while not self.budget.spent(self.step, self.sampled_tokens) and not stop.requested:
             self._observe("before_step")
             metrics = self.train_step()
             self.step += 1
@@ -380,7 +376,8 @@ class Trainer:
                 refresh=False,
             )
             bar.update(1)
-            if self.step % cfg.checkpoint_every == 0 or self.finished() or stop.requested:
+            finished = self.budget.spent(self.step, self.sampled_tokens)
+            if self.step % cfg.checkpoint_every == 0 or finished or stop.requested:
                 save_run(self.plan, self.model, self.optimizer, self.step, self.sampled_tokens)
 
 

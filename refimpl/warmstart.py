@@ -185,18 +185,14 @@ def verify_cache(cfg: WarmstartConfig, cache: Path) -> dict:
                 "runs_dir": Path(cfg.runs_dir),
             }
         )
-        key = cache_key(trained.key_inputs())
+        theirs = trained.key_inputs()
     except Exception:  # not a dict, unknown fields, a task that does not exist, ...
         raise CheckpointError(
             f"{file}: records no settings of a warm start (damaged or edited?)"
         ) from None
-    if key != cache_key(cfg.key_inputs()):
-        ours, theirs = dataclasses.asdict(cfg), dataclasses.asdict(trained)
-        ours["task_args"], theirs["task_args"] = (
-            cfg.canonical_task_args(),
-            trained.canonical_task_args(),
-        )
-        diff = next((k for k in TRAINED_WITH if ours[k] != theirs[k]), None)
+    ours = cfg.key_inputs()
+    if cache_key(theirs) != cache_key(ours):
+        diff = next((k for k in TRAINED_WITH if ours.get(k) != theirs.get(k)), None)
         what = f" ({diff} {theirs[diff]!r}, this cache is for {ours[diff]!r})" if diff else ""
         raise CheckpointError(
             f"{file}: the cached model was trained with other settings{what}: copied from "

@@ -164,7 +164,7 @@ def test_the_memory_estimate_sees_the_algo_args(monkeypatch):
         seen.append(algo_cfg)
         return real(cfg, task, max_new_tokens, algo_cfg)
 
-    monkeypatch.setattr(memory, "memory_estimates", spy)
+    monkeypatch.setattr(plan_module, "memory_estimates", spy)  # as resolve calls it
     plan = plan_module.resolve(TrainConfig(algo="grpo", algo_args=("kl_coef=0",)))
     assert seen == [plan.algo_cfg] and not seen[0].needs_reference()
     model = [spy(TrainConfig(), plan.task, plan.max_new_tokens, c)[0][1] for c in (

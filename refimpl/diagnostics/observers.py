@@ -43,6 +43,7 @@ from refimpl.diagnostics.metrics import logp_advantage_covariance
 from refimpl.evaluate import heldout_metrics, probe_snapshot
 from refimpl.problem_streams import held_out_rng
 from refimpl.runs.runlog import open_no_follow
+from refimpl.runs.status import RunBudget
 from refimpl.sampling.groups import seeded_generator
 
 PROBE_SEED = 20_000  # the fixed probe prompts of the entropy snapshots
@@ -139,28 +140,25 @@ class EntropyChange(Observer):
 
     The run's settings it reads: the sampling ``temperature``, the ``group_size``, whether
     the forward passes run in ``bfloat16``, the ``grad_clip`` the optimizer steps clip to,
-    ``diag_every`` (0: never split), and the run's budgets ``steps`` and
-    ``max_sampled_tokens`` (the last step is always split, as it is always evaluated)."""
+    ``diag_every`` (0: never split), and the run's ``budget`` (``RunBudget``: the last step
+    is always split, as it is always evaluated)."""
 
     predictor: EntropyPredictor
 
     def __init__(self, *, temperature: float, group_size: int, bfloat16: bool, grad_clip: float,
-                 diag_every: int, steps: int, max_sampled_tokens: int | None) -> None:  # fmt: skip
+                 diag_every: int, budget: RunBudget) -> None:  # fmt: skip
         # kept as given, so that a variant is made with the same: ``Variant(**o.settings)``
         self.settings = dict(
             temperature=temperature, group_size=group_size, bfloat16=bfloat16,
-            grad_clip=grad_clip, diag_every=diag_every, steps=steps,
-            max_sampled_tokens=max_sampled_tokens,
+            grad_clip=grad_clip, diag_every=diag_every, budget=budget,
         )  # fmt: skip
         self.temperature, self.group_size, self.bfloat16 = temperature, group_size, bfloat16
-        self.grad_clip, self.diag_every = grad_clip, diag_every
-        self.steps, self.max_sampled_tokens = steps, max_sampled_tokens
+        self.grad_clip, self.diag_every, self.budget = grad_clip, diag_every, budget
 
     def before_update(self, state, batch, samples, adv) -> None:
         measured = measured_rows(batch, self.group_size, state.device)
         step = state.step + 1  # as it is logged; the last step is attributed, as it is evaluated
-        budget = self.max_sampled_tokens
-        last = step == self.steps or (budget is not None and state.sampled_tokens >= budget)
+        last = self.budget.spent(step, state.sampled_tokens)  # this step's tokens are counted
         T = self.temperature
         self.predictor = EntropyPredictor(
             state.model,
@@ -298,8 +296,7 @@ def default_observers(cfg, task, max_new_tokens: int, success_threshold: float) 
         EntropyChange(
             temperature=cfg.temperature, group_size=cfg.group_size,
             bfloat16=cfg.dtype == "bfloat16", grad_clip=cfg.grad_clip,
-            diag_every=cfg.diag_every, steps=cfg.steps,
-            max_sampled_tokens=cfg.max_sampled_tokens,
+            diag_every=cfg.diag_every, budget=RunBudget(cfg.steps, cfg.max_sampled_tokens),
         ),
         HeldOutEvaluation(
             task, problems=cfg.eval_problems, samples=cfg.eval_samples, every=cfg.eval_every,

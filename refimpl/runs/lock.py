@@ -6,7 +6,7 @@ run ends; the kernel releases it when the process dies, however it dies (``kill 
 cut: no stale lock to clean up). A second ``train``, ``--resume`` or ``--overwrite`` of a
 locked run is refused with one line, before it changes anything. A new run directory is
 created with one ``mkdir`` (atomic: of two processes, one creates it) and is checked again
-once its lock is held (``refimpl.runs.rundir.claim_run_dir``), so there is no window between
+once its lock is held (``refimpl.runs.rundir.open_run``), so there is no window between
 a check and the write it allows.
 """
 

@@ -3,9 +3,9 @@ source of truth). ``preflight`` is a run's two steps before anything is written:
 resolved from its settings (``refimpl.settings.plan.resolve``), then the run directory and the
 warm-start cache checked against that plan (``check_run_dir``).
 
-The run directory is the Trainer's: ``preflight`` checks it, ``claim_run_dir`` creates and
-locks it and checks it again, ``open_run_dir`` writes a new run's config.json or restores a
-resumed run's checkpoint, and ``save_run`` saves the checkpoint after the logs. The checks
+The run directory is the Trainer's: ``preflight`` checks it; ``open_run`` creates, locks and
+checks it again, then writes a new run's config.json or restores a resumed run's checkpoint,
+and holds it while the run trains; ``save_run`` saves the checkpoint after the logs. The checks
 this file calls live beside it: the run's place (``refimpl.runs.paths``), its lock
 (``refimpl.runs.lock``), and what a resumed run's logs and checkpoint must satisfy
 (``refimpl.runs.resume``).
@@ -13,11 +13,13 @@ this file calls live beside it: the run's place (``refimpl.runs.paths``), its lo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -92,7 +94,7 @@ def check_run_dir(plan: Plan, *, locked: bool = False) -> None:
     ``plan.saved``: the run to resume, as ``read_saved_run`` read it (None: a new run, or one
     that is not a run, which ``--resume`` refuses; its settings were checked against the
     flags by ``resolve``); its config.json is not read again, only checked to be the same file
-    (``config_unchanged``). ``locked``: the caller holds the run's lock (``claim_run_dir``,
+    (``config_unchanged``). ``locked``: the caller holds the run's lock (``open_run``,
     after the warm start), which checks everything again on purpose: the directory may have
     changed while it was not locked."""
     cfg, run_dir = plan.cfg, plan.run_dir
@@ -260,46 +262,39 @@ def config_unchanged(run_dir: Path, saved: SavedRun) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def claim_run_dir(plan: Plan) -> RunLock:
-    """Create the run directory (one atomic ``mkdir``) when it does not exist, lock it, and
-    check it again under the lock (``check_run_dir``): what the plan says may be written is
-    what this process may write, and no other refimpl process changes it until ``release``
-    (``with claim_run_dir(plan): ...`` releases it at the end of the block)."""
+@contextlib.contextmanager
+def open_run(plan: Plan, model, optimizer) -> Iterator[tuple[int, int]]:
+    """The run directory of ``plan``, held for the ``with`` block: created (one atomic
+    ``mkdir``) when it does not exist, locked, and checked again under the lock
+    (``check_run_dir``: what the plan says may be written is what this process may write, and
+    no other refimpl process changes it until the block ends). Then opened: a new run's
+    directory is made (``--overwrite``: the old run deleted first) and its config.json
+    written; a resumed run's checkpoint is restored into ``model`` and ``optimizer``
+    (``restore_run``), and config.json records the new length of the run
+    (``RESUME_RECORDED``) and when it was resumed. Yields ``(step, sampled_tokens)``, where
+    the run continues from."""
     cfg, run_dir = plan.cfg, plan.run_dir
     if not cfg.resume:
         try:
             run_dir.mkdir(parents=True)
         except FileExistsError:
             pass  # already there (an empty one, a run, or another process was first)
-    lock = RunLock.acquire(run_dir, _flag_of(cfg.resume, cfg.overwrite))
-    try:
+    with RunLock.acquire(run_dir, _flag_of(cfg.resume, cfg.overwrite)):
         with warnings.catch_warnings():  # the trainer warns when it reads the files
             warnings.simplefilter("ignore")
             check_run_dir(plan, locked=True)
-    except BaseException:
-        lock.release()
-        raise
-    return lock
-
-
-def open_run_dir(plan: Plan, model, optimizer) -> tuple[int, int]:
-    """A new run: create the directory (``--overwrite``: delete the old run first) and write
-    config.json. A resumed run: restore its checkpoint into ``model`` and ``optimizer``
-    (``restore_run``), then record in config.json the new length of the run
-    (``RESUME_RECORDED``) and when it was resumed. Returns ``(step, sampled_tokens)``, where
-    the run continues from."""
-    cfg, run_dir = plan.cfg, plan.run_dir
-    if plan.saved is None:
-        # Checked again here: the warm start may have taken minutes since preflight.
-        prepare_run_dir(run_dir, resume=False, overwrite=cfg.overwrite)
-        write_new_run(
-            run_dir, config_dict(cfg), dataclasses.asdict(plan.algo_cfg),
-            getattr(model, "base_record", None),
-        )  # fmt: skip
-        return 0, 0
-    step, sampled_tokens = restore_run(run_dir, model, optimizer, cfg.fresh_optimizer)
-    record_resume(run_dir, plan.saved.config, cfg, step)
-    return step, sampled_tokens
+        if plan.saved is None:
+            # Checked again here: the warm start may have taken minutes since preflight.
+            prepare_run_dir(run_dir, resume=False, overwrite=cfg.overwrite)
+            write_new_run(
+                run_dir, config_dict(cfg), dataclasses.asdict(plan.algo_cfg),
+                getattr(model, "base_record", None),
+            )  # fmt: skip
+            yield 0, 0
+        else:
+            step, sampled_tokens = restore_run(run_dir, model, optimizer, cfg.fresh_optimizer)
+            record_resume(run_dir, plan.saved.config, cfg, step)
+            yield step, sampled_tokens
 
 
 def restore_run(run_dir: Path, model, optimizer, fresh_optimizer: bool) -> tuple[int, int]:

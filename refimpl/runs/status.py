@@ -7,15 +7,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from refimpl.runs.runlog import read_metrics, read_run_config
+
+
+class RunBudget(NamedTuple):
+    """How long a run goes: ``steps``, or until it has sampled ``max_sampled_tokens``
+    completion tokens when that is set, whichever comes first (``--steps``,
+    ``--max-sampled-tokens``). The one rule the Trainer stops on, and a log is read by."""
+
+    steps: int
+    max_sampled_tokens: int | None = None
+
+    def spent(self, step: int, sampled_tokens: int) -> bool:
+        """Whether a run that has done ``step`` steps and sampled ``sampled_tokens`` tokens
+        has spent its budget."""
+        budget = self.max_sampled_tokens
+        return step >= self.steps or (budget is not None and sampled_tokens >= budget)
 
 
 def run_status(run_dir: Path | str) -> dict[str, Any]:
     """What a run planned (``config.json``: ``steps``, ``max_sampled_tokens``) against what it
     logged (the last record of ``metrics.jsonl``): ``complete`` is the trainer's own end
-    condition (``Trainer.finished``: the step budget, or the sampled-token budget when one is
+    condition (``RunBudget.spent``: the step budget, or the sampled-token budget when one is
     set, is spent) with the final evaluation logged. ``label`` says it in words, e.g.
     ``"partial: step 29 of 200, 81,000 of 400,000 sampled tokens"``."""
     run_dir = Path(run_dir)
@@ -35,7 +50,7 @@ def run_status(run_dir: Path | str) -> dict[str, Any]:
     steps, budget = int(tc["steps"]), tc.get("max_sampled_tokens")
     last = records[-1] if records else {}
     step, tokens = int(last.get("step", 0)), int(last.get("sampled_tokens", 0))
-    spent = step >= steps or (budget is not None and tokens >= int(budget))
+    spent = RunBudget(steps, None if budget is None else int(budget)).spent(step, tokens)
     evaluated = any(k.startswith("heldout_") for k in last)
     complete = bool(records) and spent and evaluated
     plan = f"step {step} of {steps}"

@@ -110,13 +110,6 @@ def _human(n: float) -> str:
     return f"{n:.1f} PB"
 
 
-def check_memory(cfg: TrainConfig, task, max_new_tokens: int, algo_cfg) -> None:
-    """Refuse a size flag whose estimated memory (``memory_estimates``) exceeds the
-    machine's (``memory_budget``), naming the flag that grew most, the estimate, and about
-    the largest value that fits."""
-    refuse_over_budget(memory_estimates(cfg, task, max_new_tokens, algo_cfg), cfg.device)
-
-
 def refuse_over_budget(estimates: list[tuple[str, int, list]], device: str) -> None:
     """``ValueError`` at the first of ``estimates`` (``(what, bytes, factors)``, factors
     ``(flag, value, default)``) above the memory of ``device`` (``memory_budget``): it names

@@ -18,7 +18,7 @@ import torch
 
 from refimpl import algorithms
 from refimpl.settings.limits import flag
-from refimpl.settings.memory import check_memory
+from refimpl.settings.memory import memory_estimates, refuse_over_budget
 from refimpl.settings.overrides import parse_overrides
 from refimpl.settings.train_config import TrainConfig, check_train_config, config_dict
 from refimpl.settings.warmstart_config import RunWarmstartConfig, parse_task_args
@@ -65,7 +65,8 @@ def resolve(cfg: TrainConfig, saved=None) -> Plan:
     saved_algo = saved.config.get("algo_config") if saved is not None else None
     saved_algo = saved_algo if isinstance(saved_algo, dict) else None
     algo_cfg = algorithm_config(cfg, algo, max_new_tokens, saved_algo)
-    check_memory(cfg, task, max_new_tokens, algo_cfg)
+    # sizes that cannot fit in this machine's memory: refused, naming the flag
+    refuse_over_budget(memory_estimates(cfg, task, max_new_tokens, algo_cfg), cfg.device)
     return Plan(cfg, algo, algo_cfg, task, max_new_tokens, warmstart, device, cfg.run_dir, saved)
 
 

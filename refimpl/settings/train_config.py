@@ -152,19 +152,9 @@ PPO_EPOCHS_MAX = 1000
 def check_train_config(cfg: TrainConfig, task, warmstart) -> tuple[int, torch.device]:
     """Fail at start-up, naming the flag, on a bad or inconsistent setting of the run on
     ``task`` and of its ``warmstart`` (nothing is written before this passes; the memory
-    check, which needs the algorithm's Config, is ``refimpl.settings.memory.check_memory``).
+    check, which needs the algorithm's Config, is ``refimpl.settings.memory.memory_estimates``).
     Returns the completion budget L_max in tokens and the device."""
-    _check_batch_and_optimiser(cfg)
-    device = _check_sampling_and_machine(cfg)
-    max_new_tokens = _check_completion_budget(cfg, task, warmstart)
-    if cfg.max_sampled_tokens is not None:
-        check_positive(cfg.max_sampled_tokens, "--max-sampled-tokens")
-    for name in ("eval_every", "checkpoint_every"):
-        check_positive(getattr(cfg, name), flag(name))
-    return max_new_tokens, device
-
-
-def _check_batch_and_optimiser(cfg: TrainConfig) -> None:
+    # the batch and the optimiser
     for name in (
         "steps",
         "prompts_per_step",
@@ -195,6 +185,13 @@ def _check_batch_and_optimiser(cfg: TrainConfig) -> None:
     if not cfg.grad_clip > 0:  # ≤ 0 would flip (< 0) or zero (= 0) every gradient; inf: no clip
         raise ValueError(f"--grad-clip: expected a positive max gradient norm, got {cfg.grad_clip}")
     check_seed(cfg.seed, "--seed")
+    device = _check_sampling_and_machine(cfg)
+    max_new_tokens = _check_completion_budget(cfg, task, warmstart)
+    if cfg.max_sampled_tokens is not None:
+        check_positive(cfg.max_sampled_tokens, "--max-sampled-tokens")
+    for name in ("eval_every", "checkpoint_every"):
+        check_positive(getattr(cfg, name), flag(name))
+    return max_new_tokens, device
 
 
 def _check_sampling_and_machine(cfg: TrainConfig) -> torch.device:

@@ -182,26 +182,21 @@ class WarmstartConfig:
         from the command's one parse (``parse_task_args``)."""
         return dict(parse_task_args(self.task, tuple(self.task_args)))
 
-    def canonical_task_args(self) -> tuple[str, ...]:
-        """``task_args`` parsed and filled in with the task's defaults, written back as the
-        ``KNOB=VALUE`` pairs that differ from those defaults, sorted by knob.
-
-        Flags that say the same thing (``num_ops=3``, nothing, ``min_ops=3 num_ops=3`` when
-        both are chain's defaults) give the same tuple, so they share one cached model. The
-        pairs that restate nothing are dropped rather than hashed with the defaults so that
-        the key of a run without ``--task-args`` is what it always was (existing caches stay
-        valid); a change to a task's *default* is a code change, like any other change to the
-        task's code, and needs ``--force`` (or a new ``runs_dir``), as before."""
-        defaults = get_task(self.task).knobs()
-        knobs = get_task(self.task, **self.task_knobs()).knobs()
-        return tuple(f"{k}={v}" for k, v in sorted(knobs.items()) if v != defaults[k])
-
     def key_inputs(self) -> dict:
         """Every setting that changes the trained weights, but the numeric path, as plain
-        values: the task's knobs as ``canonical_task_args`` (not as typed), the supervised mix
-        and the vocabulary. The warm start's identity: its cache key hashes it with the
-        numeric path (``refimpl.runs.cache.cache_key``), a shipped base model is found by it
-        (``refimpl.runs.shipped.find``), and neither reads these settings again."""
+        values: the task's knobs in canonical form (below), the supervised mix and the
+        vocabulary. The warm start's identity: its cache key hashes it with the numeric path
+        (``refimpl.runs.cache.cache_key``), a shipped base model is found by it
+        (``refimpl.runs.shipped.find``), and neither reads these settings again.
+
+        The knobs: ``task_args`` parsed and filled in with the task's defaults, written back
+        as the ``KNOB=VALUE`` pairs that differ from those defaults, sorted by knob. Flags that
+        say the same thing (``num_ops=3``, nothing, ``min_ops=3 num_ops=3`` when both are
+        chain's defaults) give the same list, so they share one cached model. The pairs that
+        restate nothing are dropped rather than hashed with the defaults so that the key of a
+        run without ``--task-args`` is what it always was (existing caches stay valid); a
+        change to a task's *default* is a code change, like any other change to the task's
+        code, and needs ``--force`` (or a new ``runs_dir``), as before."""
         keep = {
             k: v
             for k, v in dataclasses.asdict(self).items()
@@ -209,7 +204,9 @@ class WarmstartConfig:
         }
         if self.schedule_steps in (None, self.steps):  # the same schedule: the key it always had
             keep.pop("schedule_steps")
-        keep["task_args"] = list(self.canonical_task_args())
+        defaults = get_task(self.task).knobs()
+        knobs = get_task(self.task, **self.task_knobs()).knobs()
+        keep["task_args"] = [f"{k}={v}" for k, v in sorted(knobs.items()) if v != defaults[k]]
         keep["mix"] = WARMSTART_MIX.get(self.task, {})
         keep["vocab"] = TOKENIZER.itos
         return keep
