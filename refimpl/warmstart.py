@@ -35,7 +35,7 @@ from refimpl.runs.cache import cache_complete, cache_key, cache_path, check_cach
 from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.runs.progress import progress
 from refimpl.settings.limits import flag
-from refimpl.settings.warmstart_config import WARMSTART_MIX, ModelConfig, WarmstartConfig
+from refimpl.settings.warmstart_config import WARMSTART_MIX, ModelSize, WarmstartConfig
 from toy_envs import TOKENIZER, get_task
 
 
@@ -180,7 +180,7 @@ def verify_cache(cfg: WarmstartConfig, cache: Path) -> dict:
         trained = WarmstartConfig(
             **{
                 **recorded,
-                "model": ModelConfig(**recorded["model"]),
+                "model": ModelSize(**recorded["model"]),
                 "task_args": tuple(recorded.get("task_args", ())),
                 "runs_dir": Path(cfg.runs_dir),
             }

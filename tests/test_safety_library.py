@@ -267,7 +267,7 @@ def test_seed_10000_never_trains_on_the_held_out_problems(tmp_path, monkeypatch)
     import numpy as np
 
     from refimpl import loop
-    from refimpl.settings.warmstart_config import ModelConfig
+    from refimpl.settings.warmstart_config import ModelSize
     from refimpl.train import Trainer
     from tests.safety_helpers import warmstart_dir
     from tests.tiny import tiny_train, tiny_warmstart
@@ -297,7 +297,7 @@ def test_seed_10000_never_trains_on_the_held_out_problems(tmp_path, monkeypatch)
     assert trainer_prompts(3) == task.sample(64, np.random.default_rng([3, 0, 0]))
 
     # The reader's loop (refimpl/loop.py), on a random model: the problems it samples.
-    model = ModelConfig(n_layer=1, n_embd=32, n_head=2).build()
+    model = ModelSize(n_layer=1, n_embd=32, n_head=2).build()
     drawn: list = []
 
     class Recording:
@@ -542,10 +542,10 @@ def test_the_hf_path_refuses_what_are_no_token_ids_and_no_tokenizer(monkeypatch)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     pytest.importorskip("transformers")
     from refimpl.scaleup import hf
-    from refimpl.settings.warmstart_config import ModelConfig
+    from refimpl.settings.warmstart_config import ModelSize
 
     torch.manual_seed(0)
-    twin = hf.to_hf_gpt2(ModelConfig(n_layer=1, n_embd=32, n_head=2).build()).eval()
+    twin = hf.to_hf_gpt2(ModelSize(n_layer=1, n_embd=32, n_head=2).build()).eval()
     vocab = twin.config.vocab_size
     ids = torch.tensor([[1, 5, 6], [1, 5, 6]])
     seq = torch.cat([ids, torch.tensor([[7, 2], [8, 2]])], 1)

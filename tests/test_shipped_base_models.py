@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from refimpl.runs import shipped
 from refimpl.runs.cache import cache_dir, settings_key
 from refimpl.runs.checkpoint import CheckpointError, sha256
-from refimpl.settings.warmstart_config import WARMSTART_MIX, ModelConfig, WarmstartConfig
+from refimpl.settings.warmstart_config import WARMSTART_MIX, ModelSize, WarmstartConfig
 from refimpl.warmstart import TRAINED_WITH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,7 +132,7 @@ def test_a_matching_config_loads_the_shipped_file_without_training(tmp_path, mon
 def _tiny(runs: Path, **changes) -> WarmstartConfig:
     return WarmstartConfig(task="chain", task_args=("num_ops=1",), steps=3, batch_size=8,
                            eval_problems=2, runs_dir=runs, progress=False,
-                           model=ModelConfig(n_layer=1, n_embd=16, n_head=2), **changes)  # fmt: skip
+                           model=ModelSize(n_layer=1, n_embd=16, n_head=2), **changes)  # fmt: skip
 
 
 def test_a_config_that_matches_no_shipped_model_trains(tmp_path):
@@ -178,7 +178,7 @@ def test_another_setting_is_another_key():
     """A warm start of other settings does not match (one field at a time)."""
     base = _by_name("countdown-600").config()
     for change in ({"steps": 601}, {"lr": 2e-3}, {"seed": 1}, {"batch_size": 64},
-                   {"model": ModelConfig(n_embd=64)}, {"task_args": ("max_operand=9",)}):  # fmt: skip
+                   {"model": ModelSize(n_embd=64)}, {"task_args": ("max_operand=9",)}):  # fmt: skip
         try:
             other = dataclasses.replace(base, **change)
             other.check()

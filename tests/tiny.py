@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from refimpl.settings.train_config import TrainConfig
-from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
+from refimpl.settings.warmstart_config import ModelSize, WarmstartConfig
 
 
 def tiny_warmstart(runs: Path) -> WarmstartConfig:
@@ -19,7 +19,7 @@ def tiny_warmstart(runs: Path) -> WarmstartConfig:
         runs_dir=runs,
         eval_problems=20,
         progress=False,
-        model=ModelConfig(n_layer=1, n_embd=32, n_head=2),
+        model=ModelSize(n_layer=1, n_embd=32, n_head=2),
     )
 
 
@@ -57,7 +57,7 @@ def enumerable_batch(runs_dir: Path, budget: int, temperature: float):
 
     ws = WarmstartConfig(
         task="addition", task_args=("digits=1",), steps=150, batch_size=64, eval_problems=20,
-        model=ModelConfig(n_layer=1, n_embd=32, n_head=2, block_size=16),
+        model=ModelSize(n_layer=1, n_embd=32, n_head=2, block_size=16),
         runs_dir=runs_dir, progress=False,
     )  # fmt: skip
     model = train_warmstart(ws)

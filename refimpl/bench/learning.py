@@ -46,12 +46,12 @@ def _task_args(cfg: LearningConfig, task: str) -> tuple[str, ...]:
 
 
 def _warmstart(cfg: LearningConfig, task: str):
-    from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
+    from refimpl.settings.warmstart_config import ModelSize, WarmstartConfig
 
     # The preset's warm start (its steps, its model) on the runs' task and knobs.
     preset_ws = dataclasses.asdict(cfg.train_defaults().warmstart)
     preset_ws.pop("runs_dir")
-    preset_ws["model"] = ModelConfig(**preset_ws["model"])
+    preset_ws["model"] = ModelSize(**preset_ws["model"])
     ws = WarmstartConfig(
         **{**preset_ws, "task": task, "task_args": _task_args(cfg, task)},
         runs_dir=cfg.runs_dir,
@@ -63,7 +63,7 @@ def _warmstart(cfg: LearningConfig, task: str):
             steps=60,
             batch_size=32,
             eval_problems=20,
-            model=ModelConfig(n_layer=1, n_embd=32, n_head=2),
+            model=ModelSize(n_layer=1, n_embd=32, n_head=2),
         )
     return ws
 

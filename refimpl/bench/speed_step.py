@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 def train_config(cfg: SpeedConfig, **changes):
     from refimpl.settings.train_config import TrainConfig
-    from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
+    from refimpl.settings.warmstart_config import ModelSize, WarmstartConfig
 
     ws = WarmstartConfig(runs_dir=cfg.runs_dir, progress=False, threads=cfg.threads)
     if cfg.quick:
@@ -36,7 +36,7 @@ def train_config(cfg: SpeedConfig, **changes):
             steps=100,
             batch_size=32,
             eval_problems=20,
-            model=ModelConfig(n_layer=1, n_embd=32, n_head=2),
+            model=ModelSize(n_layer=1, n_embd=32, n_head=2),
         )
     base = TrainConfig(
         # The speed benchmark's fixed batch (the one its TRL comparison matches): 16 prompts ×

@@ -60,12 +60,12 @@ class ShippedModel:
 def config_from_record(record: dict[str, Any], runs_dir: Path | str = "runs"):
     """A ``WarmstartConfig`` from a recorded dict of its fields (a manifest entry's ``config``,
     a cache's ``state.json``), on ``runs_dir``."""
-    from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
+    from refimpl.settings.warmstart_config import ModelSize, WarmstartConfig
 
     return WarmstartConfig(
         **{
             **record,
-            "model": ModelConfig(**record["model"]),
+            "model": ModelSize(**record["model"]),
             "task_args": tuple(record.get("task_args", ())),
             "runs_dir": Path(runs_dir),
         }

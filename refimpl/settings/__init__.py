@@ -1,7 +1,7 @@
 """What a run computes: its settings, their checks, and the run resolved once from them.
 
     train       TrainConfig (every flag of ``refimpl train``), its checks, its JSON form
-    warmstart   the warm start's settings (WarmstartConfig, ModelConfig), --task-args parsed once
+    warmstart   the warm start's settings (WarmstartConfig, ModelSize), --task-args parsed once
     limits      the flags' spelling and the limits both runs check (learning rate, seed, threads)
     memory      a size flag too large for the machine, refused before anything is created
     plan        resolve → Plan: the algorithm and its Config, the task, L_max, the device; the

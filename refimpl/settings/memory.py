@@ -9,7 +9,7 @@ import os
 import torch
 
 from refimpl.settings.train_config import TrainConfig
-from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
+from refimpl.settings.warmstart_config import ModelSize, WarmstartConfig
 from toy_envs import TOKENIZER, tasks
 
 #: Rough bytes per held-out problem object: the size ``toy_envs`` bounds ``Task.sample`` by,
@@ -45,7 +45,7 @@ def memory_estimates(
     ``(what, bytes, factors)`` where ``factors`` are the ``(flag, value, default)`` the size
     grows with."""
     m, ws = cfg.warmstart.model, cfg.warmstart
-    d0, w0, m0 = TrainConfig(), WarmstartConfig(), ModelConfig()  # the defaults
+    d0, w0, m0 = TrainConfig(), WarmstartConfig(), ModelSize()  # the defaults
     f32 = 4
     d, layers, heads, vocab = m.n_embd, m.n_layer, m.n_head, TOKENIZER.vocab_size
     T = task.max_prompt_tokens + max_new_tokens  # one sequence of a run

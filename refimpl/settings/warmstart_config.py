@@ -66,8 +66,10 @@ WARMSTART_MIX: dict[str, dict[str, object]] = {
 
 
 @dataclass
-class ModelConfig:
-    """Size of the tiny GPT (2 layers, d = 128 → 408k parameters)."""
+class ModelSize:
+    """Size of the tiny GPT (2 layers, d = 128 → 408k parameters): the warm start's
+    ``--model.*`` flags, which ``build`` turns into the model (its full architecture, the
+    vocabulary and dropout included, is ``refimpl.model.GPTConfig``)."""
 
     n_layer: int = 2
     """transformer blocks"""
@@ -121,7 +123,7 @@ class WarmstartConfig:
     """peak AdamW learning rate, cosine-decayed to 10 %"""
     seed: int = 0
     """seed of the initial weights and of the training problems"""
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelSize = field(default_factory=ModelSize)
     runs_dir: Path = Path("runs")
     """where the cache lives (runs/warmstart/...)"""
     eval_problems: int = 200

@@ -32,7 +32,7 @@ import torch
 
 from refimpl.runs.checkpoint import save_checkpoint
 from refimpl.runs.runlog import fsync_file
-from refimpl.settings.warmstart_config import ModelConfig
+from refimpl.settings.warmstart_config import ModelSize
 
 
 def main() -> None:
@@ -44,7 +44,7 @@ def main() -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="fsync-cost-", dir=args.dir))
     try:
-        model = ModelConfig().build()
+        model = ModelSize().build()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
         model(torch.zeros(1, 8, dtype=torch.long)).sum().backward()
         optimizer.step()  # Adam's moments exist, as in a run's checkpoint

@@ -12,7 +12,7 @@ steps) runs under ``sys.setprofile``. A *call that carries the setting* is a cal
 function defined in ``refimpl/`` one of whose arguments is a settings object, or an object
 that holds one (an attribute, a field of a named tuple, at most two levels down: a
 ``Trainer``, a resolved plan). The settings objects are the command's ``TrainConfig`` and
-what is made of it: its warm start's settings (``WarmstartConfig``, ``ModelConfig``) and the
+what is made of it: its warm start's settings (``WarmstartConfig``, ``ModelSize``) and the
 algorithm's ``Config`` (a ``contract.AlgorithmConfig``). Its *caller* is the nearest frame up the stack
 whose code is in ``refimpl/``; a *module* is the function's ``__name__`` module.
 
@@ -61,7 +61,7 @@ TINY = [
 #: The trainer's entry: the walk "from the trainer's entry to the step" starts at its call.
 ENTRY = "refimpl.train.train"
 
-SETTINGS = {"TrainConfig", "WarmstartConfig", "RunWarmstartConfig", "ModelConfig"}
+SETTINGS = {"TrainConfig", "WarmstartConfig", "RunWarmstartConfig", "ModelSize"}
 
 
 def _is_setting(value) -> bool:

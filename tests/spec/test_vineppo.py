@@ -24,7 +24,7 @@ from refimpl.algorithms import vineppo
 from refimpl.contract import ValueRequest
 from refimpl.diagnostics import credit_oracle
 from refimpl.diagnostics.credit_oracle import step_starts, token_values, training_values
-from refimpl.settings.warmstart_config import ModelConfig
+from refimpl.settings.warmstart_config import ModelSize
 from tests.spec import worked
 from tests.spec.strategies import rollout_batches
 from tests.tiny import enumerable_batch
@@ -280,7 +280,7 @@ def test_values_come_from_the_rollout_policy(monkeypatch):
     monkeypatch.setattr(task_type, "score",
                         lambda self, answered, texts: [float(len(t) % 2 == 0) for t in texts])  # fmt: skip
     torch.manual_seed(0)
-    model = ModelConfig(n_layer=1, n_embd=32, n_head=2).build()
+    model = ModelSize(n_layer=1, n_embd=32, n_head=2).build()
     fingerprints: dict[str, list[float]] = {"rollout": [], "oracle": []}
     recording = _fingerprinting(fingerprints)
     monkeypatch.setattr(loop, "sample_groups", recording("rollout", loop.sample_groups))

@@ -44,13 +44,13 @@ def calibrate(n_layer: int, n_embd: int, log=print) -> dict:
     import refimpl  # noqa: F401  (the pinned numeric path, before torch runs)
     from refimpl.evaluate import success_rate
     from refimpl.problem_streams import held_out_rng, warmstart_rng
-    from refimpl.settings.warmstart_config import ModelConfig
+    from refimpl.settings.warmstart_config import ModelSize
     from refimpl.warmstart import _training_batch
     from toy_envs import get_task
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = ModelConfig(n_layer=n_layer, n_embd=n_embd, n_head=4, block_size=96).build()
+    model = ModelSize(n_layer=n_layer, n_embd=n_embd, n_head=4, block_size=96).build()
     mix = get_task("chain", num_ops=MIX[1], min_ops=MIX[0])
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.LambdaLR(

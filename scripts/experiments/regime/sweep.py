@@ -32,7 +32,7 @@ import tyro
 from refimpl.compare import run_in_workers
 from refimpl.settings.plan import run_warmstart
 from refimpl.settings.train_config import TrainConfig
-from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
+from refimpl.settings.warmstart_config import ModelSize, WarmstartConfig
 
 
 def _ws(**changes) -> WarmstartConfig:
@@ -64,7 +64,7 @@ VARIANTS: dict[str, dict] = {
         prompts_per_step=32,
         lr=2e-4,
         minibatches=4,
-        warmstart=_ws(model=ModelConfig(n_embd=64)),
+        warmstart=_ws(model=ModelSize(n_embd=64)),
     ),
     "k4-32x8-lr1e-4-mb4": dict(
         prompts_per_step=32, lr=1e-4, minibatches=4, task_args=("num_ops=4",)
