@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
     from refimpl.scaleup.hf import char_tokenizer, from_hf_gpt2, to_hf_gpt2
     from refimpl.scaleup.real_task import TRL_FIXED_ARGS, StepPrinter
     from refimpl.scaleup.trl import GRPOConfig, RefimplGRPOTrainer
-    from refimpl.settings.warmstart_config import ModelConfig, WarmstartConfig
+    from refimpl.settings.warmstart_config import ModelSize, WarmstartConfig
     from refimpl.warmstart import train_warmstart
 
     check_args(args)  # every flag, before anything is trained or written
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
         WarmstartConfig(
             task="chain", task_args=("num_ops=1",), steps=200, batch_size=64, lr=3e-3,
             runs_dir=args.runs_dir, eval_problems=20, progress=False,
-            model=ModelConfig(n_layer=1, n_embd=32, n_head=2),
+            model=ModelSize(n_layer=1, n_embd=32, n_head=2),
         )
     )  # fmt: skip
     held_out = task.sample(args.eval_problems, 10_000 + args.seed) if args.eval_problems else []
