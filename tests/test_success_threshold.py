@@ -107,9 +107,8 @@ def test_the_trainer_makes_its_observers_with_its_configs_threshold():
 #: ``score_samples(...)``, ``task.reward(...)``, ``success``...
 REWARD_NAME = re.compile(r"^(r|.*rewards?.*|.*outcomes?.*|.*score.*|.*success.*|wins?)$", re.I)
 
-#: Comparisons still in ``refimpl/bench/`` (another part of issue 48 moves and rewrites those
-#: files, reading the Config's threshold there); drop an entry once its line is gone.
-#: Literal thresholds waiting for a change elsewhere (none left: refimpl/bench reads the Config's).
+#: Literal thresholds waiting for a change elsewhere, as (file, source text); none is left
+#: (``refimpl/bench/`` reads the Config's). An entry is dropped once its line is gone.
 PENDING: set[tuple[str, str]] = set()
 
 
