@@ -35,7 +35,7 @@ from refimpl.runs.cache import cache_complete, cache_key, cache_path, check_cach
 from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.runs.progress import progress
 from refimpl.settings.limits import flag
-from refimpl.settings.warmstart_config import WARMSTART_MIX, ModelSize, WarmstartConfig
+from refimpl.settings.warmstart_config import WARMSTART_MIX, WarmstartConfig
 from toy_envs import TOKENIZER, get_task
 
 
@@ -175,17 +175,8 @@ def verify_cache(cfg: WarmstartConfig, cache: Path) -> dict:
             f"{file}: records no sha256 of model.safetensors (damaged, or written by an older "
             "version?), so the cached model cannot be verified"
         )
-    recorded = state.get("config")
     try:
-        trained = WarmstartConfig(
-            **{
-                **recorded,
-                "model": ModelSize(**recorded["model"]),
-                "task_args": tuple(recorded.get("task_args", ())),
-                "runs_dir": Path(cfg.runs_dir),
-            }
-        )
-        theirs = trained.key_inputs()
+        theirs = shipped.config_from_record(state.get("config"), cfg.runs_dir).key_inputs()
     except Exception:  # not a dict, unknown fields, a task that does not exist, ...
         raise CheckpointError(
             f"{file}: records no settings of a warm start (damaged or edited?)"
