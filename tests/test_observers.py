@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from refimpl.diagnostics.observers import Observer
+from refimpl.diagnostics.observers import Observer, TrainerState
 from refimpl.runs.runlog import read_metrics
 from refimpl.settings.train_config import TrainConfig
 from refimpl.train import Trainer
@@ -38,6 +38,9 @@ class Recorder(Observer):
         self.calls.append(name)
 
     def start(self, state):
+        # the hooks see the run's state, never its settings (those are given when it is made)
+        assert isinstance(state, TrainerState) and state.step == 0 and not state.finished
+        assert not any(hasattr(state, name) for name in ("cfg", "plan", "algo_cfg"))
         self._seen("start")
         return {"recorded_start": 1.0}
 
@@ -71,6 +74,7 @@ class Recorder(Observer):
         self._seen("after_step")
 
     def end(self, state):
+        assert state.step == 2 and state.finished  # the run's two steps are done
         self._seen("end")
 
 

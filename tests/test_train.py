@@ -20,6 +20,7 @@ from refimpl.runs.cache import cache_key
 from refimpl.runs.checkpoint import load_model_weights
 from refimpl.runs.divergence import NonFiniteLossError
 from refimpl.runs.runlog import read_metrics
+from refimpl.runs.status import RunBudget
 from refimpl.settings.train_config import TrainConfig
 from refimpl.settings.warmstart_config import WarmstartConfig
 from refimpl.train import Trainer, train
@@ -273,3 +274,13 @@ def test_a_warm_start_can_stop_a_longer_schedule_early(tmp_path):
     early = train_warmstart(dataclasses.replace(small, schedule_steps=16))
     a, b = whole.state_dict(), early.state_dict()
     assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_run_budget_is_spent_at_its_steps_or_its_sampled_tokens():
+    """``RunBudget.spent``: the one stopping rule (the Trainer, the entropy change's last step
+    and ``run_status`` read it): ``steps`` steps done, or ``max_sampled_tokens`` sampled when
+    set, whichever comes first."""
+    steps_only = RunBudget(steps=3)
+    assert not steps_only.spent(2, 10**9) and steps_only.spent(3, 0)
+    both = RunBudget(steps=3, max_sampled_tokens=100)
+    assert not both.spent(2, 99) and both.spent(2, 100) and both.spent(3, 0)
