@@ -152,7 +152,7 @@ PPO_EPOCHS_MAX = 1000
 def check_train_config(cfg: TrainConfig, task, warmstart) -> tuple[int, torch.device]:
     """Fail at start-up, naming the flag, on a bad or inconsistent setting of the run on
     ``task`` and of its ``warmstart`` (nothing is written before this passes; the memory
-    check, which needs the algorithm's Config, is ``refimpl.settings.memory.memory_estimates``).
+    check, which needs the algorithm's Config, is ``refimpl.settings.plan.resolve``'s).
     Returns the completion budget L_max in tokens and the device."""
     # the batch and the optimiser
     for name in (
