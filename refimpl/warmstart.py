@@ -184,7 +184,10 @@ def verify_cache(cfg: WarmstartConfig, cache: Path) -> dict:
     ours = cfg.key_inputs()
     if cache_key(theirs) != cache_key(ours):
         diff = next((k for k in TRAINED_WITH if ours.get(k) != theirs.get(k)), None)
-        what = f" ({diff} {theirs[diff]!r}, this cache is for {ours[diff]!r})" if diff else ""
+        # (a schedule as long as the steps is left out of the key: None here)
+        what = (
+            f" ({diff} {theirs.get(diff)!r}, this cache is for {ours.get(diff)!r})" if diff else ""
+        )
         raise CheckpointError(
             f"{file}: the cached model was trained with other settings{what}: copied from "
             "another cache?"

@@ -410,3 +410,38 @@ def test_the_warm_start_cache_is_verified_as_a_checkpoint_is(tmp_path, own_cache
     assert code == 0, err
     code, err = train_from(own_cache, tmp_path / "runs", "again", capsys)
     assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    "recorded, named",
+    [
+        ({"steps": 21}, "steps 21, this cache is for 600"),
+        # a schedule as long as the steps is not in the key: it reads None on that side
+        ({"schedule_steps": 2400}, "schedule_steps 2400, this cache is for None"),
+        # the knobs in canonical form: those that differ from chain's defaults (3 and 3), sorted
+        (
+            {"task_args": ["num_ops=4", "min_ops=4"]},
+            "task_args ['min_ops=4', 'num_ops=4'], this cache is for []",
+        ),
+    ],
+)
+def test_a_cache_of_other_settings_is_refused_naming_the_setting(tmp_path, recorded, named):
+    """``verify_cache`` compares the warm start's identity (``key_inputs``) with the one the
+    cache's state.json records, and names the first setting that differs."""
+    import dataclasses
+
+    from refimpl.settings.warmstart_config import WarmstartConfig
+    from refimpl.warmstart import verify_cache
+
+    ours = WarmstartConfig(task="chain", runs_dir=tmp_path)
+    config = {k: v for k, v in dataclasses.asdict(ours).items() if k != "runs_dir"}
+    config["task_args"] = list(config["task_args"])
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    state = {"checksums": {"model.safetensors": "0" * 64}, "config": {**config, **recorded}}
+    (cache / "state.json").write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match="trained with other settings") as err:
+        verify_cache(ours, cache)
+    assert named in str(err.value)
+    (cache / "state.json").write_text(json.dumps({**state, "config": config}))
+    assert verify_cache(ours, cache) == {**state, "config": config}  # the same settings pass
