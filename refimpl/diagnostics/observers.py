@@ -147,13 +147,14 @@ class EntropyChange(Observer):
 
     def __init__(self, *, temperature: float, group_size: int, bfloat16: bool, grad_clip: float,
                  diag_every: int, budget: RunBudget) -> None:  # fmt: skip
-        # kept as given, so that a variant is made with the same: ``Variant(**o.settings)``
-        self.settings = dict(
-            temperature=temperature, group_size=group_size, bfloat16=bfloat16,
-            grad_clip=grad_clip, diag_every=diag_every, budget=budget,
-        )  # fmt: skip
         self.temperature, self.group_size, self.bfloat16 = temperature, group_size, bfloat16
         self.grad_clip, self.diag_every, self.budget = grad_clip, diag_every, budget
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """What it was made with: a variant is made with the same, ``Variant(**o.settings)``."""
+        names = ("temperature", "group_size", "bfloat16", "grad_clip", "diag_every", "budget")
+        return {name: getattr(self, name) for name in names}
 
     def before_update(self, state, batch, samples, adv) -> None:
         measured = measured_rows(batch, self.group_size, state.device)

@@ -109,12 +109,12 @@ def check_run_dir(plan: Plan, *, locked: bool = False) -> None:
     with warnings.catch_warnings():  # a torn last line: the trainer warns when it reads it
         warnings.simplefilter("ignore", TornLineWarning)
         _check_contents(plan)
+    if locked:
+        return  # under the lock the warm start is trained already: its cache is not written
     ws = plan.warmstart
     inputs = ws.key_inputs()  # the warm start's identity: its cache and a shipped model's key
-    if not locked and not shipped.supplies(inputs, allowed=ws.shipped and not ws.force):
-        # (under the lock: the warm start is trained already)
-        cache = cache_path(ws.runs_dir, inputs)
-        check_cache_writable(cache, force=ws.force, prefix="--warmstart.")
+    if not shipped.supplies(inputs, allowed=ws.shipped and not ws.force):
+        check_cache_writable(cache_path(ws.runs_dir, inputs), force=ws.force, prefix="--warmstart.")
 
 
 def _check_contents(plan: Plan) -> None:

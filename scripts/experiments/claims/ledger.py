@@ -34,7 +34,8 @@ def ledger_rows(real: dict, toy: dict | None) -> list[list[str]]:
     return [build(real, toy) for build in LEDGER]
 
 
-def ledger_table(real: dict, toy: dict | None) -> str:
+def ledger_table(rows: list[list[str]]) -> str:
+    """The ledger's table of ``rows`` (``ledger_rows``)."""
     head = ["claim", "the paper's words", "toy verdict", "real-model verdict",
             "numbers (± s.e.; df, MDD, seeds for 80 % power)", "command"]  # fmt: skip
-    return table(head, ledger_rows(real, toy))
+    return table(head, rows)

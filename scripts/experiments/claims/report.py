@@ -69,7 +69,8 @@ BENCH_PAGE = ROOT / "docs" / "benchmarks.md"
 def blocks() -> dict[str, dict[str, str]]:
     """Every generated block, per page ("claims": docs/claims.md, "results": docs/results.md)."""
     real, toy, cross = load_real(), load_toy(), load_cross()
-    claims = {"ledger": ledger_table(real, toy), "machines": machines_block(real, toy, cross)}
+    rows = ledger_rows(real, toy)  # every verdict of the ledger, computed once
+    claims = {"ledger": ledger_table(rows), "machines": machines_block(real, toy, cross)}
     if real:
         claims |= {
             "in-short": in_short(real, toy),
@@ -89,7 +90,7 @@ def blocks() -> dict[str, dict[str, str]]:
         out["results"] = {"results-brief": results_brief(real, toy)}
     if toy:
         out.setdefault("results", {})["results-literal"] = results_literal(toy)
-        speed = next(r for r in ledger_rows(real, toy) if r[0].startswith("TEPO converges"))
+        speed = next(r for r in rows if r[0].startswith("TEPO converges"))
         out["benchmarks"] = {"bench-collapse": bench_collapse_tables(toy),
                              "bench-criteria": bench_criteria(toy),
                              "bench-literal": bench_literal(toy),
