@@ -182,7 +182,7 @@ def final_gains(run_dirs: Sequence[Path], train: TrainConfig, n: int) -> list[di
     problems. The problems are the same before and after, so the error is the paired one,
     std(after − before) / √n: smaller than two independent evaluations', and what the gain's
     uncertainty is. One torch thread, so that the numbers do not depend on the core count."""
-    task = build_task(train)
+    task = build_task(train.task, train.task_args)
     budget = train.max_new_tokens or task.max_new_tokens
     # The runs' held-out set is the first eval_problems of this sequence (same generator).
     problems = task.sample(n, held_out_rng())

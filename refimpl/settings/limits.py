@@ -1,14 +1,23 @@
-"""How a flag is spelled, and the limits an RL run's flags and its warm start's share.
+"""How a flag is spelled, the rules of one flag's bounds, and the limits an RL run's flags and
+its warm start's share.
 
 A setting is refused at start-up with one line naming its flag, ``flag("schedule_steps",
 "--warmstart.")`` → ``--warmstart.schedule-steps``: ``--`` for a command's own flags, the
 prefix of the nested settings inside another (``--warmstart.`` in ``refimpl train``).
+
+A settings type states each flag's own bounds once, as a table of ``(field, rule)`` pairs
+(``Bounds``: ``TrainConfig``'s ``TRAIN_BOUNDS``, the warm start's, the model's), which its
+check walks in order, ``rule(value, flag(field))``; the bounds that tie one flag to another
+(``--minibatches`` divides ``--prompts-per-step``) follow as that check's own lines. A rule
+raises ``ValueError`` naming the flag it is given.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -23,6 +32,43 @@ LR_LIMIT = float(torch.finfo(torch.float32).max) * (1 - 0.9)
 def flag(name: str, prefix: str = "--") -> str:
     """The flag of the setting ``name`` (a field, or a dotted path of fields)."""
     return prefix + name.replace("_", "-")
+
+
+#: One flag's rule: ``rule(value, flag)`` raises ``ValueError`` naming ``flag`` unless
+#: ``value`` is within the flag's bounds.
+Rule = Callable[[Any, str], None]
+#: A settings type's table of its flags' own bounds: ``(field, rule)`` pairs, checked in order.
+Bounds = tuple[tuple[str, Rule], ...]
+
+
+def at_least(low: int, note: str = "") -> Rule:
+    """The rule: an integer ≥ ``low`` (``note``: why, or what ``low`` means, in the error)."""
+
+    def rule(value: object, flag: str) -> None:
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
+            raise ValueError(f"{flag}: expected an integer ≥ {low}{note}, got {value}")
+
+    return rule
+
+
+def one_of(choices: Sequence[str]) -> Rule:
+    """The rule: one of ``choices``."""
+
+    def rule(value: object, flag: str) -> None:
+        if value not in choices:
+            raise ValueError(f"{flag}: expected one of {', '.join(choices)}, got {value!r}")
+
+    return rule
+
+
+def optional(rule: Rule) -> Rule:
+    """``rule``, except that None passes (a flag whose None means off, or a default)."""
+
+    def optional_rule(value: object, flag: str) -> None:
+        if value is not None:
+            rule(value, flag)
+
+    return optional_rule
 
 
 def check_positive(value: object, flag: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import torch
 
 from refimpl import algorithms
-from refimpl.settings.limits import flag
+from refimpl.settings.limits import flag, one_of
 from refimpl.settings.memory import memory_estimates, refuse_over_budget
 from refimpl.settings.overrides import parse_overrides
 from refimpl.settings.train_config import TrainConfig, check_train_config, config_dict
@@ -59,7 +59,7 @@ def resolve(cfg: TrainConfig, saved=None) -> Plan:
     if saved is not None:
         check_resume_settings(cfg, saved.config["train_config"], cfg.run_dir / "config.json")
     algo = algorithms.get(cfg.algo)
-    task = build_task(cfg)
+    task = build_task(cfg.task, cfg.task_args)
     warmstart = dataclasses.replace(run_warmstart(cfg), progress=cfg.progress)
     max_new_tokens, device = check_train_config(cfg, task, warmstart)
     saved_algo = saved.config.get("algo_config") if saved is not None else None
@@ -70,11 +70,11 @@ def resolve(cfg: TrainConfig, saved=None) -> Plan:
     return Plan(cfg, algo, algo_cfg, task, max_new_tokens, warmstart, device, cfg.run_dir, saved)
 
 
-def build_task(cfg: TrainConfig):
-    """The task with its ``--task-args`` overrides (validated by the task itself)."""
-    if cfg.task not in TASK_NAMES:
-        raise ValueError(f"--task: expected one of {', '.join(TASK_NAMES)}, got {cfg.task!r}")
-    return get_task(cfg.task, **dict(parse_task_args(cfg.task, tuple(cfg.task_args))))
+def build_task(task: str, task_args: tuple[str, ...] = ()):
+    """The task ``task`` (``--task``) with its ``--task-args`` overrides (validated by the
+    task itself)."""
+    one_of(TASK_NAMES)(task, "--task")
+    return get_task(task, **dict(parse_task_args(task, tuple(task_args))))
 
 
 def run_warmstart(cfg: TrainConfig) -> RunWarmstartConfig:
@@ -102,18 +102,15 @@ def algorithm_config(
                 f"{cfg.run_dir / 'config.json'}: algo_config does not fit {cfg.algo}.Config ({err})"
             ) from None
     try:
-        return overridden_config(cfg, algo, max_new_tokens)
+        overrides = parse_overrides(
+            cfg.algo_args, typing.get_type_hints(algo.Config), "--algo-args"
+        )
+        return algo.Config(**overrides).for_generation_budget(max_new_tokens)
     except ValueError as err:  # the Config's own check names its field: name the flag too
         message = str(err)
         raise ValueError(
             message if message.startswith("--") else f"--algo-args: {message}"
         ) from None
-
-
-def overridden_config(cfg: TrainConfig, algo: ModuleType, max_new_tokens: int):
-    """The algorithm's defaults with ``--algo-args`` applied (``algorithm_config``)."""
-    overrides = parse_overrides(cfg.algo_args, typing.get_type_hints(algo.Config), "--algo-args")
-    return algo.Config(**overrides).for_generation_budget(max_new_tokens)
 
 
 # ---------------------------------------------------------------------------------------------

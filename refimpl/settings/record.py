@@ -16,7 +16,7 @@ from typing import Any
 
 from refimpl import algorithms
 from refimpl.settings import typecheck
-from refimpl.settings.plan import algorithm_config, build_task, overridden_config
+from refimpl.settings.plan import algorithm_config, build_task
 from refimpl.settings.train_config import TrainConfig
 
 
@@ -102,7 +102,7 @@ def apply_algo_config(cfg: TrainConfig, section: Any, source: str) -> TrainConfi
                 f"{', '.join(fields_)})"
             )
         check_setting_type(value, hints[key], f"{source}: algo_config.{key}")
-    budget = cfg.max_new_tokens or build_task(cfg).max_new_tokens
+    budget = cfg.max_new_tokens or build_task(cfg.task, cfg.task_args).max_new_tokens
     given = dataclasses.asdict(algorithm_config(cfg, algo, budget))
     changed = {k: v for k, v in section.items() if v != given[k]}
     if not changed:
@@ -117,9 +117,11 @@ def apply_algo_config(cfg: TrainConfig, section: Any, source: str) -> TrainConfi
     args = (*kept, *(f"{k}={_override_text(v)}" for k, v in changed.items()))
     cfg = dataclasses.replace(cfg, algo_args=args)
     try:
-        overridden_config(cfg, algo, budget)
-    except ValueError as err:
-        raise ValueError(f"{source}: algo_config: {err}") from None
+        algorithm_config(cfg, algo, budget)
+    except ValueError as err:  # named by the file's key, not the flag it was passed as
+        raise ValueError(
+            f"{source}: algo_config: {str(err).removeprefix('--algo-args: ')}"
+        ) from None
     return cfg
 
 

@@ -18,7 +18,17 @@ from refimpl import algorithms
 from refimpl.loop import LoopConfig
 from refimpl.problem_streams import held_out_rng
 from refimpl.sampling.distribution import TEMPERATURE_MIN, TOP_P_MIN  # the sampler's bounds
-from refimpl.settings.limits import check_lr, check_positive, check_seed, check_threads, flag
+from refimpl.settings.limits import (
+    Bounds,
+    at_least,
+    check_lr,
+    check_positive,
+    check_seed,
+    check_threads,
+    flag,
+    one_of,
+    optional,
+)
 from refimpl.settings.overrides import KeyValues
 from refimpl.settings.warmstart_config import RunWarmstartConfig, TaskName
 from toy_envs import TOKENIZER
@@ -149,83 +159,81 @@ def _jsonable(obj: Any) -> Any:
 PPO_EPOCHS_MAX = 1000
 
 
+def _ppo_epochs(value: int, flag: str) -> None:
+    check_positive(value, flag)
+    if value > PPO_EPOCHS_MAX:
+        raise ValueError(
+            f"{flag}: expected at most {PPO_EPOCHS_MAX} passes over a rollout (each is a "
+            f"forward and backward pass of the whole batch, and a stop waits for the step to "
+            f"end), got {value}"
+        )
+
+
+def _grad_clip(value: float, flag: str) -> None:
+    if not value > 0:  # ≤ 0 would flip (< 0) or zero (= 0) every gradient; inf: no clip
+        raise ValueError(f"{flag}: expected a positive max gradient norm, got {value}")
+
+
+def _temperature(value: float, flag: str) -> None:
+    if not (value >= TEMPERATURE_MIN and math.isfinite(value)):
+        raise ValueError(
+            f"{flag}: expected a finite value ≥ {TEMPERATURE_MIN:g} (below it float32 "
+            f"sampling is greedy: entropy 0 and every gradient 0, nothing is learnt), got {value}"
+        )
+
+
+def _top_p(value: float, flag: str) -> None:
+    if not TOP_P_MIN <= value <= 1:
+        raise ValueError(
+            f"{flag}: expected {TOP_P_MIN:.3g} ≤ p ≤ 1 (float32's smallest normal value; a "
+            f"smaller p is 0 in float32 and drops every token; or None: no nucleus), got {value}"
+        )
+
+
+#: Each flag's own bounds, in the order ``check_train_config`` checks them; the bounds
+#: that tie flags together, or a flag to the task and the model, are ``check_train_config``'s.
+TRAIN_BOUNDS: Bounds = (
+    ("steps", check_positive),
+    ("prompts_per_step", check_positive),
+    ("group_size", at_least(2, " (group-relative advantages need siblings)")),
+    ("ppo_epochs", _ppo_epochs),
+    ("minibatches", check_positive),
+    ("lr", check_lr),
+    ("grad_clip", _grad_clip),
+    ("seed", check_seed),
+    ("eval_problems", check_positive),
+    ("eval_samples", check_positive),
+    ("dtype", one_of(("float32", "bfloat16"))),
+    ("temperature", _temperature),
+    ("top_k", optional(at_least(1, " (or None: no top-k)"))),
+    ("top_p", optional(_top_p)),
+    ("resample_rounds", at_least(0)),
+    ("probe_every", at_least(0, " (0: off)")),
+    ("diag_every", at_least(0, " (0: off)")),
+    ("threads", check_threads),
+    ("max_sampled_tokens", optional(check_positive)),
+    ("eval_every", check_positive),
+    ("checkpoint_every", check_positive),
+)
+
+
 def check_train_config(cfg: TrainConfig, task, warmstart) -> tuple[int, torch.device]:
     """Fail at start-up, naming the flag, on a bad or inconsistent setting of the run on
     ``task`` and of its ``warmstart`` (nothing is written before this passes; the memory
     check, which needs the algorithm's Config, is ``refimpl.settings.plan.resolve``'s).
     Returns the completion budget L_max in tokens and the device."""
-    # the batch and the optimiser
-    for name in (
-        "steps",
-        "prompts_per_step",
-        "ppo_epochs",
-        "minibatches",
-        "eval_problems",
-        "eval_samples",
-    ):
-        check_positive(getattr(cfg, name), flag(name))
-    if cfg.group_size < 2:
-        raise ValueError(
-            f"--group-size: expected ≥ 2 (group-relative advantages need "
-            f"siblings), got {cfg.group_size}"
-        )
+    for name, rule in TRAIN_BOUNDS:  # each flag's own bounds, then those across flags
+        rule(getattr(cfg, name), flag(name))
     if cfg.prompts_per_step % cfg.minibatches:
         raise ValueError(
-            f"--minibatches: expected a divisor of --prompts-per-step="
-            f"{cfg.prompts_per_step} (minibatches hold whole groups), "
-            f"got {cfg.minibatches}"
+            f"--minibatches: expected a divisor of --prompts-per-step={cfg.prompts_per_step} "
+            f"(minibatches hold whole groups), got {cfg.minibatches}"
         )
-    check_lr(cfg.lr, "--lr")
-    if cfg.ppo_epochs > PPO_EPOCHS_MAX:
-        raise ValueError(
-            f"--ppo-epochs: expected at most {PPO_EPOCHS_MAX} passes over a rollout (each is "
-            f"a forward and backward pass of the whole batch, and a stop waits for the step "
-            f"to end), got {cfg.ppo_epochs}"
-        )
-    if not cfg.grad_clip > 0:  # ≤ 0 would flip (< 0) or zero (= 0) every gradient; inf: no clip
-        raise ValueError(f"--grad-clip: expected a positive max gradient norm, got {cfg.grad_clip}")
-    check_seed(cfg.seed, "--seed")
-    device = _check_sampling_and_machine(cfg)
-    max_new_tokens = _check_completion_budget(cfg, task, warmstart)
-    if cfg.max_sampled_tokens is not None:
-        check_positive(cfg.max_sampled_tokens, "--max-sampled-tokens")
-    for name in ("eval_every", "checkpoint_every"):
-        check_positive(getattr(cfg, name), flag(name))
-    return max_new_tokens, device
-
-
-def _check_sampling_and_machine(cfg: TrainConfig) -> torch.device:
-    if cfg.dtype not in ("float32", "bfloat16"):
-        raise ValueError(f"--dtype: expected float32 or bfloat16, got {cfg.dtype!r}")
-    if not (cfg.temperature >= TEMPERATURE_MIN and math.isfinite(cfg.temperature)):
-        raise ValueError(
-            f"--temperature: expected a finite value ≥ {TEMPERATURE_MIN:g} (below it float32 "
-            "sampling is greedy: entropy 0 and every gradient 0, nothing is learnt), got "
-            f"{cfg.temperature}"
-        )
-    if cfg.top_k is not None and cfg.top_k < 1:
-        raise ValueError(f"--top-k: expected an integer ≥ 1 (or None: no top-k), got {cfg.top_k}")
-    if cfg.top_p is not None and not TOP_P_MIN <= cfg.top_p <= 1:
-        raise ValueError(
-            f"--top-p: expected {TOP_P_MIN:.3g} ≤ p ≤ 1 (float32's smallest normal value; a "
-            f"smaller p is 0 in float32 and drops every token; or None: no nucleus), got "
-            f"{cfg.top_p}"
-        )
-    for name, what in (
-        ("resample_rounds", ""),
-        ("probe_every", " (0: off)"),
-        ("diag_every", " (0: off)"),
-    ):
-        if getattr(cfg, name) < 0:
-            raise ValueError(
-                f"{flag(name)}: expected an integer ≥ 0{what}, got {getattr(cfg, name)}"
-            )
     if cfg.probe_every and cfg.probe_prompts < 1:
         raise ValueError(
             f"--probe-prompts: expected a positive integer (or --probe-every 0), "
             f"got {cfg.probe_prompts}"
         )
-    check_threads(cfg.threads, "--threads")
     device = check_device(cfg.device)
     if cfg.tensorboard:
         try:
@@ -234,13 +242,8 @@ def _check_sampling_and_machine(cfg: TrainConfig) -> torch.device:
             raise ValueError(
                 "--tensorboard: needs the tensorboard package (pip install tensorboard)"
             ) from None
-    return device
-
-
-def _check_completion_budget(cfg: TrainConfig, task, warmstart) -> int:
-    """L_max: ``--max-new-tokens`` or the task's default, long enough for the task's answers
-    and short enough for the model's block size (the warm start's flags are checked here
-    too: its model sets the block size)."""
+    # L_max: --max-new-tokens or the task's default, long enough for the task's answers and
+    # short enough for the block size of the warm start's model.
     if cfg.max_new_tokens is not None and cfg.max_new_tokens < 1:
         raise ValueError(
             f"--max-new-tokens: expected a positive integer (or None: the task's default "
@@ -256,14 +259,14 @@ def _check_completion_budget(cfg: TrainConfig, task, warmstart) -> int:
             f"--max-new-tokens: the budget {max_new_tokens} is shorter than the task's "
             f"answers (up to {needed} tokens with <eos>)"
         )
-    block = cfg.warmstart.model.block_size
+    block = warmstart.model.block_size
     if task.max_prompt_tokens + max_new_tokens > block:
         raise ValueError(
             f"--max-new-tokens: prompts (up to {task.max_prompt_tokens} tokens) + budget "
             f"({max_new_tokens}) exceed the model's block size {block}: lower --max-new-tokens or "
             f"raise --warmstart.model.block-size"
         )
-    return max_new_tokens
+    return max_new_tokens, device
 
 
 def check_device(device: str) -> torch.device:

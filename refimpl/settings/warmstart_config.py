@@ -22,7 +22,16 @@ from typing import Literal
 import tyro
 
 from refimpl.model import GPT, GPTConfig
-from refimpl.settings.limits import check_lr, check_positive, check_seed, check_threads, flag
+from refimpl.settings.limits import (
+    Bounds,
+    at_least,
+    check_lr,
+    check_positive,
+    check_seed,
+    check_threads,
+    flag,
+    one_of,
+)
 from refimpl.settings.overrides import KeyValues, parse_overrides
 from toy_envs import DEFAULT_TASK, TASK_NAMES, TOKENIZER, get_task
 
@@ -65,6 +74,16 @@ WARMSTART_MIX: dict[str, dict[str, object]] = {
 }
 
 
+#: The model's sizes, each flag's own bounds (``WarmstartConfig.check`` checks them, and that
+#: ``n_head`` divides ``n_embd``).
+MODEL_BOUNDS: Bounds = (
+    ("n_layer", at_least(1)),
+    ("n_embd", at_least(1)),
+    ("n_head", at_least(1)),
+    ("block_size", at_least(2)),
+)
+
+
 @dataclass
 class ModelSize:
     """Size of the tiny GPT (2 layers, d = 128 → 408k parameters): the warm start's
@@ -80,18 +99,6 @@ class ModelSize:
     block_size: int = 64
     """longest prompt + completion, in tokens"""
 
-    def check(self, prefix: str = "--model.") -> None:
-        """Raise ``ValueError`` naming the flag (``prefix`` + field) on an impossible size."""
-        for name, low in (("n_layer", 1), ("n_embd", 1), ("n_head", 1), ("block_size", 2)):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and value >= low):
-                raise ValueError(f"{flag(name, prefix)}: expected an integer ≥ {low}, got {value}")
-        if self.n_embd % self.n_head:
-            raise ValueError(
-                f"{flag('n_head', prefix)}: expected a divisor of {flag('n_embd', prefix)}="
-                f"{self.n_embd}, got {self.n_head}"
-            )
-
     def build(self) -> GPT:
         return GPT(
             GPTConfig(
@@ -102,6 +109,19 @@ class ModelSize:
                 n_embd=self.n_embd,
             )
         )
+
+
+#: The warm start's flags, each one's own bounds, in the order ``WarmstartConfig.check`` checks
+#: them; the bounds across flags follow there.
+WARMSTART_BOUNDS: Bounds = (
+    ("task", one_of(TASK_NAMES)),
+    ("steps", check_positive),
+    ("batch_size", check_positive),
+    ("eval_problems", check_positive),
+    ("lr", functools.partial(check_lr, optimizer="AdamW")),
+    ("seed", check_seed),
+    ("threads", check_threads),
+)
 
 
 @dataclass
@@ -149,13 +169,8 @@ class WarmstartConfig:
 
         ``prefix`` is how the flags are spelled where this config is read: ``--`` for
         ``refimpl warmstart``, ``--warmstart.`` inside ``refimpl train``."""
-        if self.task not in TASK_NAMES:
-            raise ValueError(
-                f"{flag('task', prefix)}: expected one of {', '.join(TASK_NAMES)}, "
-                f"got {self.task!r}"
-            )
-        for name in ("steps", "batch_size", "eval_problems"):
-            check_positive(getattr(self, name), flag(name, prefix))
+        for name, rule in WARMSTART_BOUNDS:  # each flag's own bounds, then those across flags
+            rule(getattr(self, name), flag(name, prefix))
         if self.schedule_steps is not None and not (
             isinstance(self.schedule_steps, int) and self.schedule_steps >= self.steps
         ):
@@ -163,10 +178,13 @@ class WarmstartConfig:
                 f"{flag('schedule_steps', prefix)}: expected an integer ≥ "
                 f"{flag('steps', prefix)}={self.steps} (or None), got {self.schedule_steps}"
             )
-        check_lr(self.lr, flag("lr", prefix), "AdamW")
-        check_seed(self.seed, flag("seed", prefix))
-        check_threads(self.threads, flag("threads", prefix))
-        self.model.check(prefix + "model.")
+        for name, rule in MODEL_BOUNDS:
+            rule(getattr(self.model, name), flag(name, prefix + "model."))
+        if self.model.n_embd % self.model.n_head:
+            raise ValueError(
+                f"{flag('model.n_head', prefix)}: expected a divisor of "
+                f"{flag('model.n_embd', prefix)}={self.model.n_embd}, got {self.model.n_head}"
+            )
         # The mix's sequences, <bos> prompt answer <eos>, must fit the model's positions.
         task = get_task(self.task, **self.task_knobs())
         longest = task.max_prompt_tokens + task.max_new_tokens
