@@ -125,9 +125,8 @@ class Trainer:
     def _observe(self, hook: str, *args: Any) -> dict[str, Any]:
         """Call ``hook`` of every observer that implements it, with the trainer's state now;
         their metrics, merged in the observers' order."""
-        finished = self.budget.spent(self.step, self.sampled_tokens)
         state = TrainerState(self.model, self.optimizer, self.device, self.step,
-                             self.sampled_tokens, finished, self.run_dir)  # fmt: skip
+                             self.sampled_tokens, self.budget, self.run_dir)  # fmt: skip
         out: dict[str, Any] = {}
         for observer in self.observers:
             if getattr(type(observer), hook) is not getattr(Observer, hook):

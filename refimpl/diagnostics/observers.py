@@ -70,9 +70,14 @@ class TrainerState(NamedTuple):
     """the steps done (the step being taken is ``step + 1``)"""
     sampled_tokens: int
     """the completion tokens sampled so far, this step's included once it has sampled"""
-    finished: bool
-    """the step budget, or the sampled-token budget, is spent"""
+    budget: RunBudget
+    """how long the run goes (``--steps``, ``--max-sampled-tokens``)"""
     run_dir: Path
+
+    @property
+    def finished(self) -> bool:
+        """The step budget, or the sampled-token budget, is spent."""
+        return self.budget.spent(self.step, self.sampled_tokens)
 
 
 class Observer:
@@ -140,26 +145,26 @@ class EntropyChange(Observer):
 
     The run's settings it reads: the sampling ``temperature``, the ``group_size``, whether
     the forward passes run in ``bfloat16``, the ``grad_clip`` the optimizer steps clip to,
-    ``diag_every`` (0: never split), and the run's ``budget`` (``RunBudget``: the last step
-    is always split, as it is always evaluated)."""
+    and ``diag_every`` (0: never split; the run's last step is always split, as it is always
+    evaluated)."""
 
     predictor: EntropyPredictor
 
     def __init__(self, *, temperature: float, group_size: int, bfloat16: bool, grad_clip: float,
-                 diag_every: int, budget: RunBudget) -> None:  # fmt: skip
+                 diag_every: int) -> None:  # fmt: skip
         self.temperature, self.group_size, self.bfloat16 = temperature, group_size, bfloat16
-        self.grad_clip, self.diag_every, self.budget = grad_clip, diag_every, budget
+        self.grad_clip, self.diag_every = grad_clip, diag_every
 
     @property
     def settings(self) -> dict[str, Any]:
         """What it was made with: a variant is made with the same, ``Variant(**o.settings)``."""
-        names = ("temperature", "group_size", "bfloat16", "grad_clip", "diag_every", "budget")
+        names = ("temperature", "group_size", "bfloat16", "grad_clip", "diag_every")
         return {name: getattr(self, name) for name in names}
 
     def before_update(self, state, batch, samples, adv) -> None:
         measured = measured_rows(batch, self.group_size, state.device)
         step = state.step + 1  # as it is logged; the last step is attributed, as it is evaluated
-        last = self.budget.spent(step, state.sampled_tokens)  # this step's tokens are counted
+        last = state.budget.spent(step, state.sampled_tokens)  # this step's tokens are counted
         T = self.temperature
         self.predictor = EntropyPredictor(
             state.model,
@@ -297,7 +302,7 @@ def default_observers(cfg, task, max_new_tokens: int, success_threshold: float) 
         EntropyChange(
             temperature=cfg.temperature, group_size=cfg.group_size,
             bfloat16=cfg.dtype == "bfloat16", grad_clip=cfg.grad_clip,
-            diag_every=cfg.diag_every, budget=RunBudget(cfg.steps, cfg.max_sampled_tokens),
+            diag_every=cfg.diag_every,
         ),
         HeldOutEvaluation(
             task, problems=cfg.eval_problems, samples=cfg.eval_samples, every=cfg.eval_every,
