@@ -13,6 +13,7 @@ algorithm's ``Config``, so that one loop serves every algorithm:
     overlong filter    which rows the loss sees (DAPO's truncated-sample masking)
                        ``overlong_filter``
     minibatches        how a step's groups split into optimizer steps  ``split_groups``
+    lr warm-up         the learning rate of each optimizer step  ``warm_up_lr``
     split-group loops  advantages for a loop whose loss sees micro-batches that split groups
                        (TRL, verl), with the algorithm's batch-wide constant folded in
                        ``kept_group_advantages`` (GPG's α: ``Config.advantage_scale``)
@@ -105,6 +106,27 @@ def minibatches(
         keep[groups.start : groups.stop] = True
         minibatch = batch.select_groups(keep) if len(groups) < n_groups else batch
         yield minibatch, keep.repeat_interleave(batch.group_size)
+
+
+def warm_up_lr(optimizer: torch.optim.Optimizer, lr: float, warmup_updates: int) -> float:
+    """Set the learning rate of the optimizer step about to be taken, and return it: the
+    k-th update of the run (k = 1, 2, …) takes
+
+        lr_k = lr · min(1, k / warmup_updates)          (warmup_updates = 0: lr from the first)
+
+    Why: Adam's first update from a fresh state is a sign step. Its moments are one gradient
+    old, so m̂ / √v̂ = g / |g| = ±1 and every weight with a gradient moves by the full lr,
+    however small or noisy that gradient is. Later updates average the minibatches'
+    gradients, which disagree in sign on many weights, and move each weight by a fraction of
+    lr. A warm-up makes the first steps small while the moments fill (docs/first_update.md
+    measures it). k is read from Adam's own step count, which a checkpoint saves, so a
+    resumed run continues the ramp where it stopped."""
+    state = optimizer.state.get(optimizer.param_groups[0]["params"][0], {})
+    k = int(state["step"]) + 1 if "step" in state else 1  # this update's index
+    lr_k = lr * min(1.0, k / warmup_updates) if warmup_updates > 0 else lr
+    for group in optimizer.param_groups:
+        group["lr"] = lr_k
+    return lr_k
 
 
 def informative_groups(

@@ -53,6 +53,7 @@ class LoopConfig:
     prompts_per_step: int = 64  # N prompts per step
     group_size: int = 8  # G completions per prompt
     lr: float = 1e-4
+    lr_warmup: int = 8  # the first 8 optimizer updates take lr·k/8 (docs/first_update.md)
     ppo_epochs: int = 1
     minibatches: int = 4  # optimizer steps per epoch, each on whole groups
     grad_clip: float = 1.0
@@ -132,6 +133,9 @@ def update(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            # lr · min(1, k / lr_warmup) for the run's k-th update: Adam's first updates are
+            # sign steps (every weight moves by lr), so they start small.
+            batch_stages.warm_up_lr(optimizer, cfg.lr, cfg.lr_warmup)
             optimizer.step()
             losses.append(float(loss.detach()))
             grad_norms.append(float(grad_norm))

@@ -285,6 +285,7 @@ class Trainer:
         if not torch.isfinite(norm):
             raise self._non_finite("non-finite gradient norm")
         self._observe("before_optimizer_step", rows, logp, loss_entropy, norm)
+        batch_stages.warm_up_lr(self.optimizer, self.cfg.lr, self.cfg.lr_warmup)  # loop.update's
         self.optimizer.step()
         observed = self._observe("after_optimizer_step", minibatch, logp)
         return float(norm), {"loss": float(loss.detach()), **loss_metrics, **observed}

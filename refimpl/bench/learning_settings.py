@@ -58,6 +58,9 @@ class LearningConfig:
     """sampled-token budget, in steps of one batch of reference-length completions"""
     lr: float | None = None
     """Adam learning rate (None: the preset's, i.e. TrainConfig's)"""
+    lr_warmup: int | None = None
+    """optimizer updates of the learning-rate warm-up (None: TrainConfig's; 0: none, as the
+    runs committed before the warm-up existed trained)"""
     prompts_per_step: int | None = None
     """N (None: the preset's)"""
     group_size: int | None = None
@@ -138,7 +141,7 @@ class LearningConfig:
         train = presets.fill_defaults(TrainConfig(), presets.get(self.preset).train)
         changes = {
             k: getattr(self, k)
-            for k in ("lr", "prompts_per_step", "group_size")
+            for k in ("lr", "lr_warmup", "prompts_per_step", "group_size")
             if getattr(self, k) is not None
         }
         n = changes.get("prompts_per_step", train.prompts_per_step)

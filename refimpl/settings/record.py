@@ -22,7 +22,8 @@ from refimpl.settings.train_config import TrainConfig
 
 def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
     """The ``TrainConfig`` recorded in ``data`` (a ``train_config`` of config.json). Fields
-    it lacks keep their defaults; a field this version does not know, or a value of the
+    it lacks keep their defaults (``lr_warmup``: 0, as every run trained before that setting
+    existed); a field this version does not know, or a value of the
     wrong type (``"lr": "fast"``), is an error naming ``source`` and the key."""
 
     def build(cls, values: dict[str, Any], prefix: str):
@@ -55,7 +56,8 @@ def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
 
     if not isinstance(data, dict):
         raise ValueError(f"{source}: expected the settings of a run")
-    return build(TrainConfig, data, "")
+    # A record written before --lr-warmup existed trained without one: read it as it ran.
+    return build(TrainConfig, {"lr_warmup": 0, **data}, "")
 
 
 def check_setting_type(value: Any, hint: Any, where: str) -> None:

@@ -63,6 +63,9 @@ class TrainConfig:
     """G, completions per prompt"""
     lr: float = LoopConfig.lr
     """Adam learning rate (tuned with 64 × 8 rollouts in 4 minibatches: docs/benchmarks.md)"""
+    lr_warmup: int = LoopConfig.lr_warmup
+    """optimizer updates over which the learning rate ramps linearly up to --lr (update k
+    takes lr·k/N; 0: none). Adam's first update moves every weight by lr: docs/first_update.md"""
     ppo_epochs: int = LoopConfig.ppo_epochs
     """passes over each rollout batch"""
     minibatches: int = LoopConfig.minibatches
@@ -199,6 +202,7 @@ TRAIN_BOUNDS: Bounds = (
     ("ppo_epochs", _ppo_epochs),
     ("minibatches", check_positive),
     ("lr", check_lr),
+    ("lr_warmup", at_least(0, " (0: no warm-up)")),
     ("grad_clip", _grad_clip),
     ("seed", check_seed),
     ("eval_problems", check_positive),

@@ -37,10 +37,21 @@ from refimpl.runs.runlog import read_json, read_metrics, write_text_atomic  # no
 EVAL_KEYS = {"heldout_greedy": "greedy", "heldout_pass@1": "pass1", "heldout_pass@16": "pass16"}
 
 
+#: The training settings an arm may change beside its Config, and their values in the runs the
+#: ceiling first ran (before ``lr_warmup`` existed its records lack it: no warm-up).
+ARM_TRAIN_SETTINGS = {"ppo_epochs": 1, "temperature": 1.0, "top_p": None, "lr_warmup": 0}
+
+
 def arm_label(train: dict) -> str:
-    """``"grpo"``, ``"gtpo alpha_2=0.0"``: the algorithm and its Config overrides, as the
-    benchmark's ``--ablations`` spell them."""
-    return " ".join([train["algo"], *train.get("algo_args", [])])
+    """``"grpo"``, ``"gtpo alpha_2=0.0"``, ``"vineppo lr_warmup=8"``: the algorithm, its Config
+    overrides and the settings of ``ARM_TRAIN_SETTINGS`` it changes, as the benchmark's
+    ``--ablations`` spell them."""
+    changed = [
+        f"{key}={train.get(key, first)}"
+        for key, first in ARM_TRAIN_SETTINGS.items()
+        if train.get(key, first) != first
+    ]
+    return " ".join([train["algo"], *train.get("algo_args", []), *changed])
 
 
 def evaluations(records: list[dict]) -> list[dict]:
