@@ -40,6 +40,10 @@ class FirstStep:
     tokens: int  # response tokens of minibatches 2..
     falls_per_minibatch: tuple[float, ...]  # the largest fall on each minibatch (the first: 0)
     lrs: tuple[float, ...]  # the learning rate each update took
+    # Per update: the share of the weights it moved by at least 0.9 of its learning rate (a
+    # sign step moves nearly all of them by lr), and the median |Δw| / lr_k over all weights.
+    share_moved_by_lr: tuple[float, ...]
+    median_move: tuple[float, ...]
 
 
 def first_step(model: GPT, cfg: LoopConfig) -> FirstStep:
@@ -67,9 +71,11 @@ def first_step(model: GPT, cfg: LoopConfig) -> FirstStep:
         algo, batch, algo_cfg, max_len=L_max, truncated=samples.truncated
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    kls, falls, lrs, past, tokens = [], [], [], 0, 0
+    kls, falls, lrs, past, tokens, shares, medians = [], [], [], 0, 0, [], []
     model.train()
-    for j, (minibatch, rows) in enumerate(batch_stages.minibatches(prepared.batch, cfg.minibatches)):
+    for j, (minibatch, rows) in enumerate(
+        batch_stages.minibatches(prepared.batch, cfg.minibatches)
+    ):
         logp, H = samples.policy_logprobs(model, rows, temperature=cfg.temperature)
         mask = minibatch.response_mask
         with torch.no_grad():
@@ -88,7 +94,13 @@ def first_step(model: GPT, cfg: LoopConfig) -> FirstStep:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         lrs.append(batch_stages.warm_up_lr(optimizer, cfg.lr, cfg.lr_warmup))
+        before = torch.cat([p.detach().flatten() for p in model.parameters()])
         optimizer.step()
+        with torch.no_grad():
+            after = torch.cat([p.detach().flatten() for p in model.parameters()])
+            move = (after - before).abs() / lrs[-1]
+            shares.append(float((move >= 0.9).float().mean()))
+            medians.append(float(move.median()))
     return FirstStep(
         approx_kl_old=sum(kls) / len(kls),
         largest_fall=max(falls),
@@ -96,4 +108,6 @@ def first_step(model: GPT, cfg: LoopConfig) -> FirstStep:
         tokens=tokens,
         falls_per_minibatch=tuple(falls),
         lrs=tuple(lrs),
+        share_moved_by_lr=tuple(shares),
+        median_move=tuple(medians),
     )

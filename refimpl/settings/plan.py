@@ -20,7 +20,12 @@ from refimpl import algorithms
 from refimpl.settings.limits import flag, one_of
 from refimpl.settings.memory import memory_estimates, refuse_over_budget
 from refimpl.settings.overrides import parse_overrides
-from refimpl.settings.train_config import TrainConfig, check_train_config, config_dict
+from refimpl.settings.train_config import (
+    UNRECORDED_MEANS,
+    TrainConfig,
+    check_train_config,
+    config_dict,
+)
 from refimpl.settings.warmstart_config import RunWarmstartConfig, parse_task_args
 from toy_envs import TASK_NAMES, get_task
 
@@ -169,7 +174,7 @@ def check_resume_settings(cfg: TrainConfig, saved: dict[str, Any], source: Path)
     """Raise ``ValueError`` naming the first flag whose value differs from the saved run's,
     unless it is one a resumed run may change (``RESUME_MAY_CHANGE``)."""
     now = flatten(config_dict(cfg))
-    defaults = flatten(config_dict(TrainConfig()))
+    defaults = {**flatten(config_dict(TrainConfig())), **UNRECORDED_MEANS}
     was = flatten(saved)
     for key, value in now.items():
         if may_differ(key):

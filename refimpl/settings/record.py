@@ -17,13 +17,13 @@ from typing import Any
 from refimpl import algorithms
 from refimpl.settings import typecheck
 from refimpl.settings.plan import algorithm_config, build_task
-from refimpl.settings.train_config import TrainConfig
+from refimpl.settings.train_config import UNRECORDED_MEANS, TrainConfig
 
 
 def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
     """The ``TrainConfig`` recorded in ``data`` (a ``train_config`` of config.json). Fields
-    it lacks keep their defaults (``lr_warmup``: 0, as every run trained before that setting
-    existed); a field this version does not know, or a value of the
+    it lacks keep their defaults, except those in ``UNRECORDED_MEANS`` (``lr_warmup``: 0, as
+    every run recorded before that setting existed trained); a field this version does not know, or a value of the
     wrong type (``"lr": "fast"``), is an error naming ``source`` and the key."""
 
     def build(cls, values: dict[str, Any], prefix: str):
@@ -56,8 +56,8 @@ def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:
 
     if not isinstance(data, dict):
         raise ValueError(f"{source}: expected the settings of a run")
-    # A record written before --lr-warmup existed trained without one: read it as it ran.
-    return build(TrainConfig, {"lr_warmup": 0, **data}, "")
+    # A record written before a setting existed trained without it: read it as it ran.
+    return build(TrainConfig, {**UNRECORDED_MEANS, **data}, "")
 
 
 def check_setting_type(value: Any, hint: Any, where: str) -> None:

@@ -138,6 +138,11 @@ class TrainConfig:
         return Path(self.runs_dir) / (self.name or f"{self.task}-{self.algo}-s{self.seed}")
 
 
+#: Settings added after runs were recorded without them, with the value those runs trained with:
+#: a config.json that lacks one is read with this value, not today's default.
+UNRECORDED_MEANS: dict[str, Any] = {"lr_warmup": 0}
+
+
 def config_dict(cfg: TrainConfig) -> dict[str, Any]:
     """``cfg`` as JSON-ready data (what config.json records under ``train_config``)."""
     return _jsonable(dataclasses.asdict(cfg))

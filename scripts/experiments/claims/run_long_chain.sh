@@ -22,6 +22,6 @@ mkdir -p "$OUT"
 for seed in $(echo "${SEEDS:-5,6,7,8,9,10}" | tr ',' ' '); do
   if [[ -e "$OUT/seed$seed.json" ]]; then echo "skip seed $seed (done)"; continue; fi
   "$PY" -m refimpl.cli bench-learning --preset longchain --algos grpo,dapo,grpo_s --ablations "" \
-    --seeds "$seed" --runs-dir "$RUNS" --out "$RUNS/claims/longchain/s$seed" --workers 1
+    --seeds "$seed" --runs-dir "$RUNS" --out "$RUNS/claims/longchain/s$seed" --workers 1 --lr-warmup 0
   cp "$RUNS/claims/longchain/s$seed/results.json" "$OUT/seed$seed.json"
 done

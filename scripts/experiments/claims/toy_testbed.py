@@ -135,4 +135,8 @@ def toy_command(config: dict) -> str:
         if field in TOY_FLAGS or value != getattr(preset, field):
             text = f'"{value}"' if " " in str(value) else f"{value}"
             parts.append(f"--{field.replace('_', '-')} {text}")
+    # A results.json written before the warm-up existed records none: its runs had no warm-up.
+    warmup = config.get("lr_warmup", 0)
+    if warmup is not None and warmup != preset.train_defaults().lr_warmup:
+        parts.append(f"--lr-warmup {warmup}")
     return "refimpl bench-learning " + " ".join(parts)

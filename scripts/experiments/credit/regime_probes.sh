@@ -16,7 +16,7 @@ probe() {  # probe NAME FLAGS...: one GRPO run of the longchain preset with FLAG
   local name=$1
   shift
   "$PY" -m refimpl.cli compare --preset longchain --algos grpo --seeds 0 --name "probe-$name" \
-    --runs-dir "$RUNS" --workers 1 --train.threads 1 --train.no-plot "$@" >/dev/null
+    --runs-dir "$RUNS" --workers 1 --train.threads 1 --train.lr-warmup 0 --train.no-plot "$@" >/dev/null
 }
 probe n16 --train.prompts-per-step 16 --train.steps 150 --train.eval-every 25
 probe lr3e-4 --train.lr 3e-4 --train.steps 50 --train.eval-every 25

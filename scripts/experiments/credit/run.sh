@@ -35,7 +35,7 @@ grpo_to() {  # grpo_to PRESET NAME STEPS: one GRPO run of the preset, trained (o
   local preset=$1 name=$2 steps=$3 resume=()
   [[ -e "$RUNS/$name/grpo-s0/config.json" ]] && resume=(--train.resume)
   refimpl compare --preset "$preset" --algos grpo --seeds 0 --name "$name" --runs-dir "$RUNS" \
-    --workers 1 --train.steps "$steps" --train.threads 1 --train.no-plot "${resume[@]}"
+    --workers 1 --train.lr-warmup 0 --train.steps "$steps" --train.threads 1 --train.no-plot "${resume[@]}"
 }
 
 for spec in "longchain 40 100" "collapse 50 200"; do
@@ -64,7 +64,7 @@ done
 
 if [[ ! -e "$OUT/longchain_learning.json" ]]; then
   refimpl bench-learning --preset longchain --runs-dir "$RUNS" --out "$RUNS/bench/longchain" \
-    --workers "${WORKERS:-1}"
+    --lr-warmup 0 --workers "${WORKERS:-1}"
   cp "$RUNS/bench/longchain/results.json" "$OUT/longchain_learning.json"
 fi
 

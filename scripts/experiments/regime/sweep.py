@@ -185,6 +185,7 @@ def plan_runs(cfg: SweepConfig, names: list[str], seeds: list[int]):
         ws = changes.pop("warmstart", _ws())
         algo = changes.pop("algo", cfg.algo)
         ws = dataclasses.replace(ws, runs_dir=Path("runs"))  # share the warm-start cache
+        changes.setdefault("lr_warmup", 0)  # the committed tables ran before the warm-up existed
         for seed in seeds:
             run = TrainConfig(
                 algo=algo,
