@@ -43,8 +43,11 @@ PAGE = ROOT / "docs" / "credit.md"
 FIGURES = ROOT / "docs" / "figures"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts" / "experiments" / "claims"))
+sys.path.insert(0, str(ROOT / "scripts" / "experiments"))
 
+import page_writer  # noqa: E402  (the lab's one page writer)
 import stats  # noqa: E402  (the claims ledger's statistics)
+from page_writer import finite  # noqa: E402
 
 from refimpl.bench.resultfiles import expect, read_result  # noqa: E402
 
@@ -87,15 +90,51 @@ def credit_report():
 # ---------------------------------------------------------------------------------------------
 
 
+#: What every run of a collected file must hold as a finite number (``collect.py`` writes them;
+#: ``value_*`` and ``clip_frac`` are NaN for an arm without values or without a clip).
+RUN_NUMBERS = ("policy_tokens_per_step", "seconds_per_step", "advantage_seconds_per_step",
+               "seconds")  # fmt: skip
+EVAL_NUMBERS = ("step", "sampled_tokens", "value_sampled_tokens", "greedy", "pass1", "pass16")
+
+
+def check_collected(data: dict, path: Path) -> dict[str, dict[str, dict]]:
+    """``{arm: {seed: run}}`` of the finished runs of a file ``collect.py`` wrote, every
+    figure the tables read checked first: the wrong shape, a string or a non-finite number
+    where a figure is read is ``ResultFileError`` naming the file and the place."""
+    arms = data["arms"]
+    expect(isinstance(arms, dict) and arms, path, "arms: expected an object of arms")
+    expect(isinstance(data["machine"], dict), path, "machine: expected an object")
+    out = {}
+    for label, seeds in arms.items():
+        expect(isinstance(seeds, dict) and seeds, path, f"arms.{label}: expected its seeds")
+        out[label] = {}
+        for seed, run in seeds.items():
+            where = f"arms.{label}.{seed}"
+            expect(isinstance(run, dict), path, f"{where}: expected a run")
+            expect(isinstance(run["finished"], bool), path, f"{where}.finished: expected a bool")
+            for key in RUN_NUMBERS:
+                finite(run[key], path, f"{where}.{key}")
+            for key in ("value_prefixes_per_step", "value_tokens_per_step"):
+                expect(isinstance(run[key], int | float) and not isinstance(run[key], bool), path,
+                       f"{where}.{key}: expected a number (NaN: no values)")  # fmt: skip
+            evals, entropy = run["evals"], run["entropy"]
+            expect(isinstance(evals, list) and evals and all(isinstance(e, dict) for e in evals),
+                   path, f"{where}.evals: expected a non-empty list of evaluations")  # fmt: skip
+            for i, e in enumerate(evals):
+                for key in EVAL_NUMBERS:
+                    finite(e[key], path, f"{where}.evals[{i}].{key}")
+            expect(isinstance(entropy, list) and entropy, path, f"{where}.entropy: expected a list")
+            for i, h in enumerate(entropy):
+                finite(h, path, f"{where}.entropy[{i}]")
+            if run["finished"]:
+                out[label][seed] = run
+    return out
+
+
 def load_runs(results: Path) -> dict[str, dict[str, dict]]:
     """``{arm: {seed: run}}`` of the finished runs in ``runs.json``."""
     path = results / "runs.json"
-    data = read_result(path, "the ceiling section of docs/credit.md")
-    arms = {}
-    for label, seeds in data["arms"].items():
-        expect(isinstance(seeds, dict), path, f"arms.{label}: expected seeds")
-        arms[label] = {s: r for s, r in seeds.items() if r["finished"]}
-    return arms
+    return check_collected(read_result(path, "the ceiling section of docs/credit.md"), path)
 
 
 def at_update(run: dict, update: int = UPDATES) -> dict:
@@ -245,8 +284,8 @@ def probes_table(arms: dict, results: Path) -> str:
     rows = [_probe_row("the design (lr 1e-4)", arms)]
     for path in sorted(results.glob("probe_*.json")):
         data = read_result(path, "the ceiling's probes")
-        probe = {lab: {s: r for s, r in seeds.items() if r["finished"]}
-                 for lab, seeds in data["arms"].items()}  # fmt: skip
+        probe = check_collected(data, path)
+        expect(isinstance(data["probe"], str), path, "probe: expected the probe's name")
         rows.append(_probe_row(data["probe"] or path.stem, probe))
     header = ["regime", "GRPO gain", "VinePPO gain", "H ± paired s.e.", "seeds (df)", "MDD",
               "H / MDD", "H ≥ 3 MDD", "minutes per VinePPO run"]  # fmt: skip
@@ -303,11 +342,9 @@ def reading_text(arms: dict) -> str:
 def load_extra(results: Path, stem: str) -> dict | None:
     """``{arm: {seed: run}}`` of a further result file (``collect.py``), None when absent."""
     path = results / f"{stem}.json"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
-    data = read_result(path, "the ceiling section")
-    return {lab: {s: r for s, r in seeds.items() if r["finished"]}
-            for lab, seeds in data["arms"].items()}  # fmt: skip
+    return check_collected(read_result(path, "the ceiling section"), path)
 
 
 def countdown_text(results: Path) -> str:
@@ -416,9 +453,15 @@ def agreement(results: Path, label: str) -> tuple[float, str] | None:
     if not path.is_file():
         return None
     d = read_result(path, "the ceiling's scatter")
-    k = max(d["metrics"], key=int)
-    w = d["metrics"][k]["signals"][name]["credit"]["within"]
-    return (0.0 if w["no_within_credit"] else float(w["pearson"]["mean"])), k
+    metrics = d["metrics"]
+    expect(isinstance(metrics, dict) and metrics and all(k.isdigit() for k in metrics), path,
+           "metrics: expected an object keyed by K")  # fmt: skip
+    k = max(metrics, key=int)
+    w = metrics[k]["signals"][name]["credit"]["within"]
+    expect(isinstance(w["no_within_credit"], bool), path, "no_within_credit: expected a bool")
+    if w["no_within_credit"]:
+        return 0.0, k
+    return finite(w["pearson"]["mean"], path, f"metrics.{k}.signals.{name}.credit.within"), k
 
 
 def scatter_points(arms: dict, results: Path) -> list[dict]:
@@ -539,6 +582,75 @@ def scatter_figure(arms: dict, results: Path, out: Path) -> Path | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# The ceiling with the learning-rate warm-up (run.sh steps 7 and 8).
+# ---------------------------------------------------------------------------------------------
+
+WARM = "lr_warmup=8"
+#: The arms of ``warmup.json``: VinePPO as the runs above train it, as its authors run it where
+#: this testbed allows, and GRPO, each with the warm-up.
+WARM_CEILING, WARM_BASELINE = f"{CEILING} {WARM}", f"{BASELINE} {WARM}"
+WARM_AUTHORS = f"{CEILING} whiten_advantages=True ppo_epochs=2 temperature=0.6 top_p=0.9 {WARM}"
+WARM_NAMES = {
+    WARM_CEILING: "VinePPO as above",
+    WARM_AUTHORS: "VinePPO as its authors run it",
+    WARM_BASELINE: "GRPO",
+}
+#: The learning rates of the warm-up probes (``warmup_lr<lr>.json``).
+WARM_LRS = ("3e-4", "1e-3")
+
+
+def _per_seed(arms: dict, a: str, b: str, key: str = PRIMARY) -> str:
+    seeds = common_seeds(arms, a, b)
+    return ", ".join(f"{gain(arms[a][s], key) - gain(arms[b][s], key):+.3f}" for s in seeds)
+
+
+def _h_row(what: str, arms: dict, a: str, b: str, key: str = PRIMARY) -> list[str]:
+    c = paired(arms, a, b, key)
+    resolved = c is not None and c.diff >= THRESHOLD_MDD * c.mdd
+    return [what, *comparison_cells(c), "yes" if resolved else "no", _per_seed(arms, a, b, key)]
+
+
+def warmup_text(arms: dict, results: Path) -> str:
+    """The ceiling re-measured with the warm-up: each arm's gain, H against GRPO (per seed,
+    with its MDD), the warm-up's own effect on each arm (the same seeds without it, from
+    ``runs.json``), and H at the larger learning rates."""
+    warm = load_extra(results, "warmup")
+    if warm is None:
+        return "Not run yet (`run.sh` step 7)."
+    rows = []
+    for label, name in WARM_NAMES.items():
+        runs = warm.get(label, {})
+        rows.append([name, str(len(runs)), gains_line(warm, label, "pass1"),
+                     gains_line(warm, label, "greedy"),
+                     ", ".join(f"{gain(runs[s]):+.3f}" for s in sorted(runs, key=int))])  # fmt: skip
+    text = table(["arm (lr 1e-4, warm-up 8)", "seeds", "gain, pass@1", "gain, greedy",
+                  "gain, pass@1, per seed"], rows)  # fmt: skip
+    both = {**arms, **warm}
+    rows = [
+        _h_row("VinePPO as above − GRPO, with the warm-up", warm, WARM_CEILING, WARM_BASELINE),
+        _h_row("VinePPO as its authors run it − GRPO, with the warm-up", warm, WARM_AUTHORS,
+               WARM_BASELINE),
+        _h_row("the same, greedy success", warm, WARM_AUTHORS, WARM_BASELINE, "greedy"),
+        _h_row("VinePPO as its authors run it − VinePPO as above", warm, WARM_AUTHORS,
+               WARM_CEILING),
+        _h_row("VinePPO − GRPO, without the warm-up (the design above)", arms, CEILING, BASELINE),
+        _h_row("the warm-up's effect on VinePPO (with − without)", both, WARM_CEILING, CEILING),
+        _h_row("the warm-up's effect on GRPO (with − without)", both, WARM_BASELINE, BASELINE),
+    ]  # fmt: skip
+    for lr in WARM_LRS:
+        probe = load_extra(results, f"warmup_lr{lr}")
+        if probe is None:
+            continue
+        rows.append(_h_row(f"VinePPO − GRPO at lr {lr}, with the warm-up", probe, WARM_CEILING,
+                           WARM_BASELINE))  # fmt: skip
+        rows.append([f"(GRPO's gain at lr {lr}: {gains_line(probe, WARM_BASELINE, PRIMARY)}; "
+                     f"VinePPO's: {gains_line(probe, WARM_CEILING, PRIMARY)})", *[""] * 8])  # fmt: skip
+    header = ["comparison (pass@1 unless named)", "mean ± paired s.e.", "seeds (df)", "t",
+              "p (two-sided)", "MDD", "H / MDD", "H ≥ 3 MDD", "per seed"]  # fmt: skip
+    return text + "\n\n" + table(header, rows)
+
+
+# ---------------------------------------------------------------------------------------------
 # The page.
 # ---------------------------------------------------------------------------------------------
 
@@ -556,43 +668,33 @@ def blocks(results: Path) -> dict[str, str]:
         "countdown": countdown_text(results),
         "matched": matched_text(arms, results),
         "scatter": scatter_text(arms, results),
+        "warmup": warmup_text(arms, results),
     }
 
 
-def write_blocks(page: str, new: dict[str, str]) -> str:
-    for name, body in new.items():
-        start, end = f"<!-- ceiling:{name} -->", f"<!-- /ceiling:{name} -->"
-        if start not in page or end not in page:
-            raise SystemExit(f"{PAGE}: no markers {start} … {end}")
-        head, rest = page.split(start, 1)
-        _, tail = rest.split(end, 1)
-        page = f"{head}{start}\n{body}\n{end}{tail}"
-    return page
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--page", type=Path, default=PAGE)
+    parser.add_argument("--no-figure", action="store_true", help="tables only")
+
+
+def _figures(args: argparse.Namespace) -> None:
+    if args.no_figure:
+        return
+    arms = load_runs(args.results)
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    curves_figure(arms, FIGURES / "ceiling_curves.png")
+    scatter_figure(arms, args.results, FIGURES / "ceiling_scatter.png")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--page", type=Path, default=PAGE)
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
-    parser.add_argument("--no-figure", action="store_true", help="tables only")
-    args = parser.parse_args(argv)
-    page = args.page.read_text()
-    new_page = write_blocks(page, blocks(args.results))
-    if args.check:
-        if new_page != page:
-            print(f"{args.page}: the ceiling tables differ from what {args.results} gives")
-            return 1
-        print(f"{args.page}: the ceiling tables are current")
-        return 0
-    args.page.write_text(new_page)
-    if not args.no_figure:
-        arms = load_runs(args.results)
-        FIGURES.mkdir(parents=True, exist_ok=True)
-        curves_figure(arms, FIGURES / "ceiling_curves.png")
-        scatter_figure(arms, args.results, FIGURES / "ceiling_scatter.png")
-    print(f"wrote {args.page}")
-    return 0
+    """Exit 0 (written, or current with ``--check``), 1 (stale) or 2 (an input refused on
+    one line, no page changed): ``page_writer.main``'s guarantees."""
+    return page_writer.main(
+        argv, prog="scripts/experiments/ceiling/report.py", description=__doc__.split("\n\n")[0],
+        prefix="ceiling", add_arguments=_arguments, after_write=_figures,
+        build=lambda args: {args.page: blocks(args.results)},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

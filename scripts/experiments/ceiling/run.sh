@@ -86,11 +86,11 @@ fi
 # 8. The learning-rate probes with the warm-up: VinePPO and GRPO at lr 3e-4 and 1e-3 on 3
 #    seeds (without it, 3e-4 made VinePPO fall further than GRPO in every seed).
 for lr in 3e-4 1e-3; do
-  if [[ ! -e "$OUT/probe_warmup_lr$lr.json" ]]; then
+  if [[ ! -e "$OUT/warmup_lr$lr.json" ]]; then
     bench "$RUNS/bench/ceiling-warmup-lr$lr" 0,1,2 --lr-warmup 8 --lr "$lr" --algos vineppo,grpo \
       --ablations ""
     "$PY" scripts/experiments/ceiling/collect.py --bench "$RUNS/bench/ceiling-warmup-lr$lr" \
-      --probe "lr=$lr lr_warmup=8" --out "$OUT/probe_warmup_lr$lr.json"
+      --probe "lr=$lr lr_warmup=8" --out "$OUT/warmup_lr$lr.json"
   fi
 done
 # 6. The page (its tables against the committed page when OUT is elsewhere).

@@ -1,0 +1,240 @@
+"""The lab's one page writer (``scripts/experiments/page_writer.py``), tried as a hostile user
+would through the reports that use it: every bad input is refused on one line that names it,
+with a nonzero exit and the page byte for byte as it was; a page is written whole, never
+through a link; ``--check`` names the rows that differ, old → new."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CEILING = ROOT / "scripts" / "experiments" / "ceiling"
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def ceiling():
+    return _load(CEILING / "report.py", "ceiling_report_hostile")
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    """A copy of the ceiling's results and of docs/credit.md, the page they feed."""
+    results = tmp_path / "results"
+    shutil.copytree(CEILING / "results", results)
+    page = tmp_path / "credit.md"
+    shutil.copy(ROOT / "docs" / "credit.md", page)
+    return results, page
+
+
+def _run(ceiling, capsys, results: Path, page: Path, *extra: str):
+    code = ceiling.main(["--results", str(results), "--page", str(page), "--no-figure", *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _runs(results: Path) -> dict:
+    return json.loads((results / "runs.json").read_text())
+
+
+def _nan_everywhere(value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return float("nan")
+    if isinstance(value, dict):
+        return {k: _nan_everywhere(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan_everywhere(v) for v in value]
+    return value
+
+
+def _strings_for_numbers(value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _strings_for_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strings_for_numbers(v) for v in value]
+    return value
+
+
+def _truncate(results: Path) -> str:
+    path = results / "runs.json"
+    path.write_bytes(path.read_bytes()[:5000])
+    return "runs.json"
+
+
+def _rewrite(transform):
+    def damage(results: Path) -> str:
+        path = results / "runs.json"
+        path.write_text(json.dumps(transform(_runs(results))))
+        return "runs.json"
+
+    return damage
+
+
+def _link_to_dev_zero(results: Path) -> str:
+    (results / "runs.json").unlink()
+    (results / "runs.json").symlink_to("/dev/zero")
+    return "runs.json"
+
+
+def _missing_folder(results: Path) -> str:
+    shutil.rmtree(results)
+    return "runs.json"
+
+
+def _empty_folder(results: Path) -> str:
+    shutil.rmtree(results)
+    results.mkdir()
+    return "runs.json"
+
+
+def _damaged_probe(results: Path) -> str:
+    path = results / "probe_lr3e-4.json"
+    data = json.loads(path.read_text())
+    next(iter(next(iter(data["arms"].values())).values()))["evals"][1]["pass1"] = "high"
+    path.write_text(json.dumps(data))
+    return "probe_lr3e-4.json"
+
+
+def _damaged_credit(results: Path) -> str:
+    path = results / "credit_warmstart.json"
+    path.write_text(path.read_text()[:100])
+    return "credit_warmstart.json"
+
+
+def _one_nan_in_the_grid(data: dict) -> dict:
+    next(iter(data["arms"]["vineppo"].values()))["evals"][-1]["pass1"] = float("nan")
+    return data
+
+
+HOSTILE = {
+    "missing results folder": _missing_folder,
+    "empty results folder": _empty_folder,
+    "truncated JSON": _truncate,
+    "a JSON list": _rewrite(lambda d: [1, 2]),
+    "an empty object": _rewrite(lambda d: {}),
+    "arms of the wrong shape": _rewrite(lambda d: {**d, "arms": [1]}),
+    "a run without evaluations": _rewrite(
+        lambda d: {**d, "arms": {"vineppo": {"0": {**d["arms"]["vineppo"]["0"], "evals": []}}}}
+    ),
+    "NaN in every float": _rewrite(_nan_everywhere),
+    "one NaN on the grid": _rewrite(_one_nan_in_the_grid),
+    "strings for numbers": _rewrite(_strings_for_numbers),
+    "linked to /dev/zero": _link_to_dev_zero,
+    "a damaged probe file": _damaged_probe,
+    "a truncated credit file": _damaged_credit,
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+@pytest.mark.parametrize("check", [False, True], ids=["write", "check"])
+def test_a_bad_result_file_is_refused_on_one_line_and_the_page_is_unchanged(
+    ceiling, capsys, workspace, case, check
+):
+    results, page = workspace
+    before = page.read_bytes()
+    named = HOSTILE[case](results)
+    code, out, err = _run(ceiling, capsys, results, page, *(["--check"] if check else []))
+    assert code == 2, (out, err)
+    assert err.count("\n") == 1 and named in err, err
+    assert "Traceback" not in err
+    assert page.read_bytes() == before
+
+
+def test_a_page_that_is_a_folder_or_a_link_is_refused(ceiling, capsys, workspace, tmp_path):
+    results, page = workspace
+    folder = tmp_path / "folder.md"
+    folder.mkdir()
+    code, _, err = _run(ceiling, capsys, results, folder)
+    assert code == 2 and err.count("\n") == 1 and "not a regular file" in err
+    link = tmp_path / "link.md"
+    link.symlink_to(page)
+    before = page.read_bytes()
+    (results / "runs.json").write_text(
+        json.dumps(_one_changed_figure(_runs(results)))
+    )  # a write would change the page
+    code, _, err = _run(ceiling, capsys, results, link)
+    assert code == 2 and "symbolic link" in err and err.count("\n") == 1
+    assert page.read_bytes() == before and link.is_symlink()
+
+
+def test_a_page_without_its_markers_is_refused_before_anything_is_written(
+    ceiling, capsys, workspace
+):
+    results, page = workspace
+    text = page.read_text().replace("<!-- /ceiling:cost -->", "")
+    page.write_text(text)
+    code, _, err = _run(ceiling, capsys, results, page)
+    assert code == 2 and "ceiling:cost" in err and page.read_text() == text
+
+
+def _one_changed_figure(data: dict) -> dict:
+    run = data["arms"]["vineppo"]["0"]
+    run["evals"][-1]["pass1"] += 0.05
+    return data
+
+
+def test_check_names_the_rows_that_differ_old_and_new(ceiling, capsys, workspace):
+    results, page = workspace
+    before = page.read_bytes()
+    assert _run(ceiling, capsys, results, page, "--check")[0] == 0
+    (results / "runs.json").write_text(json.dumps(_one_changed_figure(_runs(results))))
+    code, out, _ = _run(ceiling, capsys, results, page, "--check")
+    assert code == 1 and page.read_bytes() == before
+    assert "→" in out and "| VinePPO − GRPO | pass@1 |" in out
+    old_rows = [line for line in out.splitlines() if line.startswith("  | VinePPO − GRPO")]
+    new_rows = [line for line in out.splitlines() if line.startswith("    → | VinePPO − GRPO")]
+    assert old_rows and new_rows and old_rows[0].strip() != new_rows[0][6:].strip()
+
+
+def test_a_full_disk_leaves_the_page_whole(workspace, tmp_path):
+    """Under a file-size limit below the page's size the write fails and the page is as it
+    was (the old report wrote the page in place and cut docs/credit.md to 20,480 bytes)."""
+    results, page = workspace
+    (results / "runs.json").write_text(json.dumps(_one_changed_figure(_runs(results))))
+    before = page.read_bytes()
+    limit = len(before) // 4
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.run(
+        [sys.executable, str(CEILING / "report.py"), "--results", str(results), "--page",
+         str(page), "--no-figure"],
+        capture_output=True, text=True, preexec_fn=limit_file_size, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode != 0, proc.stdout
+    assert page.read_bytes() == before
+    assert not (tmp_path / "credit.md.tmp").exists()
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_good_write_replaces_the_page_whole(ceiling, capsys, workspace):
+    results, page = workspace
+    (results / "runs.json").write_text(json.dumps(_one_changed_figure(_runs(results))))
+    code, out, _ = _run(ceiling, capsys, results, page)
+    assert code == 0 and "wrote" in out
+    assert _run(ceiling, capsys, results, page, "--check")[0] == 0
+    text = page.read_text()
+    assert text.startswith("# ") and text.count("<!-- ceiling:headroom -->") == 1
