@@ -238,3 +238,84 @@ def test_a_good_write_replaces_the_page_whole(ceiling, capsys, workspace):
     assert _run(ceiling, capsys, results, page, "--check")[0] == 0
     text = page.read_text()
     assert text.startswith("# ") and text.count("<!-- ceiling:headroom -->") == 1
+
+
+# --- the claims report (three pages) and the credit study's report use the same writer ---
+
+
+@pytest.fixture
+def claims(tmp_path, monkeypatch):
+    """The claims report reading a copy of its result files and writing copies of its pages."""
+    claims_dir = ROOT / "scripts" / "experiments" / "claims"
+    report = _load(claims_dir / "report.py", "claims_report_hostile")
+    files = sys.modules["result_files"]
+    real = tmp_path / "real"
+    shutil.copytree(files.REAL, real)
+    toy = tmp_path / "toy.json"
+    shutil.copy(files.TOY, toy)
+    monkeypatch.setattr(files, "REAL", real)
+    monkeypatch.setattr(files, "CROSS", real / "cross_machine")
+    monkeypatch.setattr(files, "TOY", toy)
+    for name in ("PAGE", "RESULTS_PAGE", "BENCH_PAGE"):
+        copy = tmp_path / Path(getattr(report, name)).name
+        shutil.copy(getattr(report, name), copy)
+        monkeypatch.setattr(report, name, copy)
+    return report, real, toy
+
+
+def _pages(report) -> dict:
+    return {n: Path(getattr(report, n)).read_bytes() for n in ("PAGE", "RESULTS_PAGE", "BENCH_PAGE")}
+
+
+def test_the_claims_report_is_current_on_its_copied_files(claims, capsys):
+    report, _, _ = claims
+    assert report.main(["--check", "--no-figure"]) == 0
+
+
+@pytest.mark.parametrize("damage", ["nan", "string", "truncated", "no evals", "toy missing"])
+def test_the_claims_report_refuses_a_damaged_file_and_writes_no_page(claims, capsys, damage):
+    """A NaN or a string in one evaluation of one file, a truncated file, a file without
+    evaluations, the toy file missing: one line naming the file, exit 2, the three pages as
+    they were (the old report rewrote docs/claims.md with rc 0 and "—" in the row)."""
+    report, real, toy = claims
+    before = _pages(report)
+    target = real / "gtpo_seed3.json"
+    data = json.loads(target.read_text())
+    if damage == "nan":
+        data["evals"][-1]["success"] = float("nan")
+    elif damage == "string":
+        data["evals"][0]["pass@1"] = "0.3"
+    elif damage == "no evals":
+        data["evals"] = []
+    if damage == "truncated":
+        target.write_text(target.read_text()[:300])
+    elif damage == "toy missing":
+        toy.unlink()
+        target = toy
+    else:
+        target.write_text(json.dumps(data))
+    code = report.main(["--no-figure"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and target.name in err, err
+    assert _pages(report) == before
+
+
+def test_the_credit_report_refuses_a_damaged_file_and_writes_no_page(tmp_path, capsys, monkeypatch):
+    credit_dir = ROOT / "scripts" / "experiments" / "credit"
+    report = _load(credit_dir / "report.py", "credit_report_hostile")
+    results = tmp_path / "results"
+    shutil.copytree(credit_dir / "results", results)
+    page = tmp_path / "credit.md"
+    shutil.copy(report.PAGE, page)
+    monkeypatch.setattr(report, "PAGE", page)
+    assert report.main(["--check", "--results", str(results)]) == 0
+    target = results / "longchain_step40.json"
+    target.write_bytes(target.read_bytes()[:4096])
+    before = page.read_bytes()
+    for argv in (["--no-figure"], ["--check"]):
+        code = report.main([*argv, "--results", str(results)])
+        err = capsys.readouterr().err
+        assert code == 2 and "longchain_step40.json" in err and err.count("\n") == 1, err
+        assert page.read_bytes() == before
+    code = report.main(["--no-figure", "--results", str(tmp_path / "nowhere")])
+    assert code == 2 and "nowhere" in capsys.readouterr().err

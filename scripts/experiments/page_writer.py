@@ -67,7 +67,7 @@ def render(text: str, blocks: dict[str, str], prefix: str, path: Path) -> str:
         pattern = re.compile(re.escape(start) + r"\n?.*?" + re.escape(end), re.S)
         if not pattern.search(text):
             raise PageError(f"{path}: no markers {start} … {end}")
-        whole = f"{start}\n{body}\n{end}"
+        whole = f"{start}\n{body.rstrip(chr(10))}\n{end}"  # one line break on each side
         text = pattern.sub(lambda _m, whole=whole: whole, text, count=1)
     return text
 

@@ -44,10 +44,12 @@ FIGURES = ROOT / "docs" / "figures"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts" / "experiments" / "claims"))
 sys.path.insert(0, str(ROOT / "scripts" / "experiments"))
+sys.path.insert(0, str(HERE))
 
 import page_writer  # noqa: E402  (the lab's one page writer)
 import stats  # noqa: E402  (the claims ledger's statistics)
 from page_writer import finite  # noqa: E402
+from read_results import check_collected, load_extra, load_runs  # noqa: E402
 
 from refimpl.bench.resultfiles import expect, read_result  # noqa: E402
 
@@ -88,53 +90,6 @@ def credit_report():
 # ---------------------------------------------------------------------------------------------
 # Per-run figures.
 # ---------------------------------------------------------------------------------------------
-
-
-#: What every run of a collected file must hold as a finite number (``collect.py`` writes them;
-#: ``value_*`` and ``clip_frac`` are NaN for an arm without values or without a clip).
-RUN_NUMBERS = ("policy_tokens_per_step", "seconds_per_step", "advantage_seconds_per_step",
-               "seconds")  # fmt: skip
-EVAL_NUMBERS = ("step", "sampled_tokens", "value_sampled_tokens", "greedy", "pass1", "pass16")
-
-
-def check_collected(data: dict, path: Path) -> dict[str, dict[str, dict]]:
-    """``{arm: {seed: run}}`` of the finished runs of a file ``collect.py`` wrote, every
-    figure the tables read checked first: the wrong shape, a string or a non-finite number
-    where a figure is read is ``ResultFileError`` naming the file and the place."""
-    arms = data["arms"]
-    expect(isinstance(arms, dict) and arms, path, "arms: expected an object of arms")
-    expect(isinstance(data["machine"], dict), path, "machine: expected an object")
-    out = {}
-    for label, seeds in arms.items():
-        expect(isinstance(seeds, dict) and seeds, path, f"arms.{label}: expected its seeds")
-        out[label] = {}
-        for seed, run in seeds.items():
-            where = f"arms.{label}.{seed}"
-            expect(isinstance(run, dict), path, f"{where}: expected a run")
-            expect(isinstance(run["finished"], bool), path, f"{where}.finished: expected a bool")
-            for key in RUN_NUMBERS:
-                finite(run[key], path, f"{where}.{key}")
-            for key in ("value_prefixes_per_step", "value_tokens_per_step"):
-                expect(isinstance(run[key], int | float) and not isinstance(run[key], bool), path,
-                       f"{where}.{key}: expected a number (NaN: no values)")  # fmt: skip
-            evals, entropy = run["evals"], run["entropy"]
-            expect(isinstance(evals, list) and evals and all(isinstance(e, dict) for e in evals),
-                   path, f"{where}.evals: expected a non-empty list of evaluations")  # fmt: skip
-            for i, e in enumerate(evals):
-                for key in EVAL_NUMBERS:
-                    finite(e[key], path, f"{where}.evals[{i}].{key}")
-            expect(isinstance(entropy, list) and entropy, path, f"{where}.entropy: expected a list")
-            for i, h in enumerate(entropy):
-                finite(h, path, f"{where}.entropy[{i}]")
-            if run["finished"]:
-                out[label][seed] = run
-    return out
-
-
-def load_runs(results: Path) -> dict[str, dict[str, dict]]:
-    """``{arm: {seed: run}}`` of the finished runs in ``runs.json``."""
-    path = results / "runs.json"
-    return check_collected(read_result(path, "the ceiling section of docs/credit.md"), path)
 
 
 def at_update(run: dict, update: int = UPDATES) -> dict:
@@ -339,14 +294,6 @@ def reading_text(arms: dict) -> str:
     return "\n\n".join(lines)
 
 
-def load_extra(results: Path, stem: str) -> dict | None:
-    """``{arm: {seed: run}}`` of a further result file (``collect.py``), None when absent."""
-    path = results / f"{stem}.json"
-    if not path.exists() and not path.is_symlink():
-        return None
-    return check_collected(read_result(path, "the ceiling section"), path)
-
-
 def countdown_text(results: Path) -> str:
     arms = load_extra(results, "countdown")
     if arms is None:
@@ -499,89 +446,6 @@ def scatter_text(arms: dict, results: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Figures.
-# ---------------------------------------------------------------------------------------------
-
-
-def _mean_curve(runs: list[dict], x_key, skip: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean over seeds of the pass@1 gain over the seed's warm start, on the evaluations
-    every run has (from the ``skip``-th: the log-scale panel has no place for 0 tokens)."""
-    n = min(len(r["evals"]) for r in runs)
-    x = np.mean([[x_key(e) for e in r["evals"][skip:n]] for r in runs], axis=0)
-    y = np.array([[e[PRIMARY] - r["evals"][0][PRIMARY] for e in r["evals"][skip:n]]
-                  for r in runs])  # fmt: skip
-    se = y.std(axis=0, ddof=1) / math.sqrt(len(runs)) if len(runs) > 1 else np.zeros(y.shape[1])
-    return x, y.mean(axis=0), se
-
-
-def curves_figure(arms: dict, out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.2))
-    axes_keys = (
-        (lambda e: e["step"], "policy updates"),
-        (lambda e: (e["sampled_tokens"] + e["value_sampled_tokens"]) / 1e6,
-         "all sampled tokens, millions (VinePPO's values included; log scale)"),
-    )  # fmt: skip
-    for skip, ax, (x_key, xlabel) in zip((0, 1), axes, axes_keys):
-        ax.axhline(0, color="grey", lw=0.8, ls=":")
-        for label in ARMS:
-            runs = list(arms.get(label, {}).values())
-            if not runs:
-                continue
-            x, y, se = _mean_curve(runs, x_key, skip)
-            ceiling = label == CEILING
-            style = dict(color="black", lw=2.5) if ceiling else dict(lw=1.2)
-            ax.plot(x, y, label=NAMES[label], **style)
-            if ceiling:
-                ax.fill_between(x, y - se, y + se, color="black", alpha=0.12)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("held-out pass@1 gain over the warm start")
-        ax.grid(alpha=0.3)
-    axes[1].set_xscale("log")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=8)
-    fig.subplots_adjust(bottom=0.24)
-    fig.suptitle("Long chain: every arm against the ceiling (VinePPO, black; band ± 1 s.e.; "
-                 "mean over each arm's seeds)")  # fmt: skip
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
-
-
-def scatter_figure(arms: dict, results: Path, out: Path) -> Path | None:
-    points = scatter_points(arms, results)
-    if not points:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for p in points:
-        lo = p["share"] - p["lo"] if math.isfinite(p["lo"]) else 0
-        hi = p["hi"] - p["share"] if math.isfinite(p["hi"]) else 0
-        color = "black" if p["label"] == CEILING else "C0"
-        ax.errorbar(p["r"], p["share"], yerr=[[lo], [hi]], fmt="o", color=color, capsize=3)
-        ax.annotate(NAMES[p["label"]], (p["r"], p["share"]), fontsize=7, xytext=(4, 3),
-                    textcoords="offset points")  # fmt: skip
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.axhline(1, color="black", lw=0.8, ls="--")
-    ax.set_xlabel(f"credit agreement with A* (within-completion r, K = {points[0]['k']})")
-    ax.set_ylabel("share of the ceiling (90 % bootstrap)")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
 # The ceiling with the learning-rate warm-up (run.sh steps 7 and 8).
 # ---------------------------------------------------------------------------------------------
 
@@ -681,10 +545,13 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def _figures(args: argparse.Namespace) -> None:
     if args.no_figure:
         return
+    import figures  # the section's two figures, beside this file
+
     arms = load_runs(args.results)
     FIGURES.mkdir(parents=True, exist_ok=True)
-    curves_figure(arms, FIGURES / "ceiling_curves.png")
-    scatter_figure(arms, args.results, FIGURES / "ceiling_scatter.png")
+    figures.curves(arms, FIGURES / "ceiling_curves.png", ARMS, NAMES, CEILING, PRIMARY)
+    figures.scatter(scatter_points(arms, args.results), FIGURES / "ceiling_scatter.png", NAMES,
+                    CEILING)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,12 +27,13 @@ gathers them, writes the pages and draws the figure.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modules beside it, by name
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the lab's page writer
 
+import page_writer  # noqa: E402
 from benchmark_blocks import (  # noqa: E402
     bench_collapse_tables,
     bench_criteria,
@@ -43,7 +44,6 @@ from benchmark_blocks import (  # noqa: E402
     bench_tepo_verdicts,
     results_literal,
 )
-from credit_rows import CREDIT  # noqa: E402
 from curves_figure import plot_real_curves  # noqa: E402
 from learning_curves import real_convergence_table  # noqa: E402
 from ledger import ledger_rows, ledger_table  # noqa: E402
@@ -56,7 +56,7 @@ from real_tables import (  # noqa: E402
     real_paired_table,
     why_twelve_steps,
 )
-from result_files import HERE, ROOT, load_cross, load_real, load_toy  # noqa: E402
+from result_files import ROOT, load_cross, load_real, load_toy  # noqa: E402
 from summaries import in_short, results_brief  # noqa: E402
 from toy_testbed import toy_command, toy_paired_table, toy_table  # noqa: E402
 
@@ -101,57 +101,29 @@ def blocks() -> dict[str, dict[str, str]]:
     return out
 
 
-def render(page: str, tables: dict[str, str]) -> str:
-    for name, body in tables.items():
-        pattern = re.compile(rf"(<!-- claims:{name} -->\n).*?(<!-- /claims:{name} -->)", re.S)
-        if not pattern.search(page):
-            raise SystemExit(f"no markers for the block {name!r}")
-        page = pattern.sub(lambda m, body=body: m.group(1) + body + m.group(2), page)
-    return page
+def _build(args: argparse.Namespace) -> dict[Path, dict[str, str]]:
+    """Every block of every page, from the result files (read here, before any page)."""
+    pages = {"claims": PAGE, "results": RESULTS_PAGE, "benchmarks": BENCH_PAGE}
+    return {pages[key]: page_blocks for key, page_blocks in blocks().items()}
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-figure", action="store_true", help="do not redraw the figure")
+
+
+def _figure(args: argparse.Namespace) -> None:
+    if not args.no_figure:
+        plot_real_curves(load_real())
 
 
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 (written, or current with ``--check``), 1 (stale, with ``--check``) or 2 (a
-    result file missing or damaged, named on one line: no page is written)."""
-    from refimpl.bench.resultfiles import ResultFileError
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
-    parser.add_argument("--print", action="store_true", help="print the blocks")
-    parser.add_argument("--no-figure", action="store_true", help="do not redraw the figure")
-    args = parser.parse_args(argv)
-    pages = {"claims": PAGE, "results": RESULTS_PAGE, "benchmarks": BENCH_PAGE}
-    try:
-        generated = blocks()
-        rendered = {}
-        for key, page_blocks in generated.items():  # every page built before one is written
-            text = pages[key].read_text()
-            rendered[pages[key]] = (text, render(text, page_blocks))
-    except ResultFileError as err:
-        print(f"report.py: error: {err} (the pages are left as they were)", file=sys.stderr)
-        return 2
-    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as err:
-        print(f"report.py: error: a result file under {HERE / 'results'} or {CREDIT} is not "
-              f"what the tables read ({type(err).__name__}: {err}); the pages are left as they "
-              "were", file=sys.stderr)  # fmt: skip
-        return 2
-    if args.print:
-        for page_blocks in generated.values():
-            for name, body in page_blocks.items():
-                print(f"## {name}\n\n{body}")
-        return 0
-    from refimpl.runs.runlog import write_text_atomic
-
-    stale = [path for path, (text, new) in rendered.items() if new != text]
-    if args.check:
-        for path in stale:
-            print(f"{path}: blocks out of date; run python scripts/experiments/claims/report.py")
-        return 1 if stale else 0
-    for path in stale:
-        write_text_atomic(path, rendered[path][1])  # whole or not at all, never through a link
-    if not args.no_figure:
-        plot_real_curves(load_real())
-    return 0
+    result file missing or damaged, named on one line: no page is written); the lab's page
+    writer (``scripts/experiments/page_writer.py``) holds these guarantees."""
+    return page_writer.main(
+        argv, prog="scripts/experiments/claims/report.py", description=__doc__.splitlines()[0],
+        prefix="claims", build=_build, add_arguments=_arguments, after_write=_figure,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

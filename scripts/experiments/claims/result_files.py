@@ -10,10 +10,13 @@ file's machine from its own record only.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent  # scripts/experiments/claims/
 ROOT = HERE.parents[2]  # the repository
+if str(HERE.parent) not in sys.path:  # the lab's page writer (its checks of a figure)
+    sys.path.insert(0, str(HERE.parent))
 REAL = HERE / "results" / "real"
 CROSS = REAL / "cross_machine"
 TOY = HERE / "results" / "toy" / "results.json"
@@ -32,12 +35,21 @@ def read_file(path: Path) -> dict:
 def _with_samples(result: dict, path: Path) -> dict:
     """``result`` with each evaluation's ``n_samples`` (the run's ``--eval-samples``); a
     file without evaluations is refused, naming it."""
+    from page_writer import finite
+
     from refimpl.bench.resultfiles import expect
 
     evals = result["evals"]
     expect(isinstance(evals, list) and len(evals) > 0 and all(isinstance(e, dict) for e in evals),
            path, "evals: expected a non-empty list of evaluations")  # fmt: skip
-    for e in evals:
+    for i, e in enumerate(evals):  # every figure the tables read: a finite number
+        for key in ("success", "pass@1", "entropy"):
+            if key in e:
+                finite(e[key], path, f"evals[{i}].{key}")
+        correct = e["correct"]
+        expect(isinstance(correct, list) and all(isinstance(c, int) and not isinstance(c, bool)
+                                                 and c >= 0 for c in correct),
+               path, f"evals[{i}].correct: expected counts per problem")  # fmt: skip
         e.setdefault("n_samples", int(result["args"]["eval_samples"]))
     return result
 

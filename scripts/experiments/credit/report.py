@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -27,6 +26,9 @@ ROOT = HERE.parents[2]
 RESULTS = HERE / "results"
 PAGE = ROOT / "docs" / "credit.md"
 FIGURES = ROOT / "docs" / "figures"
+sys.path.insert(0, str(HERE.parent))
+import page_writer  # noqa: E402  (the lab's one page writer)
+
 #: The K every headline table and sentence reads: the largest, which every toy batch has
 #: (the real model, whose largest is 32, is read at its largest); the sensitivity table shows
 #: the others.
@@ -511,15 +513,6 @@ def token_figure(d: dict, out: Path, k: str | None = None) -> Path:
     return save_figure(fig, out, dpi=130, bbox_inches="tight")
 
 
-def write_blocks(page: str, blocks: dict[str, str]) -> str:
-    for name, text in blocks.items():
-        pattern = re.compile(rf"(<!-- credit:{name} -->\n).*?(<!-- /credit:{name} -->)", re.S)
-        if not pattern.search(page):
-            raise ValueError(f"{PAGE}: no markers for the block {name!r}")
-        page = pattern.sub(lambda m, t=text: m.group(1) + t + m.group(2), page)
-    return page
-
-
 def blocks() -> dict[str, str]:
     out = {"calibration": calibration_table(), "oracle": oracle_table(), "entropy": entropy_table(),
            "first-wrong": first_wrong_table(), "sensitivity": sensitivity_table(),
@@ -530,14 +523,7 @@ def blocks() -> dict[str, str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Exit 0 (written, or current with ``--check``), 1 (stale, with ``--check``) or 2 (a
-    result file missing or damaged, named on one line: nothing is written)."""
-    global RESULTS
-    from refimpl.bench.resultfiles import ResultFileError
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when the page is stale")
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-figure", action="store_true", help="leave the figures alone")
     parser.add_argument(
         "--results",
@@ -545,35 +531,37 @@ def main(argv: list[str] | None = None) -> int:
         default=RESULTS,
         help="the result files (default: the committed ones next to this script)",
     )
-    args = parser.parse_args(argv)
+
+
+def _build(args: argparse.Namespace) -> dict[Path, dict[str, str]]:
+    """Every block of the page from the files under ``--results`` (read here, before the
+    page writer touches the page)."""
+    from refimpl.bench.resultfiles import ResultFileError
+
+    global RESULTS
     RESULTS = args.results
     _LOADED.clear()
     _METRICS.clear()
-    try:
-        if not RESULTS.is_dir():
-            raise ResultFileError(f"--results: {RESULTS} is not a directory of result files")
-        page = PAGE.read_text()
-        new = write_blocks(page, blocks())
-    except ResultFileError as err:
-        print(f"report.py: error: {err} ({PAGE} is left as it was)", file=sys.stderr)
-        return 2
-    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as err:
-        print(f"report.py: error: a result file under {RESULTS} is not what the tables read "
-              f"({type(err).__name__}: {err}); {PAGE} is left as it was", file=sys.stderr)  # fmt: skip
-        return 2
-    if args.check:
-        if new != page:
-            print(f"{PAGE} is stale: run python scripts/experiments/credit/report.py")
-            return 1
-        return 0
-    from refimpl.runs.runlog import write_text_atomic
+    if not RESULTS.is_dir():
+        raise ResultFileError(f"--results: {RESULTS} is not a directory of result files")
+    return {PAGE: blocks()}
 
-    write_text_atomic(PAGE, new)  # whole or not at all, never through a link
+
+def _figures(args: argparse.Namespace) -> None:
     if not args.no_figure and (d := load("longchain_step0")) is not None:
         print(token_figure(d, FIGURES / "credit_tokens_longchain.png"))
     if not args.no_figure and (f := learning_figure(FIGURES / "credit_learning_longchain.png")):
         print(f)
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit 0 (written, or current with ``--check``), 1 (stale, with ``--check``) or 2 (a
+    result file missing or damaged, named on one line: nothing is written); the lab's page
+    writer (``scripts/experiments/page_writer.py``) holds these guarantees."""
+    return page_writer.main(
+        argv, prog="scripts/experiments/credit/report.py", description=__doc__.splitlines()[0],
+        prefix="credit", build=_build, add_arguments=_arguments, after_write=_figures,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
