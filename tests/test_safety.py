@@ -234,6 +234,32 @@ def test_overwrite_deletes_only_a_run_directory(runs, base, capsys):
     assert [r["step"] for r in read_metrics(runs / "again")] == [0, 1]
 
 
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"config.json": '{"mine": 1}'},  # the issue's
+        {"config.json": '{"mine": 1}', "metrics.jsonl": '{"loss": 0.5}\n'},  # another program's
+        {"config.json": "my notes, not JSON"},  # no sign of a run beside it
+    ],
+)
+def test_overwrite_proves_that_a_folder_is_a_run_before_it_deletes(runs, capsys, files):
+    """Issue 61, lost 1: a folder holding only the user's ``config.json`` (``{"mine": 1}``)
+    passed for a damaged run; ``--overwrite`` deleted it and exited 0. A config.json proves
+    a run when ``refimpl train`` wrote it, or, damaged, beside the files only a run writes:
+    anything else is refused, one line naming the folder, and left as it was."""
+    folder = runs / "onlycfg"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    before = snapshot(folder)
+    code, _, err = cli(["train", *tiny_flags(runs), "--name", "onlycfg", "--overwrite"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "not a run directory" in err, err
+    code, _, err = cli(["train", *tiny_flags(runs), "--name", "onlycfg"], capsys)
+    assert code == 2 and "is not a run" in err and "--overwrite" not in err, err
+    assert snapshot(folder) == before and sorted(p.name for p in folder.iterdir()) == sorted(files)
+
+
 # ---------------------------------------------------------------------------------------------
 # Checkpoints: a crash mid-save, garbage and missing files.
 # ---------------------------------------------------------------------------------------------
@@ -353,6 +379,37 @@ def test_missing_checkpoint_after_logged_steps_is_an_error(runs, base, capsys):
     shutil.rmtree(run / "checkpoint")
     code, _, err = cli(resume(runs, run.name), capsys)
     assert code == 1 and str(run / "checkpoint") in err and err.count("\n") == 1
+
+
+class Killed(BaseException):
+    """``kill -9``: nothing of the process's own cleanup runs (not an ``Exception``)."""
+
+
+def test_a_kill_during_the_first_checkpoint_resumes_from_step_0(runs, base, five_steps, capsys,
+                                                                 monkeypatch):  # fmt: skip
+    """Issue 61, noise 10: ``kill -9`` during the first checkpoint's save (step 2 of a run
+    checkpointed every 2 steps) left ``checkpoint.tmp`` half written, the log at step 2 and
+    no checkpoint; ``--resume`` refused it ("checkpoint: missing, although the run logged
+    step 2") and only ``--overwrite`` was left. It resumes from step 0, the last whole state,
+    says so, and logs exactly what the uninterrupted run logs."""
+
+    def killed_while_writing(*_args, **_kwargs):
+        (runs / "killed" / "checkpoint.tmp" / "model.safetensors").write_bytes(b"half a")
+        raise Killed
+
+    flags = ["train", "--config", base / "config.json", "--name", "killed", "--steps", "5"]
+    with monkeypatch.context() as m:
+        m.setattr(ckpt, "save_file", killed_while_writing)
+        with pytest.raises(Killed):
+            cli(flags, capsys)
+    run = runs / "killed"
+    assert (run / "checkpoint.tmp").is_dir() and not (run / "checkpoint").exists()
+    assert [r["step"] for r in read_metrics(run)] == [0, 1, 2]
+    with pytest.warns(UserWarning, match=r"resumes from step 0, .* steps 1…2 are discarded"):
+        code, _, err = cli(resume(runs, "killed"), capsys)
+    assert code == 0, err
+    assert records(run) == records(five_steps)
+    assert json.loads((run / "config.json").read_text())["resumed"][-1]["at_step"] == 0
 
 
 def test_fresh_optimizer_is_a_choice_not_a_default(runs, base, capsys):

@@ -502,10 +502,11 @@ def _entries(run_dir: Path) -> list[Path]:
 
 
 def check_deletable(run_dir: Path, flag: str) -> None:
-    """Raise ``ValueError`` (naming ``flag``) unless ``run_dir`` is recognisably a run (or a
-    damaged one: its config.json unreadable, everything else a run's files) holding nothing,
-    at any depth, that a run does not write. A run directory that is a symbolic link is
-    refused: deleting through it would reach whatever it points to."""
+    """Raise ``ValueError`` (naming ``flag``) unless ``run_dir`` is proved to be a run: a
+    config.json of ``refimpl train``, or a damaged one beside the files only a run writes
+    (``run_dir_damage``; a config.json alone, or one of another program, proves nothing),
+    holding nothing, at any depth, that a run does not write. A run directory that is a
+    symbolic link is refused: deleting through it would reach whatever it points to."""
     if Path(run_dir).is_symlink():
         raise ValueError(
             f"{flag}: {run_dir} is a symbolic link (to {os.readlink(run_dir)}); refusing to "

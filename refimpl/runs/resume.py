@@ -34,10 +34,15 @@ def verify_resume(plan: Plan) -> None:
     checkpoint = find_checkpoint(run_dir / "checkpoint", warn=False)
     if checkpoint is None:
         every = tc.get("checkpoint_every", cfg.checkpoint_every)
-        if logged >= every:
+        # Up to its first checkpoint's step, a run without one stopped before that save was
+        # whole (a kill during it leaves at most checkpoint.tmp): it resumes from step 0,
+        # the warm start, its last whole state (``restore_run`` says so). A log past that
+        # step had a checkpoint, and lost it: restoring it is better than training again.
+        if not isinstance(every, int) or logged > every:
             raise CheckpointError(
-                f"{run_dir / 'checkpoint'}: missing, although the run logged step {logged} "
-                f"(a checkpoint every {every} steps); --overwrite starts it again"
+                f"{run_dir / 'checkpoint'}: missing, although the run logged step {logged}, "
+                f"past its first checkpoint (a checkpoint every {every} steps): restore it, or "
+                "--overwrite starts the run again"
             )
         # Nothing to check the settings against: each must be in config.json (the run starts
         # again from step 0 with them; a key removed would silently become its default).

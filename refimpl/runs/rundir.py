@@ -312,9 +312,19 @@ def restore_run(run_dir: Path, model, optimizer, fresh_optimizer: bool) -> tuple
             raise CheckpointError(
                 f"{checkpoint / 'state.json'}: damaged (no step or sampled_tokens)"
             ) from None
-    metrics = read_metrics(run_dir, missing_ok=True) if checkpoint else []
+    metrics = read_metrics(run_dir, missing_ok=True)
     probes = read_probes(run_dir) if checkpoint else []
     logged = max((r["step"] for r in metrics), default=0)
+    if checkpoint is None:
+        metrics = []  # step 0 is logged again, by the resumed run
+        if logged > 0:  # its first save was cut short (verify_resume allowed it)
+            warnings.warn(
+                f"{run_dir / 'checkpoint'}: missing (the run stopped during or before its "
+                f"first save: a kill, a crash?); the run resumes from step 0, its warm start, "
+                f"the last whole state: the metrics of steps 1…{logged} are discarded and "
+                "trained again",
+                stacklevel=2,
+            )
     if step > logged:  # lines a power cut took (verify_resume allowed how many)
         one = step == logged + 1
         lost = f"line of step {step} was" if one else f"lines of steps {logged + 1}…{step} were"

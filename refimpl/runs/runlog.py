@@ -462,25 +462,48 @@ def foreign_files(run_dir: Path | str) -> list[str]:
     return foreign
 
 
+#: What a run writes beside its config.json, from its first step on (``run.lock`` aside: a
+#: process that claims a directory creates it before it checks what the directory holds). A
+#: damaged config.json is a damaged run only next to one of these: a config.json alone is
+#: someone else's file (``--overwrite`` must prove that a directory is a run before it
+#: deletes anything).
+RUN_EVIDENCE = frozenset({"metrics.jsonl", "probes.jsonl", "checkpoint", "checkpoint.old",
+                          "checkpoint.tmp"})  # fmt: skip
+
+
 def run_dir_damage(path: Path | str) -> str | None:
     """Why ``path`` looks like a run directory but is not one, e.g. ``"config.json: not valid
-    JSON (damaged?)"``: its ``config.json`` is damaged or not refimpl's, or missing next to
-    the trainer's other files. None for a run, and for a directory that is no run at all.
-    ``refimpl runs`` lists such directories as damaged."""
+    JSON (damaged?)"``: its ``config.json`` is damaged, or not refimpl's although the run's
+    other files (``RUN_EVIDENCE``) are beside it, or missing next to them. None for a run,
+    and for a directory that is no run at all: a ``config.json`` alone, or one that is whole
+    JSON without a ``train_config`` (someone else's settings, which refimpl never wrote).
+    ``refimpl runs`` lists such directories as damaged; ``--overwrite`` deletes them."""
     path = Path(path)
     try:
         names = {p.name for p in path.iterdir()}
     except OSError:
         return None
-    if "config.json" in names:
-        try:
-            read_run_config(path)
-        except ValueError as err:
-            return str(err).replace(str(path / "config.json"), "config.json", 1)
+    if "config.json" not in names:
+        if names & {"metrics.jsonl", "checkpoint", "checkpoint.old"}:
+            return "config.json: missing (the run's other files are there)"
         return None
-    if names & {"metrics.jsonl", "checkpoint", "checkpoint.old"}:
-        return "config.json: missing (the run's other files are there)"
+    try:
+        read_run_config(path)
+    except ValueError as err:
+        if not names & RUN_EVIDENCE or _someone_elses(path / "config.json"):
+            return None  # no sign of a run: not a run, damaged or not
+        return str(err).replace(str(path / "config.json"), "config.json", 1)
     return None
+
+
+def _someone_elses(config: Path) -> bool:
+    """``config`` is whole JSON that holds no ``train_config``: a settings file of another
+    program (every config.json of ``refimpl train`` has one, written whole by a rename)."""
+    try:
+        data = read_json(config)
+    except JSONFileError:
+        return False  # torn, unreadable, a directory: damage, not evidence of anything
+    return not (isinstance(data, dict) and "train_config" in data)
 
 
 def find_runs(root: Path | str, *, damaged: bool = False) -> list[Path]:
