@@ -95,3 +95,47 @@ def test_gain_is_last_minus_first_and_auc_the_trapezoid_over_updates(report):
 def test_the_page_is_what_the_committed_files_give(report):
     """docs/credit.md's ceiling tables recompute from the committed result files."""
     assert report.main(["--check"]) == 0
+
+
+def test_shares_are_printed_only_once_the_ceiling_is_resolved(report, tmp_path):
+    """H ≥ 3 MDD: the table gives shares; H below it: gains over GRPO with a t interval, and
+    no share anywhere in the table or the scatter (a share of an unresolved headroom prints
+    more than the figures carry)."""
+    resolved = report.load_runs(_results(tmp_path, [0.06, 0.095, 0.045, 0.075, 0.075]))
+    assert report.ceiling_resolved(resolved)
+    assert "share of the ceiling" in report.share_table(resolved)
+    # A ceiling whose lead over GRPO varies more than it is large: not resolved.
+    noisy = tmp_path / "noisy"
+    noisy.mkdir()
+    arms = json.loads((_results(tmp_path, [0.0] * 5) / "runs.json").read_text())
+    for seed, gain in zip(arms["arms"]["vineppo"], [0.10, 0.0, 0.08, -0.05, 0.02]):
+        arms["arms"]["vineppo"][seed] = _run(int(seed), GRPO_GAINS[int(seed)] + gain)
+    (noisy / "runs.json").write_text(json.dumps(arms))
+    unresolved = report.load_runs(noisy)
+    assert not report.ceiling_resolved(unresolved)
+    text = report.share_table(unresolved)
+    assert "share" not in text and "gain − GRPO's" in text
+    c = report.paired(unresolved, "dapo", "grpo")
+    half = sps.t.ppf(0.95, c.df) * c.se
+    assert f"[{c.diff - half:+.3f}, {c.diff + half:+.3f}]" in text
+
+
+def test_the_sample_matched_sentence_follows_the_t_rule(report):
+    """The sentence under the sample-matched table is the comparison's verdict: two seeds
+    with a difference of 2 s.e. are 'not shown' (t₀.₉₇₅ at 1 df is 12.7)."""
+    stats = report.stats
+    weak = stats.over_seeds({"0": -0.007, "1": -0.003})
+    assert weak.verdict() == "not shown"
+    assert "not shown by the t rule" in report.matched_sentence(weak, 2)
+    assert "neither arm is shown" in report.matched_sentence(weak, 2)
+    strong = stats.over_seeds({str(s): -0.05 + 0.001 * s for s in range(5)})
+    assert "GRPO with G = 64 gains more" in report.matched_sentence(strong, 5)
+
+
+def test_every_arm_is_read_at_the_end_of_the_same_token_budget(report):
+    """An arm whose budget ended before update 20 is read at its last evaluation, whose
+    sampled tokens are the budget's end, like every other arm's."""
+    run = _run(0, 0.1)
+    run["evals"] = run["evals"][:2]  # the budget ended at update 10
+    assert report.at_update(run)["step"] == 10
+    assert report.at_update(_run(0, 0.1))["step"] == 20

@@ -64,8 +64,9 @@ def curves(arms: dict, out: Path, order, names: dict, ceiling: str, primary: str
     return out
 
 
-def scatter(points: list[dict], out: Path, names: dict, ceiling: str) -> Path | None:
-    """Each arm's credit agreement against its share of the ceiling (90 % intervals)."""
+def scatter(points: list[dict], out: Path, names: dict, ceiling: str, ylabel: str) -> Path | None:
+    """Each arm's credit agreement against what it learned (``ylabel``: its share of the
+    ceiling, or its gain over GRPO while the ceiling is unresolved), with 90 % intervals."""
     if not points:
         return None
     import matplotlib
@@ -75,16 +76,17 @@ def scatter(points: list[dict], out: Path, names: dict, ceiling: str) -> Path | 
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for p in points:
-        lo = p["share"] - p["lo"] if math.isfinite(p["lo"]) else 0
-        hi = p["hi"] - p["share"] if math.isfinite(p["hi"]) else 0
+        lo = p["y"] - p["lo"] if math.isfinite(p["lo"]) else 0
+        hi = p["hi"] - p["y"] if math.isfinite(p["hi"]) else 0
         color = "black" if p["label"] == ceiling else "C0"
-        ax.errorbar(p["r"], p["share"], yerr=[[lo], [hi]], fmt="o", color=color, capsize=3)
-        ax.annotate(names[p["label"]], (p["r"], p["share"]), fontsize=7, xytext=(4, 3),
+        ax.errorbar(p["r"], p["y"], yerr=[[lo], [hi]], fmt="o", color=color, capsize=3)
+        ax.annotate(names[p["label"]], (p["r"], p["y"]), fontsize=7, xytext=(4, 3),
                     textcoords="offset points")  # fmt: skip
     ax.axhline(0, color="grey", lw=0.8)
-    ax.axhline(1, color="black", lw=0.8, ls="--")
+    if "share" in ylabel:  # the ceiling itself
+        ax.axhline(1, color="black", lw=0.8, ls="--")
     ax.set_xlabel(f"credit agreement with A* (within-completion r, K = {points[0]['k']})")
-    ax.set_ylabel("share of the ceiling (90 % bootstrap)")
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out, dpi=110)

@@ -93,9 +93,11 @@ def credit_report():
 
 
 def at_update(run: dict, update: int = UPDATES) -> dict:
-    """The run's evaluation after ``update`` policy updates (its last one if it stopped
-    earlier): every arm is read at the same number of updates, whatever its token budget gave
-    it (a run's token budget can end a step later or earlier than the 20th)."""
+    """The run's evaluation after ``update`` policy updates, or its last one when its token
+    budget ended the run earlier. So every arm is read at the end of the same budget of
+    sampled tokens, not at the same number of updates: an arm with dynamic sampling (the DAPO
+    family) draws more tokens a step and is read at 9-11 updates, the others at 20 (the share
+    table's "updates read" column shows it)."""
     return next((e for e in run["evals"] if e["step"] == update), run["evals"][-1])
 
 
@@ -198,7 +200,32 @@ def gains_line(arms: dict, label: str, key: str) -> str:
     return f"{fmt(mean, sign=True)} ± {fmt(se)}"
 
 
+def ceiling_resolved(arms: dict) -> bool:
+    """H ≥ 3 MDD against GRPO: only then is a share of the ceiling a fraction of something
+    the design can tell from zero."""
+    c = paired(arms, CEILING, BASELINE)
+    return c is not None and c.diff >= THRESHOLD_MDD * c.mdd
+
+
+def over_grpo(arms: dict, label: str) -> tuple[str, str]:
+    """The arm's pass@1 gain minus GRPO's, paired over the seeds both have, and its 90 % t
+    interval at n − 1 df (each read at the end of the same token budget)."""
+    if label == BASELINE:
+        return "0 (the floor)", "—"
+    c = paired(arms, label, BASELINE)
+    if c is None:
+        return "n/a", "n/a"
+    half = float(stats.stats.t.ppf(0.95, c.df)) * c.se
+    return (
+        f"{fmt(c.diff, sign=True)} ± {fmt(c.se)}",
+        f"[{fmt(c.diff - half, sign=True)}, {fmt(c.diff + half, sign=True)}]",
+    )
+
+
 def share_table(arms: dict) -> str:
+    """Every arm's gains; while the ceiling is not resolved (H < 3 MDD) its gain over GRPO
+    with a t interval, and only once it is, its share of the ceiling with a bootstrap one."""
+    resolved = ceiling_resolved(arms)
     rows = []
     for label in ARMS:
         runs = list(arms.get(label, {}).values())
@@ -216,11 +243,14 @@ def share_table(arms: dict) -> str:
             fmt(np.mean([at_update(r)["pass1"] for r in runs])),
             fmt(np.mean([at_update(r)["pass16"] for r in runs])),
             f"{fmt(h0)} → {fmt(h1)}", fmt(np.mean([auc(r) for r in runs])),
-            fmt(share, 2, sign=True), interval if n else "n/a",
+            *((fmt(share, 2, sign=True), interval if n else "n/a") if resolved
+              else over_grpo(arms, label)),
         ])  # fmt: skip
+    last = (["share of the ceiling", "90 % interval (paired bootstrap)"] if resolved else
+            ["gain − GRPO's, pass@1 (paired mean ± s.e.)", "90 % interval (t, n − 1 df)"])  # fmt: skip
     header = ["arm", "seeds", "updates read (mean)", "gain, pass@1 (mean ± s.e.)",
-              "gain, greedy", "pass@1 there", "pass@16 there", "entropy start → end", "AUC (pass@1, over updates)",
-              "share of the ceiling", "90 % interval (paired bootstrap)"]  # fmt: skip
+              "gain, greedy", "pass@1 there", "pass@16 there", "entropy start → end",
+              "AUC (pass@1, over updates)", *last]  # fmt: skip
     return table(header, rows)
 
 
@@ -269,10 +299,10 @@ def reading_text(arms: dict) -> str:
     h = paired(arms, CEILING, BASELINE)
     if h is None or h.diff < THRESHOLD_MDD * h.mdd:
         lines.append(
-            "The ceiling is not resolved, so every share below divides by a headroom that this "
-            "design cannot tell from zero with 80 % power (and a bootstrap over 3 seeds has only "
-            "10 distinct resamples): read a share as the arm's gain over GRPO in units of "
-            "VinePPO's lead, not as a fraction of a known ceiling."
+            "The ceiling is not resolved, so no arm below is given a share of it (a share would "
+            "divide by a headroom this design cannot tell from zero with 80 % power): each arm "
+            "is placed by its pass@1 gain over GRPO, paired over the seeds both ran, with a t "
+            "interval."
         )
     kl = paired(arms, BASELINE, MATCHED)
     if kl is not None:
@@ -336,7 +366,21 @@ def matched_text(arms: dict, results: Path) -> str:
     ]  # fmt: skip
     header = ["arm (20 updates)", "seeds", "sampled tokens / step", "gain, pass@1",
               "VinePPO − this arm (paired)"]  # fmt: skip
-    return table(header, rows)
+    return table(header, rows) + "\n\n" + matched_sentence(c, len(runs))
+
+
+def matched_sentence(c: stats.Comparison | None, seeds: int) -> str:
+    """What the sample-matched comparison shows, by the t rule at its degrees of freedom."""
+    if c is None:
+        return "VinePPO and the sample-matched arm share fewer than two seeds: not compared."
+    t = c.diff / c.se if c.se > 0 else math.nan
+    says = {"holds": "VinePPO gains more pass@1 than GRPO with G = 64 in the same 20 updates",
+            "contradicted": "GRPO with G = 64 gains more pass@1 than VinePPO in the same 20 updates",
+            "not shown": "neither arm is shown to gain more pass@1 than the other in 20 updates"}  # fmt: skip
+    return (f"VinePPO − GRPO with G = 64: {c.diff:+.3f} ± {c.se:.3f} over {c.n} paired seeds "
+            f"(t = {t:.2f} at {int(c.df)} df, MDD {c.mdd:.3f}): {c.verdict()} by the t rule, "
+            f"so {says[c.verdict()]}; on {seeds} seeds this is no finding about samples against "
+            "credit.")  # fmt: skip
 
 
 def grid_tables(arms: dict) -> str:
@@ -412,36 +456,53 @@ def agreement(results: Path, label: str) -> tuple[float, str] | None:
 
 
 def scatter_points(arms: dict, results: Path) -> list[dict]:
+    """Each arm's credit agreement and what it learned: its share of the ceiling with the
+    bootstrap interval once the ceiling is resolved, else its gain over GRPO with the t one."""
+    resolved = ceiling_resolved(arms)
     points = []
     for label in ARMS:
         got = agreement(results, label)
-        share, lo, hi, n = share_interval(arms, label)
-        if got is None or n < 2:
+        if got is None:
             continue
-        points.append(
-            {"label": label, "r": got[0], "k": got[1], "share": share, "lo": lo, "hi": hi}
-        )
+        if resolved:
+            y, lo, hi, n = share_interval(arms, label)
+        elif label == BASELINE:
+            y, lo, hi, n = 0.0, 0.0, 0.0, len(arms.get(label, {}))
+        else:
+            c = paired(arms, label, BASELINE)
+            if c is None:
+                continue
+            half = float(stats.stats.t.ppf(0.95, c.df)) * c.se
+            y, lo, hi, n = c.diff, c.diff - half, c.diff + half, c.n
+        if n < 2:
+            continue
+        points.append({"label": label, "r": got[0], "k": got[1], "y": y, "lo": lo, "hi": hi})
     return points
 
 
 def scatter_text(arms: dict, results: Path) -> str:
+    resolved = ceiling_resolved(arms)
+    what = "share of the ceiling" if resolved else "gain − GRPO's, pass@1"
     points = scatter_points(arms, results)
-    rows = [[NAMES[p["label"]], fmt(p["r"], 3, sign=True), fmt(p["share"], 2, sign=True)]
+    rows = [[NAMES[p["label"]], fmt(p["r"], 3, sign=True), fmt(p["y"], 2 if resolved else 3, sign=True)]
             for p in points]  # fmt: skip
-    # The anchors (0 and 1 by definition) and the matched-scale control (no credit of its
-    # own: GRPO's advantages) are not ranked.
+    # The anchors (GRPO, VinePPO) and the matched-scale control (no credit of its own: GRPO's
+    # advantages) are not ranked.
     free = [p for p in points if p["label"] not in (CEILING, BASELINE, MATCHED)]
-    text = table(["arm", "credit agreement r (within completions)", "share of the ceiling"], rows)
-    if len(free) >= 3 and all(math.isfinite(p["share"]) for p in free):
-        rho, p = credit_report().exact_spearman([q["r"] for q in free], [q["share"] for q in free])
+    text = table(["arm", "credit agreement r (within completions)", what], rows)
+    if len(free) >= 3 and all(math.isfinite(p["y"]) for p in free):
+        rho, p = credit_report().exact_spearman([q["r"] for q in free], [q["y"] for q in free])
         k = points[0]["k"]
-        text += (f"\n\nAcross the {len(free)} arms other than the two anchors (GRPO's share is 0 "
-                 f"and VinePPO's 1 by definition) and the matched-scale control, Spearman's ρ "
-                 f"between credit agreement (K = {k}) and share is {fmt(rho, 2, sign=True)} "
-                 f"(exact permutation p = {fmt(p, 2)}, two-sided; with a positive H the shares "
-                 "rank as the gains do, however wide their intervals).")  # fmt: skip
+        text += (f"\n\nAcross the {len(free)} arms other than GRPO, VinePPO and the matched-scale "
+                 f"control, Spearman's ρ between credit agreement (K = {k}) and {what} is "
+                 f"{fmt(rho, 2, sign=True)} (exact permutation p = {fmt(p, 2)}, two-sided).")  # fmt: skip
+        if not resolved:
+            text += (
+                " The ceiling is not resolved, so the arms are placed by their gain over "
+                "GRPO, not by a share of a headroom this design cannot tell from zero."
+            )
     else:
-        text += "\n\nToo few arms with a finite share to rank (the ceiling is not resolved)."
+        text += "\n\nToo few arms with a finite figure to rank."
     return text
 
 
@@ -550,8 +611,10 @@ def _figures(args: argparse.Namespace) -> None:
     arms = load_runs(args.results)
     FIGURES.mkdir(parents=True, exist_ok=True)
     figures.curves(arms, FIGURES / "ceiling_curves.png", ARMS, NAMES, CEILING, PRIMARY)
+    ylabel = ("share of the ceiling (90 % bootstrap)" if ceiling_resolved(arms)
+              else "pass@1 gain − GRPO's (90 % t interval)")  # fmt: skip
     figures.scatter(scatter_points(arms, args.results), FIGURES / "ceiling_scatter.png", NAMES,
-                    CEILING)  # fmt: skip
+                    CEILING, ylabel)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
