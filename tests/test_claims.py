@@ -736,3 +736,30 @@ def test_claims_real_never_overwrites_a_result_unless_asked(tmp_path, capsys):
     assert "--overwrite" in capsys.readouterr().err
     args = claims_real.parse_args(["--arm", "dapo", "--out-dir", str(tmp_path), "--overwrite"])
     assert args.out == tmp_path / "dapo_seed0.json"
+
+
+def test_the_toy_stability_row_compares_tepo_and_dapo_on_one_grid():
+    """TEPO evaluated at 6 points and DAPO at 3 over the same token budget: a dip of TEPO's
+    between DAPO's points is not a fall DAPO could show, so on the common grid (DAPO's 3
+    points) two arms with the same success at those points do not differ. The row used to
+    compare TEPO's 6 evaluations with DAPO's 3 (and read 'contradicted' on the committed
+    files; on their common grid it is 'not shown')."""
+    outcome_rows = sys.modules["outcome_rows"]
+    tokens6, tokens3 = [0, 100, 200, 300, 400, 500, 600], [0, 300, 600]
+    tepo = {"curve_tokens": tokens6, "curve_success": [0.3, 0.2, 0.35, 0.4, 0.3, 0.45, 0.5]}
+    dapo = {"curve_tokens": tokens3, "curve_success": [0.3, 0.4, 0.5]}
+    runs = {"tepo": {str(s): tepo for s in range(3)}, "dapo": {str(s): dapo for s in range(3)}}
+    toy = {"results": {"countdown": {"runs": runs}}, "config": result_files.load_toy()["config"]}
+    row = outcome_rows.row_tepo_stability({}, toy)
+    assert "+0.000 ± 0.000 over 3 seeds" in row[4] and row[2] == "not shown", row[4]
+    committed = outcome_rows.row_tepo_stability({}, result_files.load_toy())
+    assert committed[2] == "not shown" and "common grid" in committed[4]
+
+
+def test_no_difference_without_spread_is_not_shown_in_either_direction():
+    """0 ± 0 is not a difference: 'not shown' whichever sign is claimed (it read
+    'contradicted' for a claimed negative sign, since −0.0 carried the sign)."""
+    for sign in (+1, -1):
+        assert stats.verdict(0.0, 0.0, 4, sign) == "not shown"
+    assert stats.verdict(0.01, 0.0, 4, -1) == "contradicted"
+    assert stats.verdict(-0.01, 0.0, 4, -1) == "holds"

@@ -151,7 +151,10 @@ def verdict(diff: float, se: float, df: float, claimed_sign: int = +1) -> str:
     """holds / contradicted / not shown: |diff| beyond t₀.₉₇₅,df · s.e. (module docstring)."""
     if not (math.isfinite(diff) and math.isfinite(se)) or not df > 0:
         return "not measured"
-    z = claimed_sign * diff / se if se > 0 else math.copysign(math.inf, claimed_sign * diff)
+    if se > 0:
+        z = claimed_sign * diff / se
+    else:  # no spread: any difference is beyond the bar, and none (0 ± 0) is not shown
+        z = math.copysign(math.inf, claimed_sign * diff) if diff != 0 else 0.0
     bar = critical(df)
     return "holds" if z > bar else "contradicted" if z < -bar else "not shown"
 
