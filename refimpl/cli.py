@@ -45,6 +45,7 @@ try:
         read_run_config,
         run_dir_damage,
     )
+    from refimpl.settings.limits import comma_items
     from refimpl.settings.presets import explicit_fields
     from refimpl.settings.record import config_from_record
     from refimpl.settings.train_config import TrainConfig
@@ -405,27 +406,57 @@ def _train_defaults(first: TrainConfig, args: list[str]) -> tuple[TrainConfig, S
 def path_flags(cls: type, prefix: str = "--") -> set[str]:
     """The flags of the command ``cls`` (a dataclass; nested ones with their dotted prefix,
     ``--warmstart.runs-dir``) that take a path."""
+    return _flags_where(cls, lambda hint, _doc: hint is Path or Path in typing.get_args(hint))
+
+
+def comma_list_flags(cls: type) -> set[str]:
+    """The flags of the command ``cls`` that take a comma-separated list (a string whose help
+    text says so: ``--rollouts``, ``--algos``, ``--seeds``, ...)."""
+    return _flags_where(cls, lambda hint, doc: hint is str and doc.startswith("comma-separated"))
+
+
+def _flags_where(cls: type, wanted, prefix: str = "--") -> set[str]:
+    """The flags of ``cls`` (nested dataclasses with their dotted prefix) whose field's type
+    hint and help text satisfy ``wanted(hint, doc)``."""
+    from tyro import _docstrings
+
     flags: set[str] = set()
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         hint, flag = hints[f.name], prefix + f.name.replace("_", "-")
         if dataclasses.is_dataclass(hint):
-            flags |= path_flags(hint, flag + ".")
-        elif hint is Path or Path in typing.get_args(hint):
+            flags |= _flags_where(hint, wanted, flag + ".")
+        elif wanted(hint, _docstrings.get_field_docstring(cls, f.name, ()) or ""):
             flags.add(flag)
     return flags
+
+
+def _typed_values(args: list[str], flags: set[str]) -> list[tuple[str, str | None]]:
+    """``(flag, value)`` of each of ``flags`` typed in ``args`` (``--flag value`` or
+    ``--flag=value``; dashes or underscores)."""
+    typed = []
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        flag = flag.replace("_", "-")
+        if flag in flags:
+            typed.append((flag, value if eq else (args[i + 1] if i + 1 < len(args) else None)))
+    return typed
 
 
 def check_empty_paths(cls: type, args: list[str]) -> None:
     """``ValueError`` naming the flag when a path flag of ``cls`` is given an empty string:
     ``Path("")`` is ``.``, so ``--runs-dir ""`` would put the run in the current directory."""
-    flags = path_flags(cls)
-    for i, arg in enumerate(args):
-        flag, eq, value = arg.partition("=")
-        flag = flag.replace("_", "-")
-        given = value if eq else (args[i + 1] if i + 1 < len(args) else None)
-        if flag in flags and given == "":
+    for flag, given in _typed_values(args, path_flags(cls)):
+        if given == "":
             raise ValueError(f"{flag}: expected a path, got an empty string (. is this directory)")
+
+
+def check_comma_lists(cls: type, args: list[str]) -> None:
+    """``ValueError`` naming the flag when a comma-separated flag of ``cls`` holds an empty
+    item: ``--rollouts 2,,4`` was read as K = 2, 4, a typo taken for a choice (each command
+    checks the items themselves)."""
+    for flag, given in _typed_values(args, comma_list_flags(cls)):
+        comma_items(given or "", flag)
 
 
 @contextlib.contextmanager
@@ -451,7 +482,11 @@ def main(argv: list[str] | None = None) -> int:
     """``refimpl ARGV``: the exit code (0, 1 or 2 for an error, 128 + the signal when
     interrupted: Ctrl-C while the flags are parsed too, before anything is written)."""
     try:
-        return _main(argv)
+        code = _main(argv)
+        # What is left of the output reaches its reader now, or meets a closed pipe here
+        # (`refimpl algos | head -1`), not at the interpreter's exit, where no handler is.
+        sys.stdout.flush()
+        return code
     except KeyboardInterrupt:  # outside a command (which reports its own interruption)
         print("refimpl: interrupted while starting (nothing was written)", file=sys.stderr)
         return 128 + signal.SIGINT
@@ -489,6 +524,7 @@ def _main(argv: list[str] | None) -> int:
     with _plain_warnings():
         try:
             check_empty_paths(type(cmd), args)
+            check_comma_lists(type(cmd), args)
             if isinstance(cmd, ListTasks):
                 _list_tasks()
             elif isinstance(cmd, ListAlgos):
@@ -530,6 +566,8 @@ def _main(argv: list[str] | None) -> int:
         except (ValueError, FileExistsError) as err:
             print(f"refimpl: error: {err}", file=sys.stderr)
             return 2
+        except BrokenPipeError:  # the reader of stdout went away: no error, see main
+            raise
         except OSError as err:  # a read-only directory, a full disk, ...
             where = f": {err.filename}" if err.filename else ""
             print(f"refimpl: error: {err.strerror or err}{where}", file=sys.stderr)

@@ -31,7 +31,7 @@ from refimpl.runs.rundir import preflight
 from refimpl.runs.runlog import is_run_dir, open_no_follow, read_metrics
 from refimpl.runs.stop import Interrupted, StopRequest
 from refimpl.settings import presets
-from refimpl.settings.limits import parse_seeds
+from refimpl.settings.limits import comma_items, parse_seeds
 from refimpl.settings.plan import run_warmstart
 from refimpl.settings.train_config import AlgoName, TrainConfig
 from refimpl.train import train
@@ -79,7 +79,7 @@ class CompareConfig:
         return Path(self.runs_dir if self.runs_dir is not None else self.train.runs_dir) / self.name
 
     def algo_list(self) -> list[str]:
-        names = [a.strip() for a in self.algos.split(",") if a.strip()]
+        names = comma_items(self.algos, "--algos")
         if not names:
             raise ValueError(f"--algos: expected a comma-separated list of {algorithms.NAMES}")
         for a in names:

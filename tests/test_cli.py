@@ -585,3 +585,51 @@ def test_algos_lists_the_shared_fields_once(capsys):
     assert "dynamic_sampling=True" in dapo
     gtpo = out.split("\ngtpo ", 1)[1].splitlines()[1]
     assert "alpha_2=" in gtpo
+
+
+@pytest.mark.parametrize("command", [["algos"], ["runs", "RUNS"], ["tasks"]])
+def test_a_listing_into_a_closed_pipe_ends_quietly(tmp_path, command):
+    """Issue 61, noise 9: ``refimpl algos | head -1`` and ``refimpl runs DIR | head -1``
+    printed ``refimpl: error: Broken pipe`` and exited 1 (the pipe's error was taken for a
+    full disk). The reader is gone before a byte is written: nothing on stderr, and the exit
+    code of a process that SIGPIPE ended, 141, as ``--help | head`` gives."""
+    import os
+    import subprocess
+
+    from tests.safety_helpers import ROOT, python_cli
+
+    fake_run(tmp_path / "a", "gtpo", "chain", 2, [(0, 0.25)])
+    argv = [str(tmp_path) if a == "RUNS" else a for a in command]
+    proc = subprocess.Popen(
+        python_cli(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    proc.stdout.close()  # the reader is gone before a byte is written
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert err == "" and proc.returncode == 141, (proc.returncode, err)
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["credit", "--rollouts", "2,,4"], "--rollouts"),  # the issue's
+        (["credit", "--rollouts=2,4,"], "--rollouts"),
+        (["credit", "--algos", "grpo,,dapo"], "--algos"),
+        (["compare", "--seeds", "0,,1"], "--seeds"),
+        (["compare", "--algos", ",grpo"], "--algos"),
+        (["bench-learning", "--tasks", "countdown,,chain"], "--tasks"),
+    ],
+)
+def test_an_empty_item_in_a_comma_separated_flag_is_refused(tmp_path, capsys, no_side_effects,
+                                                             argv, named):  # fmt: skip
+    """Issue 61, silent 4: ``--rollouts 2,,4`` was read as K = 2, 4 (empty items skipped), a
+    typo taken for a choice. Every comma-separated flag refuses an empty item, one line
+    naming it, before anything is loaded or written."""
+    out = tmp_path / "out"
+    paths = {"credit": ["--out", out / "c.json"], "compare": ["--runs-dir", out],
+             "bench-learning": ["--out", out]}[argv[0]]  # fmt: skip
+    code, _, err = run_cli([*argv, *map(str, paths)], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"refimpl: error: {named}: ") and "empty item" in err, err
+    assert not out.exists()

@@ -89,11 +89,27 @@ def check_lr(lr: float, flag: str, optimizer: str = "Adam") -> None:
         )
 
 
+def comma_items(text: str, flag: str) -> list[str]:
+    """The items of a comma-separated ``text``, stripped; ``ValueError`` naming ``flag`` when
+    one is empty (``2,,4``, ``2,4,``: a typo, not a choice). An empty ``text`` is no items."""
+    if not text.strip():
+        return []
+    items = [item.strip() for item in text.split(",")]
+    if not all(items):
+        raise ValueError(
+            f"{flag}: {text!r} has an empty item (two commas, or one at an end); expected "
+            "values separated by single commas"
+        )
+    return items
+
+
 def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
-    """The integers of a comma-separated ``text`` (empty items skipped); ``ValueError``
-    naming ``flag`` when one is not an integer. The callers check the range and repeats."""
+    """The integers of a comma-separated ``text`` (``comma_items``: no empty item);
+    ``ValueError`` naming ``flag`` when one is not an integer. The callers check the range
+    and repeats."""
+    items = comma_items(text, flag)
     try:
-        return [int(s) for s in text.split(",") if s.strip()]
+        return [int(s) for s in items]
     except ValueError:
         raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
 
