@@ -151,3 +151,72 @@ def test_a_taken_name_is_refused_before_anything_is_written(tmp_path):
     )  # fmt: skip
     assert done.returncode == 2 and "already in NAMES" in done.stderr, done.stderr
     assert (ROOT / "refimpl" / "algorithms" / "rloo.py").read_bytes() == before
+
+
+def _scratch_for_the_script(tmp_path: Path) -> Path:
+    """A copy of what ``scripts/dev/new_algorithm.py`` reads and writes (its ``PLACES``, the
+    base's file), so that a test of a bad input never writes into this checkout."""
+    root = tmp_path / "repo"
+    for rel in ("scripts/dev/new_algorithm.py", "refimpl/algorithms/__init__.py",
+                "refimpl/algorithms/grpo.py", "docs/_algorithm_pages.py", "mkdocs.yml",
+                "docs/math.md", "docs/spec.md", "docs/api/algorithms.md", "README.md"):  # fmt: skip
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, root / rel)
+    return root
+
+
+def _new_algorithm(root: Path, name: str, title: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "scripts/dev/new_algorithm.py", name, "--title", title, "--arxiv",
+         "2402.14740", "--summary", "x"],
+        cwd=root, capture_output=True, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "title", "named"),
+    [
+        ("x1", 'T"""', "--title"),  # the issue's: the spec module was a SyntaxError
+        ("x1", "T\\", "--title"),  # a backslash ends the docstring's quote
+        ("x1", "A: B", "--title"),  # a second colon breaks mkdocs.yml's nav
+        ("x1", "A ] B", "--title"),  # a bracket breaks the Markdown link
+        ("class", "T", "NAME"),  # keywords: `from refimpl.algorithms import class`
+        ("import", "T", "NAME"),
+        ("get", "T", "NAME"),  # refimpl.algorithms.get would be the module
+        ("a" * 300, "T", "NAME"),  # the issue's traceback 7: File name too long
+    ],
+)
+def test_the_script_refuses_what_would_not_compile_or_be_written(tmp_path, name, title, named):
+    """Issue 61, silent 3 and traceback 7: ``--title 'T\"\"\"'`` printed the list of edits,
+    exited 0 and left a ``tests/spec/test_x1.py`` that did not compile; ``class`` and
+    ``import`` were accepted as names; a 300-character name was ``OSError: File name too
+    long`` with a traceback. Each is one line naming NAME or the flag, exit code 2, and
+    nothing written."""
+    root = _scratch_for_the_script(tmp_path)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    done = _new_algorithm(root, name, title)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith(f"new_algorithm.py: error: {named}: "), done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_what_the_script_writes_compiles(tmp_path):
+    """A title with every character the script allows: each Python file it writes or edits
+    compiles, and the nav it edits is YAML."""
+    import yaml
+
+    root = _scratch_for_the_script(tmp_path)
+    done = _new_algorithm(root, "bobs_rloo", "Bob's RLOO (v2, +KL/2) - x.y")
+    assert done.returncode == 0, done.stderr
+    for rel in ("refimpl/algorithms/bobs_rloo.py", "refimpl/algorithms/__init__.py",
+                "tests/spec/test_bobs_rloo.py", "docs/_algorithm_pages.py"):  # fmt: skip
+        compile((root / rel).read_text(encoding="utf-8"), rel, "exec")
+    site = yaml.load((root / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+
+    def entries(node) -> list:  # every {title: page} of the nav, at any depth
+        if isinstance(node, dict):
+            return [node] + [e for v in node.values() for e in entries(v)]
+        return [e for v in node for e in entries(v)] if isinstance(node, list) else []
+
+    assert {"Bob's RLOO (v2, +KL/2) - x.y": "algorithms/bobs_rloo.md"} in entries(site["nav"])

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import keyword
 import re
 import sys
 from pathlib import Path
@@ -154,13 +155,29 @@ def plan(name: str, base: str, title: str, arxiv: str, summary: str) -> dict[str
     out: dict[str, str] = {}
     _plan_code(out, name, base, title, summary, paper)
     _plan_docs(out, name, base, title, summary, paper)
+    for path, text in out.items():  # what it writes compiles, or nothing is written
+        if path.endswith(".py"):
+            try:
+                compile(text, path, "exec")
+            except SyntaxError as err:
+                _fail(f"{path} would not compile ({err.msg}, line {err.lineno}); check NAME "
+                      "and --title")  # fmt: skip
     return out
 
 
+#: The longest NAME: a short identifier, so that every file it names (``tests/spec/
+#: test_NAME.py``) stays far below a file system's 255 bytes and a table cell stays readable.
+NAME_MAX_LENGTH = 64
+#: A title is pasted into a docstring (the spec module), a YAML nav entry (mkdocs.yml), and
+#: Markdown links and tables: letters, digits, spaces and ``. , + ( ) / ' -`` are safe in all
+#: of them (a quote, a backslash, a colon, ``#``, ``[`` or ``|`` breaks one of them).
+TITLE = re.compile(r"[^\W_][\w .,+()/'-]*")
+
+
 def _check_plan(name: str, base: str, title: str, arxiv: str, summary: str) -> None:
-    """The name is new and an identifier, the base exists, the fields fit one table cell."""
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        _fail(f"NAME: {name!r} is not a lower-case Python identifier (e.g. my_rloo)")
+    """The name is new, short and an identifier an import can name, the base exists, the
+    title fits every place it is pasted into, the fields fit one table cell."""
+    _check_name(name)
     names = _names()
     if name in names:
         _fail(f"NAME: {name} is already in NAMES (pick a new name)")
@@ -173,8 +190,44 @@ def _check_plan(name: str, base: str, title: str, arxiv: str, summary: str) -> N
     if not re.fullmatch(r"\d{4}\.\d{4,5}", arxiv):
         _fail(f"--arxiv: {arxiv!r} is not an arXiv id like 2402.14740")
     for flag, value in (("--title", title), ("--summary", summary)):
-        if not value.strip() or "|" in value or "\n" in value:
-            _fail(f"{flag}: {value!r} must be one non-empty line without '|'")
+        if not value.strip() or "|" in value or not value.isprintable():
+            _fail(f"{flag}: {value!r} must be one non-empty line of printable text without '|'")
+    if not TITLE.fullmatch(title) or title != title.strip():
+        _fail(
+            f"--title: {title!r} holds a character that breaks a place it is pasted into (the "
+            "spec module's docstring, mkdocs.yml, a Markdown link); use letters, digits, "
+            "spaces and . , + ( ) / ' -"
+        )
+
+
+def _check_name(name: str) -> None:
+    """NAME is a lower-case identifier that ``from refimpl.algorithms import NAME`` reads as
+    the new module: no keyword (``class``), no name the package itself defines (``get``,
+    ``NAMES``), short enough for a file name."""
+    if len(name) > NAME_MAX_LENGTH:
+        _fail(f"NAME: {len(name)} characters, expected at most {NAME_MAX_LENGTH} (a short name)")
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        _fail(f"NAME: {name!r} is not a lower-case Python identifier (e.g. my_rloo)")
+    if keyword.iskeyword(name):
+        _fail(f"NAME: {name!r} is a Python keyword (`from refimpl.algorithms import {name}` "
+              "would not compile); pick another name")  # fmt: skip
+    if name in _package_names():
+        _fail(f"NAME: {name!r} is a name refimpl/algorithms/__init__.py defines (the module "
+              "would hide it); pick another name")  # fmt: skip
+
+
+def _package_names() -> set[str]:
+    """The names bound at the top level of refimpl/algorithms/__init__.py."""
+    bound: set[str] = set()
+    for node in ast.parse(_read("refimpl/algorithms/__init__.py")).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        for target in getattr(node, "targets", []) + [getattr(node, "target", None)]:
+            if isinstance(target, ast.Name):
+                bound.add(target.id)
+    return bound
 
 
 def _plan_code(out: dict, name: str, base: str, title: str, summary: str, paper: str) -> None:
@@ -275,8 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     texts = plan(args.name, args.base, args.title, args.arxiv, args.summary)
     for place in PLACES:
         path = ROOT / place.format(name=args.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(texts[place.format(name=args.name)], encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(texts[place.format(name=args.name)], encoding="utf-8")
+        except OSError as err:  # a full disk, a read-only checkout: the places before it stay
+            _fail(f"{path.relative_to(ROOT)}: not written ({err.strerror or err}); the places "
+                  "listed above were, and git restores them")  # fmt: skip
         print(f"{'wrote ' if '{name}' in place else 'edited'} {path.relative_to(ROOT)}")
     print(
         f"next: .venv/bin/python scripts/dev/algorithm_pages.py, then edit "
