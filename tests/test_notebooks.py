@@ -320,6 +320,35 @@ def test_timing_script_selects_notebooks_and_sums_their_times() -> None:
     assert "failed: boom" in table
 
 
+@pytest.mark.parametrize("case", ["directory", "under a file", "link", "link at .tmp", "proc"])
+def test_timing_script_checks_out_before_any_notebook_runs(tmp_path, monkeypatch, capsys, case):
+    """Issue 61, late 6: ``--out`` was first written after the first notebook had run (minutes
+    to an hour), so a path that cannot be written failed then. It is checked first, as
+    ``refimpl``'s outputs are: one line naming ``--out``, exit code 2, no notebook run."""
+    script = _timing_script()
+    if case == "proc" and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc")
+
+    def no_notebook(*_args, **_kwargs):
+        raise AssertionError("a notebook ran before --out was checked")
+
+    monkeypatch.setattr(script, "execute", no_notebook)
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "victim.txt").write_text("keep")
+    out = {"directory": tmp_path / "adir", "under a file": tmp_path / "afile" / "t.json",
+           "link": tmp_path / "t.json", "link at .tmp": tmp_path / "u.json",
+           "proc": Path("/proc/t.json")}[case]  # fmt: skip
+    if case == "link":
+        out.symlink_to(tmp_path / "victim.txt")
+    if case == "link at .tmp":
+        (tmp_path / "u.json.tmp").symlink_to(tmp_path / "victim.txt")
+    code = script.main(script.TimeConfig(notebooks="01", out=out))
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("--out: ") and err.count("\n") == 1, err
+    assert (tmp_path / "victim.txt").read_text() == "keep"
+
+
 def test_timing_script_merges_a_retimed_notebook_and_names_each_rows_measurement(
     tmp_path: Path,
 ) -> None:

@@ -238,6 +238,7 @@ def main(cfg: TimeConfig) -> int:
     sys.path.insert(0, str(REPO))
     from refimpl.bench import machine_info
     from refimpl.notebook_figures import SIZE_VARIABLE, SIZES
+    from refimpl.runs.runlog import check_output_file, write_text_atomic
 
     if cfg.size not in SIZES:
         print(f"--size: expected one of {', '.join(SIZES)}, got {cfg.size!r}", file=sys.stderr)
@@ -247,7 +248,9 @@ def main(cfg: TimeConfig) -> int:
     except ValueError as err:
         print(err, file=sys.stderr)
         return 2
-    try:  # before anything runs: a merge needs a result file of the same size
+    try:  # before anything runs: --out can be written (never through a link), and a merge
+        # needs a result file of the same size there
+        check_output_file(cfg.out, "--out")
         kept = earlier_rows(cfg.out, cfg.size, paths) if cfg.merge else []
     except ValueError as err:
         print(err, file=sys.stderr)
@@ -272,9 +275,10 @@ def main(cfg: TimeConfig) -> int:
         "note": cfg.note,
     }
 
-    def write() -> None:  # the rows in notebook order, the kept ones among them
+    def write() -> None:  # the rows in notebook order, the kept ones among them; whole
         result["notebooks"].sort(key=lambda r: r["notebook"])
-        cfg.out.write_text(json.dumps(result, indent=2) + "\n")
+        cfg.out.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(cfg.out, json.dumps(result, indent=2) + "\n")
 
     result["notebooks"] += kept
     print(f"{len(paths)} notebooks at size {cfg.size}, runs in {runs_dir}", flush=True)
