@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -82,6 +83,9 @@ def base_model(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
     entry = shipped.find(inputs)  # a model of these settings in the package, or None
     if entry is not None and cfg.shipped and not cfg.force:
         return _load_shipped(cfg, entry, prefix)
+    if cfg.shipped and not cfg.force:  # a damaged manifest hides a shipped model: say so
+        for reason in shipped.unused():
+            warnings.warn(f"shipped base model: {reason}", stacklevel=2)
     cache = cache_path(cfg.runs_dir, inputs)
     if cache_complete(cache) and not cfg.force:
         return _announce(entry, _load(cfg, cache, prefix))

@@ -257,3 +257,62 @@ def test_the_package_data_includes_the_shipped_models():
     section = text.split("[tool.setuptools.package-data]", 1)[1].split("\n[", 1)[0]
     assert '"base_models/manifest.json"' in section
     assert '"base_models/*/model.safetensors"' in section
+
+
+def _entry_deleted(copy: Path) -> None:
+    data = json.loads((copy / "manifest.json").read_text())
+    del data["models"]["countdown-600"]
+    (copy / "manifest.json").write_text(json.dumps(data))
+
+
+def _manifest_deleted(copy: Path) -> None:
+    (copy / "manifest.json").unlink()
+
+
+def _steps_edited(copy: Path) -> None:
+    data = json.loads((copy / "manifest.json").read_text())
+    data["models"]["countdown-600"]["config"]["steps"] = 601
+    (copy / "manifest.json").write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (_entry_deleted, r"countdown-600/model\.safetensors: not listed in manifest\.json"),
+        (
+            _manifest_deleted,
+            r"manifest\.json: missing, so the shipped base models \(.*"
+            r"countdown-600.*\) are not used",
+        ),  # fmt: skip
+        (
+            _steps_edited,
+            r"the entry countdown-600 has a config whose settings hash to \w+, "
+            r"not to the settings_key it records",
+        ),  # fmt: skip
+    ],
+)
+def test_a_damaged_manifest_is_said_before_the_base_model_is_trained(tmp_path, monkeypatch,
+                                                                     damage, said):  # fmt: skip
+    """Issue 61, silent 2: with countdown-600's entry deleted from the manifest, the manifest
+    deleted, or the entry's ``config.steps`` edited, the shipped model was skipped without a
+    word and the warm start trained from scratch. Now a warning says which shipped model is
+    not used and why, before anything is trained; and an edited entry is no model's (its
+    weights are not loaded for the 601-step settings it now claims)."""
+    import refimpl.warmstart as warmstart
+
+    class Trained(Exception):
+        pass
+
+    def training(cfg, cache):
+        raise Trained
+
+    monkeypatch.setattr(warmstart, "_train", training)
+    damage(_copy_of_the_package_models(tmp_path, monkeypatch))
+    for steps in (600, 601):
+        cfg = WarmstartConfig(task="countdown", steps=steps, runs_dir=tmp_path, progress=False)
+        with pytest.warns(UserWarning, match=said), pytest.raises(Trained):
+            warmstart.train_warmstart(cfg)
+
+
+def test_an_intact_manifest_has_nothing_unused():
+    assert shipped.unused() == []

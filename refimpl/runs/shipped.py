@@ -94,17 +94,66 @@ def shipped_models(path: Path | None = None) -> list[ShippedModel]:
 def find(inputs: dict) -> ShippedModel | None:
     """The shipped model trained with the settings ``inputs`` (a warm start's
     ``WarmstartConfig.key_inputs()``): the same ``settings_key``, computed from the manifest's
-    recorded config, not read from it; or None."""
+    recorded config (not read from it), among the entries whose config still hashes to the
+    ``settings_key`` they record (an edited entry is no model's: ``unused``); or None."""
     from refimpl.runs.cache import settings_key
 
     key, plain = None, _plain_settings(inputs)
     for model in shipped_models():
+        if _entry_damage(model) is not None:
+            continue
         recorded = model.config()
         if _plain_settings(dataclasses.asdict(recorded)) != plain:  # before the task's knobs
             continue
         key = key or settings_key(inputs)
         if settings_key(recorded.key_inputs()) == key:
             return model
+    return None
+
+
+def unused(path: Path | None = None) -> list[str]:
+    """Why shipped weights are not used, one line each: ``manifest.json`` missing while
+    weights are there, weights that no entry lists (an entry deleted), an entry whose
+    recorded config no longer hashes to its ``settings_key`` (edited). Empty for an intact
+    package. A run that finds no shipped model says these before it trains or reuses a
+    cache (``refimpl.warmstart.base_model``): a damaged manifest is otherwise a silent
+    retraining on this machine, and other bits."""
+    path = path or MANIFEST
+    shipped = sorted(p.parent.name for p in path.parent.glob("*/model.safetensors"))
+    fix = f"restore {path} (git checkout, or reinstall refimpl)"
+    if not path.exists():
+        if not shipped:
+            return []
+        return [f"{path}: missing, so the shipped base models ({', '.join(shipped)}) are not "
+                f"used; {fix}"]  # fmt: skip
+    models = shipped_models(path)
+    listed = {m.name for m in models}
+    reasons = [
+        f"{path.parent / name / 'model.safetensors'}: not listed in {path.name} (its entry "
+        f"deleted?), so it is not used; {fix}"
+        for name in shipped
+        if name not in listed
+    ]
+    for model in models:
+        damage = _entry_damage(model)
+        if damage is not None:
+            reasons.append(f"{path}: the entry {model.name} {damage}, so it is not used; {fix}")
+    return reasons
+
+
+def _entry_damage(model: ShippedModel) -> str | None:
+    """What is wrong with a manifest entry, or None: a config that cannot be read, or one
+    that no longer hashes to the ``settings_key`` recorded beside it (edited)."""
+    from refimpl.runs.cache import settings_key
+
+    try:
+        computed = settings_key(model.config().key_inputs())
+        recorded = model.entry["settings_key"]
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        return f"cannot be read ({type(err).__name__}: {err})"
+    if computed != recorded:
+        return (f"has a config whose settings hash to {computed}, not to the settings_key it "
+                f"records ({recorded}): edited?")  # fmt: skip
     return None
 
 
