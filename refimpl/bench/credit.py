@@ -61,6 +61,7 @@ from refimpl.bench.credit_records import (
     oracle_record,
     signals_record,
 )
+from refimpl.bench.result_header import base_models_of, command_line, make_header
 from refimpl.diagnostics.credit_oracle import token_values, training_values
 from refimpl.runs.progress import progress as progress_bar
 from refimpl.settings.presets import PresetName
@@ -423,7 +424,12 @@ def run_credit(cfg: CreditConfig, log=print, typed: frozenset[str] | None = None
     oracle, metrics, cost = _oracle_runs(
         cfg, policy, problems, samples, outcome, signals, first_wrong, threshold, log
     )
+    base = getattr(policy.reference, "base_record", None)  # the warm start the policy began from
     return {
+        "header": make_header(
+            "credit", command=command_line(), seeds=[cfg.seed],
+            base_models=base_models_of([base]) if base else "unrecorded", evaluation_grid="none",
+        ),  # fmt: skip
         "settings": {**_settings(cfg, plan, G), "algo_configs": {
             name: json.loads(json.dumps(dataclasses.asdict(c or algorithms.get(name).Config()),
                                         default=str))

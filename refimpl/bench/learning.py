@@ -31,7 +31,8 @@ from refimpl.bench import machine_info
 from refimpl.bench.learning_report import format_report, task_figures
 from refimpl.bench.learning_settings import LearningConfig, Run, parse_variant
 from refimpl.bench.learning_summary import collect, run_metrics
-from refimpl.runs.runlog import check_output_file, read_metrics, write_text_atomic
+from refimpl.bench.result_header import base_models_of, command_line, make_header
+from refimpl.runs.runlog import check_output_file, read_json, read_metrics, write_text_atomic
 
 # ---------------------------------------------------------------------------------------------
 # The run matrix, and running it.
@@ -162,6 +163,14 @@ def run_all(cfg: LearningConfig, runs: list[Run]) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
+def _base_record(run: Run) -> dict | None:
+    """The base model a run started from, as its config.json records it (None: unreadable)."""
+    try:
+        return read_json(run.train.run_dir / "config.json").get("base_model")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def run_learning(
     cfg: LearningConfig, explicit: frozenset[str] | None = None
 ) -> tuple[dict[str, Any], Path]:
@@ -187,6 +196,17 @@ def run_learning(
     info_after = machine_info()
     info["load_1_5_15_after"] = info_after["load_1_5_15"]
     payload = {
+        "header": make_header(
+            "learning benchmark",
+            command=command_line(),
+            seeds=cfg.seed_list(),
+            base_models=base_models_of([_base_record(r) for r in runs]),
+            evaluation_grid={
+                "eval_every_steps": cfg.eval_every,
+                "budget_steps": cfg.budget_steps,
+                "eval_problems": cfg.eval_problems,
+            },
+        ),  # fmt: skip
         "machine": info,
         "wall_s": wall,
         "config": {

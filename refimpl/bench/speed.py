@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from refimpl.bench import machine_info
+from refimpl.bench.result_header import command_line, make_header
 from refimpl.bench.speed_report import format_speed
 from refimpl.bench.speed_sampling import bench_oracle, bench_sampling
 from refimpl.bench.speed_settings import SpeedConfig
@@ -97,6 +98,13 @@ def run_speed(cfg: SpeedConfig) -> tuple[dict[str, Any], Path]:
     )
     started = time.perf_counter()
     results: dict[str, Any] = {
+        "header": make_header(
+            "speed",
+            command=command_line(),
+            seeds="unrecorded",
+            base_models="unrecorded",
+            evaluation_grid="none",
+        ),  # fmt: skip
         "machine": info,
         "config": {
             k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(cfg).items()

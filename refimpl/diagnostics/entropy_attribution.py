@@ -305,7 +305,8 @@ class EntropyPredictor:
         """After ``optimizer.step()``: Adam's ``(lr / b1_k) D_k`` from its state, times ∇H̄."""
         if not self.attribute:
             return
-        lr, (beta1, beta2), eps = self.hyper
+        _, (beta1, beta2), eps = self.hyper
+        lr = float(self.optimizer.param_groups[0]["lr"])  # this step's: a warm-up changes it
         w = []
         for p, g in zip(self.params, self.grad):
             state = self.optimizer.state[p]

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from refimpl.bench import machine_info  # noqa: E402
+from refimpl.bench.result_header import base_models_of, make_header  # noqa: E402
 from refimpl.runs.runlog import read_json, read_metrics, write_text_atomic  # noqa: E402
 
 #: The evaluation's keys, as the result file names them.
@@ -104,10 +105,11 @@ def one_run(run_dir: Path) -> dict:
         "advantage_seconds_per_step": _median(steps, "time_adv"),
         "seconds": float(sum(r.get("time_step", 0.0) + r.get("time_eval", 0.0) for r in records)),
         "algo_config": config["algo_config"],
+        "base_model": config.get("base_model"),  # its name and sha256 (None: not recorded)
     }
 
 
-def collect(bench: Path, probe: str = "") -> dict:
+def collect(bench: Path, probe: str = "", command: str | None = None) -> dict:
     """Every run under ``bench/chain``, grouped by arm and seed."""
     # bench-learning's layout (<bench>/<task>/<run>) or compare's (<bench>/<run>)
     tasks = [bench / t for t in ("chain", "countdown") if (bench / t).is_dir()]
@@ -122,7 +124,18 @@ def collect(bench: Path, probe: str = "") -> dict:
         arms.setdefault(run["label"], {})[str(run["seed"])] = run
     if not arms:
         raise SystemExit(f"--bench: no run under {task_dir}")
-    return {"machine": machine_info(), "bench": str(bench), "probe": probe, "arms": arms}
+    runs = [r for seeds in arms.values() for r in seeds.values()]
+    header = make_header(
+        "ceiling",
+        command=" ".join(["python scripts/experiments/ceiling/collect.py", *sys.argv[1:]])
+        if command is None else command,
+        seeds=sorted({r["seed"] for r in runs}),
+        base_models=base_models_of([r["base_model"] for r in runs]),
+        evaluation_grid={"steps": sorted({e["step"] for r in runs for e in r["evals"]}),
+                         "read_at": "update 20, or the end of the token budget"},
+    )  # fmt: skip
+    return {"header": header, "machine": machine_info(), "bench": str(bench), "probe": probe,
+            "arms": arms}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

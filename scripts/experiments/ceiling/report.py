@@ -48,12 +48,28 @@ sys.path.insert(0, str(HERE))
 
 import page_writer  # noqa: E402  (the lab's one page writer)
 import stats  # noqa: E402  (the claims ledger's statistics)
+import warmup_rows  # noqa: E402  (the section with the learning-rate warm-up)
 from page_writer import finite  # noqa: E402
 from read_results import check_collected, load_extra, load_runs  # noqa: E402
+from readings import (  # noqa: E402  (one run's and one pair's figures, shared with warmup_rows)
+    BASELINE,
+    CEILING,
+    MATCHED,
+    PRIMARY,
+    THRESHOLD_MDD,
+    UPDATES,
+    at_update,
+    common_seeds,
+    comparison_cells,
+    fmt,
+    gain,
+    gains_line,
+    paired,
+    table,
+)
 
 from refimpl.bench.resultfiles import expect, read_result  # noqa: E402
 
-CEILING, BASELINE, MATCHED = "vineppo", "grpo", "grpo kl_coef=0.0"
 #: The arms, in the order of the tables.
 ARMS = (
     CEILING, BASELINE, MATCHED, "dapo", "gtpo", "gtpo alpha_2=0.0", "grpo_s", "tepo",
@@ -69,12 +85,7 @@ CREDIT_FILES = {
     "forking_tokens selection=random": ("credit_forking_random", "forking_tokens"),
 }
 CREDIT_DEFAULT = "credit_warmstart"
-#: The figure every gain, headroom and share is read on (greedy success is shown beside it).
-PRIMARY = "pass1"
-#: The update every gain is read at: the design's budget, 20 GRPO-sized steps.
-UPDATES = 20
 BOOTSTRAP = 10_000
-THRESHOLD_MDD = 3.0
 
 
 def credit_report():
@@ -92,19 +103,6 @@ def credit_report():
 # ---------------------------------------------------------------------------------------------
 
 
-def at_update(run: dict, update: int = UPDATES) -> dict:
-    """The run's evaluation after ``update`` policy updates, or its last one when its token
-    budget ended the run earlier. So every arm is read at the end of the same budget of
-    sampled tokens, not at the same number of updates: an arm with dynamic sampling (the DAPO
-    family) draws more tokens a step and is read at 9-11 updates, the others at 20 (the share
-    table's "updates read" column shows it)."""
-    return next((e for e in run["evals"] if e["step"] == update), run["evals"][-1])
-
-
-def gain(run: dict, key: str = PRIMARY) -> float:
-    return float(at_update(run)[key] - run["evals"][0][key])
-
-
 def auc(run: dict) -> float:
     """Mean held-out pass@1 over the updates up to ``UPDATES`` (trapezoid on the grid)."""
     evals = [e for e in run["evals"] if e["step"] <= UPDATES]
@@ -117,19 +115,6 @@ def entropy_ends(run: dict) -> tuple[float, float]:
     """The sampled tokens' entropy at the first step and over the last 5 steps."""
     h = run["entropy"]
     return float(h[0]), float(np.mean(h[-5:]))
-
-
-def common_seeds(arms: dict, *labels: str) -> list[str]:
-    sets = [set(arms.get(label, {})) for label in labels]
-    return sorted(set.intersection(*sets), key=int) if sets else []
-
-
-def paired(arms: dict, a: str, b: str, key: str = PRIMARY) -> stats.Comparison | None:
-    """gain(a) − gain(b) over the seeds both finished; None with fewer than two."""
-    seeds = common_seeds(arms, a, b)
-    if len(seeds) < 2:
-        return None
-    return stats.over_seeds({s: gain(arms[a][s], key) - gain(arms[b][s], key) for s in seeds})
 
 
 def share_interval(arms: dict, label: str, key: str = PRIMARY) -> tuple[float, float, float, int]:
@@ -159,27 +144,6 @@ def share_interval(arms: dict, label: str, key: str = PRIMARY) -> tuple[float, f
 # ---------------------------------------------------------------------------------------------
 
 
-def fmt(x: float, digits: int = 3, sign: bool = False) -> str:
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows])
-
-
-def comparison_cells(c: stats.Comparison | None) -> list[str]:
-    if c is None:
-        return ["n/a"] * 6
-    t = c.diff / c.se if c.se > 0 else math.nan
-    p = float(2 * stats.stats.t.sf(abs(t), c.df)) if math.isfinite(t) else math.nan
-    ratio = c.diff / c.mdd if c.mdd > 0 else math.nan  # signed: a negative H is no ceiling
-    return [f"{fmt(c.diff, sign=True)} ± {fmt(c.se)}", f"{c.n} ({int(c.df)})", fmt(t, 2),
-            fmt(p, 3), fmt(c.mdd), fmt(ratio, 2)]  # fmt: skip
-
-
 def headroom_table(arms: dict, bases: tuple[str, ...] = (BASELINE, MATCHED)) -> str:
     """H against GRPO and against GRPO without its KL term, on pass@1 and greedy success."""
     rows = []
@@ -192,12 +156,6 @@ def headroom_table(arms: dict, bases: tuple[str, ...] = (BASELINE, MATCHED)) -> 
     header = ["headroom H", "on", "mean ± paired s.e.", "seeds (df)", "t", "p (two-sided)",
               "MDD", "H / MDD", "H ≥ 3 MDD"]  # fmt: skip
     return table(header, rows)
-
-
-def gains_line(arms: dict, label: str, key: str) -> str:
-    runs = list(arms.get(label, {}).values())
-    mean, se = stats.mean_se([gain(r, key) for r in runs]) if runs else (math.nan, math.nan)
-    return f"{fmt(mean, sign=True)} ± {fmt(se)}"
 
 
 def ceiling_resolved(arms: dict) -> bool:
@@ -507,75 +465,6 @@ def scatter_text(arms: dict, results: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The ceiling with the learning-rate warm-up (run.sh steps 7 and 8).
-# ---------------------------------------------------------------------------------------------
-
-WARM = "lr_warmup=8"
-#: The arms of ``warmup.json``: VinePPO as the runs above train it, as its authors run it where
-#: this testbed allows, and GRPO, each with the warm-up.
-WARM_CEILING, WARM_BASELINE = f"{CEILING} {WARM}", f"{BASELINE} {WARM}"
-WARM_AUTHORS = f"{CEILING} whiten_advantages=True ppo_epochs=2 temperature=0.6 top_p=0.9 {WARM}"
-WARM_NAMES = {
-    WARM_CEILING: "VinePPO as above",
-    WARM_AUTHORS: "VinePPO as its authors run it",
-    WARM_BASELINE: "GRPO",
-}
-#: The learning rates of the warm-up probes (``warmup_lr<lr>.json``).
-WARM_LRS = ("3e-4", "1e-3")
-
-
-def _per_seed(arms: dict, a: str, b: str, key: str = PRIMARY) -> str:
-    seeds = common_seeds(arms, a, b)
-    return ", ".join(f"{gain(arms[a][s], key) - gain(arms[b][s], key):+.3f}" for s in seeds)
-
-
-def _h_row(what: str, arms: dict, a: str, b: str, key: str = PRIMARY) -> list[str]:
-    c = paired(arms, a, b, key)
-    resolved = c is not None and c.diff >= THRESHOLD_MDD * c.mdd
-    return [what, *comparison_cells(c), "yes" if resolved else "no", _per_seed(arms, a, b, key)]
-
-
-def warmup_text(arms: dict, results: Path) -> str:
-    """The ceiling re-measured with the warm-up: each arm's gain, H against GRPO (per seed,
-    with its MDD), the warm-up's own effect on each arm (the same seeds without it, from
-    ``runs.json``), and H at the larger learning rates."""
-    warm = load_extra(results, "warmup")
-    if warm is None:
-        return "Not run yet (`run.sh` step 7)."
-    rows = []
-    for label, name in WARM_NAMES.items():
-        runs = warm.get(label, {})
-        rows.append([name, str(len(runs)), gains_line(warm, label, "pass1"),
-                     gains_line(warm, label, "greedy"),
-                     ", ".join(f"{gain(runs[s]):+.3f}" for s in sorted(runs, key=int))])  # fmt: skip
-    text = table(["arm (lr 1e-4, warm-up 8)", "seeds", "gain, pass@1", "gain, greedy",
-                  "gain, pass@1, per seed"], rows)  # fmt: skip
-    both = {**arms, **warm}
-    rows = [
-        _h_row("VinePPO as above − GRPO, with the warm-up", warm, WARM_CEILING, WARM_BASELINE),
-        _h_row("VinePPO as its authors run it − GRPO, with the warm-up", warm, WARM_AUTHORS,
-               WARM_BASELINE),
-        _h_row("the same, greedy success", warm, WARM_AUTHORS, WARM_BASELINE, "greedy"),
-        _h_row("VinePPO as its authors run it − VinePPO as above", warm, WARM_AUTHORS,
-               WARM_CEILING),
-        _h_row("VinePPO − GRPO, without the warm-up (the design above)", arms, CEILING, BASELINE),
-        _h_row("the warm-up's effect on VinePPO (with − without)", both, WARM_CEILING, CEILING),
-        _h_row("the warm-up's effect on GRPO (with − without)", both, WARM_BASELINE, BASELINE),
-    ]  # fmt: skip
-    for lr in WARM_LRS:
-        probe = load_extra(results, f"warmup_lr{lr}")
-        if probe is None:
-            continue
-        rows.append(_h_row(f"VinePPO − GRPO at lr {lr}, with the warm-up", probe, WARM_CEILING,
-                           WARM_BASELINE))  # fmt: skip
-        rows.append([f"(GRPO's gain at lr {lr}: {gains_line(probe, WARM_BASELINE, PRIMARY)}; "
-                     f"VinePPO's: {gains_line(probe, WARM_CEILING, PRIMARY)})", *[""] * 8])  # fmt: skip
-    header = ["comparison (pass@1 unless named)", "mean ± paired s.e.", "seeds (df)", "t",
-              "p (two-sided)", "MDD", "H / MDD", "H ≥ 3 MDD", "per seed"]  # fmt: skip
-    return text + "\n\n" + table(header, rows)
-
-
-# ---------------------------------------------------------------------------------------------
 # The page.
 # ---------------------------------------------------------------------------------------------
 
@@ -593,7 +482,7 @@ def blocks(results: Path) -> dict[str, str]:
         "countdown": countdown_text(results),
         "matched": matched_text(arms, results),
         "scatter": scatter_text(arms, results),
-        "warmup": warmup_text(arms, results),
+        "warmup": warmup_rows.warmup_text(arms, results),
     }
 
 

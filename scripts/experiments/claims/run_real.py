@@ -118,8 +118,15 @@ def _commit() -> str:
 def _write(path: Path, result: dict) -> None:
     """Write atomically: a killed run leaves the old file or none, never half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    from refimpl.bench.result_header import command_line, make_header
     from refimpl.runs.runlog import write_text_atomic  # never through a link
 
+    if "header" not in result:  # the one result header, in front
+        grid = {"steps": [e["step"] for e in result.get("evals", []) if isinstance(e, dict)]}
+        header = make_header("claims real model", command=command_line(),
+                             seeds=[result["seed"]] if isinstance(result.get("seed"), int) else "unrecorded",
+                             base_models="unrecorded", evaluation_grid=grid)  # fmt: skip
+        result = {"header": header, **result}
     write_text_atomic(path, json.dumps(result, indent=1) + "\n")
 
 

@@ -208,7 +208,9 @@ def calibration_table() -> str:
              "training seconds"], rows))  # fmt: skip
     if probes is not None:
         rows = []
-        for p in probes.values():
+        for name, p in probes.items():
+            if name == "header":  # the result header (refimpl.bench.result_header), not a probe
+                continue
             s = p["settings"]
             curve = ", ".join(f"{g:.3f}" for g in p["heldout_greedy"])
             rows.append([f"N = {s['prompts_per_step']}, lr {s['lr']:g}", str(s["steps"]),

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from refimpl.bench import machine_info  # noqa: E402
+from refimpl.bench.result_header import base_models_of, make_header  # noqa: E402
 from refimpl.diagnostics.first_update import first_step  # noqa: E402
 from refimpl.loop import LoopConfig  # noqa: E402
 from refimpl.runs.runlog import write_text_atomic  # noqa: E402
@@ -89,7 +90,12 @@ def measure(runs_dir: Path) -> dict:
     points = []
     for name, changes in tqdm(plan, desc="first steps", unit="point"):
         points.append({"regime": name, **point(*loaded[name], **changes)})
+    bases = [m.base_record for m, _ in loaded.values()]
     return {
+        "header": make_header(
+            "first update", command="python scripts/experiments/first_update/measure.py",
+            seeds=list(SEEDS), base_models=base_models_of(bases), evaluation_grid="none",
+        ),  # fmt: skip
         "machine": machine_info(),
         "command": "python scripts/experiments/first_update/measure.py",
         "algo": "grpo",
