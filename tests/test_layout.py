@@ -451,3 +451,13 @@ def test_every_experiment_has_its_readme_and_is_on_the_design_page():
     for name in folders:
         assert (LAB / name / "README.md").is_file(), f"{name}: no README.md"
         assert name in lab, f"docs/design.md does not name scripts/experiments/{name}"
+
+
+def test_the_license_is_an_spdx_expression():
+    """pyproject.toml's ``project.license`` in the current form (an SPDX string; the table form
+    is deprecated and setuptools drops it after 2027-02-18), with its file named."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT"
+    assert project["license-files"] == ["LICENSE"] and (ROOT / "LICENSE").is_file()
