@@ -326,3 +326,26 @@ def test_continuations_are_independent_across_and_within_prefixes(tiny):
     bound = Z / math.sqrt(K)
     assert abs(np.corrcoef(a, b)[0, 1]) < bound
     assert abs(np.corrcoef(a[:-1], a[1:])[0, 1]) < bound
+
+
+def test_the_oracle_names_a_prefix_or_a_position_out_of_range():
+    """Issue 61, traceback 8: ``reference_values(…, prefix=[10**6])`` and ``prefix=[-3]``
+    raised torch's ``IndexError: index out of range in self``, and ``estimate_values(…,
+    positions=[[-1], [0]])`` "negative dimensions are not allowed": neither named the
+    argument. Each is a ValueError naming it, before the model or a continuation runs."""
+    from refimpl.diagnostics.credit_oracle import estimate_values
+    from toy_envs import get_task
+
+    task = get_task("addition", digits=1)
+    problem = task.sample(1, np.random.default_rng(0))[0]
+    for prefix in ([10**6], [-3], [1, TOKENIZER.vocab_size], [1.5], "12"):
+        with pytest.raises(ValueError, match=r"^prefix: expected a sequence of token ids in"):
+            reference_values(None, task, problem, prefix, max_new_tokens=2)
+
+    def never(keys, t):
+        raise AssertionError(f"a continuation ran for positions t = {t}")
+
+    rows = [[1, 2], [3]]
+    for positions in ([[-1], [0]], [[0], [1]], [[0, 2], [0]], [[0.0], [0]], [[0]]):
+        with pytest.raises(ValueError, match=r"^positions: expected"):
+            estimate_values(rows, [0, 0], [True, False], 2, 2, never, positions=positions)

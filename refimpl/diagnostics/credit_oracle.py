@@ -261,6 +261,7 @@ def estimate_values(
     longest = max((len(r) for r in rows), default=0)
     require(_is_int(width) and width >= longest, "width",
             f"an integer ≥ the longest row ({longest}), got {width!r}")  # fmt: skip
+    _check_positions(positions, rows)
     start = time.perf_counter()
     by_length: dict[int, set[tuple[int, tuple[int, ...]]]] = {}
     for i, (tokens, g) in enumerate(zip(rows, prompt_of)):
@@ -282,6 +283,29 @@ def estimate_values(
             bar.update(len(keys))
     return _assemble(rows, prompt_of, counts, success, width, rollouts, sampled,
                      time.perf_counter() - start)  # fmt: skip
+
+
+def _check_positions(positions: Sequence[Sequence[int]] | None, rows: list[list[int]]) -> None:
+    """``positions``: None, or per row the positions ``t`` of the prefixes ``o_<t`` to value,
+    each an integer in ``[0, |o|)`` (the prefix before the last token is the last one valued:
+    the value after it is the outcome)."""
+    if positions is None:
+        return
+    require(len(positions) == len(rows), "positions",
+            f"one list per row ({len(rows)}), got {len(positions)}")  # fmt: skip
+    for i, (ts, tokens) in enumerate(zip(positions, rows)):
+        ok = all(_is_int(t) and 0 <= t < len(tokens) for t in ts)
+        require(ok, "positions", f"positions t in [0, {len(tokens)}) for row {i} (a prefix "
+                f"o_<t of its {len(tokens)} tokens), got {_preview(ts)}")  # fmt: skip
+
+
+def _preview(values: object) -> str:
+    """``values`` in an error message, cut to its first few items."""
+    try:
+        items = list(values)  # type: ignore[call-overload]
+    except TypeError:
+        return repr(values)
+    return repr(items[:8])[:-1] + (", …]" if len(items) > 8 else "]")
 
 
 def _checked_wins(wins: object, sampled: object, n_keys: int, rollouts: int) -> np.ndarray:
@@ -477,6 +501,10 @@ def reference_values(
     _check_threshold(success_threshold)
     require(_is_int(max_new_tokens) and max_new_tokens >= 1, "max_new_tokens",
             f"a positive integer, got {max_new_tokens!r}")  # fmt: skip
+    vocab = TOKENIZER.vocab_size
+    ok = isinstance(prefix, Sequence) and all(_is_int(v) and 0 <= v < vocab for v in prefix)
+    require(ok, "prefix", f"a sequence of token ids in [0, {vocab}) (the response so far), "
+            f"got {_preview(prefix)}")  # fmt: skip
     prompt = TOKENIZER.encode(problem.prompt, add_bos=True)
     remaining = max_new_tokens - len(prefix)
     if remaining < 0:
