@@ -15,8 +15,10 @@ GRPOTrainer with this repository's advantages and loss.
 4. Greedy success on held-out problems before and after, from the trained weights copied back
    into the toy model (``from_hf_gpt2``).
 
-Each optimizer step prints its reward and entropy, or says plainly that it trained on
-nothing (every group's rewards were equal, so every advantage was 0).
+Each optimizer step prints its loss, its rollout's reward and its entropy, or says plainly
+that it trained on nothing (every advantage of its micro-batch was 0); every step is checked,
+not only the step that generated the rollout. The warm start reports its success on its own
+20 check problems; the held-out figure before and after is on other problems.
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def same_length_problems(task, args: argparse.Namespace) -> list:
 
 def print_success(n: int, before: float, after: float) -> None:
     print(
-        f"held-out greedy success on {n} problems: {before:.3f} → {after:.3f} "
+        f"held-out greedy success on {n} problems (other problems than the warm start's own "
+        f"check above, the same {n} before and after): {before:.3f} → {after:.3f} "
         f"({after - before:+.3f}; one seed and a few steps: a change this size is noise, "
         "not a result)"
     )

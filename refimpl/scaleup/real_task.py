@@ -419,29 +419,55 @@ def markdown_table(base: dict | None, runs: list[dict]) -> str:
     return head + "".join("| " + " | ".join(row) + " |\n" for row in rows)
 
 
-def step_line(step: int, max_steps: int, logs: dict) -> str:
-    """One optimizer step of a TRL run, as ``StepPrinter`` prints it: reward, entropy, clip
-    and mask fractions and time; or, when the step trained on nothing, that, plainly (its
-    entropy and fractions are then means over no token: 0, not a measurement)."""
-    reward = logs.get("reward", float("nan"))
-    if logs.get("refimpl/kept_groups_frac", 1.0) == 0:
+def step_line(step: int, max_steps: int, logs: dict, rollout: dict | None = None) -> str:
+    """One optimizer step of a TRL run, as ``StepPrinter`` prints it: loss, reward, entropy,
+    clip and mask fractions and time; or, when the step trained on nothing, that, plainly (its
+    entropy and fractions are then means over no token: 0, not a measurement).
+
+    TRL logs a rollout's reward and kept groups only on the optimizer step that generated it;
+    ``rollout`` carries them to the rollout's other steps. Whether *this* step trained on
+    anything is read from its own loss metrics: every advantage of its micro-batch 0 (mean and
+    spread both 0) is nothing to train on, whatever the rollout's other micro-batches held."""
+    rollout = {**(rollout or {}), **{k: v for k, v in logs.items() if k in ROLLOUT_KEYS}}
+    reward = rollout.get("reward", float("nan"))
+    if rollout.get("refimpl/kept_groups_frac", 1.0) == 0:
         why = "every group's rewards were equal, so dynamic sampling dropped every group"
-    elif logs.get("refimpl/adv_abs_mean", 1.0) == 0:
+    elif logs.get("refimpl/adv_abs_mean", 1.0) == 0 or (
+        logs.get("refimpl/adv_mean", 1.0) == 0 and logs.get("refimpl/adv_std", 1.0) == 0
+    ):
         why = "every group's rewards were equal, so every advantage was 0"
     else:
-        keys = ("reward", "entropy", "refimpl/clip_frac_low", "refimpl/clip_frac_high",
+        keys = ("loss", "entropy", "refimpl/clip_frac_low", "refimpl/clip_frac_high",
                 "refimpl/kl_mask_frac", "step_time")  # fmt: skip
         shown = {k.split("/")[-1]: round(float(logs[k]), 4) for k in keys if k in logs}
+        if "reward" in rollout:
+            shown = {
+                "loss": shown.pop("loss", float("nan")),
+                "rollout reward": round(float(reward), 4),
+                **shown,
+            }
         return f"step {step}/{max_steps} {shown}"
-    return f"step {step}/{max_steps}: trained on nothing ({why}; mean reward {reward:.3f})"
+    loss = float(logs.get("loss", float("nan")))
+    return (f"step {step}/{max_steps}: trained on nothing ({why}; loss {loss:.4g}, rollout "
+            f"mean reward {reward:.3f})")  # fmt: skip
+
+
+#: What TRL logs once per rollout (on the step that generated it), not per optimizer step.
+ROLLOUT_KEYS = ("reward", "refimpl/kept_groups_frac", "refimpl/adv_abs_mean")
 
 
 class StepPrinter(TrainerCallback):
-    """Prints one line per optimizer step (``step_line``)."""
+    """Prints one line per optimizer step (``step_line``), every step checked for training on
+    nothing, with the rollout's reward carried to its later steps."""
+
+    def __init__(self) -> None:
+        self.rollout: dict = {}
 
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
         if logs and "loss" in logs:
-            print(step_line(state.global_step, state.max_steps, logs), flush=True)
+            if "reward" in logs:  # a new rollout: its figures replace the last one's
+                self.rollout = {k: logs[k] for k in ROLLOUT_KEYS if k in logs}
+            print(step_line(state.global_step, state.max_steps, logs, self.rollout), flush=True)
 
 
 #: The ``GRPOConfig`` settings ``train_trl`` never varies: a constant learning rate without

@@ -103,3 +103,45 @@ def test_a_step_that_trained_prints_its_measurements():
             "refimpl/adv_abs_mean": 0.4}  # fmt: skip
     line = step_line(1, 8, logs)
     assert line.startswith("step 1/8 ") and "'entropy': 0.7" in line and "nothing" not in line
+
+
+def test_every_step_prints_its_loss_and_is_checked_for_training_on_nothing():
+    """TRL logs a rollout's reward only on the step that generated it: the printer carries it
+    to the rollout's later steps, prints every step's loss, and reads "trained on nothing"
+    from the step's own advantages (mean and spread 0), so it can fire on any step."""
+    from refimpl.scaleup.real_task import StepPrinter
+
+    class State:
+        max_steps = 8
+        global_step = 1
+
+    printer, state, lines = StepPrinter(), State(), []
+    logs = [
+        {"loss": 0.25, "reward": 0.5, "entropy": 0.6, "refimpl/kept_groups_frac": 1.0,
+         "refimpl/adv_abs_mean": 0.4, "refimpl/adv_mean": 0.0, "refimpl/adv_std": 0.9},
+        {"loss": 0.125, "entropy": 0.6, "refimpl/adv_mean": 0.1, "refimpl/adv_std": 0.8},
+        {"loss": 0.0, "entropy": 0.0, "refimpl/adv_mean": 0.0, "refimpl/adv_std": 0.0},
+    ]  # fmt: skip
+    import contextlib
+    import io
+
+    for step, log in enumerate(logs, 1):
+        state.global_step = step
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            printer.on_log(None, state, None, logs=log)
+        lines.append(out.getvalue())
+    assert "'loss': 0.25" in lines[0] and "'rollout reward': 0.5" in lines[0]
+    assert "'loss': 0.125" in lines[1] and "'rollout reward': 0.5" in lines[1]
+    assert "trained on nothing" in lines[2] and "every advantage was 0" in lines[2]
+    assert "loss 0" in lines[2] and "rollout mean reward 0.500" in lines[2]
+
+
+def test_the_held_out_figure_says_its_problems_are_not_the_warm_starts():
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        _module(EXAMPLE).print_success(200, 0.455, 0.425)
+    assert "200 problems" in out.getvalue() and "warm start's own check" in out.getvalue()
