@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import math
 import os
 import re
 import signal
@@ -79,8 +80,18 @@ class ListAlgos:
 class ListRuns:
     """List the runs under a runs directory: algorithm, task, seed, steps, last held-out success."""
 
-    runs_dir: tyro.conf.Positional[Path] = Path("runs")
-    """directory searched for runs, at any depth (compare's runs are one level down)"""
+    path: tyro.conf.Positional[Path | None] = None
+    """directory searched for runs, at any depth (compare's runs are one level down; None:
+    --runs-dir)"""
+    runs_dir: Path = Path("runs")
+    """the same directory given as refimpl train takes it; a PATH given as well must agree"""
+
+    def directory(self) -> Path:
+        if self.path is not None and self.runs_dir != Path("runs") and self.path != self.runs_dir:
+            raise ValueError(
+                f"--runs-dir: {self.runs_dir} differs from PATH {self.path}; give one of them"
+            )
+        return Path(self.path if self.path is not None else self.runs_dir)
 
 
 @dataclass
@@ -92,7 +103,7 @@ class PlotConfig:
     ] = ()
     """run directories (each with config.json and metrics.jsonl); at least one"""
     out: Path | None = None
-    """comparison figure path when several runs are given (default: compare.png next to them)"""
+    """comparison figure path when several runs are given (None: compare.png next to them)"""
 
 
 COMMANDS: dict[str, type] = {
@@ -182,6 +193,13 @@ def _run_row(d: Path, runs_dir: Path, tc: dict, records: list[dict]) -> dict[str
     list of strings)."""
     last = max((r["step"] for r in records), default=0)
     step = f"{last}/{tc.get('steps', '?')}"
+    budget = tc.get("max_sampled_tokens")
+    if isinstance(budget, int) and not isinstance(budget, bool) and budget > 0:
+        # A token budget ends the run, not --steps: say how far it got in tokens.
+        counts = [r.get("sampled_tokens") for r in records]
+        sampled = int(max((c for c in counts if isinstance(c, int | float)
+                           and not isinstance(c, bool) and math.isfinite(c)), default=0))  # fmt: skip
+        step = f"{last} ({sampled:,}/{budget:,} tokens)"
     end = run_end(d, tc, records)
     evals = [(n, r) for n, r in enumerate(records, 1) if "heldout_greedy" in r]
     heldout = "-"
@@ -263,11 +281,12 @@ def train_summary(run_dir: Path, cfg: TrainConfig) -> str:
 
 
 def _list_runs(cfg: ListRuns) -> None:
-    if not Path(cfg.runs_dir).is_dir():
-        raise ValueError(f"runs_dir: {cfg.runs_dir} is not a directory")
-    rows = run_rows(Path(cfg.runs_dir))
+    directory = cfg.directory()
+    if not directory.is_dir():
+        raise ValueError(f"runs_dir: {directory} is not a directory")
+    rows = run_rows(directory)
     if not rows:
-        print(f"no runs under {cfg.runs_dir}")
+        print(f"no runs under {directory}")
         return
     cols = list(rows[0])
     whole = [r for r in rows if r["algo"] != "damaged:"]  # a damage note spans the columns

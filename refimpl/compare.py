@@ -56,7 +56,7 @@ class CompareConfig:
     """Train each algorithm with each seed on one task; one comparison figure and table."""
 
     algos: str = "grpo,dapo,gtpo,tepo"
-    """comma-separated algorithm names (refimpl.algorithms.NAMES)"""
+    """comma-separated algorithm names (`refimpl algos` lists them)"""
     seeds: str = "0"
     """comma-separated RL seeds"""
     name: str = "compare"
@@ -68,7 +68,7 @@ class CompareConfig:
     target: float = 0.5
     """held-out greedy success whose first-reach step the table reports"""
     preset: presets.PresetName = "default"
-    """a named regime from refimpl.settings.presets (default, onpolicy, collapse); it sets the fields
+    """a named regime from preset (default, onpolicy, collapse, longchain: docs/benchmarks.md); it sets the fields
     you leave at their defaults, so explicit flags win"""
     train: CompareTrainConfig = field(default_factory=CompareTrainConfig)
     """settings shared by every run (--train.steps, --train.lr, ...); --train.resume continues

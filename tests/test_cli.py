@@ -345,14 +345,8 @@ def test_runs_says_whether_a_run_reached_its_budget_or_stopped(tmp_path, capsys)
     assert rows["full"][4:6] == ["4/4", "done"]
     assert rows["cut"][4:6] == ["2/4", "stopped"]
     assert rows["live"][4:6] == ["2/4", "running"]
-    assert (
-        rows["tokens"][4:6]
-        == [
-            "2/4000",
-            "done:",
-        ]
-        and rows["tokens"][6] == "tokens"
-    )
+    # A run its token budget ended says how far it got in tokens, not "2/4000" steps.
+    assert rows["tokens"][4:9] == ["2", "(120/100", "tokens)", "done:", "tokens"]
     assert "stopped: ended before its budget" in out and "train --resume" in out
     assert "done: tokens: reached its --max-sampled-tokens" in out
 
@@ -633,3 +627,35 @@ def test_an_empty_item_in_a_comma_separated_flag_is_refused(tmp_path, capsys, no
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"refimpl: error: {named}: ") and "empty item" in err, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "command", ["train", "warmstart", "compare", "bench-learning", "bench-speed", "credit", "runs"]
+)
+def test_help_names_no_internal_module_or_constant_and_no_doubled_default(command, capsys):
+    """A help text speaks the user's words: no module path (``refimpl.runs.shipped``), no
+    constant (``RESUME_MAY_CHANGE``, ``WARMSTART_MIX``), no settings class (``LoopConfig``,
+    ``TrainConfig``, ``GPTConfig``), and a flag's own text never states a default beside the
+    one the parser prints ("(default: <task>-<algo>-s<seed>) (default: None)")."""
+    import re
+
+    code, out, _ = run_cli([command, "--help"], capsys)
+    assert code == 0
+    text = re.sub(r"\s+", " ", out.replace("│", " "))
+    assert not re.search(r"\brefimpl\.[a-z_]+\.[a-z_]+", text), command
+    assert not re.search(r"\b[A-Z][A-Z_]{5,}[A-Z]\b", text.replace("OPTIONS", "")
+                         .replace(command.upper(), "")), command  # fmt: skip
+    assert not re.search(r"\b(Loop|Train|GPT|Warmstart|Learning|Credit)Config\b", text), command
+    assert not re.search(r"\(default: [^)]*\) \(default:", text), command
+
+
+def test_runs_takes_runs_dir_as_train_does(tmp_path, capsys):
+    """``refimpl runs --runs-dir X`` lists X, as ``refimpl runs X`` does (train takes
+    --runs-dir); a PATH that disagrees with it is refused, naming both."""
+    fake_run(tmp_path / "r1", "grpo", "chain", 4, [(0, 0.25)])
+    code, by_flag, err = run_cli(["runs", "--runs-dir", str(tmp_path)], capsys)
+    assert code == 0, err
+    code, by_path, _ = run_cli(["runs", str(tmp_path)], capsys)
+    assert by_flag == by_path and "r1" in by_flag
+    code, _, err = run_cli(["runs", str(tmp_path), "--runs-dir", str(tmp_path / "other")], capsys)
+    assert code == 2 and "--runs-dir" in err and err.count("\n") == 1

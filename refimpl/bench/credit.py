@@ -77,7 +77,7 @@ class CreditConfig:
     """a run directory: score the policy of its last checkpoint, sampled with the run's own
     settings (task, temperature, budget, model); None: the warm start of --train's settings"""
     preset: PresetName = "default"
-    """a named regime from refimpl.settings.presets (its training settings: task, knobs, warm
+    """a named regime: default, onpolicy, collapse, longchain (its training settings: task, knobs, warm
     start) for the fields of --train you leave at their defaults; ignored with --run"""
     train: TrainConfig = field(default_factory=TrainConfig)
     """the policy's task, sampling and warm start settings when no --run is given

@@ -40,7 +40,7 @@ class LearningConfig:
     """Learning benchmark: every algorithm × seeds × tasks at the same sampled-token budget."""
 
     preset: PresetName = "default"
-    """a named regime from refimpl.settings.presets (default, onpolicy, collapse): it sets the training
+    """a named regime from preset (default, onpolicy, collapse, longchain: docs/benchmarks.md): it sets the training
     settings and the benchmark's tasks, algorithms, seeds, ablations and budget that you leave
     at their defaults"""
     tasks: str = "countdown"
@@ -51,15 +51,15 @@ class LearningConfig:
     """comma-separated RL seeds"""
     ablations: str = ""
     """comma-separated variants "ALGO FIELD=VALUE ...", each field an algorithm Config field or
-    a TrainConfig field ("" for none; left out, the preset's: refimpl.settings.presets)"""
+    a refimpl train flag ("" for none; left out, the preset's)"""
     ablation_tasks: str = "countdown"
     """tasks the ablations run on"""
     budget_steps: int = 150
     """sampled-token budget, in steps of one batch of reference-length completions"""
     lr: float | None = None
-    """Adam learning rate (None: the preset's, i.e. TrainConfig's)"""
+    """Adam learning rate (None: the preset's, else refimpl train's default)"""
     lr_warmup: int | None = None
-    """optimizer updates of the learning-rate warm-up (None: TrainConfig's; 0: none, as the
+    """optimizer updates of the learning-rate warm-up (None: refimpl train's default; 0: none, as the
     runs committed before the warm-up existed trained)"""
     prompts_per_step: int | None = None
     """N (None: the preset's)"""
@@ -83,7 +83,7 @@ class LearningConfig:
     runs_dir: Path = Path("runs")
     """where the warm-start cache lives"""
     overwrite: bool = False
-    """retrain runs that already finished (default: reuse them, so a rerun only reports)"""
+    """retrain runs that already finished (off: reuse them, so a rerun only reports)"""
     report_only: bool = False
     """train nothing: report the runs under --out that have finished (an interrupted
     benchmark reports its finished runs; seeds then differ between variants)"""

@@ -40,7 +40,7 @@ AlgoName = Literal[algorithms.NAMES]  # type: ignore[valid-type]
 @dataclass
 class TrainConfig:
     """One RL run of one algorithm on one task. The settings that change what a step computes
-    have ``refimpl/loop.py``'s defaults (``LoopConfig``), so the two loops train alike."""
+    default to those of refimpl/loop.py, the loop to read first, so both loops train alike."""
 
     algo: AlgoName = LoopConfig.algo
     """algorithm (`refimpl algos` lists them with their Config fields)"""
@@ -102,11 +102,11 @@ class TrainConfig:
     runs_dir: Path = Path("runs")
     """parent directory of run directories"""
     name: str | None = None
-    """run directory name (default: <task>-<algo>-s<seed>)"""
+    """run directory name (None: <task>-<algo>-s<seed>)"""
     resume: bool = False
     """continue the run in the existing run directory from its last checkpoint, with the
     settings of its config.json (only --steps, --max-sampled-tokens and the flags that do not
-    change the math may differ, see RESUME_MAY_CHANGE)"""
+    change the math may differ: docs/safety.md)"""
     overwrite: bool = False
     """delete an existing run directory (only a run's: its config.json and files) and start
     again"""

@@ -86,9 +86,9 @@ MODEL_BOUNDS: Bounds = (
 
 @dataclass
 class ModelSize:
-    """Size of the tiny GPT (2 layers, d = 128 → 408k parameters): the warm start's
-    ``--model.*`` flags, which ``build`` turns into the model (its full architecture, the
-    vocabulary and dropout included, is ``refimpl.model.GPTConfig``)."""
+    """Size of the tiny GPT (2 layers, d = 128 → 408k parameters): ``--model.*`` of
+    ``refimpl warmstart``, ``--warmstart.model.*`` of ``refimpl train``. ``build`` turns it into
+    the model (its full architecture, the vocabulary and dropout included, is refimpl/model.py's)."""
 
     n_layer: int = 2
     """transformer blocks"""
@@ -129,7 +129,7 @@ class WarmstartConfig:
     """Supervised warm start on reference solutions (AdamW, cosine schedule)."""
 
     task: TaskName = DEFAULT_TASK
-    """task whose base model is trained (its easier mix, see WARMSTART_MIX)"""
+    """task whose base model is trained (its easier mix: docs/envs.md)"""
     task_args: KeyValues = ()
     """task knobs as KNOB=VALUE (the RL run passes its own --task-args); the mix applies on top"""
     steps: int = 600
@@ -250,6 +250,6 @@ class RunWarmstartConfig(WarmstartConfig):
 class WarmstartCommand(WarmstartConfig):
     """``refimpl warmstart``: train the base model on this machine (or reuse this machine's
     cache; ``--force`` retrains), never the shipped one, and say whether it has the shipped
-    model's bits (``refimpl.runs.shipped``)."""
+    model's bits (the shipped models: refimpl/base_models/)."""
 
     shipped: tyro.conf.Suppress[bool] = False
