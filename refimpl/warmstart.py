@@ -36,7 +36,7 @@ from refimpl.runs.cache import cache_complete, cache_key, cache_path, check_cach
 from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.runs.progress import progress
 from refimpl.settings.limits import flag
-from refimpl.settings.warmstart_config import WARMSTART_MIX, WarmstartConfig
+from refimpl.settings.warmstart_config import WARMSTART_MIX, WarmstartConfig, task_knobs
 from toy_envs import TOKENIZER, get_task
 
 
@@ -93,6 +93,9 @@ def base_model(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
     with FileLock(str(cache) + ".lock"):
         if cache_complete(cache) and not cfg.force:  # trained by another process meanwhile
             return _announce(entry, _load(cfg, cache, prefix))
+        if entry is None or not cfg.shipped or cfg.force:  # never trained in silence
+            print(training_notice(inputs, force=cfg.force, shipped_used=entry is not None),
+                  flush=True)  # fmt: skip
         previous = torch.get_num_threads()
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -100,6 +103,53 @@ def base_model(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
             return _announce(entry, _train(cfg, cache))
         finally:
             torch.set_num_threads(previous)  # the caller's RL run keeps its own setting
+
+
+def _work(config: dict) -> float:
+    """A warm start's training work, in units that its seconds are about proportional to: the
+    tokens it trains on (steps × batch × block) times the weights of its blocks (12·L·d²)."""
+    m = config["model"]
+    return (
+        config["steps"]
+        * config["batch_size"]
+        * m["block_size"]
+        * 12
+        * m["n_layer"]
+        * m["n_embd"] ** 2
+    )
+
+
+def estimated_seconds(inputs: dict) -> float | None:
+    """About how long training the warm start ``inputs`` takes on one thread, scaled from the
+    shipped models' own measured training seconds (None: none recorded)."""
+    rates = []
+    for model in shipped.shipped_models():
+        seconds = model.entry.get("report", {}).get("train_seconds")
+        try:
+            rates.append(float(seconds) / _work(model.entry["config"]))
+        except (TypeError, KeyError, ValueError, ZeroDivisionError):
+            continue
+    return float(sorted(rates)[len(rates) // 2]) * _work(inputs) if rates else None
+
+
+def training_notice(inputs: dict, *, force: bool, shipped_used: bool) -> str:
+    """The line said before the warm start ``inputs`` (its plain record, ``key_inputs``) is
+    trained: why no shipped model is used, and what the training will cost."""
+    why = ("retraining it (--force)" if force else "a shipped model has these settings, "
+           "but this run trains its own (shipped models off)" if shipped_used else
+           "no base model shipped with refimpl (refimpl/base_models/) has these settings")  # fmt: skip
+    est = estimated_seconds(inputs)
+    cost = (
+        f"about {est / 60:.0f} min"
+        if est and est >= 90
+        else f"about {est:.0f} s"
+        if est
+        else "time unknown"
+    )
+    args = " ".join(inputs.get("task_args") or [])
+    return (f"warm start: {why}; training one: {inputs['task']}{' ' + args if args else ''}, "
+            f"{inputs['steps']} steps of {inputs['batch_size']}, {cost} on one thread of a 2-core AMD "
+            "EPYC (cached after that: later runs reuse it)")  # fmt: skip
 
 
 def _load_shipped(cfg: WarmstartConfig, entry: shipped.ShippedModel, prefix: str) -> GPT:
@@ -203,7 +253,8 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
 
     torch.manual_seed(cfg.seed)
     model = cfg.model.build()  # re-built after seeding: weights depend on cfg.seed only
-    mix_task = get_task(cfg.task, **{**cfg.task_knobs(), **WARMSTART_MIX.get(cfg.task, {})})
+    knobs = task_knobs(cfg.task, cfg.task_args)
+    mix_task = get_task(cfg.task, **{**knobs, **WARMSTART_MIX.get(cfg.task, {})})
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     horizon = cfg.schedule_steps or cfg.steps  # a longer schedule: stopped early
     schedule = torch.optim.lr_scheduler.LambdaLR(
@@ -233,7 +284,8 @@ def _train(cfg: WarmstartConfig, cache: Path) -> GPT:
     bar.close()
     seconds = time.perf_counter() - start
     model.eval()
-    report = base_success(model, get_task(cfg.task, **cfg.task_knobs()), cfg.eval_problems)
+    task = get_task(cfg.task, **task_knobs(cfg.task, cfg.task_args))
+    report = base_success(model, task, cfg.eval_problems)
     report["train_seconds"] = round(seconds, 1)
     state = {
         "config": dataclasses.asdict(cfg),

@@ -316,3 +316,23 @@ def test_a_damaged_manifest_is_said_before_the_base_model_is_trained(tmp_path, m
 
 def test_an_intact_manifest_has_nothing_unused():
     assert shipped.unused() == []
+
+
+def test_a_warm_start_is_never_trained_in_silence(tmp_path, capsys):
+    """Before training a base model, the run says that no shipped model has its settings and
+    about what the training costs (the README's `refimpl train --task chain` trained a
+    600-step warm start without a word); a cached model is reused without that line."""
+    from refimpl.settings.warmstart_config import ModelSize, WarmstartConfig
+    from refimpl.warmstart import base_model
+
+    cfg = WarmstartConfig(task="chain", task_args=("num_ops=1",), steps=2, batch_size=4,
+                          runs_dir=tmp_path, eval_problems=2, progress=False,
+                          model=ModelSize(n_layer=1, n_embd=16, n_head=2, block_size=32))  # fmt: skip
+    base_model(cfg)
+    out = capsys.readouterr().out
+    notice = [line for line in out.splitlines() if "training one" in line]
+    assert notice and "no base model shipped" in notice[0] and "2 steps of 4" in notice[0]
+    assert " s on one thread" in notice[0] or " min on one thread" in notice[0]
+    assert out.index(notice[0]) < out.index("trained 2 steps")
+    base_model(cfg)  # the cache now: no training, no notice
+    assert "training one" not in capsys.readouterr().out
