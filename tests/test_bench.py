@@ -212,6 +212,20 @@ def test_quick_speed_benchmark_writes_its_report(tmp_path):
         "TRL `GRPOTrainer`",
     ):
         assert name in text
+    # Every share of the peak divides by a peak measured beside the workload (interleaved).
+    results = json.loads((out / "results.json").read_text())
+    assert "measured beside each step" in text
+    for part in (results["step"], results["oracle_sampling"], results["oracle_sampling"]["oracle"]):
+        assert part["peak_interleaved_flops_per_s"] > 0
+
+
+def test_a_share_of_the_peak_divides_by_the_peak_of_its_own_round():
+    """The matmul ran at half speed in the rounds where the workload did too (another process
+    held the core): the share is the same in every round, not halved by a peak measured idle."""
+    from refimpl.bench.speed_timing import share_of_peak
+
+    work, peak = [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]  # seconds per round: round 2 under load
+    assert share_of_peak(10.0, work, peak, 100.0) == pytest.approx((10 / 2) / (100 / 1))
 
 
 def test_the_commands_rows_judge_the_demo_and_the_suite_against_their_targets():

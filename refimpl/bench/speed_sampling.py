@@ -14,7 +14,8 @@ from refimpl.bench.speed_timing import (
     decode_flops_per_token,
     interleaved,
     median_ratio,
-    median_time,
+    peak_probe,
+    share_of_peak,
 )
 
 if TYPE_CHECKING:
@@ -115,8 +116,9 @@ def bench_oracle(cfg: SpeedConfig, model_size: dict[str, int], peak: float) -> d
         )  # fmt: skip
 
     tokens = n_prefix * k * new
-    times = interleaved({"shared": lambda: run(True), "reference": lambda: run(False)},
-                         cfg.repeats)  # fmt: skip
+    probe, probe_flops = peak_probe()
+    times = interleaved({"shared": lambda: run(True), "reference": lambda: run(False),
+                         "peak": probe}, cfg.repeats)  # fmt: skip
     per_token = decode_flops_per_token(
         model_size["n_layer"], model_size["n_embd"], TOKENIZER.vocab_size
     )
@@ -134,8 +136,14 @@ def bench_oracle(cfg: SpeedConfig, model_size: dict[str, int], peak: float) -> d
         "reference_s": reference_s,
         "shared_tok_s": tokens / shared_s,
         "reference_tok_s": tokens / reference_s,
-        "shared_fraction_of_peak": tokens / shared_s * per_token / peak,
-        "reference_fraction_of_peak": tokens / reference_s * per_token / peak,
+        # Shares of the matmul peak measured beside each repeat (interleaved), not of ``peak``.
+        "shared_fraction_of_peak": share_of_peak(
+            tokens * per_token, times["shared"], times["peak"], probe_flops
+        ),
+        "reference_fraction_of_peak": share_of_peak(
+            tokens * per_token, times["reference"], times["peak"], probe_flops
+        ),
+        "peak_interleaved_flops_per_s": probe_flops / statistics.median(times["peak"]),
         "speedup": median_ratio(times["reference"], times["shared"]),
     }
     result["oracle"] = _oracle_rollouts(cfg, model_size, per_token, peak)
@@ -176,7 +184,9 @@ def _oracle_rollouts(
         )  # fmt: skip
 
     values = oracle()
-    seconds = median_time(oracle, max(1, cfg.repeats // 2), warmup=0)
+    probe, probe_flops = peak_probe()
+    times = interleaved({"oracle": oracle, "peak": probe}, max(1, cfg.repeats // 2))
+    seconds = statistics.median(times["oracle"])
     return {
         "completions": n_prefix,
         "prefixes": values.prefixes,
@@ -184,5 +194,8 @@ def _oracle_rollouts(
         "tokens": values.sampled_tokens,
         "seconds": seconds,
         "tok_s": values.sampled_tokens / seconds,
-        "fraction_of_peak": values.sampled_tokens / seconds * per_token / peak,
+        "fraction_of_peak": share_of_peak(
+            values.sampled_tokens * per_token, times["oracle"], times["peak"], probe_flops
+        ),  # interleaved
+        "peak_interleaved_flops_per_s": probe_flops / statistics.median(times["peak"]),
     }

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from refimpl import algorithms
-from refimpl.bench.speed_timing import interleaved, median_ratio, median_time
+from refimpl.bench.speed_timing import (
+    interleaved,
+    median_ratio,
+    median_time,
+    peak_probe,
+    share_of_peak,
+)
 from refimpl.contract import RolloutBatch
 
 if TYPE_CHECKING:
@@ -65,10 +71,14 @@ def bench_step(cfg: SpeedConfig, peak: float) -> dict[str, Any]:
     trainer = Trainer(train_config(cfg, algo=algorithms.BASELINE))
     trainer.train_step()  # warm-up
     trainer.step += 1
-    records = []
-    for _ in range(cfg.rl_steps):
+    probe, probe_flops = peak_probe()
+    records, peak_times = [], []
+    for _ in range(cfg.rl_steps):  # each step, then the matmul peak beside it (interleaved)
         records.append(trainer.train_step())
         trainer.step += 1
+        t0 = time.perf_counter()
+        probe()
+        peak_times.append(time.perf_counter() - t0)
     counter = FlopCounterMode(display=False)
     with counter:
         trainer.train_step()
@@ -96,7 +106,10 @@ def bench_step(cfg: SpeedConfig, peak: float) -> dict[str, Any]:
         "step_flops": flops,
         "achieved_flops_per_s": flops / med["time_step"],
         "peak_flops_per_s": peak,
-        "fraction_of_peak": flops / med["time_step"] / peak,
+        "peak_interleaved_flops_per_s": probe_flops / statistics.median(peak_times),
+        "fraction_of_peak": share_of_peak(
+            flops, [r["time_step"] for r in records], peak_times, probe_flops
+        ),  # fmt: skip
         "max_new_tokens": trainer.max_new_tokens,
     }
 

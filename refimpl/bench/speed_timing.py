@@ -3,8 +3,11 @@
 Every figure is a median over repeats; every comparison is a ratio of two timings taken in the
 same run, interleaved (A, B, A, B, ...), so that load from other processes on a shared machine
 hits both sides alike. A share of the machine is measured against the fp32 matmul peak at the
-same thread count (``matmul_peak``), with the model's matmul FLOPs counted per decoded token
-(``decode_flops_per_token``).
+same thread count, with the model's matmul FLOPs counted per decoded token
+(``decode_flops_per_token``). The peak a share divides by is measured interleaved with the
+workload (``peak_probe`` as one more function of ``interleaved``: each round times the workload
+and the matmul beside it), so that load from other processes lowers both alike;
+``matmul_peak``, the best of a few matmuls at one moment, is the report's headline yardstick.
 """
 
 from __future__ import annotations
@@ -58,6 +61,27 @@ def matmul_peak(repeats: int, n: int = 1024) -> float:
             torch.mm(a, b, out=out)
         best = min(best, (time.perf_counter() - t0) / 4)
     return 2 * n**3 / best
+
+
+def peak_probe(n: int = 1024) -> tuple[Callable[[], Any], float]:
+    """A function to time beside a workload (four ``n × n`` fp32 matmuls) and its FLOPs."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    out = torch.empty(n, n)
+
+    def run() -> None:
+        for _ in range(4):
+            torch.mm(a, b, out=out)
+
+    return run, 4 * 2 * n**3
+
+
+def share_of_peak(work_flops: float, work_times: list[float], peak_times: list[float],
+                  peak_flops: float) -> float:  # fmt: skip
+    """The workload's FLOP/s over the matmul's FLOP/s measured in the same round, median over
+    the rounds of an ``interleaved`` run (not over a peak measured at another moment)."""
+    return statistics.median(
+        (work_flops / w) / (peak_flops / p) for w, p in zip(work_times, peak_times, strict=True)
+    )
 
 
 def decode_flops_per_token(n_layer: int, n_embd: int, vocab_size: int) -> int:
