@@ -50,6 +50,13 @@ def parse_task_args(task: str, task_args: tuple[str, ...]) -> tuple[tuple[str, o
     return tuple(sorted(knobs.items()))
 
 
+def task_knobs(task: str, task_args: tuple[str, ...]) -> dict[str, object]:
+    """The knobs that ``task_args`` sets on ``task`` (typed by the task's annotations; the
+    warm start's mix not included), from the command's one parse (``parse_task_args``). It
+    takes the two values it reads, not the settings that hold them (docs/design.md)."""
+    return dict(parse_task_args(task, tuple(task_args)))
+
+
 def task_knob_types(task: str) -> dict[str, object]:
     """The annotation of each knob of ``task`` (its constructor's arguments)."""
     init = type(get_task(task)).__init__
@@ -186,7 +193,7 @@ class WarmstartConfig:
                 f"{flag('model.n_embd', prefix)}={self.model.n_embd}, got {self.model.n_head}"
             )
         # The mix's sequences, <bos> prompt answer <eos>, must fit the model's positions.
-        task = get_task(self.task, **self.task_knobs())
+        task = get_task(self.task, **task_knobs(self.task, self.task_args))
         longest = task.max_prompt_tokens + task.max_new_tokens
         if longest > self.model.block_size:
             raise ValueError(
@@ -196,11 +203,6 @@ class WarmstartConfig:
                 f"{task.max_new_tokens}): pass {flag('model.block_size', prefix)} {longest} "
                 "or more, or make the task smaller"
             )
-
-    def task_knobs(self) -> dict[str, object]:
-        """The knobs that ``task_args`` sets (typed by the task's annotations; mix not included),
-        from the command's one parse (``parse_task_args``)."""
-        return dict(parse_task_args(self.task, tuple(self.task_args)))
 
     def key_inputs(self) -> dict:
         """Every setting that changes the trained weights, but the numeric path, as plain
@@ -225,7 +227,7 @@ class WarmstartConfig:
         if self.schedule_steps in (None, self.steps):  # the same schedule: the key it always had
             keep.pop("schedule_steps")
         defaults = get_task(self.task).knobs()
-        knobs = get_task(self.task, **self.task_knobs()).knobs()
+        knobs = get_task(self.task, **task_knobs(self.task, self.task_args)).knobs()
         keep["task_args"] = [f"{k}={v}" for k, v in sorted(knobs.items()) if v != defaults[k]]
         keep["mix"] = WARMSTART_MIX.get(self.task, {})
         keep["vocab"] = TOKENIZER.itos
