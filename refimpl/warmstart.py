@@ -84,7 +84,7 @@ def base_model(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
     if entry is not None and cfg.shipped and not cfg.force:
         return _load_shipped(cfg, entry, prefix)
     if cfg.shipped and not cfg.force:  # a damaged manifest hides a shipped model: say so
-        for reason in shipped.unused():
+        for reason in shipped.unused(inputs):
             warnings.warn(f"shipped base model: {reason}", stacklevel=2)
     cache = cache_path(cfg.runs_dir, inputs)
     if cache_complete(cache) and not cfg.force:

@@ -100,24 +100,27 @@ def find(inputs: dict) -> ShippedModel | None:
 
     key, plain = None, _plain_settings(inputs)
     for model in shipped_models():
-        if _entry_damage(model) is not None:
-            continue
         recorded = model.config()
         if _plain_settings(dataclasses.asdict(recorded)) != plain:  # before the task's knobs
             continue
         key = key or settings_key(inputs)
-        if settings_key(recorded.key_inputs()) == key:
+        if settings_key(recorded.key_inputs()) == key and _entry_damage(model) is None:
             return model
     return None
 
 
-def unused(path: Path | None = None) -> list[str]:
-    """Why shipped weights are not used, one line each: ``manifest.json`` missing while
-    weights are there, weights that no entry lists (an entry deleted), an entry whose
-    recorded config no longer hashes to its ``settings_key`` (edited). Empty for an intact
-    package. A run that finds no shipped model says these before it trains or reuses a
-    cache (``refimpl.warmstart.base_model``): a damaged manifest is otherwise a silent
-    retraining on this machine, and other bits."""
+def unused(inputs: dict, path: Path | None = None) -> list[str]:
+    """Why shipped weights are not used for the warm start of the settings ``inputs``
+    (``key_inputs()``), one line each: ``manifest.json`` missing while weights are there,
+    weights that no entry lists (an entry deleted), an entry of these settings (its recorded
+    ``settings_key`` is theirs, or its recorded config says them) whose config no longer
+    hashes to that key (edited). Empty for an intact package. A run that finds no shipped
+    model says these before it trains or reuses a cache (``refimpl.warmstart.base_model``):
+    a damaged manifest is otherwise a silent retraining on this machine, and other bits.
+    (Only the entries of these settings are hashed: another entry's task arguments are not
+    parsed for a run that cannot use it.)"""
+    from refimpl.runs.cache import settings_key
+
     path = path or MANIFEST
     shipped = sorted(p.parent.name for p in path.parent.glob("*/model.safetensors"))
     fix = f"restore {path} (git checkout, or reinstall refimpl)"
@@ -134,11 +137,25 @@ def unused(path: Path | None = None) -> list[str]:
         for name in shipped
         if name not in listed
     ]
+    key, plain = settings_key(inputs), _plain_settings(inputs)
     for model in models:
+        if not _of_these_settings(model, key, plain):
+            continue
         damage = _entry_damage(model)
         if damage is not None:
             reasons.append(f"{path}: the entry {model.name} {damage}, so it is not used; {fix}")
     return reasons
+
+
+def _of_these_settings(model: ShippedModel, key: str, plain: tuple) -> bool:
+    """The entry claims the settings of ``key`` (its recorded ``settings_key``) or of
+    ``plain`` (``_plain_settings`` of its recorded config), whatever damage it holds."""
+    try:
+        recorded = model.entry["settings_key"]
+        says = _plain_settings(dataclasses.asdict(model.config()))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return True  # an entry that cannot be read: said, whichever settings it had
+    return recorded == key or says == plain
 
 
 def _entry_damage(model: ShippedModel) -> str | None:
