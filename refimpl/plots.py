@@ -495,7 +495,9 @@ def format_table(rows: Sequence[dict[str, Any]], target: float) -> str:
         "greedy: held-out greedy success (end = mean of the last 3 evaluations); pass@k: "
         f"unbiased, from {' or '.join(map(str, samples))} samples per problem"
         f"{' (pass@16 needs 16: nan)' if fewest < 16 else ''}; entropy: mean over the first → "
-        "last 10 steps; clip: mean clip fraction (low + high); mask: TEPO's KL-mask fraction"
+        "last 10 steps; clip: mean clip fraction (low + high); mask: TEPO's KL-mask fraction; "
+        f"steps to {target:.2f}: the first evaluation at which held-out greedy success reached "
+        f"{target:.2f}, per seed ('-': not within the run's steps)"
     )
     return "\n".join(lines)
 

@@ -79,3 +79,20 @@ def test_tiny_demo_prints_the_final_table(tmp_path, capsys):
     (row,) = [line for line in out.splitlines() if line.startswith("grpo ") and "±" in line]
     start, end, gain = (float(x) for x in row.split()[2:5])
     assert gain == pytest.approx(end - start, abs=1e-3)
+
+
+def test_the_demo_starts_from_the_shipped_base_model_and_training_it_is_one_flag(tmp_path, capsys):
+    """The default demo loads the shipped countdown-300 (nothing trained); --train-base trains
+    it here, saying so first; the table's legend explains every column, "steps to" included."""
+    from refimpl.plots import format_table
+
+    legend = format_table([], 0.5).splitlines()[-1]
+    assert "steps to 0.50: the first evaluation" in legend and "'-'" in legend
+    argv = ["--algos", "grpo", "--steps", "1", "--eval-every", "1", "--final-problems", "20",
+            "--runs-dir", str(tmp_path), "--workers", "1"]  # fmt: skip
+    assert demo.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "shipped base model countdown-300" in out and "training one" not in out
+    assert not (tmp_path / "warmstart").exists() or not any((tmp_path / "warmstart").iterdir())
+    cfg = demo.DemoConfig(train_base=True)
+    assert cfg.train_base and demo.DemoConfig().train_base is False
