@@ -16,7 +16,6 @@ import os
 import re
 import signal
 import sys
-import typing
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +45,7 @@ try:
         read_run_config,
         run_dir_damage,
     )
-    from refimpl.settings.limits import comma_items
+    from refimpl.settings.limits import check_comma_lists, check_empty_paths
     from refimpl.settings.presets import explicit_fields
     from refimpl.settings.record import config_from_record
     from refimpl.settings.train_config import TrainConfig
@@ -420,62 +419,6 @@ def _train_defaults(first: TrainConfig, args: list[str]) -> tuple[TrainConfig, S
         return first, None
     cfg = _parse(tyro.cli, args, f=TrainConfig, default=base, prog="refimpl train")
     return cfg, saved
-
-
-def path_flags(cls: type, prefix: str = "--") -> set[str]:
-    """The flags of the command ``cls`` (a dataclass; nested ones with their dotted prefix,
-    ``--warmstart.runs-dir``) that take a path."""
-    return _flags_where(cls, lambda hint, _doc: hint is Path or Path in typing.get_args(hint))
-
-
-def comma_list_flags(cls: type) -> set[str]:
-    """The flags of the command ``cls`` that take a comma-separated list (a string whose help
-    text says so: ``--rollouts``, ``--algos``, ``--seeds``, ...)."""
-    return _flags_where(cls, lambda hint, doc: hint is str and doc.startswith("comma-separated"))
-
-
-def _flags_where(cls: type, wanted, prefix: str = "--") -> set[str]:
-    """The flags of ``cls`` (nested dataclasses with their dotted prefix) whose field's type
-    hint and help text satisfy ``wanted(hint, doc)``."""
-    from tyro import _docstrings
-
-    flags: set[str] = set()
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        hint, flag = hints[f.name], prefix + f.name.replace("_", "-")
-        if dataclasses.is_dataclass(hint):
-            flags |= _flags_where(hint, wanted, flag + ".")
-        elif wanted(hint, _docstrings.get_field_docstring(cls, f.name, ()) or ""):
-            flags.add(flag)
-    return flags
-
-
-def _typed_values(args: list[str], flags: set[str]) -> list[tuple[str, str | None]]:
-    """``(flag, value)`` of each of ``flags`` typed in ``args`` (``--flag value`` or
-    ``--flag=value``; dashes or underscores)."""
-    typed = []
-    for i, arg in enumerate(args):
-        flag, eq, value = arg.partition("=")
-        flag = flag.replace("_", "-")
-        if flag in flags:
-            typed.append((flag, value if eq else (args[i + 1] if i + 1 < len(args) else None)))
-    return typed
-
-
-def check_empty_paths(cls: type, args: list[str]) -> None:
-    """``ValueError`` naming the flag when a path flag of ``cls`` is given an empty string:
-    ``Path("")`` is ``.``, so ``--runs-dir ""`` would put the run in the current directory."""
-    for flag, given in _typed_values(args, path_flags(cls)):
-        if given == "":
-            raise ValueError(f"{flag}: expected a path, got an empty string (. is this directory)")
-
-
-def check_comma_lists(cls: type, args: list[str]) -> None:
-    """``ValueError`` naming the flag when a comma-separated flag of ``cls`` holds an empty
-    item: ``--rollouts 2,,4`` was read as K = 2, 4, a typo taken for a choice (each command
-    checks the items themselves)."""
-    for flag, given in _typed_values(args, comma_list_flags(cls)):
-        comma_items(given or "", flag)
 
 
 @contextlib.contextmanager

@@ -10,13 +10,20 @@ A settings type states each flag's own bounds once, as a table of ``(field, rule
 check walks in order, ``rule(value, flag(field))``; the bounds that tie one flag to another
 (``--minibatches`` divides ``--prompts-per-step``) follow as that check's own lines. A rule
 raises ``ValueError`` naming the flag it is given.
+
+Last, the checks of a command's flags as they were typed, which a parsed value no longer
+shows: an empty path (``--runs-dir ""`` is ``.``) and an empty item of a comma-separated list
+(``--rollouts 2,,4``); the command line (``refimpl.cli``) runs them for every command.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+import typing
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -136,3 +143,64 @@ def check_threads(threads: int | None, flag: str) -> None:
         raise ValueError(
             f"{flag}: expected at most {cores} (the CPU cores of this machine), got {threads}"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# A command's flags as typed: checks of the raw text that a parsed value no longer shows.
+# ---------------------------------------------------------------------------------------------
+
+
+def path_flags(cls: type, prefix: str = "--") -> set[str]:
+    """The flags of the command ``cls`` (a dataclass; nested ones with their dotted prefix,
+    ``--warmstart.runs-dir``) that take a path."""
+    return _flags_where(cls, lambda hint, _doc: hint is Path or Path in typing.get_args(hint))
+
+
+def comma_list_flags(cls: type) -> set[str]:
+    """The flags of the command ``cls`` that take a comma-separated list (a string whose help
+    text says so: ``--rollouts``, ``--algos``, ``--seeds``, ...)."""
+    return _flags_where(cls, lambda hint, doc: hint is str and doc.startswith("comma-separated"))
+
+
+def _flags_where(cls: type, wanted, prefix: str = "--") -> set[str]:
+    """The flags of ``cls`` (nested dataclasses with their dotted prefix) whose field's type
+    hint and help text satisfy ``wanted(hint, doc)``."""
+    from tyro import _docstrings
+
+    flags: set[str] = set()
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint, flag = hints[f.name], prefix + f.name.replace("_", "-")
+        if dataclasses.is_dataclass(hint):
+            flags |= _flags_where(hint, wanted, flag + ".")
+        elif wanted(hint, _docstrings.get_field_docstring(cls, f.name, ()) or ""):
+            flags.add(flag)
+    return flags
+
+
+def _typed_values(args: list[str], flags: set[str]) -> list[tuple[str, str | None]]:
+    """``(flag, value)`` of each of ``flags`` typed in ``args`` (``--flag value`` or
+    ``--flag=value``; dashes or underscores)."""
+    typed = []
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        flag = flag.replace("_", "-")
+        if flag in flags:
+            typed.append((flag, value if eq else (args[i + 1] if i + 1 < len(args) else None)))
+    return typed
+
+
+def check_empty_paths(cls: type, args: list[str]) -> None:
+    """``ValueError`` naming the flag when a path flag of ``cls`` is given an empty string:
+    ``Path("")`` is ``.``, so ``--runs-dir ""`` would put the run in the current directory."""
+    for flag, given in _typed_values(args, path_flags(cls)):
+        if given == "":
+            raise ValueError(f"{flag}: expected a path, got an empty string (. is this directory)")
+
+
+def check_comma_lists(cls: type, args: list[str]) -> None:
+    """``ValueError`` naming the flag when a comma-separated flag of ``cls`` holds an empty
+    item: ``--rollouts 2,,4`` was read as K = 2, 4, a typo taken for a choice (each command
+    checks the items themselves)."""
+    for flag, given in _typed_values(args, comma_list_flags(cls)):
+        comma_items(given or "", flag)
