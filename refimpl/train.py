@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from refimpl import batch_stages, contract
-from refimpl.diagnostics.credit_oracle import training_values
+from refimpl.diagnostics.credit_oracle import OracleStopped, training_values
 from refimpl.diagnostics.metrics import entropy_stats, step_metrics
 from refimpl.diagnostics.observers import Observer, TrainerState, default_observers
 from refimpl.evaluate import encode_prompts, score_samples
@@ -110,6 +110,7 @@ class Trainer:
         self.budget = RunBudget(cfg.steps, cfg.max_sampled_tokens)  # when the run is finished
         self.run_dir = self.plan.run_dir
         self.divergence = DivergenceGuard(self.run_dir, lr=cfg.lr)  # NaN/inf stops the run
+        self.stop = StopRequest()  # Ctrl-C or SIGTERM during run(): the oracle asks it too
         if observers is None:
             observers = default_observers(
                 cfg, self.task, self.max_new_tokens, self.algo_cfg.success_threshold
@@ -243,7 +244,7 @@ class Trainer:
                 self.model, self.task, problems, samples, outcome, request,
                 max_new_tokens=self.max_new_tokens, temperature=cfg.temperature, top_k=cfg.top_k,
                 top_p=cfg.top_p, success_threshold=self.algo_cfg.success_threshold,
-                seed=cfg.seed, step=self.step,
+                seed=cfg.seed, step=self.step, should_stop=self.stop.asked,
             )  # fmt: skip
         cost = {"value_prefixes": v.prefixes, "value_sampled_tokens": v.sampled_tokens}
         return batch.replace(token_values=v.value_before.to(batch.response_mask.device)), cost
@@ -330,16 +331,16 @@ class Trainer:
         """Train until ``cfg.steps``; return the run directory. The run holds the directory's
         lock from before its first write to after its last (``rundir.open_run``).
 
-        Ctrl-C (or SIGTERM) lets the step in progress finish, writes a checkpoint, prints how
-        to resume and raises ``KeyboardInterrupt``; a second Ctrl-C stops at once (the last
-        checkpoint is kept)."""
+        Ctrl-C (or SIGTERM) lets the step in progress finish (one stopped in its Monte-Carlo
+        values is dropped), writes a checkpoint, prints how to resume and raises
+        ``KeyboardInterrupt``; a second Ctrl-C stops at once (the last checkpoint is kept)."""
         cfg = self.cfg
         with open_run(self.plan, self.model, self.optimizer) as (step, sampled_tokens):
             self.step, self.sampled_tokens = step, sampled_tokens
             log = MetricsLog(self.run_dir, tensorboard=cfg.tensorboard)
             bar = progress(cfg.steps, f"{cfg.algo} s{cfg.seed}", initial=self.step,
                            disable=not cfg.progress)  # fmt: skip
-            stop = StopRequest()
+            stop = self.stop  # its handlers are set for the block below
             try:
                 with stop:
                     self._steps(log, bar, stop)
@@ -363,7 +364,16 @@ class Trainer:
             log.append({"step": 0, "sampled_tokens": 0, **self._observe("start")})
         while not self.budget.spent(self.step, self.sampled_tokens) and not stop.requested:
             self._observe("before_step")
-            metrics = self.train_step()
+            tokens = self.sampled_tokens  # a step stopped in its values is dropped whole
+            try:
+                metrics = self.train_step()
+            except OracleStopped:  # a stop while its values were sampled: before the update
+                self.sampled_tokens = tokens
+                warnings.warn(f"step {self.step + 1} stopped in its Monte-Carlo values (it is "
+                              "trained again on resume)", stacklevel=2)  # fmt: skip
+                if self.step > 0:  # the model is still the last whole step's: its checkpoint
+                    save_run(self.plan, self.model, self.optimizer, self.step, tokens)
+                return
             self.step += 1
             metrics["step"] = self.step
             self.divergence.check(metrics, self.model)  # before it is logged or checkpointed

@@ -349,3 +349,28 @@ def test_the_oracle_names_a_prefix_or_a_position_out_of_range():
     for positions in ([[-1], [0]], [[0], [1]], [[0, 2], [0]], [[0.0], [0]], [[0]]):
         with pytest.raises(ValueError, match=r"^positions: expected"):
             estimate_values(rows, [0, 0], [True, False], 2, 2, never, positions=positions)
+
+
+def test_a_stop_request_ends_the_oracle_before_its_next_sampling_call(tiny, monkeypatch):
+    """Issue 61, late 5: the oracle's loop ran to its end whatever was asked (a step of
+    ``rollouts=4096`` took hours). ``should_stop`` is asked before every sampling call: once
+    it says yes, ``OracleStopped`` is raised and nothing more is sampled."""
+    from refimpl.contract import ValueRequest
+    from refimpl.diagnostics import credit_oracle
+
+    model, task, problems, samples, outcome = tiny
+    real, calls = credit_oracle.sample_groups, []
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(credit_oracle, "sample_groups", counting)
+    for allowed in (0, 2):  # stop at once, and after two sampling calls
+        calls.clear()
+        with pytest.raises(credit_oracle.OracleStopped):
+            training_values(model, task, problems, samples, outcome, ValueRequest(rollouts=2),
+                            max_new_tokens=BUDGET, temperature=TEMPERATURE, top_k=None,
+                            top_p=None, success_threshold=0.5, seed=0, step=0,
+                            should_stop=lambda n=allowed: len(calls) >= n)  # fmt: skip
+        assert len(calls) == allowed

@@ -25,8 +25,9 @@ import torch
 
 from refimpl.cli import main as cli_main
 from refimpl.runs import checkpoint as ckpt
-from refimpl.runs.rundir import load_config_file
+from refimpl.runs.rundir import load_config_file, preflight, read_saved_run
 from refimpl.runs.runlog import TornLineWarning, read_jsonl, read_metrics
+from refimpl.settings.record import config_from_record
 from refimpl.train import Trainer
 from tests.safety_helpers import ROOT, cli, records, resume, snapshot
 
@@ -566,6 +567,78 @@ def test_ctrl_c_writes_a_checkpoint_and_prints_how_to_resume(runs, base, capsys)
     code, _, err = cli([*resume_argv, "--steps", str(stopped + 1)], capsys)
     assert code == 0, err
     assert [r["step"] for r in read_metrics(run)] == list(range(stopped + 2))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM to this process is POSIX")
+def test_a_stop_in_a_steps_values_keeps_the_last_whole_step(runs, capsys, monkeypatch):
+    """Issue 61, late 5: a stop waited for the step in progress, and VinePPO's values of a
+    step can take hours. SIGTERM while the oracle samples step 2's values: the values are
+    dropped, step 1 (not checkpointed by --checkpoint-every 2) is saved as the checkpoint,
+    and ``--resume`` logs exactly what the uninterrupted run logs."""
+    import refimpl.train as train_module
+
+    flags = [*tiny_flags(runs), "--algo", "vineppo", "--algo-args", "rollouts=4"]
+    code, _, err = cli(["train", *flags, "--name", "vine-whole"], capsys)
+    assert code == 0, err
+    original, calls = train_module.training_values, []
+
+    def stopped_in_step_2(*args, **kwargs):
+        calls.append(kwargs["step"])
+        if kwargs["step"] == 1:  # the values of step 2 (the loop's step index 1)
+            os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID`: the handler asks a stop
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "training_values", stopped_in_step_2)
+    with pytest.warns(UserWarning, match=r"^step 2 stopped in its Monte-Carlo values"):
+        code, _, err = cli(["train", *flags, "--name", "vine-stopped"], capsys)
+    monkeypatch.setattr(train_module, "training_values", original)
+    run = runs / "vine-stopped"
+    assert code == 128 + signal.SIGTERM and calls == [0, 1], err
+    assert "checkpoint of step 1 written" in err and "continue with:" in err, err
+    assert [r["step"] for r in read_metrics(run)] == [0, 1]
+    assert json.loads((run / "checkpoint" / "state.json").read_text())["step"] == 1
+    code, _, err = cli(resume(runs, "vine-stopped"), capsys)
+    assert code == 0, err
+    assert records(run) == records(runs / "vine-whole")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM to a child process is POSIX")
+def test_sigterm_ends_a_step_of_4096_rollouts_within_seconds(tmp_path):
+    """Issue 61, late 5, as the issue met it: VinePPO with ``rollouts=4096`` (in bounds), a
+    first step of some 8 million oracle tokens (minutes on a CPU); SIGTERM printed
+    "stopping after this step" and the process was still in step 1 ten minutes later. Now
+    the oracle stops before its next sampling call: the process ends within a minute, exit
+    code 143, and the run can be resumed (from step 0: it has no whole step yet)."""
+    from tests.safety_helpers import python_cli, tiny_flags
+
+    argv = python_cli("train", *tiny_flags(tmp_path, steps=2, warmstart=False), "--name", "big",
+                      "--algo", "vineppo", "--algo-args", "rollouts=4096",
+                      "--prompts-per-step", "64", "--group-size", "8")  # fmt: skip
+    run = tmp_path / "big"
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (run / "metrics.jsonl").is_file() and (run / "metrics.jsonl").read_text():
+                break  # step 0 is logged: step 1 samples, then its values
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        waited = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    err = err.decode()
+    assert proc.returncode == 143 and waited < 60, (proc.returncode, waited, err)
+    assert "step 1 stopped in its Monte-Carlo values" in err and "Traceback" not in err, err
+    assert [r["step"] for r in read_metrics(run)] == [0]
+    saved = read_saved_run(run)
+    cfg = config_from_record(saved.config, "--resume")
+    preflight(dataclasses.replace(cfg, resume=True, runs_dir=tmp_path, name="big"), saved)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import pytest
@@ -403,3 +404,33 @@ def test_bench_speed_quick_keeps_the_sizes_that_were_typed():
     cfg = parse("--quick", "--lengths", "32", "128")  # the full default, typed
     assert cfg.lengths == (32, 128) and cfg.big_batch == (64, 32)
     assert parse().lengths == (32, 128) and parse("--quick").lengths == (8, 16)
+
+
+def test_a_steps_monte_carlo_values_are_estimated_before_the_run(tmp_path, capsys, monkeypatch,
+                                                                  no_side_effects):  # fmt: skip
+    """Issue 61, late 5: VinePPO's ``rollouts=4096`` is in bounds, and one step of it on the
+    default batch sampled for more than ten minutes with nothing said. Before anything is
+    written, the oracle's tokens of a step are estimated: above ``ORACLE_TOKENS_WARN`` a
+    warning names ``--algo-args``, the tokens and the time; above ``ORACLE_TOKENS_LIMIT``
+    (lowered here) the run is refused with the largest K that fits. The default K = 9 says
+    nothing."""
+    from refimpl.settings import memory
+
+    runs = tmp_path / "runs"
+    flags = ["train", "--algo", "vineppo", "--runs-dir", runs, "--no-progress"]
+    with pytest.warns(UserWarning) as said, pytest.raises(AssertionError, match="side effect"):
+        cli([*flags, "--algo-args", "rollouts=4096"], capsys)
+    (warning,) = [str(w.message) for w in said if "Monte-Carlo" in str(w.message)]
+    assert warning.startswith("--algo-args: with K = 4096 rollouts, the Monte-Carlo values "
+                              "of a step sample about "), warning  # fmt: skip
+    tokens = int(warning.split("sample about ")[1].split(" tokens")[0].replace(",", ""))
+    assert 10**7 < tokens < 10**8 and "minutes a step" in warning, warning
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with pytest.raises(AssertionError, match="side effect"):
+            cli(flags, capsys)  # K = 9: some 75,000 tokens a step, nothing to say
+    assert not [w for w in said if "Monte-Carlo" in str(w.message)]
+    monkeypatch.setattr(memory, "ORACLE_TOKENS_LIMIT", 10**7)
+    err = refused([*flags, "--algo-args", "rollouts=4096"], "--algo-args: with K = 4096", capsys,
+                  runs)  # fmt: skip
+    assert "more than the 1e+07 a step may take; expected at most about 1" in err, err

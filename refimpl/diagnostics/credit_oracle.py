@@ -79,6 +79,17 @@ from toy_envs import TOKENIZER
 ORACLE_STREAM = 7_919
 
 
+class OracleStopped(Exception):
+    """A stop was asked (``should_stop()`` said so) while the oracle sampled: its values are
+    incomplete and none is returned. A training loop drops the step in progress (the oracle
+    runs before the update, so the model is still the last whole step's)."""
+
+
+#: ``should_stop() -> bool``, asked before every sampling call of the oracle (each well under
+#: a second for the toy models): True abandons the values (``OracleStopped``); None never.
+StopFn = Callable[[], bool]
+
+
 @dataclass
 class TokenValues:
     """The oracle's estimates for a batch of ``B`` completions of ``T`` padded positions.
@@ -187,12 +198,13 @@ ContinueFn = Callable[[list[tuple[int, tuple[int, ...]]], int], tuple[np.ndarray
 
 def toy_continuations(
     model, task, problems: Sequence, *, rollouts: int, max_new_tokens: int, sampling: dict,
-    success_threshold: float, seed: int, max_rows: int,
+    success_threshold: float, seed: int, max_rows: int, should_stop: StopFn | None = None,
 ) -> ContinueFn:  # fmt: skip
     """The ``ContinueFn`` of a toy policy: each prefix (prompt and response tokens so far) is
     one "prompt" of ``sample_groups`` with ``group_size = K``, so its KV cache is computed once
     and repeated ``K`` times; the continuations get the budget that is left and the task's
-    verifier scores the whole response text."""
+    verifier scores the whole response text. ``should_stop`` is asked before every call
+    (``StopFn``)."""
     _check_rollouts(rollouts)
     check_sampling(sampling.get("temperature", 1.0), sampling.get("top_k"), sampling.get("top_p"))
     _check_threshold(success_threshold)
@@ -208,6 +220,8 @@ def toy_continuations(
     def continue_prefixes(keys, t):
         won, sampled = [], 0
         for chunk_index, start in enumerate(range(0, len(keys), per_call)):
+            if should_stop is not None and should_stop():
+                raise OracleStopped(f"the oracle stopped at a request (prefixes of length {t})")
             chunk = keys[start : start + per_call]
             conts = sample_groups(
                 model,
@@ -346,6 +360,7 @@ def token_values(
     max_rows: int = 4096,
     progress: ProgressFn | None = None,
     step_ends: str | None = None,
+    should_stop: StopFn | None = None,
 ) -> TokenValues:
     """The oracle's ``V̂`` before and after every token of ``samples`` and the true advantages
     (Eqs. 1-3), by ``rollouts`` continuations of every distinct prefix.
@@ -367,6 +382,7 @@ def token_values(
         progress: a progress bar over the prefixes (``ProgressFn``), or ``None``.
         step_ends: value only the prefixes that start a step (:func:`step_starts`), a step
             ending with a token of one of these characters; ``None``: every prefix.
+        should_stop: asked before every sampling call; True raises ``OracleStopped``.
     """
     _check_rollouts(rollouts)
     require(_is_int(max_rows) and max_rows >= rollouts, "max_rows",
@@ -393,6 +409,7 @@ def token_values(
         model, task, problems, rollouts=rollouts, max_new_tokens=max_new_tokens,
         sampling={"temperature": temperature, "top_k": top_k, "top_p": top_p},
         success_threshold=success_threshold, seed=seed, max_rows=max_rows,
+        should_stop=should_stop,
     )  # fmt: skip
     rows = samples.responses()
     positions = None
@@ -408,7 +425,7 @@ def token_values(
 def training_values(
     model, task, problems: Sequence, samples: Samples, outcome: Tensor, request, *,
     max_new_tokens: int, temperature: float, top_k: int | None, top_p: float | None,
-    success_threshold: float, seed: int, step: int,
+    success_threshold: float, seed: int, step: int, should_stop: StopFn | None = None,
 ) -> TokenValues:  # fmt: skip
     """What a training loop hands ``advantages`` when ``Config.values_needed()`` returns
     ``request`` (a ``contract.ValueRequest``): :func:`token_values` of ``model`` (π_old: call it
@@ -416,12 +433,15 @@ def training_values(
     own random streams (``(seed, step)``), no progress bar, valuing only the requested
     prefixes. Its ``value_before`` is the ``[B, T]`` float64 ``V̂(q, o_<t)`` the batch carries
     (NaN at the prefixes not valued, 0 on padding); ``sampled_tokens`` and ``prefixes`` are
-    what the values cost (the loops log them)."""
+    what the values cost (the loops log them). ``should_stop``: the loop's stop request
+    (``StopFn``): a step of many rollouts (thousands per prefix) stops within a sampling call,
+    not at its end."""
     step_seed = int(np.random.default_rng([seed, step, ORACLE_STREAM]).integers(2**62))
     values = token_values(
         model, task, problems, samples, outcome, rollouts=request.rollouts,
         max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
         success_threshold=success_threshold, seed=step_seed, step_ends=request.step_ends,
+        should_stop=should_stop,
     )  # fmt: skip
     return values
 

@@ -41,6 +41,11 @@ class StopRequest:
                     pass
         return self
 
+    def asked(self) -> bool:
+        """Whether a stop was asked: the loop ends after the step in progress, and the
+        oracle's sampling of a step's values (``credit_oracle.StopFn``) at once."""
+        return self.requested is not None
+
     def _handle(self, signum, frame) -> None:
         if self.requested is not None:
             self._restore()
@@ -49,8 +54,9 @@ class StopRequest:
         # os.write, not print: a handler may run while tqdm is writing to stderr.
         os.write(
             2,
-            b"\nrefimpl: stopping after this step to write a checkpoint "
-            b"(Ctrl-C again stops at once, keeping the last checkpoint)\n",
+            b"\nrefimpl: stopping after this step to write a checkpoint (a step's "
+            b"Monte-Carlo values stop at once; Ctrl-C again stops at once, keeping the last "
+            b"checkpoint)\n",
         )
 
     def _restore(self) -> None:

@@ -5,6 +5,7 @@ naming the flag and the memory estimate (not killed by the kernel an hour later)
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -128,3 +129,88 @@ def refuse_over_budget(estimates: list[tuple[str, int, list]], device: str) -> N
             f"{flag}: {value} needs about {_human(need)} for {what} (an estimate), more than "
             f"the {_human(limit)} of memory {where}; expected at most about {most}"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# The oracle's cost of a step: Monte-Carlo values (VinePPO's) are sampled, not looked up.
+# ---------------------------------------------------------------------------------------------
+
+#: A step whose Monte-Carlo values (a Config's ``values_needed()``: VinePPO's) would sample
+#: more tokens than this is announced before the run with the estimate: half a minute a step
+#: (the oracle samples some 30,000 tokens a second with the 2-layer model on one core of the
+#: project's 2-core CPU, ``ORACLE_TOKENS_PER_SECOND``), 13 times VinePPO's default step on
+#: the default batch (K = 9: some 75,000 tokens on chain).
+ORACLE_TOKENS_WARN = 10**6
+#: ... and refused above this: days a step, which no setting in bounds is meant to ask for
+#: (``rollouts=4096`` on the default 64 × 8 chain batch is some 10⁸).
+ORACLE_TOKENS_LIMIT = 10**10
+#: The oracle's sampling speed the announcement quotes (measured with the shipped countdown
+#: model at K = 4096 on one core of the project's loaded 2-core AMD EPYC: 37,000 a second).
+ORACLE_TOKENS_PER_SECOND = 30_000
+
+
+class OracleCost(NamedTuple):
+    """What the Monte-Carlo values of one step sample (``oracle_cost``), per the estimate."""
+
+    tokens: float  # the oracle's continuations, in sampled tokens
+    own: float  # the step's own completions, in sampled tokens
+    starts: float  # the prefixes valued per completion (step starts)
+    continuation: float  # the mean length of one continuation, in tokens
+    rollouts: int  # K, the continuations of each prefix
+
+
+def oracle_cost(task, max_new_tokens: int, prompts: int, group_size: int, request,
+                problems: list) -> OracleCost:  # fmt: skip
+    """The tokens the oracle samples for one step's values (``request``: the Config's
+    ``ValueRequest``, ``K`` rollouts of each prefix that starts a step), estimated for a
+    policy that writes the reference solutions of ``problems`` (the first step's prompts):
+    per prompt, ``K`` continuations of the empty prefix (shared by its ``G`` completions)
+    and of each later step start of each completion, each as long as what is left of the
+    solution. Real completions differ (a wrong one can run to the budget): an estimate of
+    the order of magnitude, not a bound."""
+    from refimpl.diagnostics.credit_oracle import step_starts
+
+    ends = TOKENIZER.encode(request.step_ends) if request.step_ends is not None else None
+    shared, per_completion, starts, length = 0.0, 0.0, 0.0, 0.0
+    for problem in problems:
+        tokens = TOKENIZER.encode(task.reference_solution(problem), add_eos=True)
+        tokens = tokens[:max_new_tokens]
+        positions = step_starts(tokens, ends) if ends is not None else range(len(tokens))
+        shared += len(tokens)  # the empty prefix: once per prompt
+        per_completion += sum(len(tokens) - t for t in positions if t > 0)
+        starts += len(positions)
+        length += len(tokens)
+    n = max(len(problems), 1)
+    tokens = request.rollouts * prompts * (shared + group_size * per_completion) / n
+    continuation = (shared + per_completion) / max(starts, 1)
+    own = prompts * group_size * length / n
+    return OracleCost(tokens, own, starts / n, continuation, request.rollouts)
+
+
+def check_oracle_cost(cost: OracleCost, factors: list[tuple[str, int, int, str]]) -> str | None:
+    """``ValueError`` when ``cost`` is above ``ORACLE_TOKENS_LIMIT``, naming the flag of
+    ``factors`` (``(flag, value, default, value as shown)``) that grew most over its default
+    and about the largest value of it that fits; else the announcement of a cost above
+    ``ORACLE_TOKENS_WARN`` (the caller warns with it), or None."""
+    flag, value, _, shown = max(factors, key=lambda f: f[1] / max(f[2], 1))
+    what = (
+        f"the Monte-Carlo values of a step sample about {cost.tokens:,.0f} tokens, "
+        f"{cost.tokens / max(cost.own, 1):,.0f} times the step's own {cost.own:,.0f} "
+        f"(about {cost.starts:.1f} prefixes a completion, each continued K = {cost.rollouts} "
+        f"times for about {cost.continuation:.0f} tokens; an estimate from the task's "
+        "reference solutions)"
+    )
+    if cost.tokens > ORACLE_TOKENS_LIMIT:
+        most = max(1, int(value * ORACLE_TOKENS_LIMIT / cost.tokens))
+        raise ValueError(
+            f"{flag}: with {shown}, {what}, more than the {ORACLE_TOKENS_LIMIT:.0e} a step may "
+            f"take; expected at most about {most}"
+        )
+    if cost.tokens <= ORACLE_TOKENS_WARN:
+        return None
+    minutes = cost.tokens / ORACLE_TOKENS_PER_SECOND / 60
+    took = f"{minutes / 60:,.1f} hours" if minutes >= 90 else f"{minutes:,.1f} minutes"
+    return (
+        f"{flag}: with {shown}, {what}: about {took} a step at {ORACLE_TOKENS_PER_SECOND:,} "
+        "tokens a second; Ctrl-C stops a step's values at once"
+    )

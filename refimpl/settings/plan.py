@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -18,7 +19,12 @@ import torch
 
 from refimpl import algorithms
 from refimpl.settings.limits import flag, one_of
-from refimpl.settings.memory import memory_estimates, refuse_over_budget
+from refimpl.settings.memory import (
+    check_oracle_cost,
+    memory_estimates,
+    oracle_cost,
+    refuse_over_budget,
+)
 from refimpl.settings.overrides import parse_overrides
 from refimpl.settings.train_config import (
     UNRECORDED_MEANS,
@@ -72,7 +78,34 @@ def resolve(cfg: TrainConfig, saved=None) -> Plan:
     algo_cfg = algorithm_config(cfg, algo, max_new_tokens, saved_algo)
     # sizes that cannot fit in this machine's memory: refused, naming the flag
     refuse_over_budget(memory_estimates(cfg, task, max_new_tokens, algo_cfg), cfg.device)
+    request = algo_cfg.values_needed()  # Monte-Carlo values (VinePPO's): sampled every step
+    if request is not None:
+        default = type(algo_cfg)().values_needed()
+        announce_oracle_cost(task, max_new_tokens, cfg.prompts_per_step, cfg.group_size,
+                             cfg.seed, request, default.rollouts)  # fmt: skip
     return Plan(cfg, algo, algo_cfg, task, max_new_tokens, warmstart, device, cfg.run_dir, saved)
+
+
+def announce_oracle_cost(task, max_new_tokens: int, prompts: int, group_size: int, seed: int,
+                         request, default_rollouts: int) -> None:  # fmt: skip
+    """The oracle's tokens of a step (``memory.oracle_cost``, from the reference solutions of
+    the run's first prompts): refused above ``ORACLE_TOKENS_LIMIT``, a warning with the
+    estimate above ``ORACLE_TOKENS_WARN`` (a step of ``rollouts=4096`` took hours, and a
+    stop waited for it), before anything is written. The flag named is the one that grew
+    most over its default."""
+    from refimpl.problem_streams import training_rng
+
+    problems = task.sample(min(prompts, 256), training_rng(seed, 0, 0))
+    cost = oracle_cost(task, max_new_tokens, prompts, group_size, request, problems)
+    defaults = TrainConfig()
+    factors = [
+        ("--algo-args", request.rollouts, default_rollouts, f"K = {request.rollouts} rollouts"),
+        ("--prompts-per-step", prompts, defaults.prompts_per_step, str(prompts)),
+        ("--group-size", group_size, defaults.group_size, str(group_size)),
+    ]
+    announcement = check_oracle_cost(cost, factors)
+    if announcement is not None:
+        warnings.warn(announcement, stacklevel=3)
 
 
 def build_task(task: str, task_args: tuple[str, ...] = ()):
