@@ -198,3 +198,29 @@ def test_the_checks_see_a_broken_path_and_leave_the_exempt_ones(tmp_path):
         "docs/page.md: nowhere.md",
         "notebooks/01.ipynb: ../docs/no.md",
     ]
+
+
+#: ``tests/FILE.py::TEST``: a test the safety page names as the one holding a promise.
+NAMED_TEST = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
+
+
+def test_every_promise_of_the_safety_page_names_a_test_that_exists():
+    """docs/safety.md, "What each command promises" (issue 61): every ``refimpl`` command has
+    a list there, every promise of it names at least one test, and every test named is
+    defined in the file named (a renamed or deleted test leaves its promise unheld)."""
+    from refimpl.cli import COMMANDS
+
+    text = (ROOT / "docs" / "safety.md").read_text(encoding="utf-8")
+    section = text.split("\n## What each command promises\n", 1)[1].split("\n## ", 1)[0]
+    headings = re.findall(r"^### (.+)$", section, re.M)
+    for command in COMMANDS:
+        assert any(f"`refimpl {command}`" in h for h in headings), command
+    promises = re.split(r"\n(?=- )", section.split("\n### ", 1)[1])
+    promises = [p for p in promises if p.startswith("- ")]
+    assert len(promises) >= 40
+    for promise in promises:
+        named = NAMED_TEST.findall(promise)
+        assert named, f"a promise names no test: {promise[:80]!r}"
+        for file, test in named:
+            source = (ROOT / file).read_text(encoding="utf-8")
+            assert re.search(rf"^def {test}\(", source, re.M), f"{file}::{test} is not defined"
