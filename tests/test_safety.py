@@ -602,6 +602,7 @@ def test_a_stop_in_a_steps_values_keeps_the_last_whole_step(runs, capsys, monkey
     assert records(run) == records(runs / "vine-whole")
 
 
+@pytest.mark.slow  # a process of its own: started first among the workers
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM to a child process is POSIX")
 def test_sigterm_ends_a_step_of_4096_rollouts_within_seconds(tmp_path):
     """Issue 61, late 5, as the issue met it: VinePPO with ``rollouts=4096`` (in bounds), a
@@ -611,7 +612,7 @@ def test_sigterm_ends_a_step_of_4096_rollouts_within_seconds(tmp_path):
     code 143, and the run can be resumed (from step 0: it has no whole step yet)."""
     from tests.safety_helpers import python_cli, tiny_flags
 
-    argv = python_cli("train", *tiny_flags(tmp_path, steps=2, warmstart=False), "--name", "big",
+    argv = python_cli("train", *tiny_flags(tmp_path, steps=2), "--name", "big",
                       "--algo", "vineppo", "--algo-args", "rollouts=4096",
                       "--prompts-per-step", "64", "--group-size", "8")  # fmt: skip
     run = tmp_path / "big"
