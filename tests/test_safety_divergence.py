@@ -45,10 +45,10 @@ def test_a_diverged_policy_stops_the_run_and_keeps_the_last_good_checkpoint(
     """The issue's silent results 5: GTPO at lr 1e10 (DAPO at 1e6) exited 0 with every
     step skipped, NaN entropies, held-out success 0.5 → 0.0 and a NaN checkpoint saved;
     GRPO at 1e10 failed as "logp_old: expected finite log-probs", exit 2."""
-    code, _, err = cli(
-        ["train", *tiny_flags(tmp_path, steps=6), "--algo", algo, "--lr", lr, "--name", "x"],
-        capsys,
-    )
+    # --lr-warmup 0: the issue's runs took the whole lr from the first update (the warm-up,
+    # 8 updates by default since, reaches it only after this run's 6 steps for DAPO at 1e6)
+    flags = ["--algo", algo, "--lr", lr, "--lr-warmup", "0", "--name", "x"]
+    code, _, err = cli(["train", *tiny_flags(tmp_path, steps=6), *flags], capsys)
     assert code == 1, err
     lines = error_lines(err)
     assert len(lines) == 1 and "Traceback" not in err, err
