@@ -585,3 +585,13 @@ def test_issue_49_18_messages_name_the_flag_typed(tmp_path, capsys, two_runs, no
     (run / "config.json").write_text(json.dumps(config))
     err = _refused(resume(tmp_path, "kl", "--steps", "4"), "", capsys)
     assert "algo_config.kl_coef is missing" in err and "says None" not in err, err
+
+
+def test_the_library_refuses_an_empty_rollouts_item():
+    """``CreditConfig.rollout_list`` from Python, as the command line does: ``2,,4`` is a typo
+    (it was read as K = 2, 4)."""
+    from refimpl.bench.credit import CreditConfig
+
+    with pytest.raises(ValueError, match="--rollouts: '2,,4' has an empty item"):
+        CreditConfig(rollouts="2,,4").rollout_list()
+    assert CreditConfig(rollouts="2,4").rollout_list() == [2, 4]

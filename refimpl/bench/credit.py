@@ -102,9 +102,13 @@ class CreditConfig:
     """replace an existing --out"""
 
     def rollout_list(self) -> list[int]:
+        from refimpl.settings.limits import comma_items
+
         try:
-            ks = [int(s) for s in self.rollouts.split(",") if s.strip()]
-        except ValueError:
+            ks = [int(s) for s in comma_items(self.rollouts, "--rollouts")]  # no empty item
+        except ValueError as err:
+            if "empty item" in str(err):
+                raise
             raise ValueError(
                 f"--rollouts: expected comma-separated integers, got {self.rollouts!r}"
             ) from None
