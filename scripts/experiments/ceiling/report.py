@@ -492,18 +492,30 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-figure", action="store_true", help="tables only")
 
 
+def curves_figure(arms: dict, out: Path) -> Path:
+    """The section's learning curves (``figures.curves``) with this report's arms and names."""
+    import figures  # the section's two figures, beside this file
+
+    return figures.curves(arms, out, ARMS, NAMES, CEILING, PRIMARY)
+
+
+def scatter_figure(arms: dict, results: Path, out: Path) -> Path | None:
+    """Credit agreement against what each arm learned (``figures.scatter``): its share of the
+    ceiling once it is resolved, else its gain over GRPO."""
+    import figures
+
+    ylabel = ("share of the ceiling (90 % bootstrap)" if ceiling_resolved(arms)
+              else "pass@1 gain − GRPO's (90 % t interval)")  # fmt: skip
+    return figures.scatter(scatter_points(arms, results), out, NAMES, CEILING, ylabel)
+
+
 def _figures(args: argparse.Namespace) -> None:
     if args.no_figure:
         return
-    import figures  # the section's two figures, beside this file
-
     arms = load_runs(args.results)
     FIGURES.mkdir(parents=True, exist_ok=True)
-    figures.curves(arms, FIGURES / "ceiling_curves.png", ARMS, NAMES, CEILING, PRIMARY)
-    ylabel = ("share of the ceiling (90 % bootstrap)" if ceiling_resolved(arms)
-              else "pass@1 gain − GRPO's (90 % t interval)")  # fmt: skip
-    figures.scatter(scatter_points(arms, args.results), FIGURES / "ceiling_scatter.png", NAMES,
-                    CEILING, ylabel)  # fmt: skip
+    curves_figure(arms, FIGURES / "ceiling_curves.png")
+    scatter_figure(arms, args.results, FIGURES / "ceiling_scatter.png")
 
 
 def main(argv: list[str] | None = None) -> int:
