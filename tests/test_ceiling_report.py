@@ -139,3 +139,23 @@ def test_every_arm_is_read_at_the_end_of_the_same_token_budget(report):
     run["evals"] = run["evals"][:2]  # the budget ended at update 10
     assert report.at_update(run)["step"] == 10
     assert report.at_update(_run(0, 0.1))["step"] == 20
+
+
+def test_the_warm_up_section_reads_h_per_seed_with_its_mdd(report, tmp_path):
+    """warmup.json's arms (labelled with their settings, as collect.py labels them): H of
+    VinePPO against GRPO with the warm-up is the paired mean, per seed, and the computed
+    sentence says at which setting it reaches 3 MDD."""
+    results = _results(tmp_path, [0.06, 0.095, 0.045, 0.075, 0.075])
+    warm = {
+        "vineppo lr_warmup=8": {str(s): _run(s, g) for s, g in enumerate(CEILING_GAINS)},
+        "grpo lr_warmup=8": {str(s): _run(s, g) for s, g in enumerate(GRPO_GAINS)},
+        report.warmup_rows.WARM_AUTHORS: {str(s): _run(s, g) for s, g in enumerate(GRPO_GAINS)},
+    }
+    (results / "warmup.json").write_text(json.dumps({"machine": {"cpu": "test"}, "arms": warm}))
+    arms = report.load_runs(results)
+    text = report.warmup_rows.warmup_text(arms, results)
+    diffs = [c - g for c, g in zip(CEILING_GAINS, GRPO_GAINS)]  # pass@1 gains are half
+    per_seed = ", ".join(f"{d / 2:+.3f}" for d in diffs)
+    assert per_seed in text
+    assert "resolved (H ≥ 3 MDD) at lr 1e-4, VinePPO as above" in text
+    assert "VinePPO as its authors run it: H = +0.000" in text
