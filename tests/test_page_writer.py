@@ -264,7 +264,9 @@ def claims(tmp_path, monkeypatch):
 
 
 def _pages(report) -> dict:
-    return {n: Path(getattr(report, n)).read_bytes() for n in ("PAGE", "RESULTS_PAGE", "BENCH_PAGE")}
+    return {
+        n: Path(getattr(report, n)).read_bytes() for n in ("PAGE", "RESULTS_PAGE", "BENCH_PAGE")
+    }
 
 
 def test_the_claims_report_is_current_on_its_copied_files(claims, capsys):

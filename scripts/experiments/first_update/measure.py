@@ -93,8 +93,11 @@ def measure(runs_dir: Path) -> dict:
     bases = [m.base_record for m, _ in loaded.values()]
     return {
         "header": make_header(
-            "first update", command="python scripts/experiments/first_update/measure.py",
-            seeds=list(SEEDS), base_models=base_models_of(bases), evaluation_grid="none",
+            "first update",
+            command="python scripts/experiments/first_update/measure.py",
+            seeds=list(SEEDS),
+            base_models=base_models_of(bases),
+            evaluation_grid="none",
         ),  # fmt: skip
         "machine": machine_info(),
         "command": "python scripts/experiments/first_update/measure.py",
