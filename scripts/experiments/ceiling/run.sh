@@ -83,9 +83,10 @@ if [[ ! -e "$OUT/warmup.json" ]]; then
   "$PY" scripts/experiments/ceiling/collect.py --bench "$RUNS/bench/ceiling-warmup" \
     --probe "lr_warmup=8" --out "$OUT/warmup.json"
 fi
-# 8. The learning-rate probes with the warm-up: VinePPO and GRPO at lr 3e-4 and 1e-3 on 3
-#    seeds (without it, 3e-4 made VinePPO fall further than GRPO in every seed).
-for lr in 3e-4 1e-3; do
+# 8. The learning-rate probe with the warm-up: VinePPO and GRPO at lr 3e-4 on 3 seeds (without
+#    it, 3e-4 made VinePPO fall further than GRPO in every seed). 1e-3 is not run: the warm-up
+#    does not tame its first step (docs/first_update.md); LRS="3e-4 1e-3" runs it too.
+for lr in ${LRS:-3e-4}; do
   if [[ ! -e "$OUT/warmup_lr$lr.json" ]]; then
     bench "$RUNS/bench/ceiling-warmup-lr$lr" 0,1,2 --lr-warmup 8 --lr "$lr" --algos vineppo,grpo \
       --ablations ""
