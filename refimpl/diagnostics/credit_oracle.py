@@ -168,7 +168,7 @@ def _check_threshold(success_threshold: float) -> None:
             f"a finite number, got {success_threshold!r}")  # fmt: skip
 
 
-def _binomial_se(counts: np.ndarray, k: int) -> np.ndarray:
+def binomial_se(counts: np.ndarray, k: int) -> np.ndarray:
     """``√(V̂ (1 − V̂) / K)`` with ``V̂ = counts / K`` (Eq. 3)."""
     value = counts / k
     return np.sqrt(value * (1.0 - value) / k)
@@ -475,8 +475,8 @@ def _assemble(rows, prompt_of, counts, success, width, rollouts, sampled, second
     after = np.where(mask, total[:, 1:], 0.0)
     # The outcome is not estimated: its s.e. is 0 (the last token's value_after).
     is_last = positions == (lengths[:, None] - 1)
-    se_before = np.where(mask, _binomial_se(before * rollouts, rollouts), 0.0)
-    se_after = np.where(mask & ~is_last, _binomial_se(after * rollouts, rollouts), 0.0)
+    se_before = np.where(mask, binomial_se(before * rollouts, rollouts), 0.0)
+    se_after = np.where(mask & ~is_last, binomial_se(after * rollouts, rollouts), 0.0)
     half_adv = np.where(mask[None], halves[:, :, 1:] - halves[:, :, :T], 0.0)
     as_tensor = lambda x: torch.as_tensor(x, dtype=torch.float64)  # noqa: E731
     return TokenValues(
@@ -560,8 +560,3 @@ def reference_values(
             return float(values[0])
         V = values.reshape(len(levels[d - 1]), TOKENIZER.vocab_size)
     raise AssertionError("unreachable")
-
-
-def binomial_se(value: float, rollouts: int) -> float:
-    """The s.e. of a Monte-Carlo value with true value ``value`` from ``rollouts`` rollouts."""
-    return math.sqrt(value * (1.0 - value) / rollouts)
