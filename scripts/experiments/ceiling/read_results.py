@@ -23,7 +23,8 @@ EVAL_NUMBERS = ("step", "sampled_tokens", "value_sampled_tokens", "greedy", "pas
 def check_collected(data: dict, path: Path) -> dict[str, dict[str, dict]]:
     """``{arm: {seed: run}}`` of the finished runs of a file ``collect.py`` wrote, every
     figure the tables read checked first: the wrong shape, a string or a non-finite number
-    where a figure is read is ``ResultFileError`` naming the file and the place."""
+    where a figure is read is ``ResultFileError`` naming the file and the place. A run that
+    did not finish is left out, and only its ``finished`` flag is read."""
     arms = data["arms"]
     expect(isinstance(arms, dict) and arms, path, "arms: expected an object of arms")
     expect(isinstance(data["machine"], dict), path, "machine: expected an object")
@@ -35,6 +36,8 @@ def check_collected(data: dict, path: Path) -> dict[str, dict[str, dict]]:
             where = f"arms.{label}.{seed}"
             expect(isinstance(run, dict), path, f"{where}: expected a run")
             expect(isinstance(run["finished"], bool), path, f"{where}.finished: expected a bool")
+            if not run["finished"]:  # left out of every table: an interrupted run may have
+                continue  # no step (NaN costs) and no evaluation yet
             for key in RUN_NUMBERS:
                 finite(run[key], path, f"{where}.{key}")
             for key in ("value_prefixes_per_step", "value_tokens_per_step"):
@@ -49,8 +52,7 @@ def check_collected(data: dict, path: Path) -> dict[str, dict[str, dict]]:
             expect(isinstance(entropy, list) and entropy, path, f"{where}.entropy: expected a list")
             for i, h in enumerate(entropy):
                 finite(h, path, f"{where}.entropy[{i}]")
-            if run["finished"]:
-                out[label][seed] = run
+            out[label][seed] = run
     return out
 
 
