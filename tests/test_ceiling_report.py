@@ -159,3 +159,21 @@ def test_the_warm_up_section_reads_h_per_seed_with_its_mdd(report, tmp_path):
     assert per_seed in text
     assert "resolved (H ≥ 3 MDD) at lr 1e-4, VinePPO as above" in text
     assert "VinePPO as its authors run it: H = +0.000" in text
+
+
+def test_an_unfinished_run_with_no_step_yet_is_left_out_not_refused(report, tmp_path):
+    """A run interrupted before its first step (collect.py writes NaN costs and no
+    evaluation) is no damage: it is left out of every table; a finished run with the same
+    figures is refused, naming the place."""
+    results = _results(tmp_path, [0.06, 0.095, 0.045, 0.075, 0.075])
+    data = json.loads((results / "runs.json").read_text())
+    empty = {**_run(9, 0.0, finished=False), "evals": [], "entropy": [],
+             "policy_tokens_per_step": float("nan")}  # fmt: skip
+    data["arms"]["vineppo"]["9"] = empty
+    (results / "runs.json").write_text(json.dumps(data))
+    assert "9" not in report.load_runs(results)["vineppo"]
+    data["arms"]["vineppo"]["9"] = {**empty, "finished": True}
+    (results / "runs.json").write_text(json.dumps(data))
+    with pytest.raises(report.ResultFileError if hasattr(report, "ResultFileError") else ValueError,
+                       match="arms.vineppo.9"):  # fmt: skip
+        report.load_runs(results)
