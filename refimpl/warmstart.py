@@ -119,17 +119,20 @@ def _work(config: dict) -> float:
     )
 
 
-def estimated_seconds(inputs: dict) -> float | None:
+def estimated_seconds(inputs: dict) -> tuple[float | None, str]:
     """About how long training the warm start ``inputs`` takes on one thread, scaled from the
-    shipped models' own measured training seconds (None: none recorded)."""
-    rates = []
+    shipped models' own measured training seconds (None: none recorded), and the CPU they
+    were measured on."""
+    rates, cpus = [], set()
     for model in shipped.shipped_models():
         seconds = model.entry.get("report", {}).get("train_seconds")
         try:
             rates.append(float(seconds) / _work(model.entry["config"]))
         except (TypeError, KeyError, ValueError, ZeroDivisionError):
             continue
-    return float(sorted(rates)[len(rates) // 2]) * _work(inputs) if rates else None
+        cpus.add(str(model.entry.get("trained_on", {}).get("cpu", "unrecorded")))
+    estimate = float(sorted(rates)[len(rates) // 2]) * _work(inputs) if rates else None
+    return estimate, ", ".join(sorted(cpus)) or "unrecorded"
 
 
 def training_notice(inputs: dict, *, force: bool, shipped_used: bool) -> str:
@@ -138,7 +141,7 @@ def training_notice(inputs: dict, *, force: bool, shipped_used: bool) -> str:
     why = ("retraining it (--force)" if force else "a shipped model has these settings, "
            "but this run trains its own (shipped models off)" if shipped_used else
            "no base model shipped with refimpl (refimpl/base_models/) has these settings")  # fmt: skip
-    est = estimated_seconds(inputs)
+    est, cpu = estimated_seconds(inputs)
     cost = (
         f"about {est / 60:.0f} min"
         if est and est >= 90
@@ -148,8 +151,8 @@ def training_notice(inputs: dict, *, force: bool, shipped_used: bool) -> str:
     )
     args = " ".join(inputs.get("task_args") or [])
     return (f"warm start: {why}; training one: {inputs['task']}{' ' + args if args else ''}, "
-            f"{inputs['steps']} steps of {inputs['batch_size']}, {cost} on one thread of a 2-core AMD "
-            "EPYC (cached after that: later runs reuse it)")  # fmt: skip
+            f"{inputs['steps']} steps of {inputs['batch_size']}, {cost} on one thread at the shipped "
+            f"models' speed ({cpu}; cached after that: later runs reuse it)")  # fmt: skip
 
 
 def _load_shipped(cfg: WarmstartConfig, entry: shipped.ShippedModel, prefix: str) -> GPT:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import time
 
 
@@ -35,12 +34,10 @@ def machine_info() -> dict[str, object]:
         load = os.getloadavg()
     except OSError:
         load = (float("nan"),) * 3
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
+    from refimpl.bench.result_header import UNRECORDED, current_commit
+
+    commit = current_commit()
+    commit = "" if commit == UNRECORDED else commit  # machine_info's old form: empty
     return {
         "date": time.strftime("%Y-%m-%d %H:%M %Z"),
         "cpu": cpu,
