@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from read_results import load_extra
+from collected_runs import load_extra
 from readings import (
     BASELINE,
     CEILING,
