@@ -49,8 +49,8 @@ sys.path.insert(0, str(HERE))
 import page_writer  # noqa: E402  (the lab's one page writer)
 import stats  # noqa: E402  (the claims ledger's statistics)
 import warmup_rows  # noqa: E402  (the section with the learning-rate warm-up)
-from page_writer import finite  # noqa: E402
 from collected_runs import check_collected, load_extra, load_runs  # noqa: E402
+from page_writer import finite  # noqa: E402
 from readings import (  # noqa: E402  (one run's and one pair's figures, shared with warmup_rows)
     BASELINE,
     CEILING,
