@@ -86,6 +86,38 @@ def _in_package(code) -> bool:
     return code.co_filename.startswith(PACKAGE)
 
 
+#: Values that are not followed by identity: interned or shared by unrelated code.
+PLAIN = (str, bytes, int, float, bool, type(None), type)
+
+
+def _is_record(value) -> bool:
+    """A value a function hands on as data, which the walk follows when a stop returns it: a
+    dict, list, tuple (named ones too), set, ``Path`` or dataclass instance; not a model, a
+    tensor or an object with behaviour of its own (a task, an observer), where the design
+    says a setting's path ends."""
+    import dataclasses
+
+    if isinstance(value, (dict, list, tuple, set, frozenset, Path)):
+        return not any(type(v).__module__.startswith("torch") for v in _items(value))
+    # a dataclass of ours (a task is toy_envs' object: the step's, not the settings')
+    is_ours = type(value).__module__.startswith("refimpl")
+    return is_ours and dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _is_torch(value) -> bool:
+    """A model, a tensor, an optimizer, a device: what the settings are turned into, not
+    a setting (the walk follows no value into them, whatever they hold)."""
+    return any(c.__module__.startswith("torch") for c in type(value).__mro__)
+
+
+def _items(value) -> list:
+    if isinstance(value, dict):
+        return list(value.values())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return list(value)
+    return []
+
+
 class Walk:
     def __init__(self) -> None:
         self.edges: dict[tuple[str, str], str] = {}
@@ -94,24 +126,82 @@ class Walk:
         self.module_of: dict[str, str] = {}
         self.setup_edges: int | None = None  # edges seen before the first train_step
         self.entry_edges: int | None = None  # edges seen before the trainer's entry, train()
+        # The walk followed value by value: every entry of a function into which a followed
+        # value goes, from the trainer's entry to the first step, in order.
+        self.path: list[tuple[str, str]] = []  # (module, qualname), every entry counted
+        self.following = False  # between the trainer's entry and the first step
+        self.followed: dict[int, object] = {}  # id → the value (kept alive: ids stay unique)
+        self.stop_frames: set[int] = set()  # frames of stops: their returns are followed
+        self.seen: set[tuple[int, str]] = set()  # (caller frame, callee) already counted
+
+    def _follow(self, value) -> None:
+        if isinstance(value, PLAIN) or id(value) in self.followed:
+            return
+        self.followed[id(value)] = value
+        for v in _items(value):  # a record's parts are values too (a tuple of results)
+            if _is_record(v):
+                self._follow(v)
+
+    def _carries_value(self, value, depth: int = 2) -> bool:
+        """``value`` is a settings object, a followed value, or holds one ``depth`` levels
+        down (an attribute, a named tuple's field, a record's item)."""
+        if isinstance(value, PLAIN) or _is_torch(value):
+            return False  # the walk ends at the model: its passes are the step's
+        if _is_setting(value):
+            for v in vars(value).values():  # its fields are the setting's values
+                self._follow(v)
+            return True
+        if id(value) in self.followed:
+            return True
+        if depth == 0:
+            return False
+        try:
+            inner = list(vars(value).values())
+        except TypeError:
+            inner = list(getattr(value, "_asdict", lambda: {})().values()) or _items(value)
+        return any(self._carries_value(v, depth - 1) for v in inner)
 
     def profile(self, frame, event, arg) -> None:
+        if event == "return":
+            if id(frame) in self.stop_frames:
+                self.stop_frames.discard(id(frame))
+                if self.following and _is_record(arg):
+                    self._follow(arg)
+            return
         if event != "call" or not _in_package(frame.f_code):
             return
         code = frame.f_code
         if self.setup_edges is None and code.co_name == "train_step":
             self.setup_edges = len(self.edges)
         names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        callee_mod = frame.f_globals.get("__name__", "?")
+        callee = f"{callee_mod}.{code.co_qualname}"
+        if callee == ENTRY and not self.path:
+            self.following = True
+        if self.following:
+            if any(self._carries_value(frame.f_locals.get(n)) for n in names):
+                self.stop_frames.add(id(frame))
+                caller = frame.f_back
+                while caller is not None and (
+                    not _in_package(caller.f_code) or caller.f_code.co_name.startswith("<")
+                ):  # a comprehension is its function's
+                    caller = caller.f_back
+                # one entry per call site's activation: a recursion, or a loop calling the
+                # same function again, is read once
+                key = (id(caller), callee)
+                if caller is None or (caller.f_code is not code and key not in self.seen):
+                    self.seen.add(key)
+                    self.path.append((callee_mod, code.co_qualname))
+            if code.co_name == "train_step":
+                self.following = False
         if not any(_carries(frame.f_locals.get(n)) for n in names):
             return
-        callee_mod = frame.f_globals.get("__name__", "?")
         stack = []  # (module, qualname) of the refimpl frames above, nearest first
         f = frame.f_back
         while f is not None:
             if _in_package(f.f_code):
                 stack.append((f.f_globals.get("__name__", "?"), f.f_code.co_qualname))
             f = f.f_back
-        callee = f"{callee_mod}.{code.co_qualname}"
         if self.entry_edges is None and callee == ENTRY:
             self.entry_edges = len(self.edges)
         if not stack:  # the command itself: where the walk starts
@@ -135,6 +225,22 @@ class Walk:
         self.visited.add(callee_mod)
         self.edges[key] = kind
         self.module_of[callee] = callee_mod
+
+    def path_stops(self) -> list[str]:
+        """The walk followed value by value: every entry of a function a followed value goes
+        into, from the trainer's entry to the first ``Trainer.train_step``, in order."""
+        return [f"{module}.{name}" for module, name in self.path]
+
+    def entries(self) -> dict[str, int]:
+        """How many times the value-by-value walk enters each file (module): a stop in it
+        whose previous stop was in another file is an entry."""
+        out: dict[str, int] = {}
+        previous = None
+        for module, _ in self.path:
+            if module != previous:
+                out[module] = out.get(module, 0) + 1
+            previous = module
+        return out
 
     def stop_list(self) -> list[str]:
         """The stops from the trainer's entry to the step, in the order they are first entered."""
@@ -175,6 +281,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--edges", action="store_true", help="list every edge")
     parser.add_argument("--stops", action="store_true", help="list the stops, entry to step")
+    parser.add_argument("--path", action="store_true", help="list the value-by-value walk")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         runs = ["--runs-dir", tmp, "--name", "walk"]
@@ -194,8 +301,17 @@ def main() -> None:
                 f"  {part:6s} {c['stay']} stays, {c['climb']} climbs, {c['return']} returns, "
                 f"{c['descent']} descents"
             )
+        path, entries = w.path_stops(), w.entries()
+        print(
+            f"  value by value  {len(path)} stops in {len(entries)} files, "
+            f"{sum(entries.values()) - len(entries)} re-entries; entries per file: "
+            + ", ".join(f"{m} {n}" for m, n in sorted(entries.items(), key=lambda e: -e[1]))
+        )
         if args.stops:
             for callee in w.stop_list():
+                print(f"    {callee}")
+        if args.path:
+            for callee in path:
                 print(f"    {callee}")
         if args.edges:
             for (caller, callee), kind in w.edges.items():
