@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from refimpl.diagnostics.credit_oracle import TokenValues
+from refimpl.diagnostics.entropy_attribution import pearson
 from toy_envs import TOKENIZER
 
 #: The forking-tokens share: the top 20 % of tokens by entropy (Wang et al., arXiv 2506.01939).
@@ -41,13 +42,6 @@ def _ranks(x: np.ndarray) -> np.ndarray:
             ranks[order[start:end]] = (start + end - 1) / 2.0
             start = end
     return ranks
-
-
-def pearson(x: np.ndarray, y: np.ndarray) -> float:
-    """Pearson's r; NaN when either side is constant."""
-    x, y = x - x.mean(), y - y.mean()
-    denom = math.sqrt(float((x * x).sum() * (y * y).sum()))
-    return float((x * y).sum() / denom) if denom > 0 else math.nan
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:

@@ -11,7 +11,7 @@ from typing import Any
 from refimpl.settings.limits import check_threads
 
 #: The sizes ``SpeedConfig`` fills in when they are not given: (full, ``--quick``).
-SIZES: dict[str, tuple[Any, Any]] = {
+FULL_AND_QUICK_SIZES: dict[str, tuple[Any, Any]] = {
     "repeats": (5, 2),
     "rl_steps": (10, 2),
     "trl_steps": (8, 2),
@@ -60,7 +60,7 @@ class SpeedConfig:
     def __post_init__(self) -> None:
         # What is not given takes the full size, or the quick one: a size that was typed is
         # kept, --quick or not.
-        for name, (full, quick) in SIZES.items():
+        for name, (full, quick) in FULL_AND_QUICK_SIZES.items():
             if getattr(self, name) is None:
                 setattr(self, name, quick if self.quick else full)
         for name in ("repeats", "threads", "rl_steps", "trl_steps"):

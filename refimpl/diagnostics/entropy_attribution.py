@@ -440,10 +440,13 @@ def paired(
 
 
 def pearson(x: np.ndarray, y: np.ndarray) -> float:
-    """Pearson's r (NaN with fewer than 3 points or no spread)."""
-    if x.size < 3 or x.std() == 0 or y.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(x, y)[0, 1])
+    """Pearson's r; NaN when either side has no spread (a single point included). The one
+    definition: the credit benchmark's criteria (``bench.credit_metrics``) use it too."""
+    if x.size < 2:
+        return math.nan
+    x, y = x - x.mean(), y - y.mean()
+    denom = math.sqrt(float((x * x).sum() * (y * y).sum()))
+    return float((x * y).sum() / denom) if denom > 0 else math.nan
 
 
 def slope(x: np.ndarray, y: np.ndarray) -> float:
@@ -493,10 +496,16 @@ def correlations(
             "steps": 0,
         }
     x, y = np.concatenate(xs), np.concatenate(ys)
+
+    def r(a: list[np.ndarray], b: list[np.ndarray]) -> float:
+        # Two points always lie on a line: a correlation needs three.
+        a, b = np.concatenate(a), np.concatenate(b)
+        return pearson(a, b) if a.size >= 3 else math.nan
+
     return {
-        "r": pearson(x, y),
-        "r_detrended": pearson(np.concatenate(dxs), np.concatenate(dys)),
-        "r_diff": pearson(np.concatenate(fxs), np.concatenate(fys)),
+        "r": r(xs, ys),
+        "r_detrended": r(dxs, dys),
+        "r_diff": r(fxs, fys),
         "slope": slope(x, y),
         "steps": int(x.size),
     }

@@ -33,6 +33,7 @@ import toy_envs
 from refimpl.algorithms import SUCCESS_THRESHOLD
 from refimpl.contract import require
 from refimpl.evaluate import mean_pass_at_k
+from refimpl.problem_streams import HELD_OUT_SEED
 from toy_envs import Problem
 from toy_envs.freeform import freeform_reward
 
@@ -48,8 +49,6 @@ DEFAULT_INSTRUCTION = "Compute {question}."
 #: An empty system turn: the template's default one would add 19 tokens to every prompt, and
 #: every forward pass of training reads the prompt (49 tokens in all with this one).
 DEFAULT_SYSTEM = ""
-#: Held-out problems are drawn from this seed; training problems from others, minus these.
-HELD_OUT_SEED = 10_000
 
 
 @dataclass(frozen=True)
@@ -108,7 +107,8 @@ class ChatTask:
         return freeform_reward(reply, problem.answer)
 
     def held_out(self, n: int) -> list[Problem]:
-        """``n`` distinct held-out problems (the same ones for every run)."""
+        """``n`` distinct held-out problems (the same ones for every run), drawn from the seed
+        ``problem_streams.HELD_OUT_SEED`` that training problems never use."""
         return self._distinct(n, HELD_OUT_SEED, exclude=())
 
     def training(self, n: int, seed: int, n_held_out: int) -> list[Problem]:
@@ -373,7 +373,7 @@ def summarise_trl_logs(log_history: Sequence[dict]) -> dict[str, float]:
     return summarise_steps([h for h in log_history if "loss" in h], TRL_KEYS)
 
 
-def markdown_table(base: dict | None, runs: list[dict]) -> str:
+def before_after_table(base: dict | None, runs: list[dict]) -> str:
     """Before/after held-out success and the training diagnostics, one row per run.
 
     ``base`` and each run's ``"after"`` are :meth:`Evaluation.row` dicts; each run has

@@ -9,13 +9,13 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from refimpl.evaluate import pass_at_k
+from refimpl.problem_streams import HELD_OUT_SEED
 from refimpl.scaleup.hf import char_tokenizer, token_logprobs_and_entropy
 from refimpl.scaleup.real_task import (
-    HELD_OUT_SEED,
     ChatTask,
+    before_after_table,
     evaluate,
     generate_shared_prefix,
-    markdown_table,
     reply_mask_and_entropy,
     success_and_se,
     summarise_steps,
@@ -248,13 +248,13 @@ def test_summaries_average_the_logged_steps() -> None:
     }
 
 
-def test_markdown_table_has_a_row_per_run() -> None:
+def test_before_after_table_has_a_row_per_run() -> None:
     row = {"success": 0.2, "success_se": 0.03, "pass@4": 0.4, "clipped_frac": 0.1, "entropy": 0.5}
     run = {"algorithm": "tepo", "train_s": 120.0, "after": row, "train": {"optimizer_steps": 16.0}}
-    table = markdown_table(row, [run])
+    table = before_after_table(row, [run])
     lines = table.strip().splitlines()
     assert len(lines) == 4 and lines[2].startswith("| base model | 0.200 ± 0.030 | 0.400")
     assert lines[3].startswith("| tepo after 16 steps") and "2.0 min" in lines[3]
     assert "| pass@4 |" in lines[0]  # the largest k the evaluations report
     eight = {**row, "pass@8": 0.6}
-    assert "| pass@8 |" in markdown_table(eight, [{**run, "after": eight}]).splitlines()[0]
+    assert "| pass@8 |" in before_after_table(eight, [{**run, "after": eight}]).splitlines()[0]

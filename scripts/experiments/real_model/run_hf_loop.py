@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> dict:
     import argparse
     from pathlib import Path
 
-    from refimpl.scaleup.real_task import evaluate, markdown_table, summarise_steps
+    from refimpl.scaleup.real_task import before_after_table, evaluate, summarise_steps
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--algorithm", default="gtpo", choices=algorithms.NAMES)
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
         "base": base,
         "runs": [run],
     }
-    print(table := markdown_table(base, [run]))
+    print(table := before_after_table(base, [run]))
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=1))
         args.out.with_suffix(".md").write_text(table)

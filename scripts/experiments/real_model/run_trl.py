@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     from refimpl import algorithms
     from refimpl.contract import require
-    from refimpl.scaleup.real_task import ChatTask, evaluate, markdown_table
+    from refimpl.scaleup.real_task import ChatTask, before_after_table, evaluate
 
     check_model(args.model)  # every flag before anything is loaded or written
     for name in args.algorithms:
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict:
         "base": base,
         "runs": runs,
     }
-    table = markdown_table(base, runs)
+    table = before_after_table(base, runs)
     print(table)
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=1))
