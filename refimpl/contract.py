@@ -383,6 +383,7 @@ COEF_LIMIT = 1e4
 CLIP_HIGH_LIMIT = 10.0
 #: float32's largest value: a number every loss must be able to hold.
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+SUCCESS_THRESHOLD = 0.5  # outcome r ≥ this: a success, every Config's default (toy r ∈ {0, 1})
 
 
 @dataclass(frozen=True)
@@ -445,7 +446,7 @@ class AlgorithmConfig:
 
     kl_coef: Coef  # β of a k3 KL term (0: none)
     loss_agg_mode: str  # one of core.AGG_MODES the algorithm's loss supports
-    success_threshold: float = 0.5  # outcome r ≥ this: a success (dynamic sampling, O⁺/O⁻) [A]
+    success_threshold: float = SUCCESS_THRESHOLD  # a success (dynamic sampling, O⁺/O⁻) [A]
     dynamic_sampling: bool = False  # DAPO's filter: only groups with 0 < #successful < G (Eq. 11)
     overlong_shaping: bool = False  # DAPO's soft length penalty r + scale·R_len(|o|) (Eq. 13)
     overlong_cache_frac: Fraction = 0.2  # its band L_cache / L_max = 4096 / 20480 (DAPO §4.1) [C]

@@ -3,7 +3,7 @@
 Used by the warm start, the trainer and the notebooks alike, so that "success rate" means one
 thing everywhere: the fraction of problems whose completion earns a reward ≥ the success
 threshold, the algorithm Config's ``success_threshold`` when a caller has one, else the default
-every Config shares (``refimpl.algorithms.SUCCESS_THRESHOLD``).
+every Config shares (``refimpl.contract.SUCCESS_THRESHOLD``).
 
 pass@k (Chen et al., "Evaluating Large Language Models Trained on Code", arXiv 2107.03374)
 --------------------------------------------------------------------------------------------
@@ -27,8 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from refimpl.algorithms import SUCCESS_THRESHOLD
-from refimpl.contract import require
+from refimpl.contract import SUCCESS_THRESHOLD, require
 from refimpl.sampling.groups import Samples, sample_groups
 from toy_envs import TOKENIZER
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.algorithms import SUCCESS_THRESHOLD
+from refimpl.contract import SUCCESS_THRESHOLD
 from refimpl.plots import (
     ALGO_COLORS,
     end_values,

@@ -30,8 +30,7 @@ import torch
 from transformers import TrainerCallback
 
 import toy_envs
-from refimpl.algorithms import SUCCESS_THRESHOLD
-from refimpl.contract import require
+from refimpl.contract import SUCCESS_THRESHOLD, require
 from refimpl.evaluate import mean_pass_at_k
 from refimpl.problem_streams import HELD_OUT_SEED
 from toy_envs import Problem
