@@ -13,7 +13,7 @@ What an algorithm is given and what it declares, and the checks at that boundary
 
 Every check raises ``ValueError("<argument>: expected ...")`` naming the argument. The
 mathematics the algorithms share is in ``refimpl.core``, which reads this module; this module
-reads only ``refimpl.settings.typecheck``, the one check of a value against its annotation.
+reads only ``refimpl.types.typecheck``, the one check of a value against its annotation.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from refimpl.settings.typecheck import check_value, type_options
+from refimpl.types.typecheck import check_value, type_options
 
 # ---------------------------------------------------------------------------------------------
 # Input validation: every public function fails with a ValueError that names the argument.
@@ -500,7 +500,7 @@ class AlgorithmConfig:
     def values_needed(self) -> ValueRequest | None:
         """The Monte-Carlo values of ``π_old`` the advantages read (``batch.token_values``),
         or ``None``: every algorithm but VinePPO. A loop that gets a request runs the credit
-        oracle (``refimpl.diagnostics.credit_oracle.training_values``) on the rollout policy,
+        oracle (``refimpl.sampling.monte_carlo_values.training_values``) on the rollout policy,
         after sampling and before ``advantages``."""
         return None
 

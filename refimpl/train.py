@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from refimpl import batch_stages, contract
-from refimpl.diagnostics.credit_oracle import OracleStopped, training_values
+from refimpl.sampling.monte_carlo_values import OracleStopped, training_values
 from refimpl.diagnostics.metrics import entropy_stats, step_metrics
 from refimpl.diagnostics.observers import Observer, TrainerState, default_observers
 from refimpl.evaluate import encode_prompts, score_samples

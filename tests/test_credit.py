@@ -173,7 +173,7 @@ def test_a_result_file_recomputes_its_metrics_exactly():
     Fails if any per-token field is rounded again."""
     import json
 
-    from refimpl.diagnostics.credit_oracle import estimate_values
+    from refimpl.sampling.monte_carlo_values import estimate_values
 
     samples, outcome, T = _batch(1)
     rows = samples.responses()

@@ -1,4 +1,4 @@
-"""The credit oracle, specified like an algorithm (refimpl/diagnostics/credit_oracle.py).
+"""The credit oracle, specified like an algorithm (refimpl/sampling/monte_carlo_values.py).
 
 A tiny policy (1 layer, d = 32, a 150-step warm start on one-digit addition) answers with a
 3-token budget, so every continuation of every prefix can be enumerated (23³ ≈ 12k leaves) and
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from refimpl.diagnostics.credit_oracle import reference_values, token_values, training_values
+from refimpl.sampling.monte_carlo_values import reference_values, token_values, training_values
 from tests.tiny import enumerable_batch
 from toy_envs import TOKENIZER
 
@@ -240,7 +240,7 @@ def test_a_finished_completion_is_its_outcome_and_is_never_continued(tiny, monke
     continued exactly once. Catches: the threshold applied strictly (``r > thr``), the reward
     itself taken as the outcome (a partial reward below the threshold counted as a success),
     and rollouts sampled after the last token."""
-    from refimpl.diagnostics import credit_oracle
+    from refimpl.sampling import monte_carlo_values
 
     model, task, problems, samples, _ = tiny
     rows = samples.responses()
@@ -248,13 +248,13 @@ def test_a_finished_completion_is_its_outcome_and_is_never_continued(tiny, monke
     # completions: their outcome is what the caller passed).
     reward = torch.tensor([0.6, 1.0, 0.3, 0.0, 0.59, 0.6])
     asked: list[tuple[tuple[int, ...], int]] = []
-    real = credit_oracle.sample_groups
+    real = monte_carlo_values.sample_groups
 
     def recording(model_, prompts, **kw):
         asked.extend((tuple(p), kw["max_new_tokens"]) for p in prompts)
         return real(model_, prompts, **kw)
 
-    monkeypatch.setattr(credit_oracle, "sample_groups", recording)
+    monkeypatch.setattr(monte_carlo_values, "sample_groups", recording)
     values = token_values(model, task, problems, samples, reward, rollouts=16,
                           max_new_tokens=BUDGET, temperature=TEMPERATURE,
                           success_threshold=0.6, seed=0)  # fmt: skip
@@ -279,17 +279,17 @@ def test_rollouts_of_different_prefixes_share_no_random_draws(tiny, monkeypatch)
     chunk, or every step) reseeded with the same stream, so that two prefixes' rollouts are
     driven by the same uniform draws."""
     from refimpl.contract import ValueRequest
-    from refimpl.diagnostics import credit_oracle
+    from refimpl.sampling import monte_carlo_values
 
     model, task, problems, samples, outcome = tiny
     states: list[bytes] = []
-    real = credit_oracle.sample_groups
+    real = monte_carlo_values.sample_groups
 
     def recording(model_, prompts, **kw):
         states.append(bytes(kw["generator"].get_state().numpy()))
         return real(model_, prompts, **kw)
 
-    monkeypatch.setattr(credit_oracle, "sample_groups", recording)
+    monkeypatch.setattr(monte_carlo_values, "sample_groups", recording)
     # max_rows = K: one prefix per sampling call, so the chunks of one length are many.
     token_values(model, task, problems, samples, outcome, rollouts=2, max_new_tokens=BUDGET,
                  temperature=TEMPERATURE, seed=0, max_rows=2)  # fmt: skip
@@ -311,7 +311,7 @@ def test_continuations_are_independent_across_and_within_prefixes(tiny):
     for both calls the two would win and lose together (r = 1). Catches: every chunk of a
     prefix length reseeded with the same stream; the K continuations of one prefix drawn from
     one shared draw."""
-    from refimpl.diagnostics.credit_oracle import toy_continuations
+    from refimpl.sampling.monte_carlo_values import toy_continuations
 
     model, task, problems, samples, _ = tiny
     K = 4096
@@ -333,7 +333,7 @@ def test_the_oracle_names_a_prefix_or_a_position_out_of_range():
     raised torch's ``IndexError: index out of range in self``, and ``estimate_values(…,
     positions=[[-1], [0]])`` "negative dimensions are not allowed": neither named the
     argument. Each is a ValueError naming it, before the model or a continuation runs."""
-    from refimpl.diagnostics.credit_oracle import estimate_values
+    from refimpl.sampling.monte_carlo_values import estimate_values
     from toy_envs import get_task
 
     task = get_task("addition", digits=1)
@@ -356,19 +356,19 @@ def test_a_stop_request_ends_the_oracle_before_its_next_sampling_call(tiny, monk
     ``rollouts=4096`` took hours). ``should_stop`` is asked before every sampling call: once
     it says yes, ``OracleStopped`` is raised and nothing more is sampled."""
     from refimpl.contract import ValueRequest
-    from refimpl.diagnostics import credit_oracle
+    from refimpl.sampling import monte_carlo_values
 
     model, task, problems, samples, outcome = tiny
-    real, calls = credit_oracle.sample_groups, []
+    real, calls = monte_carlo_values.sample_groups, []
 
     def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(credit_oracle, "sample_groups", counting)
+    monkeypatch.setattr(monte_carlo_values, "sample_groups", counting)
     for allowed in (0, 2):  # stop at once, and after two sampling calls
         calls.clear()
-        with pytest.raises(credit_oracle.OracleStopped):
+        with pytest.raises(monte_carlo_values.OracleStopped):
             training_values(model, task, problems, samples, outcome, ValueRequest(rollouts=2),
                             max_new_tokens=BUDGET, temperature=TEMPERATURE, top_k=None,
                             top_p=None, success_threshold=0.5, seed=0, step=0,

@@ -73,7 +73,6 @@ def test_the_check_sees_a_long_function(tmp_path, monkeypatch):
 #: What ``refimpl/loop.py`` may import of ours: the algorithms and what they run on.
 LOOP_IMPORTS = {"refimpl.algorithms", "refimpl.core", "refimpl.batch_stages", "refimpl.model"}
 LOOP_IMPORTS |= {"refimpl.sampling", "refimpl.problem_streams", "toy_envs"}
-LOOP_IMPORTS |= {"refimpl.diagnostics.credit_oracle"}  # the values a Config may ask for
 LOOP_MAX_LINES = 200
 
 
@@ -129,14 +128,16 @@ def test_the_top_level_is_small_and_the_trainer_fits_in_a_sitting():
 
 #: The layers of the code, from the bottom up (``docs/design.md`` draws them): a module imports
 #: only from its own unit (a module, or a package) or from a layer below its own, never from
-#: its own layer's other units or from above. ``refimpl/__init__.py`` is outside the order: it
-#: pins the numeric path (``refimpl.runs.cpu_kernels``) before anything loads torch.
+#: its own layer's other units or from above. A unit is a whole module or a whole package:
+#: no module is carved out of its folder (``test_a_unit_is_a_whole_folder``).
+#: ``refimpl/__init__.py`` is outside the order: it pins the numeric path
+#: (``refimpl.runs.cpu_kernels``) before anything loads torch.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("toy_envs", "refimpl.settings.typecheck"),
+    ("toy_envs", "refimpl.types"),
     ("refimpl.contract",),
     ("refimpl.core", "refimpl.model", "refimpl.problem_streams"),
-    ("refimpl.algorithms", "refimpl.batch_stages", "refimpl.sampling"),
-    ("refimpl.diagnostics.credit_oracle",),
+    ("refimpl.algorithms", "refimpl.batch_stages"),
+    ("refimpl.sampling",),  # the Monte-Carlo values too (monte_carlo_values), below the loop
     ("refimpl.loop", "refimpl.evaluate"),
     ("refimpl.settings", "refimpl.scaleup"),
     ("refimpl.runs",),
@@ -147,6 +148,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("refimpl.bench",),
     ("refimpl.cli", "refimpl.demo"),
 )
+
+
+def test_a_unit_is_a_whole_folder():
+    """Folders are layers: every unit of ``LAYERS`` is a top-level module or package of
+    ``refimpl`` (or ``toy_envs``), never a module carved out of a package, so that no module
+    sits in another layer than its folder."""
+    carved = [u for units in LAYERS for u in units if u.count(".") > 1]
+    assert carved == []
 
 
 def _unit(module: str) -> tuple[str, int] | None:
@@ -189,7 +198,36 @@ def test_every_module_is_in_the_layer_order():
 
 
 def test_no_import_points_up():
-    assert upward_imports() == []
+    """Drawn from the imports: an arrow that points up or sideways is listed as
+    ``importer -> imported``."""
+    arrows = upward_imports()
+    assert arrows == [], "\n".join(arrows)
+
+
+#: What run management may not import or call: the settings are resolved, once, before it
+#: runs (``refimpl.train.run_training``), and it is handed the plan and its records.
+RUNS_NEVER_IMPORT = ("refimpl.settings",)
+
+
+def runs_reaching_settings(root: Path = ROOT) -> list[str]:
+    """``path -> imported`` for every import (module level or in a function) of
+    ``refimpl.settings`` by a module of ``refimpl/runs/``."""
+    out = []
+    for path in sorted((root / "refimpl" / "runs").rglob("*.py")):
+        for imported in sorted(own_imports(path)):
+            if any(imported == s or imported.startswith(s + ".") for s in RUNS_NEVER_IMPORT):
+                out.append(f"{path.relative_to(root)} -> {imported}")
+    return out
+
+
+def test_run_management_never_calls_back_into_the_settings(tmp_path):
+    assert runs_reaching_settings() == []
+    (tmp_path / "refimpl" / "runs").mkdir(parents=True)
+    text = "def f():\n    from refimpl.settings.plan import resolve\n"
+    (tmp_path / "refimpl" / "runs" / "rundir.py").write_text(text)
+    assert runs_reaching_settings(tmp_path) == [
+        "refimpl/runs/rundir.py -> refimpl.settings.plan.resolve"
+    ]
 
 
 def test_the_layer_check_sees_an_upward_import(tmp_path):

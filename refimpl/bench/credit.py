@@ -1,7 +1,7 @@
 """``refimpl credit``: every algorithm's token credit, scored against the true advantages.
 
 One batch of ``N`` prompts × ``G`` completions is sampled from a policy (a warm start, or a run's
-last checkpoint). The credit oracle (``refimpl.diagnostics.credit_oracle``) estimates the true
+last checkpoint). The credit oracle (``refimpl.sampling.monte_carlo_values``) estimates the true
 advantage ``A*[i, t]`` of every token by rollouts from its prefix. Then, for every algorithm,
 on that very batch, two per-token signals:
 
@@ -62,7 +62,7 @@ from refimpl.bench.credit_records import (
     signals_record,
 )
 from refimpl.bench.result_header import base_models_of, command_line, make_header
-from refimpl.diagnostics.credit_oracle import token_values, training_values
+from refimpl.sampling.monte_carlo_values import token_values, training_values
 from refimpl.runs.progress import progress as progress_bar
 from refimpl.settings.presets import PresetName
 from refimpl.settings.train_config import TrainConfig

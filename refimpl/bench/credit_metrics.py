@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.diagnostics.credit_oracle import TokenValues
+from refimpl.sampling.monte_carlo_values import TokenValues
 from refimpl.diagnostics.entropy_attribution import pearson
 from toy_envs import TOKENIZER
 

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from refimpl.bench.credit_metrics import entropy_hypothesis, oracle_noise, score_signals
-from refimpl.diagnostics.credit_oracle import TokenValues
+from refimpl.sampling.monte_carlo_values import TokenValues
 
 
 def _per_token(x: torch.Tensor | np.ndarray, lengths: np.ndarray) -> list:

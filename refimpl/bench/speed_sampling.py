@@ -156,7 +156,7 @@ def _oracle_rollouts(
     """One oracle batch: ``prefixes`` completions of ``new/2`` tokens, every proper prefix
     continued K times, all prefixes of one length in one call of ``prefixes · K`` rows, as
     ``refimpl credit`` runs them."""
-    from refimpl.diagnostics.credit_oracle import token_values
+    from refimpl.sampling.monte_carlo_values import token_values
     from refimpl.model import GPTConfig
     from refimpl.sampling.groups import sample_groups
     from toy_envs import TOKENIZER, get_task

@@ -43,7 +43,7 @@ class StopRequest:
 
     def asked(self) -> bool:
         """Whether a stop was asked: the loop ends after the step in progress, and the
-        oracle's sampling of a step's values (``credit_oracle.StopFn``) at once."""
+        oracle's sampling of a step's values (``monte_carlo_values.StopFn``) at once."""
         return self.requested is not None
 
     def _handle(self, signum, frame) -> None:

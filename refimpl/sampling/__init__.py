@@ -9,6 +9,9 @@
     decoding      the machinery of speed: the decoding loop with its KV caches (prompts
                   prefilled once per group, the shared-prefix cache, finished rows left out)
                   and policy_logprobs's forward pass with each group's prompt run once
+    monte_carlo_values  the credit oracle: the value of every prefix by K rollouts from it,
+                  and so each token's true advantage (VinePPO's values, the loop's; the
+                  credit study's measure)
 
 This file imports nothing: callers import a name from the module that defines it.
 """

@@ -13,11 +13,10 @@
                       annotations
     record            a config.json's settings read back (train_config, algo_config),
                       checked by key
-    typecheck         a value checked against its annotation (the settings, the records and
-                      the algorithms' Configs)
     presets           named regimes for compare and bench-learning
 
-Nothing here touches the disk or the process: the run directory, the warm-start cache, the
+A value is checked against its annotation by ``refimpl.types.typecheck``, at the bottom of
+the layers, where the algorithms' Configs read it too. Nothing here touches the disk or the process: the run directory, the warm-start cache, the
 logs and checkpoints are ``refimpl.runs``'s, which checks them against the ``Plan``. This file
 imports nothing.
 """

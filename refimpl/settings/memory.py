@@ -168,7 +168,7 @@ def oracle_cost(task, max_new_tokens: int, prompts: int, group_size: int, reques
     and of each later step start of each completion, each as long as what is left of the
     solution. Real completions differ (a wrong one can run to the budget): an estimate of
     the order of magnitude, not a bound."""
-    from refimpl.diagnostics.credit_oracle import step_starts
+    from refimpl.sampling.monte_carlo_values import step_starts
 
     ends = TOKENIZER.encode(request.step_ends) if request.step_ends is not None else None
     shared, per_completion, starts, length = 0.0, 0.0, 0.0, 0.0

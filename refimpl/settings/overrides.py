@@ -4,7 +4,7 @@ they set.
 Used for ``--algo-args`` (an algorithm's ``Config`` fields) and ``--task-args`` (a task's
 knobs), whose sets of fields depend on the chosen algorithm or task and so cannot be
 ordinary flags. A value is parsed as its field's annotation says
-(``refimpl.settings.typecheck``'s ``type_options``: ``float | None`` takes ``none``); the range
+(``refimpl.types.typecheck``'s ``type_options``: ``float | None`` takes ``none``); the range
 is the ``Config``'s or the task's own check.
 """
 
@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import tyro
 
-from refimpl.settings import typecheck
+from refimpl.types import typecheck
 
 #: A list of KEY=VALUE flags (``--algo-args``, ``--task-args``); its help says "(default: none)"
 #: where tyro would print an empty "(default: )".

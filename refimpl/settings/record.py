@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from refimpl import algorithms
-from refimpl.settings import typecheck
+from refimpl.types import typecheck
 from refimpl.settings.plan import algorithm_config, build_task
 from refimpl.settings.train_config import UNRECORDED_MEANS, TrainConfig
 

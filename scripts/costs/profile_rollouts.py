@@ -215,7 +215,7 @@ def workload_step(runs_dir: Path) -> tuple:
 def workload_oracle(runs_dir: Path) -> tuple:
     from refimpl.bench.credit import CreditConfig, load_policy
     from refimpl.bench.credit_batch import sample_batch
-    from refimpl.diagnostics.credit_oracle import token_values
+    from refimpl.sampling.monte_carlo_values import token_values
     from refimpl.settings.train_config import TrainConfig
 
     cfg = CreditConfig(preset="longchain", prompts=8, train=TrainConfig(runs_dir=runs_dir))

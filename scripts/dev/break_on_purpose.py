@@ -411,10 +411,10 @@ SLIPS: list[Slip] = [
         ("tests/test_stage_order.py",),
         "the overlong filter applied before the advantages (a truncated row leaves its group)",
     ),
-    # --- the credit oracle (refimpl/diagnostics/credit_oracle.py): a measuring device ---
+    # --- the credit oracle (refimpl/sampling/monte_carlo_values.py): a measuring device ---
     Slip(
         "oracle-temperature",
-        "refimpl/diagnostics/credit_oracle.py",
+        "refimpl/sampling/monte_carlo_values.py",
         'sampling={"temperature": temperature, "top_k": top_k, "top_p": top_p}',
         'sampling={"temperature": 1.0, "top_k": top_k, "top_p": top_p}',
         ("tests/test_credit_oracle.py",),
@@ -422,7 +422,7 @@ SLIPS: list[Slip] = [
     ),
     Slip(
         "oracle-off-by-one",
-        "refimpl/diagnostics/credit_oracle.py",
+        "refimpl/sampling/monte_carlo_values.py",
         "            key = (g, tuple(tokens[:t]))",
         "            key = (g, tuple(tokens[: max(t - 1, 0)]))",
         ("tests/test_credit_oracle.py",),
@@ -432,7 +432,7 @@ SLIPS: list[Slip] = [
     # independence of the rollouts across prefixes.
     Slip(
         "oracle-drops-top-k",
-        "refimpl/diagnostics/credit_oracle.py",
+        "refimpl/sampling/monte_carlo_values.py",
         'sampling={"temperature": temperature, "top_k": top_k, "top_p": top_p}',
         'sampling={"temperature": temperature, "top_k": None, "top_p": top_p}',
         ("tests/test_credit_oracle.py",),
@@ -440,7 +440,7 @@ SLIPS: list[Slip] = [
     ),
     Slip(
         "oracle-drops-top-p",
-        "refimpl/diagnostics/credit_oracle.py",
+        "refimpl/sampling/monte_carlo_values.py",
         'sampling={"temperature": temperature, "top_k": top_k, "top_p": top_p}',
         'sampling={"temperature": temperature, "top_k": top_k, "top_p": None}',
         ("tests/test_credit_oracle.py",),
@@ -448,7 +448,7 @@ SLIPS: list[Slip] = [
     ),
     Slip(
         "oracle-training-values-top-k",
-        "refimpl/diagnostics/credit_oracle.py",
+        "refimpl/sampling/monte_carlo_values.py",
         "temperature=temperature, top_k=top_k, top_p=top_p,",
         "temperature=temperature, top_k=None, top_p=top_p,",
         ("tests/test_credit_oracle.py",),
@@ -456,7 +456,7 @@ SLIPS: list[Slip] = [
     ),
     Slip(
         "oracle-training-values-temperature",
-        "refimpl/diagnostics/credit_oracle.py",
+        "refimpl/sampling/monte_carlo_values.py",
         "temperature=temperature, top_k=top_k, top_p=top_p,",
         "temperature=1.0, top_k=top_k, top_p=top_p,",
         ("tests/test_credit_oracle.py",),
@@ -464,7 +464,7 @@ SLIPS: list[Slip] = [
     ),
     Slip(
         "oracle-success-strict",
-        "refimpl/diagnostics/credit_oracle.py",
+        "refimpl/sampling/monte_carlo_values.py",
         "(outcome >= success_threshold).tolist()",
         "(outcome > success_threshold).tolist()",
         ("tests/test_credit_oracle.py",),
@@ -472,7 +472,7 @@ SLIPS: list[Slip] = [
     ),
     Slip(
         "oracle-reward-as-outcome",
-        "refimpl/diagnostics/credit_oracle.py",
+        "refimpl/sampling/monte_carlo_values.py",
         "(outcome >= success_threshold).tolist()",
         "outcome.tolist()",
         ("tests/test_credit_oracle.py",),
@@ -480,7 +480,7 @@ SLIPS: list[Slip] = [
     ),
     Slip(
         "oracle-continues-finished",
-        "refimpl/diagnostics/credit_oracle.py",
+        "refimpl/sampling/monte_carlo_values.py",
         "for t in range(len(tokens)) if positions is None else positions[i]:",
         "for t in range(len(tokens) + 1) if positions is None else positions[i]:",
         ("tests/test_credit_oracle.py",),
@@ -488,7 +488,7 @@ SLIPS: list[Slip] = [
     ),
     Slip(
         "oracle-one-stream",
-        "refimpl/diagnostics/credit_oracle.py",
+        "refimpl/sampling/monte_carlo_values.py",
         "seeded_generator(seed, ORACLE_STREAM, t, chunk_index, device=device)",
         "seeded_generator(seed, ORACLE_STREAM, device=device)",
         ("tests/test_credit_oracle.py",),
@@ -496,7 +496,7 @@ SLIPS: list[Slip] = [
     ),
     Slip(
         "oracle-stream-per-length",
-        "refimpl/diagnostics/credit_oracle.py",
+        "refimpl/sampling/monte_carlo_values.py",
         "seeded_generator(seed, ORACLE_STREAM, t, chunk_index, device=device)",
         "seeded_generator(seed, ORACLE_STREAM, t, device=device)",
         ("tests/test_credit_oracle.py",),
@@ -504,7 +504,7 @@ SLIPS: list[Slip] = [
     ),
     Slip(
         "oracle-stream-per-step",
-        "refimpl/diagnostics/credit_oracle.py",
+        "refimpl/sampling/monte_carlo_values.py",
         "np.random.default_rng([seed, step, ORACLE_STREAM])",
         "np.random.default_rng([seed, ORACLE_STREAM])",
         ("tests/test_credit_oracle.py",),

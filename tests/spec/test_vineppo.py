@@ -22,8 +22,8 @@ from hypothesis import given
 from refimpl import loop
 from refimpl.algorithms import vineppo
 from refimpl.contract import ValueRequest
-from refimpl.diagnostics import credit_oracle
-from refimpl.diagnostics.credit_oracle import step_starts, token_values, training_values
+from refimpl.sampling import monte_carlo_values
+from refimpl.sampling.monte_carlo_values import step_starts, token_values, training_values
 from refimpl.settings.warmstart_config import ModelSize
 from tests.spec import worked
 from tests.spec.strategies import rollout_batches
@@ -68,7 +68,7 @@ def test_every_token_of_a_step_carries_the_step_advantage(batch):
 @given(batch=rollout_batches())
 def test_token_boundaries_give_the_oracle_true_advantage(batch):
     """With a value before every token (boundaries="token") the advantage of token t is the
-    oracle's A*[t] = V̂(q, o_≤t) − V̂(q, o_<t) (Eq. 2 of credit_oracle.py), the value after
+    oracle's A*[t] = V̂(q, o_≤t) − V̂(q, o_<t) (Eq. 2 of monte_carlo_values.py), the value after
     the last token being the outcome."""
     V = batch.token_values.nan_to_num(0.25)  # every prefix valued
     batch = batch.replace(token_values=V)
@@ -201,7 +201,7 @@ def test_advantages_equal_the_oracle_true_advantage_of_refimpl_credit(tiny):
     with the seed the training path derives for that step: one oracle, not two."""
     model, task, problems, samples, outcome = tiny
     adv, _ = _vineppo_advantages(tiny, ValueRequest(rollouts=16), seed=3, step=2)
-    step_seed = int(np.random.default_rng([3, 2, credit_oracle.ORACLE_STREAM]).integers(2**62))
+    step_seed = int(np.random.default_rng([3, 2, monte_carlo_values.ORACLE_STREAM]).integers(2**62))
     values = token_values(model, task, problems, samples, outcome, rollouts=16,
                           max_new_tokens=BUDGET, temperature=TEMPERATURE, seed=step_seed)  # fmt: skip
     torch.testing.assert_close(adv, values.true_advantage.float(), rtol=0, atol=0)
@@ -218,7 +218,7 @@ def test_advantages_agree_with_the_exact_values_within_their_se(tiny):
 
     def exact(i, n):
         tokens = samples.responses()[i]
-        return credit_oracle.reference_values(
+        return monte_carlo_values.reference_values(
             model,
             task,
             problems[i // 2],
@@ -284,8 +284,8 @@ def test_values_come_from_the_rollout_policy(monkeypatch):
     fingerprints: dict[str, list[float]] = {"rollout": [], "oracle": []}
     recording = _fingerprinting(fingerprints)
     monkeypatch.setattr(loop, "sample_groups", recording("rollout", loop.sample_groups))
-    monkeypatch.setattr(credit_oracle, "sample_groups",
-                        recording("oracle", credit_oracle.sample_groups))  # fmt: skip
+    monkeypatch.setattr(monte_carlo_values, "sample_groups",
+                        recording("oracle", monte_carlo_values.sample_groups))  # fmt: skip
     cfg = loop.LoopConfig(
         algo="vineppo", algo_cfg=dataclasses.replace(vineppo.Config(), rollouts=2),
         task="chain", task_knobs={"num_ops": 1}, steps=2, prompts_per_step=2, group_size=2,
@@ -313,8 +313,8 @@ def test_the_trainer_values_with_the_rollout_policy_and_logs_the_cost(tmp_path, 
     monkeypatch.setattr(
         train_module, "sample_groups", recording("rollout", train_module.sample_groups)
     )
-    monkeypatch.setattr(credit_oracle, "sample_groups",
-                        recording("oracle", credit_oracle.sample_groups))  # fmt: skip
+    monkeypatch.setattr(monte_carlo_values, "sample_groups",
+                        recording("oracle", monte_carlo_values.sample_groups))  # fmt: skip
     cfg = tiny_train(tmp_path, algo="vineppo", algo_args=("rollouts=2",), steps=2,
                      name="vineppo-pi-old", eval_every=1000)  # fmt: skip
     trainer = Trainer(cfg, observers=[])

@@ -172,7 +172,7 @@ def measure(args: argparse.Namespace) -> dict:
         oracle_record,
         signals_record,
     )
-    from refimpl.diagnostics.credit_oracle import estimate_values
+    from refimpl.sampling.monte_carlo_values import estimate_values
     from refimpl.runs import cpu_kernels
     from refimpl.runs.progress import progress
     from refimpl.scaleup.models import load_smollm2

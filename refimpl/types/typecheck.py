@@ -3,8 +3,8 @@
 A run's settings read from config.json or the command line (``record``, ``overrides``) and an
 algorithm's ``Config`` fields (``refimpl.contract.check_config``) are checked here: a bool is
 ``True`` or ``False`` (never 1, never ``"no"``, which is truthy), an int is not a bool, a
-number is finite and an int fits int64. Nothing else of ours is imported, so the contract,
-below the algorithm files, reads it too (the layer table of ``docs/design.md``).
+number is finite and an int fits int64. Nothing of ours is imported: it is the bottom layer,
+below the contract (the layer table of ``docs/design.md``).
 """
 
 from __future__ import annotations
