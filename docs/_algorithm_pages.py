@@ -215,7 +215,8 @@ LOOP: dict[str, tuple[Callable, Callable]] = {
             f"V̂(s) ← mean of {c.rollouts} continuations of π_old from each "
             + ("step start s" if c.boundaries == "step" else "prefix s")
             + " (the credit oracle)"
-            + "\n    A[i,t] ← V̂(s_k+1) − V̂(s_k) on every token of step k, V(s_end) = 1[r ≥ 0.5]"
+            + "\n    A[i,t] ← V̂(s_k+1) − V̂(s_k) on every token of step k,"
+            + f" V(s_end) = 1[r ≥ {c.success_threshold:g}]"
             + ("\n    A ← z-score over the batch's tokens" if c.whiten_advantages else "")
         ),
         lambda c: (

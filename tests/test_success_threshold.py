@@ -3,15 +3,17 @@
 Every Config has ``success_threshold`` (``r ≥`` it is a success); the loop's ``success_rate``,
 the held-out evaluation, the real model's evaluation and the notebooks' row labels read it
 (from the Config, or as an argument whose default is the one every Config shares,
-``refimpl.algorithms.SUCCESS_THRESHOLD``). The behavioural tests move the threshold to either
-end of the toy tasks' reward range [0, 1] and see the success rates follow it, which a
-hard-coded 0.5 would not; the source test fails on a comparison against a literal 0.5 that
-decides a success."""
+``refimpl.contract.SUCCESS_THRESHOLD``, the one place the number is written). The behavioural
+tests move the threshold to either end of the toy tasks' reward range [0, 1] and see the
+success rates follow it, which a hard-coded 0.5 would not; the source tests fail on a
+comparison against a literal 0.5 that decides a success, on a text that writes the threshold
+as a number, and on a ``Config`` built when a module is imported."""
 
 from __future__ import annotations
 
 import ast
 import re
+from dataclasses import fields
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from refimpl import algorithms, evaluate, loop
+from refimpl import algorithms, contract, evaluate, loop
 from refimpl.diagnostics.observers import HeldOutEvaluation, default_observers
 from refimpl.model import GPT, GPTConfig
 from refimpl.settings.train_config import TrainConfig
@@ -40,9 +42,12 @@ def tiny_model(seed: int = 0) -> GPT:
 
 
 def test_every_config_shares_the_default_read_from_one_place():
-    assert algorithms.SUCCESS_THRESHOLD == 0.5
+    assert contract.SUCCESS_THRESHOLD == 0.5
+    (field,) = [f for f in fields(contract.AlgorithmConfig) if f.name == "success_threshold"]
+    assert field.default is contract.SUCCESS_THRESHOLD
     for name in algorithms.NAMES:
-        assert algorithms.get(name).Config().success_threshold == algorithms.SUCCESS_THRESHOLD
+        assert algorithms.get(name).Config().success_threshold == contract.SUCCESS_THRESHOLD
+    # (algorithms.SUCCESS_THRESHOLD, built from a Config at import time, was its old home)
 
 
 @pytest.mark.parametrize("threshold, expected", [(EVERYONE, 1.0), (NO_ONE, 0.0)])
@@ -190,3 +195,107 @@ ok = outcome >= cfg.success_threshold
 def f(x, *, success_threshold: float = SUCCESS_THRESHOLD): ...
 """
     assert literal_success_comparisons(left) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The number is written once: no text states it, no Config is built to read it.
+# ---------------------------------------------------------------------------------------------
+
+#: A text that writes the threshold as a number: ``r ≥ 0.5``, ``1[r_i >= 0.5]``...
+WRITTEN_THRESHOLD = re.compile(r"\br\w*\s*(≥|>=)\s*0?\.5\b")
+
+
+def written_thresholds(source: str) -> list[str]:
+    """The string literals of ``source`` (docstrings aside: prose may name the default) that
+    write the threshold as a number, e.g. a generated page's ``1[r ≥ 0.5]``; an f-string's
+    text parts count, its ``{...}`` fields do not."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and WRITTEN_THRESHOLD.search(node.value)
+    ]
+
+
+def test_no_text_writes_the_threshold_as_a_number():
+    found = {
+        (str(path.relative_to(ROOT)), text)
+        for path in code_files()
+        for text in written_thresholds(path.read_text(encoding="utf-8"))
+    }
+    assert found == set()
+
+
+def test_the_text_check_sees_a_written_threshold():
+    caught = """
+line = "V(s_end) = 1[r ≥ 0.5]"
+other = f"{x}: keep r_i >= 0.5"
+"""
+    assert len(written_thresholds(caught)) == 2
+    left = '''
+"""A docstring may say r ≥ 0.5 is the default."""
+line = f"V(s_end) = 1[r ≥ {cfg.success_threshold:g}]"
+share = "a later V̂ ≥ 0.5"
+'''
+    assert written_thresholds(left) == []
+
+
+def configs_built_at_import(source: str) -> list[str]:
+    """The calls of a ``Config`` (``Config()``, ``get(name).Config()``, ``TrainConfig(...)``)
+    that run when the module is imported: outside every function body."""
+    found = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                continue  # runs when called, not when imported
+            if isinstance(child, ast.Call):
+                func = child.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name.endswith("Config"):
+                    found.append(ast.get_source_segment(source, child))
+            visit(child)
+
+    visit(ast.parse(source))
+    return found
+
+
+def test_no_module_of_the_package_builds_a_config_when_imported():
+    """The default is a constant of the contract, not read off a Config made at import time
+    (``SUCCESS_THRESHOLD = get(BASELINE).Config().success_threshold`` was)."""
+    found = {
+        (str(path.relative_to(ROOT)), text)
+        for path in sorted((ROOT / "refimpl").rglob("*.py"))
+        for text in configs_built_at_import(path.read_text(encoding="utf-8"))
+    }
+    assert found == set()
+
+
+def test_the_import_check_sees_a_config_built_at_import():
+    caught = """
+SUCCESS_THRESHOLD = get(BASELINE).Config().success_threshold
+DEFAULT = TrainConfig(steps=1)
+class C:
+    default = Config()
+"""
+    assert len(configs_built_at_import(caught)) == 3
+    left = """
+def f(name):
+    return get(name).Config().success_threshold
+g = lambda: Config()
+@dataclass
+class C:
+    algo_cfg: object = field(default_factory=lambda: GRPOConfig())
+"""
+    assert configs_built_at_import(left) == []
