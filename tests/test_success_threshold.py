@@ -47,7 +47,7 @@ def test_every_config_shares_the_default_read_from_one_place():
     assert field.default is contract.SUCCESS_THRESHOLD
     for name in algorithms.NAMES:
         assert algorithms.get(name).Config().success_threshold == contract.SUCCESS_THRESHOLD
-    # (algorithms.SUCCESS_THRESHOLD, built from a Config at import time, was its old home)
+    assert not hasattr(algorithms, "SUCCESS_THRESHOLD")  # its old home, built from a Config
 
 
 @pytest.mark.parametrize("threshold, expected", [(EVERYONE, 1.0), (NO_ONE, 0.0)])

@@ -56,9 +56,3 @@ def get(name: str) -> ModuleType:
         raise ValueError(f"algorithm: expected one of {', '.join(NAMES)}, got {name!r}")
     return importlib.import_module(f"{__name__}.{key}")
 
-
-#: ``r ≥`` this counts as a success where no algorithm's Config is at hand (a base model's
-#: evaluation, the credit oracle's default, a notebook's labels): the default of every
-#: Config's ``success_threshold`` (``tests/spec/test_common.py`` checks they agree), read
-#: from the baseline's Config so that the number is written in the Configs only.
-SUCCESS_THRESHOLD: float = get(BASELINE).Config().success_threshold

@@ -14,7 +14,7 @@ it) and the policy ``π`` at its sampling temperature ``τ``::
 
 A completion *succeeds* when its outcome reward is at least ``success_threshold`` (the
 algorithm Config's; by default the one every Config shares,
-``refimpl.algorithms.SUCCESS_THRESHOLD``, 0.5 for the toy tasks' {0, 1} rewards). ``V`` of the
+``refimpl.contract.SUCCESS_THRESHOLD``, 0.5 for the toy tasks' {0, 1} rewards). ``V`` of the
 whole completion is its outcome, 1 or 0: nothing is sampled after ``<eos>``, or after a
 completion that used up the budget ``L_max``. Every other prefix is estimated by ``K``
 rollouts: ``K`` continuations sampled from ``π`` at ``τ`` (and the run's top-k / top-p), each
@@ -68,8 +68,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from refimpl.algorithms import SUCCESS_THRESHOLD
-from refimpl.contract import require
+from refimpl.contract import SUCCESS_THRESHOLD, require
 from refimpl.sampling.distribution import TEMPERATURE_MIN, TOP_P_MIN, truncate
 from refimpl.sampling.groups import Samples, sample_groups, seeded_generator
 from toy_envs import TOKENIZER

@@ -172,9 +172,10 @@ def measure(args: argparse.Namespace) -> dict:
         oracle_record,
         signals_record,
     )
-    from refimpl.sampling.monte_carlo_values import estimate_values
+    from refimpl.contract import SUCCESS_THRESHOLD
     from refimpl.runs import cpu_kernels
     from refimpl.runs.progress import progress
+    from refimpl.sampling.monte_carlo_values import estimate_values
     from refimpl.scaleup.models import load_smollm2
     from refimpl.scaleup.real_task import ChatTask
 
@@ -182,7 +183,7 @@ def measure(args: argparse.Namespace) -> dict:
     model.eval()
     task, G = ChatTask(), args.group_size
     # Every algorithm runs on its default Config here, whose success threshold they share.
-    threshold = algorithms.SUCCESS_THRESHOLD
+    threshold = SUCCESS_THRESHOLD
     problems, samples, prompts, tried = mixed_groups(model, tokenizer, task, args, threshold)
     rows = samples.responses()
     texts = [tokenizer.decode(r, skip_special_tokens=True) for r in rows]
