@@ -21,13 +21,9 @@ from refimpl import algorithms
 from refimpl.bench import credit_records
 from refimpl.bench.credit import CreditConfig
 from refimpl.bench.credit_batch import algorithm_signals
-from refimpl.bench.credit_metrics import (
-    blame_shares,
-    first_wrong_token,
-    pearson,
-    spearman,
-    within_completion,
-)
+from refimpl.bench.credit_metrics import blame_shares, first_wrong_token, within_completion
+from refimpl.bench.stats import spearman
+from refimpl.diagnostics.entropy_attribution import pearson
 from refimpl.sampling.groups import Samples
 from toy_envs import TOKENIZER, get_task
 from toy_envs.tasks import Problem

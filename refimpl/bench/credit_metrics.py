@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.bench.stats import bootstrap_indices, mean_se, spearman
 from refimpl.diagnostics.entropy_attribution import pearson
 from refimpl.sampling.monte_carlo_values import TokenValues
 from toy_envs import TOKENIZER
@@ -30,32 +31,13 @@ TOP_FRACTION = 0.2
 CONSTANT_TOL = 1e-5
 
 
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Average ranks (ties share their mean rank), for Spearman's correlation."""
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x))
-    ranks[order] = np.arange(len(x), dtype=float)
-    sorted_x = x[order]
-    start = 0
-    for end in range(1, len(x) + 1):
-        if end == len(x) or sorted_x[end] != sorted_x[start]:
-            ranks[order[start:end]] = (start + end - 1) / 2.0
-            start = end
-    return ranks
-
-
-def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's ρ: Pearson's r of the average ranks."""
-    return pearson(_ranks(x), _ranks(y))
-
-
-def mean_se(values: list[float]) -> dict[str, float]:
-    """Mean, its s.e. (sd over √n, ddof 1) and n of the finite ``values``."""
-    v = np.array([x for x in values if math.isfinite(x)], dtype=float)
-    if v.size == 0:
+def mean_se_record(values: list[float]) -> dict[str, float]:
+    """The record of the finite ``values``: mean, its s.e. (``stats.mean_se``) and n."""
+    v = [x for x in values if math.isfinite(x)]
+    if not v:
         return {"mean": math.nan, "se": math.nan, "n": 0}
-    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
-    return {"mean": float(v.mean()), "se": se, "n": int(v.size)}
+    mean, se = mean_se(v)
+    return {"mean": mean, "se": se, "n": len(v)}
 
 
 def within_values(
@@ -84,8 +66,8 @@ def within_completion(signal: np.ndarray, truth: np.ndarray, lengths: np.ndarray
     completions where the signal is constant are counted, never correlated."""
     values, constant, flat_truth = within_values(signal, truth, lengths, rows)
     return {
-        "pearson": mean_se([p for p, _ in values.values()]),
-        "spearman": mean_se([s for _, s in values.values()]),
+        "pearson": mean_se_record([p for p, _ in values.values()]),
+        "spearman": mean_se_record([s for _, s in values.values()]),
         "completions": len(rows),
         "constant": constant,
         "truth_constant": flat_truth,
@@ -126,7 +108,7 @@ def blame_shares(signal: np.ndarray, pivots: dict[int, int], lengths: np.ndarray
     rows = blame_values(signal, pivots, lengths).values()
     # pivot_excess is paired per completion: the pivot's share beyond a constant signal's 1/|o|.
     keys = ("pivot", "prefix", "uniform_pivot", "uniform_prefix", "pivot_excess")
-    return {k: mean_se([r[k] for r in rows]) for k in keys}
+    return {k: mean_se_record([r[k] for r in rows]) for k in keys}
 
 
 def first_wrong_token(task, problem, tokens: list[int]) -> int | None:
@@ -167,12 +149,8 @@ def share_by_prompt(entropy_rows: list, mass_rows: list, prompt_of: list[int], s
     groups = list(rows_of.values())
     h = [np.concatenate([np.asarray(entropy_rows[i], dtype=float) for i in g]) for g in groups]
     m = [np.concatenate([np.asarray(mass_rows[i], dtype=float) for i in g]) for g in groups]
-    rng = np.random.default_rng([seed, len(groups)])
-    reps = []
-    for _ in range(BOOTSTRAP_DRAWS):
-        pick = rng.integers(len(groups), size=len(groups))
-        reps.append(top_share(np.concatenate([h[j] for j in pick]),
-                              np.concatenate([m[j] for j in pick])))  # fmt: skip
+    reps = [top_share(np.concatenate([h[j] for j in pick]), np.concatenate([m[j] for j in pick]))
+            for pick in bootstrap_indices(len(groups), BOOTSTRAP_DRAWS, [seed, len(groups)])]  # fmt: skip
     reps_arr = np.array([r for r in reps if math.isfinite(r)])
     finite = reps_arr.size > 1
     return {
@@ -324,9 +302,9 @@ def first_wrong_values(values: TokenValues, first_wrong: dict[int, int]) -> dict
     # reward's success threshold, which decided these completions failed).
     later = [bool((after[i, t : int(lengths[i]) - 1] >= 1 / 2).any()) for i, t in rows]
     return {
-        "before": mean_se([float(before[i, t]) for i, t in rows]),
-        "after": mean_se([float(after[i, t]) for i, t in rows]),
-        "change": mean_se([float(truth[i, t]) for i, t in rows]),
+        "before": mean_se_record([float(before[i, t]) for i, t in rows]),
+        "after": mean_se_record([float(after[i, t]) for i, t in rows]),
+        "change": mean_se_record([float(truth[i, t]) for i, t in rows]),
         "recovers": int(sum(later)),
         "pivot_later": int(sum(int(np.argmin(truth[i, : int(lengths[i])])) > t for i, t in rows)),
         "pivot_at": int(sum(int(np.argmin(truth[i, : int(lengths[i])])) == t for i, t in rows)),

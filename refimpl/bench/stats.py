@@ -68,6 +68,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as scipy_stats
 
+from refimpl.diagnostics.entropy_attribution import pearson  # the one Pearson's r
+
 #: The one-sided quantile of the verdict rule's bar (95 % two-sided) at one look, and the
 #: power of the minimal detectable difference.
 LEVEL = 0.975
@@ -345,14 +347,6 @@ def ranks(x) -> np.ndarray:
             out[order[start:end]] = (start + end - 1) / 2.0
             start = end
     return out
-
-
-def pearson(x, y) -> float:
-    """Pearson's r; NaN when either side is constant."""
-    x = np.asarray(x, dtype=float) - np.mean(x)
-    y = np.asarray(y, dtype=float) - np.mean(y)
-    denom = math.sqrt(float((x * x).sum() * (y * y).sum()))
-    return float((x * y).sum() / denom) if denom > 0 else math.nan
 
 
 def spearman(x, y) -> float:
