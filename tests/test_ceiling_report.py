@@ -1,4 +1,4 @@
-"""The ceiling section's statistics (scripts/experiments/ceiling/report.py), on runs built by
+"""The ceiling section's statistics (scripts/experiments/ceiling/ceiling_page.py), on runs built by
 hand whose headroom and shares are known exactly, and the page against the committed files."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from scipy import stats as sps
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "experiments" / "ceiling" / "report.py"
+SCRIPT = ROOT / "scripts" / "experiments" / "ceiling" / "ceiling_page.py"
 
 BASE = 0.2
 CEILING_GAINS = [0.10, 0.14, 0.08, 0.12, 0.11]

@@ -34,18 +34,18 @@ def _script(name: str, file: str):
     return module
 
 
-report = _script("claims_report", "report.py")
+report = _script("claims_page", "claims_page.py")
 claims_real = _script("claims_real", "run_real.py")
-# The modules beside report.py, as the report loaded them: each name from where it is defined.
+# The modules beside claims_page.py, as the report loaded them: each name from where it is defined.
 stats = sys.modules["stats"]  # the ledger's statistics (stats.py)
 arms = sys.modules["arms"]
-result_files = sys.modules["result_files"]
+claims_results = sys.modules["claims_results"]
 wording = sys.modules["wording"]
 real_runs = sys.modules["real_runs"]
 real_tables = sys.modules["real_tables"]
 toy_testbed = sys.modules["toy_testbed"]
 learning_curves = sys.modules["learning_curves"]
-ledger = sys.modules["ledger"]
+ledger = sys.modules["claims_ledger"]
 
 
 def _eval(correct: list[int], n: int, step: int = 24, success: float | None = None) -> dict:
@@ -259,13 +259,13 @@ def test_a_one_seed_row_says_so_and_uses_the_normal_quantile():
 
 
 # -- the committed results and the page ----------------------------------------------------------
-REAL = result_files.load_real()
-TOY = result_files.load_toy()
+REAL = claims_results.load_real()
+TOY = claims_results.load_toy()
 
 
 def test_the_page_shows_what_the_committed_files_give():
     """``claims_report.py --check``: every generated table equals the page's."""
-    assert report.main(["--check"]) == 0, "run python scripts/experiments/claims/report.py"
+    assert report.main(["--check"]) == 0, "run python scripts/experiments/claims/claims_page.py"
 
 
 def test_the_check_fails_on_an_edited_table(tmp_path, monkeypatch):
@@ -292,7 +292,7 @@ def test_the_check_fails_on_an_edited_results_brief(tmp_path, monkeypatch):
 @pytest.mark.parametrize("arm", arms.MAIN_ARMS)
 def test_every_main_arm_has_the_first_three_paired_seeds(arm):
     for seed in arms.FIRST_SEEDS:
-        assert (arm, seed) in REAL, f"{result_files.REAL}/{arm}_seed{seed}.json is missing"
+        assert (arm, seed) in REAL, f"{claims_results.REAL}/{arm}_seed{seed}.json is missing"
         assert ("base", seed) in REAL
 
 
@@ -349,12 +349,12 @@ def test_the_paper_default_dapo_has_overlong_shaping_and_the_other_arm_not():
 
 
 # -- two machines ----------------------------------------------------------------------------
-CROSS = {p.name: json.loads(p.read_text()) for p in sorted(result_files.CROSS.glob("*.json"))}
+CROSS = {p.name: json.loads(p.read_text()) for p in sorted(claims_results.CROSS.glob("*.json"))}
 
 
 def test_there_is_a_cross_machine_check_of_first_pass_runs():
     """The page pairs arms run on two machines on the strength of these files."""
-    assert CROSS, f"no rerun of a first-pass file under {result_files.CROSS}"
+    assert CROSS, f"no rerun of a first-pass file under {claims_results.CROSS}"
     for name in CROSS:
         arm, seed = re.fullmatch(r"(.+)_seed(\d+)_\w+\.json", name).groups()
         assert (arm, int(seed)) in REAL, name
@@ -389,7 +389,7 @@ def _second_pass(tmp_path: Path) -> tuple[Path, Path]:
     toy file of the new schema (final at the budget's end, 8 seeds, the DAPO ablation, GSPO)."""
     real = tmp_path / "real"
     real.mkdir()
-    for path in sorted(result_files.REAL.glob("*_seed*.json")):
+    for path in sorted(claims_results.REAL.glob("*_seed*.json")):
         arm, seed = path.stem.rsplit("_seed", 1)
         later = int(seed) > 7 or (arm == "grpo_s" and int(seed) > 2)  # the third pass's seeds
         if not later:  # later passes' seeds are not this scenario's
@@ -415,7 +415,7 @@ def _second_pass(tmp_path: Path) -> tuple[Path, Path]:
         for arm in ("base", "dapo", "dapo_noshape", "gtpo", "gtpo_alpha0"):
             src = REAL[("dapo" if arm == "dapo_noshape" else arm, seed % 3)]
             write(arm, seed, src, [noisy(src["evals"][-1])])
-    toy = json.loads(result_files.TOY.read_text())
+    toy = json.loads(claims_results.TOY.read_text())
     runs = toy["results"]["countdown"]["runs"]
     runs["gspo"] = json.loads(json.dumps(runs["grpo"]))
     runs["dapo overlong_shaping=False"] = json.loads(json.dumps(runs["dapo"]))
@@ -438,8 +438,8 @@ def _second_pass(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_the_report_reads_the_second_pass_files(tmp_path, monkeypatch):
     real_dir, toy_path = _second_pass(tmp_path)
-    monkeypatch.setattr(result_files, "REAL", real_dir)
-    monkeypatch.setattr(result_files, "TOY", toy_path)
+    monkeypatch.setattr(claims_results, "REAL", real_dir)
+    monkeypatch.setattr(claims_results, "TOY", toy_path)
     claims = report.blocks()["claims"]
     paired = claims["real-paired"]
     # DAPO without overlong shaping's seeds 0-2 ran on the new machine, GTPO's on the first
@@ -609,12 +609,12 @@ def test_slip_7_the_toy_command_reproduces_the_files_settings():
 
 def _credit_row(row: list[str]) -> bool:
     """A row judged on the credit experiment (docs/credit.md), not on the claims runs."""
-    return "scripts/experiments/credit/run.sh" in row[5]
+    return "scripts/experiments/credit/credit_runs.sh" in row[5]
 
 
 def _elsewhere(row: list[str]) -> bool:
     """A row judged on another experiment's runs: the credit experiment or the ceiling."""
-    return _credit_row(row) or "scripts/experiments/ceiling/run.sh" in row[5]
+    return _credit_row(row) or "scripts/experiments/ceiling/ceiling_runs.sh" in row[5]
 
 
 def test_the_credit_rows_name_their_experiment_and_how_to_rerun_it():
@@ -630,7 +630,7 @@ def test_the_credit_rows_name_their_experiment_and_how_to_rerun_it():
     assert claims[2:] == ["High entropy marks the pivotal tokens"]  # fmt: skip
     for row in rows:
         assert "OUT=" in row[5], row[0]
-    assert (ROOT / "scripts" / "experiments" / "credit" / "run.sh").is_file()
+    assert (ROOT / "scripts" / "experiments" / "credit" / "credit_runs.sh").is_file()
 
 
 def _queue() -> set[tuple[str, int, tuple[int, ...]]]:
@@ -681,11 +681,11 @@ def test_slip_8_each_file_names_its_machine():
         assert names_cpu_model(m.get("cpu")), f"{key}: no CPU model name in the file"
         assert m.get("path"), f"{key}: no numeric path in the file"
     new = {"machine": {"cpu": "AMD EPYC", "path": "avx2", "torch": "2.13.0+cpu", "threads": 1}}
-    assert result_files.machine_of(new, ("dapo", 3)).startswith("AMD EPYC, avx2 path")
+    assert claims_results.machine_of(new, ("dapo", 3)).startswith("AMD EPYC, avx2 path")
     old = {"machine": {"cpu": "x86_64"}, "commit": "d2ea469"}
-    assert result_files.machine_of(old, ("dapo", 0)).startswith("unrecorded")
+    assert claims_results.machine_of(old, ("dapo", 0)).startswith("unrecorded")
     for key, r in REAL.items():
-        assert result_files.machine_of(r, key) in machines
+        assert claims_results.machine_of(r, key) in machines
 
 
 def test_a_file_without_a_cpu_model_is_unrecorded_on_the_page():
@@ -749,10 +749,10 @@ def test_the_toy_stability_row_compares_tepo_and_dapo_on_one_grid():
     tepo = {"curve_tokens": tokens6, "curve_success": [0.3, 0.2, 0.35, 0.4, 0.3, 0.45, 0.5]}
     dapo = {"curve_tokens": tokens3, "curve_success": [0.3, 0.4, 0.5]}
     runs = {"tepo": {str(s): tepo for s in range(3)}, "dapo": {str(s): dapo for s in range(3)}}
-    toy = {"results": {"countdown": {"runs": runs}}, "config": result_files.load_toy()["config"]}
+    toy = {"results": {"countdown": {"runs": runs}}, "config": claims_results.load_toy()["config"]}
     row = outcome_rows.row_tepo_stability({}, toy)
     assert "+0.000 ± 0.000 over 3 seeds" in row[4] and row[2] == "not shown", row[4]
-    committed = outcome_rows.row_tepo_stability({}, result_files.load_toy())
+    committed = outcome_rows.row_tepo_stability({}, claims_results.load_toy())
     assert committed[2] == "not shown" and "common grid" in committed[4]
 
 

@@ -25,7 +25,7 @@ CREDIT = ROOT / "scripts" / "experiments" / "credit" / "results"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("claims_report_47", CLAIMS / "report.py")
+    spec = importlib.util.spec_from_file_location("claims_report_47", CLAIMS / "claims_page.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules["claims_report_47"] = module
     spec.loader.exec_module(module)
@@ -33,10 +33,10 @@ def _load():
 
 
 report = _load()
-# The modules beside report.py, as the report loaded them: each name from where it is defined.
+# The modules beside claims_page.py, as the report loaded them: each name from where it is defined.
 stats = sys.modules["stats"]
 arms = sys.modules["arms"]
-result_files = sys.modules["result_files"]
+claims_results = sys.modules["claims_results"]
 wording = sys.modules["wording"]
 real_runs = sys.modules["real_runs"]
 real_tables = sys.modules["real_tables"]
@@ -44,8 +44,8 @@ toy_testbed = sys.modules["toy_testbed"]
 learning_curves = sys.modules["learning_curves"]
 credit_rows = sys.modules["credit_rows"]
 long_chain_rows = sys.modules["long_chain_rows"]
-REAL = result_files.load_real()
-TOY = result_files.load_toy()
+REAL = claims_results.load_real()
+TOY = claims_results.load_toy()
 PAGE = report.PAGE.read_text()
 
 
@@ -391,7 +391,7 @@ def test_more_long_chain_seeds_join_only_from_the_same_machine_and_warm_start(
     """run_long_chain.sh's seeds join the credit study's seeds 0-4 when their file ran on the
     same CPU from the same warm start; a file from another CPU or base model is refused (one
     machine per pair), and no seed of the first file is replaced."""
-    from refimpl.bench.resultfiles import ResultFileError
+    from refimpl.bench.result_header import ResultFileError
 
     first = json.loads((CREDIT / "longchain_learning.json").read_text())
     task = next(iter(first["results"].values()))

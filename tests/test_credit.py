@@ -152,9 +152,9 @@ def test_bad_flags_are_refused_before_anything_is_written(tmp_path):
 
 
 def test_the_page_matches_the_result_files():
-    """docs/credit.md's tables are what scripts/experiments/credit/report.py computes from the
+    """docs/credit.md's tables are what scripts/experiments/credit/credit_page.py computes from the
     committed result files."""
-    script = ROOT / "scripts" / "experiments" / "credit" / "report.py"
+    script = ROOT / "scripts" / "experiments" / "credit" / "credit_page.py"
     done = subprocess.run([sys.executable, str(script), "--check"], capture_output=True,
                           text=True, cwd=ROOT)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

@@ -29,7 +29,7 @@ def _load(path: Path, name: str):
 
 @pytest.fixture(scope="module")
 def ceiling():
-    return _load(CEILING / "report.py", "ceiling_report_hostile")
+    return _load(CEILING / "ceiling_page.py", "ceiling_report_hostile")
 
 
 @pytest.fixture
@@ -219,7 +219,7 @@ def test_a_full_disk_leaves_the_page_whole(workspace, tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     proc = subprocess.run(
-        [sys.executable, str(CEILING / "report.py"), "--results", str(results), "--page",
+        [sys.executable, str(CEILING / "ceiling_page.py"), "--results", str(results), "--page",
          str(page), "--no-figure"],
         capture_output=True, text=True, preexec_fn=limit_file_size, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300,
@@ -247,8 +247,8 @@ def test_a_good_write_replaces_the_page_whole(ceiling, capsys, workspace):
 def claims(tmp_path, monkeypatch):
     """The claims report reading a copy of its result files and writing copies of its pages."""
     claims_dir = ROOT / "scripts" / "experiments" / "claims"
-    report = _load(claims_dir / "report.py", "claims_report_hostile")
-    files = sys.modules["result_files"]
+    report = _load(claims_dir / "claims_page.py", "claims_report_hostile")
+    files = sys.modules["claims_results"]
     real = tmp_path / "real"
     shutil.copytree(files.REAL, real)
     toy = tmp_path / "toy.json"
@@ -304,7 +304,7 @@ def test_the_claims_report_refuses_a_damaged_file_and_writes_no_page(claims, cap
 
 def test_the_credit_report_refuses_a_damaged_file_and_writes_no_page(tmp_path, capsys, monkeypatch):
     credit_dir = ROOT / "scripts" / "experiments" / "credit"
-    report = _load(credit_dir / "report.py", "credit_report_hostile")
+    report = _load(credit_dir / "credit_page.py", "credit_report_hostile")
     results = tmp_path / "results"
     shutil.copytree(credit_dir / "results", results)
     page = tmp_path / "credit.md"

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from refimpl.bench.result_header import UNRECORDED, check_header, make_header
-from refimpl.bench.resultfiles import ResultFileError
+from refimpl.bench.result_header import UNRECORDED, ResultFileError, check_header, make_header
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -105,27 +105,27 @@ def _copy_page(tmp_path: Path, page: Path) -> Path:
 def _credit_report():
     sys.path.insert(0, str(ROOT / "scripts" / "experiments" / "credit"))
     try:
-        import report as credit_report  # noqa: PLC0415
+        import credit_page as credit_report  # noqa: PLC0415
     finally:
         sys.path.pop(0)
-    sys.modules.pop("report", None)
+    sys.modules.pop("credit_page", None)
     return credit_report
 
 
 def _claims_report():
     sys.path.insert(0, str(ROOT / "scripts" / "experiments" / "claims"))
     try:
-        import report as claims_report  # noqa: PLC0415
+        import claims_page as claims_report  # noqa: PLC0415
     finally:
         sys.path.pop(0)
-    sys.modules.pop("report", None)
+    sys.modules.pop("claims_page", None)
     return claims_report
 
 
 def test_issue_49_2_a_report_given_a_wrong_folder_leaves_the_page_as_it_was(
     tmp_path, monkeypatch, capsys
 ):
-    """``credit/report.py --results /nonexistent --no-figure`` exited 0 and replaced 207
+    """``credit/credit_page.py --results /nonexistent --no-figure`` exited 0 and replaced 207
     lines of docs/credit.md by "Not measured yet"; the claims report did the same without
     toy/results.json. Each is an error naming the input, and the page is unchanged."""
     credit = _credit_report()
@@ -148,7 +148,7 @@ def test_issue_49_2_a_report_given_a_wrong_folder_leaves_the_page_as_it_was(
     texts = {name: p.read_text() for name, p in pages.items()}
     for name, p in pages.items():
         monkeypatch.setattr(claims, name, p)
-    monkeypatch.setattr(sys.modules["result_files"], "TOY", tmp_path / "toy" / "results.json")
+    monkeypatch.setattr(sys.modules["claims_results"], "TOY", tmp_path / "toy" / "results.json")
     assert claims.main(["--no-figure"]) == 2
     assert "toy/results.json: missing" in capsys.readouterr().err
     assert {name: p.read_text() for name, p in pages.items()} == texts
@@ -400,7 +400,7 @@ def test_issue_49_10_the_oracle_s_memory_is_estimated_before_it_starts(
 def _report_inputs(tmp_path: Path, monkeypatch):
     """The claims report pointed at a copy of its result files, its pages at copies."""
     claims = _claims_report()
-    result_files = sys.modules["result_files"]  # where the report's result paths are defined
+    result_files = sys.modules["claims_results"]  # where the report's result paths are defined
     real = tmp_path / "real"
     shutil.copytree(result_files.REAL, real)
     toy = tmp_path / "toy.json"
@@ -427,7 +427,7 @@ def _report_inputs(tmp_path: Path, monkeypatch):
 def test_issue_49_11_the_claims_check_names_a_damaged_file(
     tmp_path, monkeypatch, capsys, target, content, named
 ):
-    """``claims/report.py --check`` on a truncated file, ``{}``, ``[1, 2]``, ``{"evals":
+    """``claims/claims_page.py --check`` on a truncated file, ``{}``, ``[1, 2]``, ``{"evals":
     []}``, a deleted seed file or a skeletal toy file was a JSONDecodeError, KeyError or
     IndexError naming no file. One line names the file and what is wrong; exit 2."""
     claims, _real, _toy = _report_inputs(tmp_path, monkeypatch)
@@ -455,7 +455,7 @@ def test_issue_49_11_the_claims_check_names_a_damaged_file(
 def test_issue_49_11_the_credit_check_names_a_damaged_file(
     tmp_path, monkeypatch, capsys, stem, content, named
 ):
-    """The same for ``credit/report.py --check``."""
+    """The same for ``credit/credit_page.py --check``."""
     credit = _credit_report()
     results = tmp_path / "results"
     shutil.copytree(credit.HERE / "results", results)

@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from refimpl.bench.resultfiles import ResultFileError
+from refimpl.bench.result_header import ResultFileError
 from refimpl.runs.runlog import read_text_bounded, write_text_atomic
 
 #: The most bytes a docs page may have before it is refused (the largest is about 80 kB).

@@ -1,9 +1,9 @@
 """Gather the ceiling benchmark's runs into one committed result file.
 
-``run.sh`` trains the runs with ``refimpl bench-learning`` into ``<bench>/<task>/`` (chain or
+``ceiling_runs.sh`` trains the runs with ``refimpl bench-learning`` into ``<bench>/<task>/`` (chain or
 countdown), or with ``refimpl compare`` into ``<bench>/`` (the step-bounded sample-matched
 arm): one directory per arm and seed. This script reads each run's ``config.json`` and
-``metrics.jsonl`` and writes what ``report.py`` needs, per arm and seed, into one JSON file:
+``metrics.jsonl`` and writes what ``ceiling_page.py`` needs, per arm and seed, into one JSON file:
 
 * the evaluation grid: step, the policy's sampled tokens, the values' sampled tokens (VinePPO's
   continuations: zero for every other arm), held-out greedy success, pass@1 and pass@16;
@@ -115,7 +115,7 @@ def collect(bench: Path, probe: str = "", command: str | None = None) -> dict:
     tasks = [bench / t for t in ("chain", "countdown") if (bench / t).is_dir()]
     task_dir = tasks[0] if tasks else bench
     if not task_dir.is_dir():
-        raise SystemExit(f"--bench: {task_dir} is not a directory (run run.sh first)")
+        raise SystemExit(f"--bench: {task_dir} is not a directory (run ceiling_runs.sh first)")
     arms: dict[str, dict[str, dict]] = {}
     for run_dir in sorted(p for p in task_dir.iterdir() if (p / "config.json").is_file()):
         if not (run_dir / "metrics.jsonl").is_file():

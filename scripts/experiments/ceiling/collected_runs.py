@@ -1,5 +1,5 @@
 """The ceiling's result files read back (``collect.py`` writes them): every figure the page's
-tables read is checked first, so a damaged file stops ``report.py`` on one line naming the file
+tables read is checked first, so a damaged file stops ``ceiling_page.py`` on one line naming the file
 and the place (the lab's page writer then leaves the page as it was)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the lab's page w
 
 from page_writer import finite  # noqa: E402
 
-from refimpl.bench.resultfiles import expect, read_result  # noqa: E402
+from refimpl.bench.result_header import expect, read_result  # noqa: E402
 
 #: What every run of a collected file must hold as a finite number (``collect.py`` writes them;
 #: ``value_*`` and ``clip_frac`` are NaN for an arm without values or without a clip).

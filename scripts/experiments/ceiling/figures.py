@@ -1,4 +1,4 @@
-"""The figures of docs/credit.md's ceiling section (``report.py`` draws them after it has
+"""The figures of docs/credit.md's ceiling section (``ceiling_page.py`` draws them after it has
 written the page): every arm's learning curve against the ceiling, and credit agreement against
 the share of the ceiling."""
 

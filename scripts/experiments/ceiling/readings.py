@@ -1,6 +1,6 @@
 """The figures the ceiling's tables are built from: one run's gain at the end of the token
 budget, and a pair of arms' paired difference with its t and MDD (``stats.py``, the claims
-ledger's statistics). ``report.py`` and ``warmup_rows.py`` both read them."""
+ledger's statistics). ``ceiling_page.py`` and ``warmup_rows.py`` both read them."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ def bench_collapse_tables(toy: dict) -> str:
         f"From `scripts/experiments/claims/results/toy/results.json` (the claims ledger's toy "
         f"file: `{toy_command(toy['config'])}`; {m['cpu']}, {m.get('cores', '?')} cores, "
         f"{m.get('date', '?')}, commit {m.get('commit', '?')}), written by "
-        f"`python scripts/experiments/claims/report.py`. Warm start {res['base']:.3f}; budget "
+        f"`python scripts/experiments/claims/claims_page.py`. Warm start {res['base']:.3f}; budget "
         f"{res['budget_tokens']:,} sampled tokens.\n\n"
         + markdown_table(RESULT_COLUMNS, [result_row(a, s) for a, s in summaries.items()])
         + "\n\n"

@@ -1,5 +1,5 @@
 """The ledger's three rows on what token credit is worth (docs/credit.md's ceiling): written
-by ``scripts/experiments/ceiling/ledger.py`` from the ceiling's own result files, and "not
+by ``scripts/experiments/ceiling/ceiling_claims.py`` from the ceiling's own result files, and "not
 measured" while those are not committed.
 """
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from result_files import ROOT
+from claims_results import ROOT
 
 
 @functools.cache
@@ -16,7 +16,7 @@ def ceiling_rows() -> list[list[str]]:
     docs/credit.md's generator)."""
     import importlib.util
 
-    path = ROOT / "scripts" / "experiments" / "ceiling" / "ledger.py"
+    path = ROOT / "scripts" / "experiments" / "ceiling" / "ceiling_claims.py"
     spec = importlib.util.spec_from_file_location("ceiling_ledger", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -42,7 +42,7 @@ def _ceiling_row(i: int) -> list[str]:
         return [CEILING_CLAIMS[i], "(the ceiling's report quotes the papers once it has run)",
                 "not measured", "not measured",
                 f"not measured: `{where}` is not committed",
-                "`bash scripts/experiments/ceiling/run.sh`"]  # fmt: skip
+                "`bash scripts/experiments/ceiling/ceiling_runs.sh`"]  # fmt: skip
     return ceiling_rows()[i]
 
 

@@ -13,12 +13,12 @@ import math
 
 import numpy as np
 import stats as st
-from result_files import ROOT, read_file
+from claims_results import ROOT, read_file
 from wording import both
 
 CREDIT = ROOT / "scripts" / "experiments" / "credit" / "results"
 
-CREDIT_CMD = ("`bash scripts/experiments/credit/run.sh` (docs/credit.md; `OUT=/tmp/credit` "
+CREDIT_CMD = ("`bash scripts/experiments/credit/credit_runs.sh` (docs/credit.md; `OUT=/tmp/credit` "
               "reruns it into an empty directory)")  # fmt: skip
 
 #: The batches the credit rows judge: (file, label, K). The toy's are the two warm starts

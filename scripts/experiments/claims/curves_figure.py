@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from arms import NAMES, REAL_ARMS
+from claims_results import ROOT
 from real_runs import REAL_THRESHOLD_GAIN, final
-from result_files import ROOT
 
 FIGURE = ROOT / "docs" / "figures" / "claims_real_curves.png"
 

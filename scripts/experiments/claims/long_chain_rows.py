@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 from arms import NAMES
+from claims_results import read_file
 from credit_rows import CREDIT, CREDIT_CMD
 from learning_curves import common_grid, on_grid, worst_drop
 from real_runs import final
-from result_files import read_file
 from stats import Comparison, over_seeds
 from wording import both, describe
 
@@ -26,7 +26,7 @@ def long_chain_runs() -> dict | None:
     seeds of ``MORE_SEEDS`` whose file ran on the same CPU from the same warm start (the same
     held-out base success), so that every pair of the row runs on one machine from one model.
     A seed the first file has already is never replaced."""
-    from refimpl.bench.resultfiles import expect
+    from refimpl.bench.result_header import expect
 
     path = CREDIT / "longchain_learning.json"
     first = read_file(path)

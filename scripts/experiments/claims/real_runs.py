@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 from arms import NAMES, REAL_DAPOS
-from result_files import cpu_record
+from claims_results import cpu_record
 from stats import Comparison, over_seeds, paired
 
 #: Real model: a held-out success at least the seed's base success + this counts as reached

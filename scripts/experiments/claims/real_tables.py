@@ -10,8 +10,8 @@ import re
 
 import numpy as np
 from arms import NAMES, REAL_ARMS
+from claims_results import machine_of
 from real_runs import eval_at, final, kept_groups, n_samples, one_machine, real_compare, seeds_of
-from result_files import machine_of
 from stats import mean_se, paired
 from wording import (
     COMPARISON_HEAD,

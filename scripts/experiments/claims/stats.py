@@ -1,4 +1,4 @@
-"""The statistics of docs/claims.md, in one place (``report.py`` beside it uses them).
+"""The statistics of docs/claims.md, in one place (``claims_page.py`` beside it uses them).
 
 * A held-out success is the mean over problems of (correct samples / samples); its s.e. is the
   sample sd of those rates over √problems.

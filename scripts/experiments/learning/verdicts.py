@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
-from refimpl.bench.resultfiles import ResultFileError, read_result  # noqa: E402
+from refimpl.bench.result_header import ResultFileError, read_result  # noqa: E402
 from refimpl.runs.runlog import write_text_atomic  # noqa: E402
 
 #: The entropy claim "holds" only when the end entropy is at least this much above DAPO's

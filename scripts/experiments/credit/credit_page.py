@@ -1,15 +1,15 @@
 """The tables and figures of docs/credit.md, from the committed result files.
 
 Reads ``results/*.json`` next to this file (``refimpl credit`` and ``real_model.py`` write
-them; ``run.sh`` makes every one the page uses) and ``results/longchain_learning.json`` (the
+them; ``credit_runs.sh`` makes every one the page uses) and ``results/longchain_learning.json`` (the
 long-chain learning benchmark, ``refimpl bench-learning --preset longchain``), and writes each
 table into docs/credit.md between its markers ``<!-- credit:NAME -->`` and
 ``<!-- /credit:NAME -->``, and the figures into docs/figures/. Nothing is trained or sampled.
 ``--check`` writes nothing and exits 1 when a table differs from what the files give
 (``tests/test_credit.py`` runs it).
 
-    python scripts/experiments/credit/report.py            # rewrite the tables and figures
-    python scripts/experiments/credit/report.py --check    # are they current?
+    python scripts/experiments/credit/credit_page.py            # rewrite the tables and figures
+    python scripts/experiments/credit/credit_page.py --check    # are they current?
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ FIGURE_ALGOS = ("grpo", "gtpo", "grpo_s", "tepo")
 LEARNING_ALGOS = ("grpo", "dapo", "gtpo", "gtpo alpha_2=0.0", "grpo_s", "tepo", "forking_tokens")
 
 
-#: The result files the page may go without ("Not measured yet"): run.sh writes
+#: The result files the page may go without ("Not measured yet"): credit_runs.sh writes
 #: calibration.json, which is not committed yet. Every other file the page reads is required:
 #: one missing is an error naming it, and the page is left as it was.
 OPTIONAL = frozenset({"calibration"})
@@ -61,8 +61,8 @@ _LOADED: dict[str, dict | None] = {}
 def load(stem: str) -> dict | None:
     """The result file ``<stem>.json`` under ``--results`` (None for a missing optional one),
     read once; ``ResultFileError`` naming the file when it is missing, not JSON, or lacks a
-    key the tables read (``refimpl.bench.resultfiles``)."""
-    from refimpl.bench.resultfiles import read_result
+    key the tables read (``refimpl.bench.result_header``)."""
+    from refimpl.bench.result_header import read_result
 
     path = RESULTS / f"{stem}.json"  # RESULTS: --results (set by main)
     if str(path) not in _LOADED:
@@ -394,7 +394,7 @@ def learning_rows() -> list[dict] | None:
     learn, d = load("longchain_learning"), load("longchain_step0")
     if learn is None or d is None:
         return None
-    from refimpl.bench.resultfiles import expect
+    from refimpl.bench.result_header import expect
 
     path = RESULTS / "longchain_learning.json"
     expect(isinstance(learn["results"], dict) and learn["results"], path,
@@ -538,7 +538,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def _build(args: argparse.Namespace) -> dict[Path, dict[str, str]]:
     """Every block of the page from the files under ``--results`` (read here, before the
     page writer touches the page)."""
-    from refimpl.bench.resultfiles import ResultFileError
+    from refimpl.bench.result_header import ResultFileError
 
     global RESULTS
     RESULTS = args.results
@@ -561,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     result file missing or damaged, named on one line: nothing is written); the lab's page
     writer (``scripts/experiments/page_writer.py``) holds these guarantees."""
     return page_writer.main(
-        argv, prog="scripts/experiments/credit/report.py", description=__doc__.splitlines()[0],
+        argv, prog="scripts/experiments/credit/credit_page.py", description=__doc__.splitlines()[0],
         prefix="credit", build=_build, add_arguments=_arguments, after_write=_figures,
     )  # fmt: skip
 

@@ -1,7 +1,7 @@
 """The claims ledger's rows about what token credit is worth (docs/claims.md).
 
 ``scripts/experiments/claims/ceiling_rows.py`` adds these three rows to the ledger; they read the
-ceiling's committed result files through ``report.py`` beside this file, with its statistics:
+ceiling's committed result files through ``ceiling_page.py`` beside this file, with its statistics:
 VinePPO − GRPO (the ceiling), forking tokens − the random 20 %, GTPO − GRPO and its share.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("ceiling_report", HERE / "report.py")
+_spec = importlib.util.spec_from_file_location("ceiling_report", HERE / "ceiling_page.py")
 ceiling = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ceiling)
 stats = ceiling.stats
@@ -24,7 +24,7 @@ load_runs, RESULTS = ceiling.load_runs, ceiling.RESULTS
 
 
 COMMAND = (
-    "`bash scripts/experiments/ceiling/run.sh` (docs/credit.md, What credit is worth; "
+    "`bash scripts/experiments/ceiling/ceiling_runs.sh` (docs/credit.md, What credit is worth; "
     "`RUNS=/tmp/ceiling OUT=/tmp/ceiling-results` reruns it into empty directories)"
 )
 

@@ -2,8 +2,8 @@
 # The ceiling of token credit (docs/credit.md, "What credit is worth"): every result file the
 # section reads, then the section itself.
 #
-#   bash scripts/experiments/ceiling/run.sh              # reuses the runs that finished
-#   WORKERS=1 bash scripts/experiments/ceiling/run.sh    # one run at a time
+#   bash scripts/experiments/ceiling/ceiling_runs.sh              # reuses the runs that finished
+#   WORKERS=1 bash scripts/experiments/ceiling/ceiling_runs.sh    # one run at a time
 #
 # The regime is the long chain's (`--preset longchain`: chain with 10-12 operators, the
 # preset's warm start, 64 prompts × G = 8 per step, 4 minibatches, lr 1e-4) at a budget of 20
@@ -16,7 +16,7 @@
 #    tokens on a random 20 %, STEER, on the seeds ARM_SEEDS (the first 3 of the 5, by default:
 #    what the session that made the committed files could afford; ARM_SEEDS=0,1,2,3,4 runs all).
 # 3. A probe: the ceiling with one setting changed; 4. countdown; 5. the sample-matched arm
-# (each below). 6. The page: python scripts/experiments/ceiling/report.py.
+# (each below). 6. The page: python scripts/experiments/ceiling/ceiling_page.py.
 # Every step trains seed by seed: an interrupted run of this script leaves whole seeds, and a
 # rerun reuses every finished run.
 # Costs on the 2-core AMD EPYC: see docs/credit.md ("What VinePPO pays").
@@ -96,8 +96,8 @@ for lr in ${LRS:-3e-4}; do
 done
 # 6. The page (its tables against the committed page when OUT is elsewhere).
 if [[ "$OUT" == scripts/experiments/ceiling/results ]]; then
-  "$PY" scripts/experiments/ceiling/report.py
+  "$PY" scripts/experiments/ceiling/ceiling_page.py
 else
-  "$PY" scripts/experiments/ceiling/report.py --results "$OUT" --check --no-figure ||
+  "$PY" scripts/experiments/ceiling/ceiling_page.py --results "$OUT" --check --no-figure ||
     echo "the tables from $OUT differ from docs/credit.md (another machine computes other digits)"
 fi

@@ -12,14 +12,14 @@ page), and draws
 writes nothing and exits 1 when a block in any of these pages differs from what the files give
 (``tests/test_claims.py`` runs it).
 
-    python scripts/experiments/claims/report.py               # rewrite the blocks and the figure
-    python scripts/experiments/claims/report.py --no-figure   # the blocks only
-    python scripts/experiments/claims/report.py --check       # are they current?
+    python scripts/experiments/claims/claims_page.py               # rewrite the blocks and the figure
+    python scripts/experiments/claims/claims_page.py --no-figure   # the blocks only
+    python scripts/experiments/claims/claims_page.py --check       # are they current?
 
 The statistics (paired differences, Student's t verdicts at each comparison's degrees of
 freedom, minimal detectable differences, seeds for 80 % power, censored times to a
 threshold) are defined once, in ``stats.py`` beside it. The blocks are built by the modules
-beside it (README.md's file table says which holds what: ``result_files`` reads the files,
+beside it (README.md's file table says which holds what: ``claims_results`` reads the files,
 ``ledger`` builds the ledger, ``real_tables`` and ``toy_testbed`` the tables, ...); this file
 gathers them, writes the pages and draws the figure.
 """
@@ -44,9 +44,10 @@ from benchmark_blocks import (  # noqa: E402
     bench_tepo_verdicts,
     results_literal,
 )
+from claims_ledger import ledger_rows, ledger_table  # noqa: E402
+from claims_results import ROOT, load_cross, load_real, load_toy  # noqa: E402
 from curves_figure import plot_real_curves  # noqa: E402
 from learning_curves import real_convergence_table  # noqa: E402
-from ledger import ledger_rows, ledger_table  # noqa: E402
 from real_tables import (  # noqa: E402
     alpha0_spread,
     alpha0_table,
@@ -56,7 +57,6 @@ from real_tables import (  # noqa: E402
     real_paired_table,
     why_twelve_steps,
 )
-from result_files import ROOT, load_cross, load_real, load_toy  # noqa: E402
 from summaries import in_short, results_brief  # noqa: E402
 from toy_testbed import toy_command, toy_paired_table, toy_table  # noqa: E402
 
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     result file missing or damaged, named on one line: no page is written); the lab's page
     writer (``scripts/experiments/page_writer.py``) holds these guarantees."""
     return page_writer.main(
-        argv, prog="scripts/experiments/claims/report.py", description=__doc__.splitlines()[0],
+        argv, prog="scripts/experiments/claims/claims_page.py", description=__doc__.splitlines()[0],
         prefix="claims", build=_build, add_arguments=_arguments, after_write=_figure,
     )  # fmt: skip
 

@@ -27,7 +27,7 @@ REAL_CMD_EMPTY = "OUT=/tmp/claims-real bash scripts/experiments/claims/run_real.
 def read_file(path: Path) -> dict:
     """One result file the claims pages read: ``ResultFileError`` naming it when it is
     missing or damaged."""
-    from refimpl.bench.resultfiles import read_result
+    from refimpl.bench.result_header import read_result
 
     return read_result(path, "docs/claims.md reads it")
 
@@ -37,7 +37,7 @@ def _with_samples(result: dict, path: Path) -> dict:
     file without evaluations is refused, naming it."""
     from page_writer import finite
 
-    from refimpl.bench.resultfiles import expect
+    from refimpl.bench.result_header import expect
 
     evals = result["evals"]
     expect(isinstance(evals, list) and len(evals) > 0 and all(isinstance(e, dict) for e in evals),
@@ -59,7 +59,7 @@ def load_real(directory: Path | None = None) -> dict[tuple[str, int], dict]:
     REAL); each evaluation gets its ``n_samples`` (the run's ``--eval-samples``). A directory
     without such files, a damaged file, or an arm's seed without the base file it is compared
     with: ``ResultFileError`` naming it."""
-    from refimpl.bench.resultfiles import ResultFileError
+    from refimpl.bench.result_header import ResultFileError
 
     directory = directory or REAL
     if not directory.is_dir():
@@ -82,7 +82,7 @@ def load_real(directory: Path | None = None) -> dict[tuple[str, int], dict]:
 
 def load_cross(directory: Path | None = None) -> dict[str, dict]:
     """``{file name: result}`` of the cross-machine reruns (``<arm>_seed<seed>_<machine>.json``)."""
-    from refimpl.bench.resultfiles import ResultFileError
+    from refimpl.bench.result_header import ResultFileError
 
     directory = directory or CROSS
     if not directory.is_dir():

@@ -1,7 +1,7 @@
 """docs/credit.md's "What credit is worth", from the committed result files.
 
 Reads ``results/runs.json`` (``collect.py``: every arm × seed of the ceiling benchmark that
-``run.sh`` trains) and ``results/credit_*.json`` (``credit.sh``: each arm's credit agreement
+``ceiling_runs.sh`` trains) and ``results/credit_*.json`` (``credit.sh``: each arm's credit agreement
 on one long-chain warm-start batch), and writes the section's tables between the markers
 ``<!-- ceiling:NAME -->`` and ``<!-- /ceiling:NAME -->`` of docs/credit.md, and its figures
 into docs/figures/. Nothing is trained or sampled. ``--check`` writes nothing and exits 1 when
@@ -22,8 +22,8 @@ The statistics (``scripts/experiments/claims/stats.py``, the ledger's):
   90 % paired bootstrap interval over seeds (the seeds resampled together for the three arms);
   "unbounded" when more than 5 % of the resamples put the ceiling at or below GRPO.
 
-    python scripts/experiments/ceiling/report.py            # rewrite the tables and figures
-    python scripts/experiments/ceiling/report.py --check    # are they current?
+    python scripts/experiments/ceiling/ceiling_page.py            # rewrite the tables and figures
+    python scripts/experiments/ceiling/ceiling_page.py --check    # are they current?
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ from readings import (  # noqa: E402  (one run's and one pair's figures, shared 
     table,
 )
 
-from refimpl.bench.resultfiles import expect, read_result  # noqa: E402
+from refimpl.bench.result_header import expect, read_result  # noqa: E402
 
 #: The arms, in the order of the tables.
 ARMS = (
@@ -91,7 +91,7 @@ BOOTSTRAP = 10_000
 def credit_report():
     """docs/credit.md's own generator (its K, its agreement figure), loaded by path."""
     spec = importlib.util.spec_from_file_location(
-        "credit_report", ROOT / "scripts" / "experiments" / "credit" / "report.py"
+        "credit_report", ROOT / "scripts" / "experiments" / "credit" / "credit_page.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -285,7 +285,7 @@ def reading_text(arms: dict) -> str:
 def countdown_text(results: Path) -> str:
     arms = load_extra(results, "countdown")
     if arms is None:
-        return "Not run yet (`run.sh` step 4)."
+        return "Not run yet (`ceiling_runs.sh` step 4)."
     text = headroom_table(arms, (BASELINE,))
     if arms.get(CEILING) and arms.get(BASELINE):
         med = lambda lab, k: float(np.median([r[k] for r in arms[lab].values()]))  # noqa: E731
@@ -308,7 +308,7 @@ def matched_text(arms: dict, results: Path) -> str:
     """GRPO given more sampled tokens per step (a larger G) against VinePPO, per seed."""
     matched = load_extra(results, "sample_matched")
     if matched is None or BASELINE not in matched:
-        return "Not run yet (`run.sh` step 5)."
+        return "Not run yet (`ceiling_runs.sh` step 5)."
     runs = list(matched[BASELINE].values())
     group = sorted({r["policy_tokens_per_step"] for r in runs})
     both = {CEILING: arms.get(CEILING, {}), "matched": matched[BASELINE]}
@@ -522,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     """Exit 0 (written, or current with ``--check``), 1 (stale) or 2 (an input refused on
     one line, no page changed): ``page_writer.main``'s guarantees."""
     return page_writer.main(
-        argv, prog="scripts/experiments/ceiling/report.py", description=__doc__.split("\n\n")[0],
+        argv, prog="scripts/experiments/ceiling/ceiling_page.py", description=__doc__.split("\n\n")[0],
         prefix="ceiling", add_arguments=_arguments, after_write=_figures,
         build=lambda args: {args.page: blocks(args.results)},
     )  # fmt: skip

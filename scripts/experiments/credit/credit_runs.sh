@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every result file docs/credit.md reads, then the page's tables and figures.
 #
-#   bash scripts/experiments/credit/run.sh            # skips what is already in results/
-#   OUT=/tmp/credit bash scripts/experiments/credit/run.sh   # into an empty directory
+#   bash scripts/experiments/credit/credit_runs.sh            # skips what is already in results/
+#   OUT=/tmp/credit bash scripts/experiments/credit/credit_runs.sh   # into an empty directory
 #
 # 1. Two tasks, three batches each (16 prompts × G = 8, the oracle at K = 16, 32 and 64):
 #    - the long chain (`--preset longchain`: chain with 10-12 operators) at its warm start,
@@ -12,7 +12,7 @@
 #    and forking tokens × 5 paired seeds at one sampled-token budget (35 runs).
 # 3. The real model: SmolLM2-135M, one batch of 16 replies, the oracle at K = 8 and at K = 32;
 #    and a batch of 16 problems × 8 replies at K = 32 (the claims ledger's credit rows).
-# 4. The page: python scripts/experiments/credit/report.py.
+# 4. The page: python scripts/experiments/credit/credit_page.py.
 # Costs on the 2-core AMD EPYC of 2026-12-04, next to other jobs: see docs/credit.md.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -77,8 +77,8 @@ fi
 [[ -e "$OUT/real_smollm2_p16_k32.json" ]] ||
   "$PY" scripts/experiments/credit/real_model.py --prompts 16 --rollouts 32 --out "$OUT/real_smollm2_p16_k32.json"
 if [[ "$OUT" == scripts/experiments/credit/results ]]; then
-  "$PY" scripts/experiments/credit/report.py
+  "$PY" scripts/experiments/credit/credit_page.py
 else  # a rerun elsewhere: say whether it gives the committed page's tables
-  "$PY" scripts/experiments/credit/report.py --results "$OUT" --check --no-figure ||
+  "$PY" scripts/experiments/credit/credit_page.py --results "$OUT" --check --no-figure ||
     echo "the tables from $OUT differ from docs/credit.md (another machine computes other digits)"
 fi
