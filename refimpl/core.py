@@ -1,13 +1,10 @@
 """The mathematics every algorithm file shares: masking, groups, ratios, KL, aggregation.
 
-Everything here is written once and used by the algorithm files in ``refimpl/algorithms``
-(directly, or through the functions they call); those files hold only the mathematics that
-distinguishes one algorithm from another, so an algorithm file plus this one is the whole
-reading list of that algorithm. What an algorithm is given and declares (``RolloutBatch``,
-``AlgorithmConfig``, the ranges of its fields) and the checks of its inputs are the contract's,
-``refimpl.contract``. What the training loops do to a batch around an algorithm (dynamic
-sampling, reward shaping, minibatch splits) lives in ``refimpl.batch_stages``. This module knows
-nothing of models, tokenizers or tasks.
+Written once, for the algorithm files in ``refimpl/algorithms``, which hold only what
+distinguishes one algorithm from another: an algorithm file plus this one is the whole reading
+list of that algorithm. What an algorithm is given and declares, and the checks of its inputs,
+are the contract's (``refimpl.contract``); what the loops do to a batch around an algorithm is
+``refimpl.batch_stages``'. This module knows nothing of models, tokenizers or tasks.
 
 Notation
 --------
@@ -17,28 +14,15 @@ consecutive rows: rows ``g·G … g·G+G−1`` answer prompt ``g``. Per-token te
 
 Shapes in the signatures
 ------------------------
-The public functions here, in the contract and in the algorithm files state their tensor shapes with
-jaxtyping annotations, one dimension name per quantity, the same everywhere:
-
-    B   completions in the batch (rows), B = N·G
-    T   padded length of a completion (columns of a per-token tensor)
-    G   group size (completions per prompt)
-    N   groups (prompts) in the batch
-
-``Float[Tensor, "B T"]`` is a per-token float tensor, ``Float[Tensor, " B"]`` one value per
-completion, ``Float[Tensor, ""]`` a scalar, ``Float[Tensor, "N G T"]`` a grouped view (a
-leading space, as in ``" B"``, means nothing to jaxtyping: it only keeps linters from reading
-the string as a Python expression). Masks may be float 0/1 or bool, hence
-``Shaped[Tensor, "B T"]`` (any dtype); ``Bool`` is a bool tensor, ``Real`` a float or integer
-one. ``"*dims"`` is any shape, the same for every argument that names it (the elementwise
-primitives). A dimension name binds at its first use in a call: every tensor of that call
-must agree with it.
-
-The annotations are checked at run time only in the test session: ``tests/conftest.py``
-wraps the public functions of this module, of the contract and of the algorithm files whose
-annotations fix a rank in ``jaxtyped(typechecker=beartype)``. Anywhere else (training, the
-notebooks) they are plain annotations: no wrapper, no check, no cost
-(``tests/spec/test_shapes.py`` shows both).
+Tensor shapes are jaxtyping annotations, one dimension name per quantity, the same in the
+contract and the algorithm files: ``B`` rows (completions, ``B = N·G``), ``T`` padded length,
+``G`` group size, ``N`` groups. ``Float[Tensor, "B T"]`` is per token, ``Float[Tensor, " B"]``
+per completion (the leading space only keeps linters from reading the string as Python),
+``Float[Tensor, ""]`` a scalar; a mask may be float 0/1 or bool (``Shaped``: any dtype);
+``"*dims"`` is any shape, the same for every argument naming it. They are checked at run
+time only in the test session (``tests/conftest.py`` wraps the public functions in
+``jaxtyped(typechecker=beartype)``; ``tests/spec/test_shapes.py`` shows both): anywhere else
+they are plain annotations, with no cost.
 
 Masking convention
 ------------------
@@ -53,12 +37,9 @@ Aggregation modes over a per-token loss ``ℓ[i,t]``:
     seq-mean-token-sum-norm  Σ_{i,t} m ℓ / (B' · L_max),  L_max constant Dr. GRPO
     seq-mean                 mean_i ℓ_i   for a per-sequence loss ℓ_i     GRPO-S, GSPO
 
-The first three names are verl's ``agg_loss`` modes, and with verl 0.9.1 they compute the
-same formulas (``seq-mean-token-sum-norm`` there is the seq-mean of token sums divided by
-``loss_scale_factor``, our ``L_max``; older verl releases divided the batch's token sum by
-the horizon only, with no ``1/B'``). ``seq-mean`` is ours: verl has no per-sequence loss.
-``tests/spec/test_peers.py`` compares the three with verl's ``agg_loss`` when verl is
-installed.
+The first three are verl 0.9.1's ``agg_loss`` modes, the same formulas (its
+``loss_scale_factor`` is our ``L_max``; older verl had no ``1/B'``), which
+``tests/spec/test_peers.py`` checks when verl is installed; ``seq-mean`` is ours.
 
 Sequences with ``|o_i| = 0`` are skipped by every mode: the "mean over sequences" runs over
 the ``B'`` non-empty rows. An empty batch (no response token at all) gives loss 0, still
@@ -133,16 +114,6 @@ def broadcast_to_tokens(
 # ---------------------------------------------------------------------------------------------
 
 
-def group_mean_std(
-    values: Float[Tensor, " B"], group_size: int
-) -> tuple[Float64[Tensor, " B"], Float64[Tensor, " B"]]:
-    """Per-group mean and unbiased (Bessel-corrected) std, broadcast back to ``[B]``."""
-    v = group_view(values.to(torch.float64), group_size)
-    mean = v.mean(dim=1, keepdim=True).expand_as(v)
-    std = v.std(dim=1, unbiased=True, keepdim=True).expand_as(v)
-    return mean.reshape(-1), std.reshape(-1)
-
-
 def group_degenerate(values: Float[Tensor, " B"], group_size: int) -> Bool[Tensor, " B"]:
     """``[B]`` bool: the row's group has all-equal values (zero variance)."""
     v = group_view(values, group_size)
@@ -161,7 +132,10 @@ def group_normalize(
     Computed in float64 and returned as float32; a value that does not fit float32 is
     refused (``check_advantage_values``), never turned into inf.
     """
-    mean, std = group_mean_std(rewards, group_size)
+    # Per-group mean and unbiased (Bessel-corrected) std, in float64, broadcast back to [B].
+    r = group_view(rewards.to(torch.float64), group_size)
+    mean = r.mean(dim=1, keepdim=True).expand_as(r).reshape(-1)
+    std = r.std(dim=1, unbiased=True, keepdim=True).expand_as(r).reshape(-1)
     centred = rewards.to(torch.float64) - mean
     adv = centred / (std + eps) if scale_by_std else centred
     adv = torch.where(group_degenerate(rewards, group_size), torch.zeros_like(adv), adv)
@@ -232,26 +206,6 @@ def clipped_surrogate(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps_low, 1.0 + clip_eps_high) * adv
     return torch.minimum(unclipped, clipped)
-
-
-def dual_clipped_surrogate(
-    ratio: Float[Tensor, "*dims"],
-    adv: Float[Tensor, "*dims"],
-    clip_eps_low: float,
-    clip_eps_high: float,
-    clip_ratio_c: float,
-) -> Float[Tensor, "*dims"]:
-    """Dual-clip PPO (Ye et al. 2020, verl's ``compute_policy_loss_vanilla``), elementwise:
-    ``clipped(x, A)`` for ``A ≥ 0``, ``max(clipped(x, A), c·A)`` for ``A < 0``; the loss is its
-    negative.
-
-    For ``A < 0`` the plain clipped surrogate ``x·A`` falls without bound as the ratio grows;
-    the dual clip stops it at ``c·A`` (``c > 1``), so a token the policy has already made far
-    more likely than ``π_old`` cannot dominate the loss. Above ``x = c`` its gradient is 0.
-    """
-    surrogate = clipped_surrogate(ratio, adv, clip_eps_low, clip_eps_high)
-    capped = torch.maximum(surrogate, clip_ratio_c * adv)
-    return torch.where(adv < 0, capped, surrogate)
 
 
 def kl_k3(

@@ -274,6 +274,27 @@ def token_weights(
     return core.masked(weight, mask)
 
 
+def dual_clipped_surrogate(
+    ratio: Float[Tensor, "*dims"],
+    adv: Float[Tensor, "*dims"],
+    clip_eps_low: float,
+    clip_eps_high: float,
+    clip_ratio_c: float,
+) -> Float[Tensor, "*dims"]:
+    """Dual-clip PPO (Ye et al. 2020, verl's ``compute_policy_loss_vanilla``; STEER's surrogate,
+    and no other algorithm's, so it is written here rather than in ``core``), elementwise:
+    ``clipped(x, A)`` for ``A ≥ 0``, ``max(clipped(x, A), c·A)`` for ``A < 0``; the loss is its
+    negative.
+
+    For ``A < 0`` the plain clipped surrogate ``x·A`` falls without bound as the ratio grows;
+    the dual clip stops it at ``c·A`` (``c > 1``), so a token the policy has already made far
+    more likely than ``π_old`` cannot dominate the loss. Above ``x = c`` its gradient is 0.
+    """
+    surrogate = core.clipped_surrogate(ratio, adv, clip_eps_low, clip_eps_high)
+    capped = torch.maximum(surrogate, clip_ratio_c * adv)
+    return torch.where(adv < 0, capped, surrogate)
+
+
 def loss(
     batch: RolloutBatch,
     logp: Float[Tensor, "B T"],
@@ -301,7 +322,7 @@ def loss(
     # w[i,t] = π_θ / π_old, the per-token importance ratio.
     w = core.token_ratio(logp, batch.logp_old, mask)
     # −s(w, A): clip-higher, and for A < 0 the dual clip at c·A (verl's vanilla loss).
-    surrogate = core.dual_clipped_surrogate(
+    surrogate = dual_clipped_surrogate(
         w, adv, cfg.clip_eps_low, cfg.clip_eps_high, cfg.clip_ratio_c
     )
     # λ from |Ω| (no gradient), multiplying each token's loss after clipping.
