@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from refimpl.bench import stats  # the statistics every page uses
+
 ROOT = Path(__file__).resolve().parents[1]
 CLAIMS_DIR = "scripts/experiments/claims"  # the experiment: its scripts, results/ and README
 CLAIMS = ROOT / CLAIMS_DIR
@@ -37,7 +39,6 @@ def _script(name: str, file: str):
 report = _script("claims_page", "claims_page.py")
 claims_real = _script("claims_real", "run_real.py")
 # The modules beside claims_page.py, as the report loaded them: each name from where it is defined.
-stats = sys.modules["stats"]  # the ledger's statistics (stats.py)
 arms = sys.modules["arms"]
 claims_results = sys.modules["claims_results"]
 wording = sys.modules["wording"]
@@ -614,7 +615,7 @@ def _credit_row(row: list[str]) -> bool:
 
 def _elsewhere(row: list[str]) -> bool:
     """A row judged on another experiment's runs: the credit experiment or the ceiling."""
-    return _credit_row(row) or "scripts/experiments/ceiling/ceiling_runs.sh" in row[5]
+    return _credit_row(row) or "scripts/experiments/ceiling/ceiling_study.py" in row[5]
 
 
 def test_the_credit_rows_name_their_experiment_and_how_to_rerun_it():

@@ -24,8 +24,9 @@ load_runs, RESULTS = ceiling.load_runs, ceiling.RESULTS
 
 
 COMMAND = (
-    "`bash scripts/experiments/ceiling/ceiling_runs.sh` (docs/credit.md, What credit is worth; "
-    "`RUNS=/tmp/ceiling OUT=/tmp/ceiling-results` reruns it into empty directories)"
+    "`python scripts/experiments/run_experiment.py scripts/experiments/ceiling/ceiling_study.py` "
+    "(docs/credit.md, What credit is worth; `--runs /tmp/ceiling --out /tmp/ceiling-results` "
+    "reruns it into empty directories)"
 )
 
 

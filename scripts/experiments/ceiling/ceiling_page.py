@@ -1,25 +1,33 @@
 """docs/credit.md's "What credit is worth", from the committed result files.
 
 Reads ``results/runs.json`` (``collect.py``: every arm × seed of the ceiling benchmark that
-``ceiling_runs.sh`` trains) and ``results/credit_*.json`` (``credit.sh``: each arm's credit agreement
+``ceiling_study.py`` declares) and ``results/credit_*.json`` (``ceiling_study.py``'s credit experiments: each arm's credit agreement
 on one long-chain warm-start batch), and writes the section's tables between the markers
 ``<!-- ceiling:NAME -->`` and ``<!-- /ceiling:NAME -->`` of docs/credit.md, and its figures
 into docs/figures/. Nothing is trained or sampled. ``--check`` writes nothing and exits 1 when
 a table differs from what the files give (``tests/test_ceiling_report.py`` runs it).
 
-The statistics (``scripts/experiments/claims/stats.py``, the ledger's):
-* a run's **gain** is its last held-out pass@1 minus its first (the warm start's, the same for
-  every arm of a seed): pass@1 is the mean success of 16 samples per problem at the training
+The statistics (``refimpl/bench/stats.py``, the one statistics module every page uses):
+* a run's **gain** is its held-out pass@1 at the end of the token budget minus its first (the
+  warm start's, the same for every arm of a seed). The end of the budget is update 20 for most
+  arms, but an arm with dynamic sampling (the DAPO family) draws more tokens a step and is read
+  at its last evaluation, after 9-11 updates (``readings.at_update``; the shares table's
+  "updates read" column shows it), so every arm is read at the same sampled tokens, not at the
+  same update. pass@1 is the mean success of 16 samples per problem at the training
   temperature, what the policy is trained to raise, and the least noisy figure of the
   evaluation (4,800 samples); held-out greedy success is reported beside it. This choice was
   made before any run of the benchmark finished;
 * a comparison of two arms is the mean over the seeds both finished of their paired
   difference, s.e. = sd / √n, Student's t at n − 1 degrees of freedom, and its minimal
-  detectable difference MDD = (t₀.₉₇₅ + t₀.₈₀) · s.e.;
+  detectable difference MDD = (t₀.₉₇₅ + t₀.₈₀) · s.e.; a study extended after a look
+  (countdown: seeds 0-4 were read before seeds 5-19 were run, ``COUNTDOWN_LOOKS``) has every
+  bar, p and MDD Bonferroni-corrected for its looks (t at 1 − 0.025 / looks);
 * the **headroom** H = gain(VinePPO) − gain(GRPO); the regime can rank credit methods when
   H ≥ 3 · MDD (the issue's bar);
-* an arm's **share** of the ceiling, (gain − gain_GRPO) / (gain_VinePPO − gain_GRPO), with a
-  90 % paired bootstrap interval over seeds (the seeds resampled together for the three arms);
+* while H < 3 MDD an arm is placed by its gain over GRPO, paired over the seeds both ran, with
+  its 90 % t interval at n − 1 df; only once H ≥ 3 MDD, by its **share** of the ceiling,
+  (gain − gain_GRPO) / (gain_VinePPO − gain_GRPO), with a 90 % paired bootstrap interval over
+  seeds (the seeds resampled together for the three arms: ``stats.bootstrap_indices``);
   "unbounded" when more than 5 % of the resamples put the ceiling at or below GRPO.
 
     python scripts/experiments/ceiling/ceiling_page.py            # rewrite the tables and figures
@@ -29,7 +37,6 @@ The statistics (``scripts/experiments/claims/stats.py``, the ledger's):
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -42,12 +49,10 @@ RESULTS = HERE / "results"
 PAGE = ROOT / "docs" / "credit.md"
 FIGURES = ROOT / "docs" / "figures"
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts" / "experiments" / "claims"))
 sys.path.insert(0, str(ROOT / "scripts" / "experiments"))
 sys.path.insert(0, str(HERE))
 
 import page_writer  # noqa: E402  (the lab's one page writer)
-import stats  # noqa: E402  (the claims ledger's statistics)
 import warmup_rows  # noqa: E402  (the section with the learning-rate warm-up)
 from collected_runs import check_collected, load_extra, load_runs  # noqa: E402
 from page_writer import finite  # noqa: E402
@@ -68,6 +73,7 @@ from readings import (  # noqa: E402  (one run's and one pair's figures, shared 
     table,
 )
 
+from refimpl.bench import stats  # noqa: E402  (the one statistics module)
 from refimpl.bench.result_header import expect, read_result  # noqa: E402
 
 #: The arms, in the order of the tables.
@@ -86,16 +92,8 @@ CREDIT_FILES = {
 }
 CREDIT_DEFAULT = "credit_warmstart"
 BOOTSTRAP = 10_000
-
-
-def credit_report():
-    """docs/credit.md's own generator (its K, its agreement figure), loaded by path."""
-    spec = importlib.util.spec_from_file_location(
-        "credit_report", ROOT / "scripts" / "experiments" / "credit" / "credit_page.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+#: Countdown was read after seeds 0-4 (H at 1.1 MDD) and then extended to seeds 5-19: two looks.
+COUNTDOWN_LOOKS = 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,8 +127,7 @@ def share_interval(arms: dict, label: str, key: str = PRIMARY) -> tuple[float, f
     }
     num, den = g[label] - g[BASELINE], g[CEILING] - g[BASELINE]
     share = float(num.mean() / den.mean()) if den.mean() != 0 else math.nan
-    rng = np.random.default_rng(0)
-    idx = rng.integers(0, len(seeds), size=(BOOTSTRAP, len(seeds)))
+    idx = stats.bootstrap_indices(len(seeds), BOOTSTRAP, 0)
     num_b, den_b = num[idx].mean(axis=1), den[idx].mean(axis=1)
     if np.mean(den_b <= 0) > 0.05:
         return share, math.nan, math.nan, len(seeds)
@@ -173,10 +170,10 @@ def over_grpo(arms: dict, label: str) -> tuple[str, str]:
     c = paired(arms, label, BASELINE)
     if c is None:
         return "n/a", "n/a"
-    half = float(stats.stats.t.ppf(0.95, c.df)) * c.se
+    lo, hi = c.interval(0.90)
     return (
         f"{fmt(c.diff, sign=True)} ± {fmt(c.se)}",
-        f"[{fmt(c.diff - half, sign=True)}, {fmt(c.diff + half, sign=True)}]",
+        f"[{fmt(lo, sign=True)}, {fmt(hi, sign=True)}]",
     )
 
 
@@ -285,7 +282,7 @@ def reading_text(arms: dict) -> str:
 def countdown_text(results: Path) -> str:
     arms = load_extra(results, "countdown")
     if arms is None:
-        return "Not run yet (`ceiling_runs.sh` step 4)."
+        return "Not run yet (`ceiling_study.py`: countdown)."
     text = headroom_table(arms, (BASELINE,))
     if arms.get(CEILING) and arms.get(BASELINE):
         med = lambda lab, k: float(np.median([r[k] for r in arms[lab].values()]))  # noqa: E731
@@ -308,7 +305,7 @@ def matched_text(arms: dict, results: Path) -> str:
     """GRPO given more sampled tokens per step (a larger G) against VinePPO, per seed."""
     matched = load_extra(results, "sample_matched")
     if matched is None or BASELINE not in matched:
-        return "Not run yet (`ceiling_runs.sh` step 5)."
+        return "Not run yet (`ceiling_study.py`: sample matched)."
     runs = list(matched[BASELINE].values())
     group = sorted({r["policy_tokens_per_step"] for r in runs})
     both = {CEILING: arms.get(CEILING, {}), "matched": matched[BASELINE]}
@@ -430,8 +427,7 @@ def scatter_points(arms: dict, results: Path) -> list[dict]:
             c = paired(arms, label, BASELINE)
             if c is None:
                 continue
-            half = float(stats.stats.t.ppf(0.95, c.df)) * c.se
-            y, lo, hi, n = c.diff, c.diff - half, c.diff + half, c.n
+            (lo, hi), y, n = c.interval(0.90), c.diff, c.n
         if n < 2:
             continue
         points.append({"label": label, "r": got[0], "k": got[1], "y": y, "lo": lo, "hi": hi})
@@ -449,7 +445,7 @@ def scatter_text(arms: dict, results: Path) -> str:
     free = [p for p in points if p["label"] not in (CEILING, BASELINE, MATCHED)]
     text = table(["arm", "credit agreement r (within completions)", what], rows)
     if len(free) >= 3 and all(math.isfinite(p["y"]) for p in free):
-        rho, p = credit_report().exact_spearman([q["r"] for q in free], [q["y"] for q in free])
+        rho, p = stats.exact_spearman([q["r"] for q in free], [q["y"] for q in free])
         k = points[0]["k"]
         text += (f"\n\nAcross the {len(free)} arms other than GRPO, VinePPO and the matched-scale "
                  f"control, Spearman's ρ between credit agreement (K = {k}) and {what} is "

@@ -1,6 +1,6 @@
 """Gather the ceiling benchmark's runs into one committed result file.
 
-``ceiling_runs.sh`` trains the runs with ``refimpl bench-learning`` into ``<bench>/<task>/`` (chain or
+``ceiling_study.py`` declares the runs with ``refimpl bench-learning`` into ``<bench>/<task>/`` (chain or
 countdown), or with ``refimpl compare`` into ``<bench>/`` (the step-bounded sample-matched
 arm): one directory per arm and seed. This script reads each run's ``config.json`` and
 ``metrics.jsonl`` and writes what ``ceiling_page.py`` needs, per arm and seed, into one JSON file:
@@ -115,7 +115,9 @@ def collect(bench: Path, probe: str = "", command: str | None = None) -> dict:
     tasks = [bench / t for t in ("chain", "countdown") if (bench / t).is_dir()]
     task_dir = tasks[0] if tasks else bench
     if not task_dir.is_dir():
-        raise SystemExit(f"--bench: {task_dir} is not a directory (run ceiling_runs.sh first)")
+        raise SystemExit(
+            f"--bench: {task_dir} is not a directory (run the benchmark first: ceiling_study.py)"
+        )
     arms: dict[str, dict[str, dict]] = {}
     for run_dir in sorted(p for p in task_dir.iterdir() if (p / "config.json").is_file()):
         if not (run_dir / "metrics.jsonl").is_file():

@@ -1,16 +1,12 @@
 """The figures the ceiling's tables are built from: one run's gain at the end of the token
-budget, and a pair of arms' paired difference with its t and MDD (``stats.py``, the claims
-ledger's statistics). ``ceiling_page.py`` and ``warmup_rows.py`` both read them."""
+budget, and a pair of arms' paired difference with its t, p and MDD (``refimpl.bench.stats``,
+the one statistics module). ``ceiling_page.py`` and ``warmup_rows.py`` both read them."""
 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "claims"))
-
-import stats  # noqa: E402  (the claims ledger's statistics)
+from refimpl.bench import stats
 
 CEILING, BASELINE, MATCHED = "vineppo", "grpo", "grpo kl_coef=0.0"
 #: The figure every gain, headroom and share is read on (greedy success is shown beside it).
@@ -38,12 +34,16 @@ def common_seeds(arms: dict, *labels: str) -> list[str]:
     return sorted(set.intersection(*sets), key=int) if sets else []
 
 
-def paired(arms: dict, a: str, b: str, key: str = PRIMARY) -> stats.Comparison | None:
-    """gain(a) − gain(b) over the seeds both finished; None with fewer than two."""
+def paired(
+    arms: dict, a: str, b: str, key: str = PRIMARY, looks: int = 1
+) -> stats.Comparison | None:
+    """gain(a) − gain(b) over the seeds both finished (``looks``: how often the study was read
+    before it stopped, ``stats``' correction); None with fewer than two seeds."""
     seeds = common_seeds(arms, a, b)
     if len(seeds) < 2:
         return None
-    return stats.over_seeds({s: gain(arms[a][s], key) - gain(arms[b][s], key) for s in seeds})
+    per_seed = {s: gain(arms[a][s], key) - gain(arms[b][s], key) for s in seeds}
+    return stats.over_seeds(per_seed, looks=looks)
 
 
 def fmt(x: float, digits: int = 3, sign: bool = False) -> str:
@@ -60,11 +60,9 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 def comparison_cells(c: stats.Comparison | None) -> list[str]:
     if c is None:
         return ["n/a"] * 6
-    t = c.diff / c.se if c.se > 0 else math.nan
-    p = float(2 * stats.stats.t.sf(abs(t), c.df)) if math.isfinite(t) else math.nan
     ratio = c.diff / c.mdd if c.mdd > 0 else math.nan  # signed: a negative H is no ceiling
-    return [f"{fmt(c.diff, sign=True)} ± {fmt(c.se)}", f"{c.n} ({int(c.df)})", fmt(t, 2),
-            fmt(p, 3), fmt(c.mdd), fmt(ratio, 2)]  # fmt: skip
+    return [f"{fmt(c.diff, sign=True)} ± {fmt(c.se)}", f"{c.n} ({int(c.df)})", fmt(c.t, 2),
+            fmt(c.p, 3), fmt(c.mdd), fmt(ratio, 2)]  # fmt: skip
 
 
 def gains_line(arms: dict, label: str, key: str) -> str:

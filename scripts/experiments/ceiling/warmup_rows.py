@@ -1,4 +1,4 @@
-"""docs/credit.md's "The ceiling with the warm-up" (``ceiling_runs.sh`` steps 7 and 8), from
+"""docs/credit.md's "The ceiling with the warm-up" (the experiments ``warmup`` and ``warmup lr3e-4`` of ``ceiling_study.py``), from
 ``results/warmup.json`` and ``results/warmup_lr*.json``: each arm's gain, the headroom against
 GRPO per seed with its MDD, the warm-up's own effect on each arm, and the headroom at the larger
 learning rates."""
@@ -52,7 +52,7 @@ def warmup_text(arms: dict, results: Path) -> str:
     ``runs.json``), and H at the larger learning rates."""
     warm = load_extra(results, "warmup")
     if warm is None:
-        return "Not run yet (`ceiling_runs.sh` step 7)."
+        return "Not run yet (`ceiling_study.py`: warmup)."
     rows = []
     for label, name in WARM_NAMES.items():
         runs = warm.get(label, {})

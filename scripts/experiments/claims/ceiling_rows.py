@@ -42,7 +42,7 @@ def _ceiling_row(i: int) -> list[str]:
         return [CEILING_CLAIMS[i], "(the ceiling's report quotes the papers once it has run)",
                 "not measured", "not measured",
                 f"not measured: `{where}` is not committed",
-                "`bash scripts/experiments/ceiling/ceiling_runs.sh`"]  # fmt: skip
+                "`python scripts/experiments/run_experiment.py scripts/experiments/ceiling/ceiling_study.py`"]  # fmt: skip
     return ceiling_rows()[i]
 
 
