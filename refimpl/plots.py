@@ -362,23 +362,23 @@ def plot_compare(
             # The prediction that works beside the one that does not: the measured change
             # against the first-order prediction ⟨∇H̄, Δθ⟩ (docs/entropy_mechanism.md), with
             # the covariance's correlation in the legend next to the prediction's.
-            from refimpl.diagnostics.entropy_attribution import paired, pearson
+            from refimpl.diagnostics.entropy_attribution import logged_pairs, pearson
 
             runs = {label: [load_metrics(d) for d in dirs] for label, dirs in groups.items()}
             if any(
-                paired(r, "entropy_change_pred", "entropy_change")[0].size
+                logged_pairs(r, "entropy_change_pred", "entropy_change")[0].size
                 for rs in runs.values()
                 for r in rs
             ):
                 ax.clear()
                 lo, hi = np.inf, -np.inf
                 for label, records in runs.items():
-                    pts = [paired(r, "entropy_change_pred", "entropy_change") for r in records]
+                    pts = [logged_pairs(r, "entropy_change_pred", "entropy_change") for r in records]
                     x = np.concatenate([p[0] for p in pts])
                     y = np.concatenate([p[1] for p in pts])
                     if x.size < 3:
                         continue
-                    cov = [paired(r, "cov_logp_adv", "entropy_change") for r in records]
+                    cov = [logged_pairs(r, "cov_logp_adv", "entropy_change") for r in records]
                     r_cov = pearson(
                         np.concatenate([c[0] for c in cov]), np.concatenate([c[1] for c in cov])
                     )

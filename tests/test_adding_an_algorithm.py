@@ -158,7 +158,7 @@ def _scratch_for_the_script(tmp_path: Path) -> Path:
     base's file), so that a test of a bad input never writes into this checkout."""
     root = tmp_path / "repo"
     for rel in ("scripts/dev/new_algorithm.py", "refimpl/algorithms/__init__.py",
-                "refimpl/algorithms/grpo.py", "docs/_algorithm_pages.py", "mkdocs.yml",
+                "refimpl/algorithms/grpo.py", "docs/_algorithm_blocks.py", "mkdocs.yml",
                 "docs/math.md", "docs/spec.md", "docs/api/algorithms.md", "README.md"):  # fmt: skip
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, root / rel)
@@ -210,7 +210,7 @@ def test_what_the_script_writes_compiles(tmp_path):
     done = _new_algorithm(root, "bobs_rloo", "Bob's RLOO (v2, +KL/2) - x.y")
     assert done.returncode == 0, done.stderr
     for rel in ("refimpl/algorithms/bobs_rloo.py", "refimpl/algorithms/__init__.py",
-                "tests/spec/test_bobs_rloo.py", "docs/_algorithm_pages.py"):  # fmt: skip
+                "tests/spec/test_bobs_rloo.py", "docs/_algorithm_blocks.py"):  # fmt: skip
         compile((root / rel).read_text(encoding="utf-8"), rel, "exec")
     site = yaml.load((root / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
 

@@ -25,7 +25,7 @@ def _hook(name: str):
     return module
 
 
-pages = _hook("_algorithm_pages")
+pages = _hook("_algorithm_blocks")
 offline = _hook("_offline")
 
 

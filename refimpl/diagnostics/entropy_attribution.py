@@ -424,7 +424,7 @@ def _adam_hyperparameters(
 # ---------------------------------------------------------------------------------------------
 
 
-def paired(
+def logged_pairs(
     records: Sequence[dict[str, Any]], x_key: str, y_key: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """The steps that logged both ``x_key`` and ``y_key``, as two arrays (in step order)."""
@@ -478,7 +478,7 @@ def correlations(
     a trend two runs share does not enter either."""
     xs, ys, dxs, dys, fxs, fys = [], [], [], [], [], []
     for records in runs:
-        x, y = paired(records, x_key, y_key)
+        x, y = logged_pairs(records, x_key, y_key)
         if x.size == 0:
             continue
         xs.append(x)

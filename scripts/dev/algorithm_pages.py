@@ -1,7 +1,7 @@
 """Write the generated Quick facts, loop and equations into every algorithm page (docs/algorithms/).
 
 Run from the repository root after changing an algorithm's ``Config``, the *Equations* section
-of its docstring, its ``LOOP`` lines in ``docs/_algorithm_pages.py``, or adding an algorithm
+of its docstring, its ``LOOP`` lines in ``docs/_algorithm_blocks.py``, or adding an algorithm
 (its page needs the line ``<!-- quick-facts -->`` under its title and ``<!-- equations -->``
 under its ``## Key equations``):
 
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository (this file: scripts
 
 def _pages():
     spec = importlib.util.spec_from_file_location(
-        "docs_algorithm_pages", ROOT / "docs" / "_algorithm_pages.py"
+        "docs_algorithm_blocks", ROOT / "docs" / "_algorithm_blocks.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -374,7 +374,7 @@ def _indent(step: str, depth: int) -> str:
 
 def _loop_steps(name: str, cfg) -> list[str]:
     if name not in LOOP:
-        raise KeyError(f"docs/_algorithm_pages.py: LOOP has no lines for {name!r}")
+        raise KeyError(f"docs/_algorithm_blocks.py: LOOP has no lines for {name!r}")
     advantage, loss = (f(cfg) for f in LOOP[name])
     steps = [
         "for step = 1 … steps:",
