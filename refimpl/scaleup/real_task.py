@@ -488,6 +488,22 @@ TRL_FIXED_ARGS: dict[str, object] = {
 }
 
 
+def _rollout_problems(
+    problems: Sequence[Problem],
+    prompts_per_step: int,
+    rollouts: int,
+    completions: int,
+    minibatches: int,
+) -> list[Problem]:
+    """The problems :func:`train_trl` asks, in order, after checking that its minibatches
+    divide a rollout and that there are enough problems for every rollout."""
+    require(completions % minibatches == 0, "minibatches",
+            f"a divisor of prompts_per_step · group_size = {completions}")  # fmt: skip
+    require(len(problems) >= prompts_per_step * rollouts, "problems",
+            f"at least prompts_per_step · rollouts = {prompts_per_step * rollouts}")  # fmt: skip
+    return list(problems)[: prompts_per_step * rollouts]
+
+
 def train_trl(
     model,
     tokenizer,
@@ -525,17 +541,7 @@ def train_trl(
     from refimpl.scaleup.trl import GRPOConfig, RefimplGRPOTrainer
 
     completions = prompts_per_step * group_size
-    require(
-        completions % minibatches == 0,
-        "minibatches",
-        f"a divisor of prompts_per_step · group_size = {completions}",
-    )
-    require(
-        len(problems) >= prompts_per_step * rollouts,
-        "problems",
-        f"at least prompts_per_step · rollouts = {prompts_per_step * rollouts}",
-    )
-    problems = list(problems)[: prompts_per_step * rollouts]
+    problems = _rollout_problems(problems, prompts_per_step, rollouts, completions, minibatches)
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(
             output_dir=output_dir or tmp,
