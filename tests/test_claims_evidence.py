@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from refimpl.bench import stats  # the statistics every page uses
+
 ROOT = Path(__file__).resolve().parents[1]
 CLAIMS = ROOT / "scripts" / "experiments" / "claims"
 CREDIT = ROOT / "scripts" / "experiments" / "credit" / "results"
@@ -34,7 +36,6 @@ def _load():
 
 report = _load()
 # The modules beside claims_page.py, as the report loaded them: each name from where it is defined.
-stats = sys.modules["stats"]
 arms = sys.modules["arms"]
 claims_results = sys.modules["claims_results"]
 wording = sys.modules["wording"]

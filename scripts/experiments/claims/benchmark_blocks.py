@@ -5,8 +5,9 @@ benchmark's tables and verdicts, from the claims ledger's toy file and its defin
 
 from __future__ import annotations
 
-from stats import Comparison
 from toy_testbed import toy_command, toy_compare, toy_final
+
+from refimpl.bench.stats import Comparison
 
 #: The order of § 2's rows (the arms the toy file holds; its ablations after them).
 BENCH_ORDER = ("grpo", "dapo", "gspo", "gtpo", "grpo_s", "tepo")

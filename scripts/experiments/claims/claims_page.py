@@ -18,7 +18,8 @@ writes nothing and exits 1 when a block in any of these pages differs from what 
 
 The statistics (paired differences, Student's t verdicts at each comparison's degrees of
 freedom, minimal detectable differences, seeds for 80 % power, censored times to a
-threshold) are defined once, in ``stats.py`` beside it. The blocks are built by the modules
+threshold) are defined once, in ``refimpl/bench/stats.py``, the one statistics module
+every page uses. The blocks are built by the modules
 beside it (README.md's file table says which holds what: ``claims_results`` reads the files,
 ``ledger`` builds the ledger, ``real_tables`` and ``toy_testbed`` the tables, ...); this file
 gathers them, writes the pages and draws the figure.

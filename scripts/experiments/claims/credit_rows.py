@@ -12,9 +12,10 @@ import functools
 import math
 
 import numpy as np
-import stats as st
 from claims_results import ROOT, read_file
 from wording import both
+
+from refimpl.bench import stats as st
 
 CREDIT = ROOT / "scripts" / "experiments" / "credit" / "results"
 

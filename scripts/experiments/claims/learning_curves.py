@@ -9,12 +9,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import stats as st
 from arms import NAMES
 from real_runs import REAL_THRESHOLD_GAIN, final, grid_seeds, seeds_of
-from stats import Comparison, Interval, over_seeds, rates
 from toy_testbed import toy_crossing, toy_runs
 from wording import describe, fmt, fmt_interval, seed_list, table
+
+from refimpl.bench import stats as st
+from refimpl.bench.stats import Comparison, Interval, over_seeds, rates
 
 
 def steps_to(result: dict, base: dict, threshold: float) -> tuple[float, float]:

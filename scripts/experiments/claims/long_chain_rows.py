@@ -13,11 +13,12 @@ from claims_results import read_file
 from credit_rows import CREDIT, CREDIT_CMD
 from learning_curves import common_grid, on_grid, worst_drop
 from real_runs import final
-from stats import Comparison, over_seeds
 from wording import both, describe
 
+from refimpl.bench.stats import Comparison, over_seeds
+
 #: More seeds of the arms the long-chain row reads (GRPO-S, DAPO, GRPO), one file per seed
-#: (``run_long_chain.sh``), beside the credit study's 5-seed file.
+#: (``claims_study.py``'s long chain), beside the credit study's 5-seed file.
 MORE_SEEDS = Path(__file__).resolve().parent / "results" / "long_chain"
 
 
@@ -51,7 +52,7 @@ LONG_COT_QUOTE = ("“exhibits superior stability in long Chain-of-Thought (CoT)
                   "(v6 abstract); “GRPO-S exhibits higher stability across settings” (v5 §3.4)")  # fmt: skip
 
 LONG_COT_CMD = ("`refimpl bench-learning --preset longchain` (" + CREDIT_CMD + "); more seeds "
-                "of GRPO-S, DAPO and GRPO: `bash scripts/experiments/claims/run_long_chain.sh`")  # fmt: skip
+                "of GRPO-S, DAPO and GRPO: `python scripts/experiments/run_experiment.py scripts/experiments/claims/claims_study.py --only 'long chain'`")  # fmt: skip
 
 
 def long_cot_compare(

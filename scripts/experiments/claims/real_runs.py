@@ -12,7 +12,8 @@ from collections.abc import Callable
 import numpy as np
 from arms import NAMES, REAL_DAPOS
 from claims_results import cpu_record
-from stats import Comparison, over_seeds, paired
+
+from refimpl.bench.stats import Comparison, over_seeds, paired
 
 #: Real model: a held-out success at least the seed's base success + this counts as reached
 #: (docs/claims.md, "Steps to a held-out threshold", says why 0.10).

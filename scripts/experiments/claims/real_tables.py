@@ -12,7 +12,6 @@ import numpy as np
 from arms import NAMES, REAL_ARMS
 from claims_results import machine_of
 from real_runs import eval_at, final, kept_groups, n_samples, one_machine, real_compare, seeds_of
-from stats import mean_se, paired
 from wording import (
     COMPARISON_HEAD,
     comparison_cells,
@@ -22,6 +21,8 @@ from wording import (
     seed_list,
     table,
 )
+
+from refimpl.bench.stats import mean_se, paired
 
 
 def machines_block(real: dict, toy: dict | None, cross: dict) -> str:

@@ -4,7 +4,6 @@ of docs/results.md, from the same comparisons and rows as the ledger.
 
 from __future__ import annotations
 
-import stats as st
 from arms import REAL_ARMS, TOY_DAPOS
 from credit_rows import CREDIT_REAL_RUN, real_credit_testable
 from long_chain_rows import long_chain_setting, row_long_cot
@@ -12,6 +11,8 @@ from outcome_rows import row_tepo_speed, row_tepo_stability
 from real_runs import real_compare, real_dapos, seeds_of
 from toy_testbed import collapsed, toy_compare, toy_dapos, toy_runs
 from wording import fmt_power, short, verdict_short, vs
+
+from refimpl.bench import stats as st
 
 
 def gtpo_spread(real: dict) -> str:

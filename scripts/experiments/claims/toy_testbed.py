@@ -8,10 +8,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import stats as st
 from arms import NAMES, TOY_DAPOS
-from stats import Comparison, Interval, mean_se, over_seeds
 from wording import COMPARISON_HEAD, comparison_cells, fmt, fmt_interval, table
+
+from refimpl.bench import stats as st
+from refimpl.bench.stats import Comparison, Interval, mean_se, over_seeds
 
 
 def toy_runs(toy: dict) -> dict:

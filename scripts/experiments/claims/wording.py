@@ -4,15 +4,15 @@
 and seeds for power); the cells every paired table shares; and the verdict words: "not
 compared" where a pair's seeds ran on two machines, "needs N seeds …; not decidable on CPU",
 ``both`` for sub-tests that must agree, and the short forms of the summaries. The statistics
-behind them are in ``stats.py``.
+behind them are in ``refimpl.bench.stats``.
 """
 
 from __future__ import annotations
 
 import math
 
-import stats as st
-from stats import Comparison, Interval
+from refimpl.bench import stats as st
+from refimpl.bench.stats import Comparison, Interval
 
 
 def fmt(x: float | None, se: float | None = None, digits: int = 3, sign: bool = False) -> str:
