@@ -615,7 +615,7 @@ def _credit_row(row: list[str]) -> bool:
 
 def _elsewhere(row: list[str]) -> bool:
     """A row judged on another experiment's runs: the credit experiment or the ceiling."""
-    return _credit_row(row) or "scripts/experiments/ceiling/ceiling_runs.sh" in row[5]
+    return _credit_row(row) or "scripts/experiments/ceiling/ceiling_study.py" in row[5]
 
 
 def test_the_credit_rows_name_their_experiment_and_how_to_rerun_it():

@@ -1,7 +1,7 @@
 """docs/credit.md's "What credit is worth", from the committed result files.
 
 Reads ``results/runs.json`` (``collect.py``: every arm × seed of the ceiling benchmark that
-``ceiling_runs.sh`` trains) and ``results/credit_*.json`` (``credit.sh``: each arm's credit agreement
+``ceiling_study.py`` declares) and ``results/credit_*.json`` (``ceiling_study.py``'s credit experiments: each arm's credit agreement
 on one long-chain warm-start batch), and writes the section's tables between the markers
 ``<!-- ceiling:NAME -->`` and ``<!-- /ceiling:NAME -->`` of docs/credit.md, and its figures
 into docs/figures/. Nothing is trained or sampled. ``--check`` writes nothing and exits 1 when
@@ -282,7 +282,7 @@ def reading_text(arms: dict) -> str:
 def countdown_text(results: Path) -> str:
     arms = load_extra(results, "countdown")
     if arms is None:
-        return "Not run yet (`ceiling_runs.sh` step 4)."
+        return "Not run yet (`ceiling_study.py`: countdown)."
     text = headroom_table(arms, (BASELINE,))
     if arms.get(CEILING) and arms.get(BASELINE):
         med = lambda lab, k: float(np.median([r[k] for r in arms[lab].values()]))  # noqa: E731
@@ -305,7 +305,7 @@ def matched_text(arms: dict, results: Path) -> str:
     """GRPO given more sampled tokens per step (a larger G) against VinePPO, per seed."""
     matched = load_extra(results, "sample_matched")
     if matched is None or BASELINE not in matched:
-        return "Not run yet (`ceiling_runs.sh` step 5)."
+        return "Not run yet (`ceiling_study.py`: sample matched)."
     runs = list(matched[BASELINE].values())
     group = sorted({r["policy_tokens_per_step"] for r in runs})
     both = {CEILING: arms.get(CEILING, {}), "matched": matched[BASELINE]}
