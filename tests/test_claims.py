@@ -1,6 +1,6 @@
 """docs/claims.md, the claims ledger: its statistics, its pairing and its freshness.
 
-The runs behind it are heavy (``scripts/experiments/claims/run_real.sh``, the collapse
+The runs behind it are heavy (``scripts/experiments/claims/claims_study.py``, the collapse
 benchmark) and are not tests; these tests check, in seconds, that what the page says is what the committed result
 files give, that the statistics are the ones the page defines, and that the arms of a seed
 really were paired. The tests named ``test_slip_*`` each pin one slip of the ledger's first
@@ -14,7 +14,6 @@ import json
 import math
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -635,19 +634,21 @@ def test_the_credit_rows_name_their_experiment_and_how_to_rerun_it():
 
 
 def _queue() -> set[tuple[str, int, tuple[int, ...]]]:
-    """(arm, seed, eval steps) of every run scripts/experiments/claims/run_real.sh queues, from
-    the script's own queue lines run by bash."""
-    text = (CLAIMS / "run_real.sh").read_text()
-    start = text.index("PASSES=${PASSES:-")  # every pass: the queue as the default run builds it
-    end = text.index("run_one() {", start)
-    out = subprocess.run(["bash", "-c", text[start:end] + 'printf "%s\\n" "${queue[@]}"'],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    """(arm, seed, eval steps) of every real-model run the claims declaration
+    (scripts/experiments/claims/claims_study.py) runs, from the commands of its dry run."""
+    spec = importlib.util.spec_from_file_location(
+        "run_experiment", ROOT / "scripts" / "experiments" / "run_experiment.py"
+    )
+    driver = importlib.util.module_from_spec(spec)
+    sys.modules["run_experiment"] = driver
+    spec.loader.exec_module(driver)
+    decl = driver.load(CLAIMS / "claims_study.py")
     runs = set()
-    for line in out.splitlines():
-        arm, seed, *rest = line.split()
-        args = claims_real.parse_args(["--arm", arm, "--seed", seed, "--out-dir", "/nonexistent",
-                                       *rest])  # fmt: skip
-        runs.add((arm, int(seed), tuple(args.eval_at)))
+    for unit in driver.units(decl, runs="runs", out=Path("/nonexistent")):
+        for command in unit.commands:
+            if command[:2] == ["python", f"{CLAIMS_DIR}/run_real.py"]:
+                args = claims_real.parse_args(command[2:])
+                runs.add((args.arm, args.seed, tuple(args.eval_at)))
     return runs
 
 
@@ -661,7 +662,7 @@ def test_slip_7_every_real_file_is_a_run_the_script_queues_and_the_command_says_
         )
     for row in ledger.ledger_rows(REAL, TOY):
         if row[5] != "—" and not _elsewhere(row):  # "—": not testable here, nothing run
-            assert "OUT=" in row[5] and f"bash {CLAIMS_DIR}/run_real.sh" in row[5], row[0]
+            assert f"{CLAIMS_DIR}/claims_study.py --out /tmp/" in row[5], row[0]
             for arm in re.findall(r"reads ([\w, ]+) ×", row[5])[0].split(", "):
                 assert any(q[0] == arm for q in queue), (row[0], arm)
 

@@ -375,7 +375,7 @@ def test_a_real_row_that_the_cpu_cannot_decide_says_how_many_seeds_it_needs():
 
 
 def _seed_file(seed: int, cpu: str, base: float) -> str:
-    """A long-chain seed file as run_long_chain.sh leaves it: the three arms on one seed, made
+    """A long-chain seed file as the claims declaration's long chain leaves it: the three arms on one seed, made
     from the credit study's seed-0 runs (their ``time_s`` −1, to tell them apart)."""
     first = json.loads((CREDIT / "longchain_learning.json").read_text())
     task = next(iter(first["results"].values()))
@@ -389,7 +389,7 @@ def _seed_file(seed: int, cpu: str, base: float) -> str:
 def test_more_long_chain_seeds_join_only_from_the_same_machine_and_warm_start(
     tmp_path, monkeypatch
 ):
-    """run_long_chain.sh's seeds join the credit study's seeds 0-4 when their file ran on the
+    """The long-chain experiment's seeds join the credit study's seeds 0-4 when their file ran on the
     same CPU from the same warm start; a file from another CPU or base model is refused (one
     machine per pair), and no seed of the first file is replaced."""
     from refimpl.bench.result_header import ResultFileError

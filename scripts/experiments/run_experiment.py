@@ -156,8 +156,6 @@ def _experiment_units(exp: dict, decl: dict, runs: str, out: Path, seeds_overrid
     arm_seeds = {a: seeds_override or _seeds(s.get("seeds", exp.get("seeds")), f"{where}: {a} seeds")
                  for a, s in arms.items()}  # fmt: skip
     base = dict(runs=runs, out=out, workers=workers or exp.get("workers", WORKERS))
-    bench = _fill(exp.get("bench", ""), where, **base)
-    base["bench"] = bench[0] if bench else ""
     per_arm, per_seed = "{arm}" in result, "{seed}" in result
     every = sorted({s for a in arms for s in arm_seeds[a]})
     if per_arm:  # seed by seed, the arms of a seed together: an interrupted study leaves seeds
@@ -167,7 +165,8 @@ def _experiment_units(exp: dict, decl: dict, runs: str, out: Path, seeds_overrid
     made = []
     for arm_key, seed in keys:
         path = out / result.format(arm=arm_key, seed=seed)
-        names = {**base, "result": path}
+        bench = _fill(exp.get("bench", ""), where, **base, seed=seed, arm=arm_key)
+        names = {**base, "result": path, "bench": bench[0] if bench else ""}
         commands, unit_seeds = [], set()
         for arm, spec in arms.items():
             chosen = [s for s in arm_seeds[arm] if seed < 0 or s == seed]
@@ -289,7 +288,10 @@ def main(argv: list[str] | None = None) -> int:
         for c in u.commands:
             print(shlex.join(c))
         if u.copy:
-            print(f"# copy the first {u.copy[0]} that holds {u.copy[1]!r}")
+            print(
+                f"# copy {u.copy[0]}"
+                + (f" (the first that holds {u.copy[1]!r})" if u.copy[1] else "")
+            )
     if args.dry_run:
         return 0
     out.mkdir(parents=True, exist_ok=True)

