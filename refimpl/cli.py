@@ -37,7 +37,7 @@ try:
     from refimpl.runs.lock import is_locked
     from refimpl.runs.paths import check_name
     from refimpl.runs.resume import steps_outside
-    from refimpl.runs.rundir import SavedRun, load_config_file, read_saved_run
+    from refimpl.runs.rundir import SavedRun, read_saved_run
     from refimpl.runs.runlog import (
         find_runs,
         is_run_dir,
@@ -50,7 +50,7 @@ try:
     from refimpl.settings.record import config_from_record
     from refimpl.settings.train_config import TrainConfig
     from refimpl.settings.warmstart_config import WarmstartCommand, WarmstartConfig
-    from refimpl.train import train
+    from refimpl.train import load_config_file, train
     from refimpl.warmstart import train_warmstart
 except KeyboardInterrupt:
     if __name__ != "__main__" and Path(sys.argv[0]).stem != "refimpl":

@@ -27,14 +27,13 @@ from refimpl.plots import format_table, plot_compare, summary_table
 from refimpl.problem_streams import SEED_MAX
 from refimpl.runs.paths import check_name, check_runs_dir
 from refimpl.runs.progress import progress
-from refimpl.runs.rundir import preflight
 from refimpl.runs.runlog import is_run_dir, open_no_follow, read_metrics
 from refimpl.runs.stop import Interrupted, StopRequest
 from refimpl.settings import presets
 from refimpl.settings.limits import comma_items, parse_seeds
 from refimpl.settings.plan import run_warmstart
 from refimpl.settings.train_config import AlgoName, TrainConfig
-from refimpl.train import train
+from refimpl.train import preflight, train
 from refimpl.warmstart import train_warmstart
 
 

@@ -22,12 +22,9 @@ here. The run is resolved once (``refimpl.settings.plan.Plan``, by ``preflight``
 diagnostics observe the step (``refimpl.diagnostics.observers``). Around the steps, ``run``
 holds the run directory's lock, logs one JSON line per step, stops on NaN (``runs.divergence``)
 or Ctrl-C (``runs.stop``) and checkpoints every ``checkpoint_every`` steps (``runs.rundir``).
-
-Determinism and resuming
-------------------------
-All randomness of step ``s`` (its prompts, its completions) comes from generators seeded by
-``(seed, s)``, not one stream through the run: a resumed run needs only the weights, the
-optimizer state and the step to continue exactly (``tests/test_train.py`` checks it).
+Determinism and resuming: all randomness of step ``s`` (its prompts, its completions) comes
+from generators seeded by ``(seed, s)``, not one stream through the run: a resumed run needs
+only the weights, the optimizer state and the step to continue (``tests/test_train.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +40,6 @@ import numpy as np
 import torch
 
 from refimpl import batch_stages, contract
-from refimpl.sampling.monte_carlo_values import OracleStopped, training_values
 from refimpl.diagnostics.metrics import entropy_stats, step_metrics
 from refimpl.diagnostics.observers import Observer, TrainerState, default_observers
 from refimpl.evaluate import encode_prompts, score_samples
@@ -51,12 +47,14 @@ from refimpl.model import GPT
 from refimpl.problem_streams import training_rng
 from refimpl.runs.divergence import DivergenceGuard, NonFiniteLossError
 from refimpl.runs.progress import progress
-from refimpl.runs.rundir import SavedRun, open_run, preflight, save_run
-from refimpl.runs.runlog import MetricsLog
+from refimpl.runs.rundir import SavedRun, check_run_dir, open_run, read_saved_if_resumed, save_run
+from refimpl.runs.runlog import JSONFileError, MetricsLog, read_json
 from refimpl.runs.status import RunBudget
 from refimpl.runs.stop import StopRequest, report_interrupt
 from refimpl.sampling.groups import Samples, concat_samples, sample_groups, seeded_generator
-from refimpl.settings.plan import Plan
+from refimpl.sampling.monte_carlo_values import OracleStopped, training_values
+from refimpl.settings.plan import Plan, resolve
+from refimpl.settings.record import config_from_record
 from refimpl.settings.train_config import TrainConfig, config_dict
 from refimpl.warmstart import base_model
 from toy_envs import TOKENIZER
@@ -73,28 +71,17 @@ class Rollout(NamedTuple):
 
 class Trainer:
     """``refimpl/loop.py``'s loop with run management and diagnostics around it: holds the
-    model, the optimizer and the run state; ``run()`` trains to ``cfg.steps``.
-
-    ``plan``: the run, resolved by ``preflight`` (a ``TrainConfig`` is resolved here).
+    model, the optimizer and the run state; ``run()`` trains to ``cfg.steps``. ``plan``:
+    the run, resolved by ``preflight`` (a ``TrainConfig`` is resolved here).
     ``observers``: the diagnostics that watch each step (``refimpl.diagnostics.observers``;
     None: the run's defaults, ``default_observers``; ``[]``: none)."""
 
     def __init__(self, plan: Plan | TrainConfig, observers: Sequence[Observer] | None = None):
-        # Every check before anything is written or trained (the warm start included), and the
-        # run resolved once: what follows reads the plan and derives nothing again.
+        # Every check first, the run resolved once: what follows reads the plan, derives nothing
         self.plan = plan if isinstance(plan, Plan) else preflight(plan)
         cfg = self.cfg = self.plan.cfg
-        self.algo, self.algo_cfg = self.plan.algo, self.plan.algo_cfg
-        self.task, self.max_new_tokens = self.plan.task, self.plan.max_new_tokens
-        self.device = self.plan.device
-        if self.algo_cfg.reads_current_entropy() and cfg.ppo_epochs * cfg.minibatches == 1:
-            warnings.warn(
-                f"{cfg.algo}: the loss compares the current policy's entropy with the "
-                "rollout's; with one update per rollout (--ppo-epochs 1 --minibatches 1) the "
-                "policy never moves before the comparison, so the comparison never fires. "
-                "Use --minibatches or --ppo-epochs > 1 to exercise it.",
-                stacklevel=2,
-            )
+        self.algo, self.algo_cfg, self.task = self.plan.algo, self.plan.algo_cfg, self.plan.task
+        self.max_new_tokens, self.device = self.plan.max_new_tokens, self.plan.device
         # A Config that compares entropies more finely than bf16 logits resolve declares it:
         # under bf16 both sides are then computed in float32 (H_old in rollout, H_θ in update).
         self.entropy_in_fp32 = self.algo_cfg.needs_float32_entropy() and cfg.dtype == "bfloat16"
@@ -119,9 +106,8 @@ class Trainer:
 
     def autocast(self):
         """bf16 autocast of the forward passes with ``--dtype bfloat16`` (the losses run in fp32)."""
-        return torch.autocast(
-            self.device.type, dtype=torch.bfloat16, enabled=self.cfg.dtype == "bfloat16"
-        )
+        bf16 = self.cfg.dtype == "bfloat16"
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16)
 
     def _observe(self, hook: str, *args: Any) -> dict[str, Any]:
         """Call ``hook`` of every observer that implements it, with the trainer's state now;
@@ -170,9 +156,7 @@ class Trainer:
         """Sample ``N`` groups and score them; with the Config's dynamic sampling, resample (up
         to ``--resample-rounds`` times) until ``N`` are informative."""
         cfg, G, N = self.cfg, self.cfg.group_size, self.cfg.prompts_per_step
-        kept_samples: list[Samples] = []
-        kept_rewards: list[torch.Tensor] = []
-        kept_problems: list = []
+        kept_samples, kept_rewards, kept_problems = [], [], []  # Samples, [B] rewards, problems
         kept, rounds, entropies = 0, 0, []  # entropies: every sampled token, kept or not
         first_rewards = None
         timing = {"time_sample": 0.0, "time_score": 0.0}
@@ -299,9 +283,8 @@ class Trainer:
         return entropy if self.algo_cfg.differentiates_entropy() else entropy.detach()
 
     def _non_finite(self, what: str) -> NonFiniteLossError:
-        return NonFiniteLossError(
-            f"step {self.step + 1}: {what}; the step was not applied: {self.divergence.kept()}"
-        )
+        kept = self.divergence.kept()
+        return NonFiniteLossError(f"step {self.step + 1}: {what}; the step was not applied: {kept}")
 
     # -- model passes ---------------------------------------------------------------------
     def _sample(self, problems, generator) -> Samples:
@@ -328,12 +311,11 @@ class Trainer:
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> Path:
-        """Train until ``cfg.steps``; return the run directory. The run holds the directory's
-        lock from before its first write to after its last (``rundir.open_run``).
-
-        Ctrl-C (or SIGTERM) lets the step in progress finish (one stopped in its Monte-Carlo
-        values is dropped), writes a checkpoint, prints how to resume and raises
-        ``KeyboardInterrupt``; a second Ctrl-C stops at once (the last checkpoint is kept)."""
+        """Train until ``cfg.steps``; return the run directory, whose lock the run holds from
+        before its first write to after its last (``rundir.open_run``). Ctrl-C (or SIGTERM)
+        lets the step in progress finish (one stopped in its Monte-Carlo values is dropped),
+        writes a checkpoint, prints how to resume and raises ``KeyboardInterrupt``; a second
+        Ctrl-C stops at once (the last checkpoint is kept)."""
         cfg = self.cfg
         with open_run(self.plan, self.model, self.optimizer) as (step, sampled_tokens):
             self.step, self.sampled_tokens = step, sampled_tokens
@@ -391,7 +373,28 @@ class Trainer:
                 save_run(self.plan, self.model, self.optimizer, self.step, self.sampled_tokens)
 
 
+def preflight(cfg: TrainConfig, saved: SavedRun | None = None) -> Plan:
+    """Every check before anything is written: the run resolved once from its settings
+    (``settings.plan.resolve``), then checked against the disk by run management
+    (``rundir.check_run_dir``). ``saved``: a resumed run's config.json, if already read."""
+    saved = saved if saved is not None else read_saved_if_resumed(cfg.resume, cfg.run_dir)
+    plan = resolve(cfg, saved)
+    check_run_dir(plan)
+    return plan
+
+
 def train(cfg: TrainConfig, saved: SavedRun | None = None) -> Path:
-    """Run one training run; return its directory. ``saved``: a resumed run's config.json,
-    when the caller has read it (``rundir.read_saved_run``)."""
+    """Run one training run; return its directory (``saved``: as ``preflight`` takes it)."""
     return Trainer(preflight(cfg, saved)).run()
+
+
+def load_config_file(path: Path | str, flag: str = "--config", *, algo_config: bool = True):
+    """The settings in a config.json (a run's, or a bare ``train_config``), as a TrainConfig
+    that deletes nothing (``config_from_record``), read by run management's one reader of
+    settings files (``runlog.read_json``); ``flag`` names the file in errors; ``algo_config``:
+    its ``algo_config`` too (a resumed run reads its checkpoint's instead)."""
+    try:
+        data = read_json(path)
+    except JSONFileError as err:
+        raise ValueError(f"{flag}: {err}") from None
+    return config_from_record(data, f"{flag}: {path}", algo_config=algo_config)

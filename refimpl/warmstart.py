@@ -35,8 +35,8 @@ from refimpl.runs import cpu_kernels, shipped
 from refimpl.runs.cache import cache_complete, cache_key, cache_path, check_cache_writable
 from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.runs.progress import progress
-from refimpl.settings.limits import flag
 from refimpl.settings.warmstart_config import WARMSTART_MIX, WarmstartConfig, task_knobs
+from refimpl.types.flags import flag
 from toy_envs import TOKENIZER, get_task
 
 

@@ -25,10 +25,10 @@ import torch
 
 from refimpl.cli import main as cli_main
 from refimpl.runs import checkpoint as ckpt
-from refimpl.runs.rundir import load_config_file, preflight, read_saved_run
+from refimpl.runs.rundir import read_saved_run
 from refimpl.runs.runlog import TornLineWarning, read_jsonl, read_metrics
 from refimpl.settings.record import config_from_record
-from refimpl.train import Trainer
+from refimpl.train import Trainer, load_config_file, preflight
 from tests.safety_helpers import ROOT, cli, records, resume, snapshot
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from refimpl.runs.cache import cache_dir, cache_key
-from refimpl.runs.rundir import load_config_file
 from refimpl.settings.plan import resolve
+from refimpl.train import load_config_file
 from tests.safety_helpers import cli, error_lines, tiny_flags
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-import refimpl.runs.rundir as rundir
 import refimpl.runs.runlog as runlog
 import refimpl.settings.memory as memory
 import refimpl.settings.plan as plan_module
@@ -20,9 +19,9 @@ import refimpl.settings.train_config as train_settings
 import refimpl.settings.warmstart_config as settings
 from refimpl.algorithms import grpo
 from refimpl.cli import main
-from refimpl.runs.rundir import load_config_file
 from refimpl.runs.runlog import read_metrics
 from refimpl.settings.train_config import TrainConfig
+from refimpl.train import load_config_file, preflight
 
 #: A one-step GRPO run with a 5-step 1-layer warm start (trained in the test's directory).
 TINY = [
@@ -79,7 +78,7 @@ def test_preflight_of_a_resume_checks_the_saved_settings_once(tmp_path, monkeypa
         lambda *a, **k: (calls.append(a[2]), real(*a, **k))[1],
     )
     cfg = load_config_file(tmp_path / "r" / "config.json")
-    rundir.preflight(dataclasses.replace(cfg, resume=True, steps=2))
+    preflight(dataclasses.replace(cfg, resume=True, steps=2))
     assert calls == [tmp_path / "r" / "config.json"]
 
 
@@ -191,7 +190,7 @@ def test_a_run_whose_config_json_lost_its_algo_config_resumes_with_the_checkpoin
         plan_module, "algorithm_config", lambda *a: (built.append(a[3]), real(*a))[1]
     )
     cfg = load_config_file(path)
-    plan = rundir.preflight(dataclasses.replace(cfg, resume=True, steps=2))
+    plan = preflight(dataclasses.replace(cfg, resume=True, steps=2))
     assert built == [state["algo_config"]]
     assert plan.algo_cfg == grpo.Config(**state["algo_config"])
     assert plan.algo_cfg.clip_eps_high == 0.3

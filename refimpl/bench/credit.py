@@ -62,8 +62,8 @@ from refimpl.bench.credit_records import (
     signals_record,
 )
 from refimpl.bench.result_header import base_models_of, command_line, make_header
-from refimpl.sampling.monte_carlo_values import token_values, training_values
 from refimpl.runs.progress import progress as progress_bar
+from refimpl.sampling.monte_carlo_values import token_values, training_values
 from refimpl.settings.presets import PresetName
 from refimpl.settings.train_config import TrainConfig
 from toy_envs import TOKENIZER
@@ -322,8 +322,8 @@ def train_settings(cfg: CreditConfig, typed: frozenset[str] | None = None) -> Tr
     now, whatever directory it was trained from), or ``--train`` with ``--preset``'s values
     on the fields not typed (``typed``, as ``compare`` keeps them; None: the fields still at
     their defaults)."""
-    from refimpl.runs.rundir import load_config_file
     from refimpl.settings import presets
+    from refimpl.train import load_config_file
 
     if cfg.run is not None:
         run = Path(cfg.run)

@@ -18,8 +18,7 @@ from pathlib import Path
 from refimpl.runs import cpu_kernels
 from refimpl.runs.checkpoint import CheckpointError, check_replaceable
 from refimpl.runs.runlog import nearest_existing
-from refimpl.settings.limits import flag
-from refimpl.settings.warmstart_config import WarmstartConfig
+from refimpl.types.flags import flag
 
 
 def _digest(keep: dict) -> str:
@@ -47,7 +46,7 @@ def cache_path(runs_dir: Path | str, inputs: dict) -> Path:
     return Path(runs_dir) / "warmstart" / f"{inputs['task']}-{cache_key(inputs)}"
 
 
-def cache_dir(cfg: WarmstartConfig) -> Path:
+def cache_dir(cfg) -> Path:
     """The directory of ``cfg``'s cached model (``cache_path`` of its settings)."""
     return cache_path(cfg.runs_dir, cfg.key_inputs())
 

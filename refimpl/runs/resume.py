@@ -17,16 +17,16 @@ import torch
 
 from refimpl.runs.checkpoint import CheckpointError, find_checkpoint, read_state, verify_checkpoint
 from refimpl.runs.runlog import read_metrics, read_probes, read_run_config
-from refimpl.settings.limits import flag
-from refimpl.settings.plan import Plan, flatten, may_differ
-from refimpl.settings.train_config import TrainConfig, config_dict
+from refimpl.types.flags import flag, flatten, may_differ
 
 
-def verify_resume(plan: Plan) -> None:
+def verify_resume(plan) -> None:
     """Read everything the resumed run ``plan`` depends on before it changes anything: the
     logs, and the whole checkpoint against ``config.json``: its files (checksums, finite
     weights), its step (within the run and the logs), its algorithm and settings.
-    ``CheckpointError`` naming the file that is wrong."""
+    ``CheckpointError`` naming the file that is wrong. ``plan``: the run resolved from its
+    settings (``refimpl.settings.plan.Plan``), read here as values: its ``defaults`` are
+    the settings' defaults as dotted keys."""
     cfg, run_dir, saved = plan.cfg, plan.run_dir, plan.saved.config
     tc = saved["train_config"]
     metrics = _read_logs(run_dir)
@@ -46,9 +46,8 @@ def verify_resume(plan: Plan) -> None:
             )
         # Nothing to check the settings against: each must be in config.json (the run starts
         # again from step 0 with them; a key removed would silently become its default).
-        defaults = flatten(config_dict(TrainConfig()))
-        _check_no_setting_missing(defaults, tc, run_dir, "its default is")
-        _check_steps_within(metrics, tc, run_dir)
+        _check_no_setting_missing(plan.defaults, tc, run_dir, "its default is")
+        _check_steps_within(metrics, tc.get("steps", plan.defaults["steps"]), run_dir)
         return
     state_file = checkpoint / "state.json"
     made_with = read_state(checkpoint).get("train_config")
@@ -64,15 +63,16 @@ def verify_resume(plan: Plan) -> None:
         raise CheckpointError(f"{state_file}: damaged (sampled_tokens {tokens!r})")
     made_with = state.get("train_config")
     made_with = made_with if isinstance(made_with, dict) else {}
-    _check_checkpoint_step(step, state_file, tc, made_with, run_dir / "config.json")
+    length = tc.get("steps", plan.defaults["steps"])  # absent: the default, as --resume reads it
+    _check_checkpoint_step(step, state_file, tc, length, made_with, run_dir / "config.json")
     _check_log_reaches(run_dir / "metrics.jsonl", logged, step, tc)
     if cfg.steps < step:
         raise ValueError(f"--steps: the run is already at step {step}; expected ≥ {step}")
     check_made_with(state, saved, state_file, run_dir / "config.json")
-    _check_steps_within(metrics, tc, run_dir)
+    _check_steps_within(metrics, length, run_dir)
 
 
-def verify_run_checkpoint(run_dir: Path, cfg: TrainConfig, flag: str) -> tuple[Path, dict]:
+def verify_run_checkpoint(run_dir: Path, cfg, flag: str) -> tuple[Path, dict]:
     """The last checkpoint of the run ``run_dir`` (made with ``cfg``, its config.json's
     settings) and its state, checked as ``--resume`` checks it before anything else is
     loaded or trained: ``ValueError`` naming ``flag`` when there is none, ``CheckpointError``
@@ -113,9 +113,10 @@ _LOG_WAY_OUT = (
 )
 
 
-def _check_steps_within(metrics: list[dict[str, Any]], tc: dict[str, Any], run_dir: Path) -> None:
+def _check_steps_within(metrics: list[dict[str, Any]], length: Any, run_dir: Path) -> None:
+    """The logged steps lie within the run's ``0 … length`` (``steps_outside``)."""
     try:
-        steps_outside(metrics, tc.get("steps", TrainConfig.steps), run_dir / "metrics.jsonl")
+        steps_outside(metrics, length, run_dir / "metrics.jsonl")
     except ValueError as err:
         raise CheckpointError(f"{err}; {_LOG_WAY_OUT}") from None
 
@@ -152,14 +153,12 @@ def _check_no_setting_missing(
             )
 
 
-def _check_checkpoint_step(
-    step: int, state_file: Path, tc: dict[str, Any], made_with: dict[str, Any], config_file: Path
-) -> None:
+def _check_checkpoint_step(step: int, state_file: Path, tc: dict[str, Any], length: Any,
+                           made_with: dict[str, Any], config_file: Path) -> None:  # fmt: skip
     """The checkpoint's step lies within the run (1 … its length). A length in config.json
     that is no positive integer, or shorter than a step the checkpoint (made by a run at
     least that long) reached, was edited: config.json is named, not the checkpoint."""
     check_run_length(tc, config_file, _made_with_steps(made_with))
-    length = tc.get("steps", TrainConfig.steps)  # absent: the default, as --resume reads it
     made_steps = made_with.get("steps")
     if not (isinstance(made_steps, int) and made_steps >= step):
         made_steps = length  # the checkpoint's own record of the length is missing or short

@@ -1,9 +1,10 @@
 """Run directories: a new run, ``--overwrite`` and ``--resume`` (the run directory is the
-source of truth). ``preflight`` is a run's two steps before anything is written: the run
-resolved from its settings (``refimpl.settings.plan.resolve``), then the run directory and the
-warm-start cache checked against that plan (``check_run_dir``).
+source of truth). A run is resolved from its settings before run management runs
+(``refimpl.train.preflight``: ``refimpl.settings.plan.resolve``, then ``check_run_dir``); this
+file is handed the resolved plan and reads it as values (its ``cfg``, its records): it imports
+nothing of ``refimpl.settings``.
 
-The run directory is the Trainer's: ``preflight`` checks it; ``open_run`` creates, locks and
+The run directory is the Trainer's: ``check_run_dir`` checks it; ``open_run`` creates, locks and
 checks it again, then writes a new run's config.json or restores a resumed run's checkpoint,
 and holds it while the run trains; ``save_run`` saves the checkpoint after the logs. The checks
 this file calls live beside it: the run's place (``refimpl.runs.paths``), its lock
@@ -40,12 +41,10 @@ from refimpl.runs.paths import check_name, check_not_a_link, check_runs_dir
 from refimpl.runs.resume import check_made_with, check_run_length, verify_resume
 from refimpl.runs.runlog import (
     LOCK_FILE,
-    JSONFileError,
     TornLineWarning,
     fsync_file,
     is_run_dir,
     nearest_existing,
-    read_json,
     read_metrics,
     read_probes,
     read_run_config,
@@ -55,35 +54,14 @@ from refimpl.runs.runlog import (
     write_jsonl,
     write_text_atomic,
 )
-from refimpl.settings.plan import RESUME_RECORDED, Plan, resolve
-from refimpl.settings.record import config_from_record
-from refimpl.settings.train_config import TrainConfig, config_dict
+from refimpl.types.flags import RESUME_RECORDED
 
 # ---------------------------------------------------------------------------------------------
 # Checks before anything is written.
 # ---------------------------------------------------------------------------------------------
 
 
-def preflight(cfg: TrainConfig, saved: SavedRun | None = None) -> Plan:
-    """Every check a run makes before it writes anything or trains its warm start, in two
-    steps: the run resolved once from its settings (``refimpl.settings.plan.resolve``: every
-    flag), then its run directory and warm-start cache checked against that plan
-    (``check_run_dir``). ``saved``: a resumed run's config.json when the caller has read it
-    already (``read_saved_run``; the command line does, to take the run's settings as its
-    flags' defaults): it is not read again."""
-    if cfg.resume and saved is None:
-        try:
-            saved = read_saved_run(cfg.run_dir)
-        except CheckpointError:
-            raise  # its config.json was edited: named, whatever the flags
-        except ValueError:
-            pass  # not a run: check_run_dir refuses it, after the flags
-    plan = resolve(cfg, saved)
-    check_run_dir(plan)
-    return plan
-
-
-def check_run_dir(plan: Plan, *, locked: bool = False) -> None:
+def check_run_dir(plan, *, locked: bool = False) -> None:
     """Check the run directory against the run ``plan`` before anything is written: a valid
     ``--runs-dir`` and ``--name``, no link, not in use by another process, ``--resume`` only
     of a run (with the same settings, see ``RESUME_MAY_CHANGE``, and a whole checkpoint,
@@ -117,7 +95,7 @@ def check_run_dir(plan: Plan, *, locked: bool = False) -> None:
         check_cache_writable(cache_path(ws.runs_dir, inputs), force=ws.force, prefix="--warmstart.")
 
 
-def _check_contents(plan: Plan) -> None:
+def _check_contents(plan) -> None:
     """``check_run_dir``'s checks of what the run directory holds, and of what the run will
     write there."""
     cfg, run_dir, saved = plan.cfg, plan.run_dir, plan.saved
@@ -225,6 +203,21 @@ def read_saved_run(run_dir: Path) -> SavedRun:
     return SavedRun(config, stamp)
 
 
+def read_saved_if_resumed(resume: bool, run_dir: Path) -> SavedRun | None:
+    """With ``--resume``, the config.json of the run to resume, read once
+    (``read_saved_run``); None for a new run, or for a directory that is not a run, which
+    ``check_run_dir`` refuses once the flags are checked. ``CheckpointError`` (config.json
+    edited) is raised whatever the flags."""
+    if not resume:
+        return None
+    try:
+        return read_saved_run(run_dir)
+    except CheckpointError:
+        raise
+    except ValueError:
+        return None
+
+
 def check_resumable(run_dir: Path) -> None:
     """``ValueError`` unless ``run_dir`` holds a run to resume, saying how to recover a
     damaged one."""
@@ -263,7 +256,7 @@ def config_unchanged(run_dir: Path, saved: SavedRun) -> None:
 
 
 @contextlib.contextmanager
-def open_run(plan: Plan, model, optimizer) -> Iterator[tuple[int, int]]:
+def open_run(plan, model, optimizer) -> Iterator[tuple[int, int]]:
     """The run directory of ``plan``, held for the ``with`` block: created (one atomic
     ``mkdir``) when it does not exist, locked, and checked again under the lock
     (``check_run_dir``: what the plan says may be written is what this process may write, and
@@ -287,13 +280,13 @@ def open_run(plan: Plan, model, optimizer) -> Iterator[tuple[int, int]]:
             # Checked again here: the warm start may have taken minutes since preflight.
             prepare_run_dir(run_dir, resume=False, overwrite=cfg.overwrite)
             write_new_run(
-                run_dir, config_dict(cfg), dataclasses.asdict(plan.algo_cfg),
+                run_dir, plan.record, dataclasses.asdict(plan.algo_cfg),
                 getattr(model, "base_record", None),
             )  # fmt: skip
             yield 0, 0
         else:
             step, sampled_tokens = restore_run(run_dir, model, optimizer, cfg.fresh_optimizer)
-            record_resume(run_dir, plan.saved.config, cfg, step)
+            record_resume(run_dir, plan.saved.config, plan.record, step)
             yield step, sampled_tokens
 
 
@@ -339,7 +332,7 @@ def restore_run(run_dir: Path, model, optimizer, fresh_optimizer: bool) -> tuple
     return step, sampled_tokens
 
 
-def save_run(plan: Plan, model, optimizer, step: int, sampled_tokens: int) -> None:
+def save_run(plan, model, optimizer, step: int, sampled_tokens: int) -> None:
     """The run's atomic checkpoint after ``step``, with what a resume checks it against,
     after the log lines up to it are on the disk: a power cut then never leaves a checkpoint
     ahead of its log (one fsync per checkpoint, not per line: ``scripts/costs/log_fsync.py``
@@ -350,7 +343,7 @@ def save_run(plan: Plan, model, optimizer, step: int, sampled_tokens: int) -> No
     state = {
         "step": step,
         "sampled_tokens": sampled_tokens,
-        "train_config": config_dict(plan.cfg),
+        "train_config": plan.record,
         "algo_config": dataclasses.asdict(plan.algo_cfg),
     }
     save_checkpoint(plan.run_dir / "checkpoint", model, optimizer, state)
@@ -374,10 +367,10 @@ def write_new_run(run_dir: Path, train_config: dict[str, Any], algo_config: dict
     (run_dir / "probes.jsonl").write_text("")
 
 
-def record_resume(run_dir: Path, saved: dict[str, Any], cfg: TrainConfig, step: int) -> None:
+def record_resume(run_dir: Path, saved: dict[str, Any], now: dict[str, Any], step: int) -> None:
     """Record in config.json that the run was resumed at ``step``, with the new values of the
-    ``RESUME_RECORDED`` settings (so that a later ``--resume`` or ``--config`` gets them)."""
-    now = config_dict(cfg)
+    ``RESUME_RECORDED`` settings (so that a later ``--resume`` or ``--config`` gets them).
+    ``now``: the resumed run's settings as recorded (``Plan.record``)."""
     changed = {k: now[k] for k in RESUME_RECORDED if now[k] != saved["train_config"].get(k)}
     saved["train_config"].update(changed)
     saved.setdefault("resumed", []).append(
@@ -390,17 +383,3 @@ def record_resume(run_dir: Path, saved: dict[str, Any], cfg: TrainConfig, step: 
         }
     )
     write_text_atomic(run_dir / "config.json", json.dumps(saved, indent=2))
-
-
-def load_config_file(path: Path | str, flag: str = "--config", *, algo_config: bool = True):
-    """The settings in a config.json (a run's, or a bare ``train_config`` object), as a
-    ``TrainConfig`` with ``resume``, ``overwrite`` and ``config`` reset: a saved file never
-    deletes anything (``refimpl.settings.record.config_from_record``). ``flag``: the flag that
-    names the file in error messages (``--resume`` for a run's own config.json).
-    ``algo_config``: read the file's ``algo_config`` section too; a resumed run reads it from
-    its checkpoint instead."""
-    try:
-        data = read_json(path)
-    except JSONFileError as err:
-        raise ValueError(f"{flag}: {err}") from None
-    return config_from_record(data, f"{flag}: {path}", algo_config=algo_config)

@@ -36,11 +36,6 @@ from refimpl.problem_streams import SEED_MAX
 LR_LIMIT = float(torch.finfo(torch.float32).max) * (1 - 0.9)
 
 
-def flag(name: str, prefix: str = "--") -> str:
-    """The flag of the setting ``name`` (a field, or a dotted path of fields)."""
-    return prefix + name.replace("_", "-")
-
-
 #: One flag's rule: ``rule(value, flag)`` raises ``ValueError`` naming ``flag`` unless
 #: ``value`` is within the flag's bounds.
 Rule = Callable[[Any, str], None]

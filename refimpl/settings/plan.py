@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import torch
 
 from refimpl import algorithms
-from refimpl.settings.limits import flag, one_of
+from refimpl.settings.limits import one_of
 from refimpl.settings.memory import (
     check_oracle_cost,
     memory_estimates,
@@ -33,6 +33,7 @@ from refimpl.settings.train_config import (
     config_dict,
 )
 from refimpl.settings.warmstart_config import RunWarmstartConfig, parse_task_args
+from refimpl.types.flags import flag, flatten, may_differ
 from toy_envs import TASK_NAMES, get_task
 
 
@@ -57,6 +58,11 @@ class Plan(NamedTuple):
     """the torch device, checked to exist"""
     run_dir: Path
     """the run directory, ``<--runs-dir>/<--name>``"""
+    record: dict[str, Any]
+    """the settings as config.json records them (``config_dict``): what run management writes"""
+    defaults: dict[str, Any]
+    """the settings' defaults as dotted keys (``warmstart.steps``): what a resumed run's
+    config.json is checked against when it lacks a setting"""
     saved: Any = None
     """the run to resume (``rundir.SavedRun``: its config.json, read once), None for a new run"""
 
@@ -76,6 +82,14 @@ def resolve(cfg: TrainConfig, saved=None) -> Plan:
     saved_algo = saved.config.get("algo_config") if saved is not None else None
     saved_algo = saved_algo if isinstance(saved_algo, dict) else None
     algo_cfg = algorithm_config(cfg, algo, max_new_tokens, saved_algo)
+    if algo_cfg.reads_current_entropy() and cfg.ppo_epochs * cfg.minibatches == 1:
+        warnings.warn(
+            f"{cfg.algo}: the loss compares the current policy's entropy with the "
+            "rollout's; with one update per rollout (--ppo-epochs 1 --minibatches 1) the "
+            "policy never moves before the comparison, so the comparison never fires. "
+            "Use --minibatches or --ppo-epochs > 1 to exercise it.",
+            stacklevel=3,
+        )
     # sizes that cannot fit in this machine's memory: refused, naming the flag
     refuse_over_budget(memory_estimates(cfg, task, max_new_tokens, algo_cfg), cfg.device)
     request = algo_cfg.values_needed()  # Monte-Carlo values (VinePPO's): sampled every step
@@ -83,7 +97,9 @@ def resolve(cfg: TrainConfig, saved=None) -> Plan:
         default = type(algo_cfg)().values_needed()
         announce_oracle_cost(task, max_new_tokens, cfg.prompts_per_step, cfg.group_size,
                              cfg.seed, request, default.rollouts)  # fmt: skip
-    return Plan(cfg, algo, algo_cfg, task, max_new_tokens, warmstart, device, cfg.run_dir, saved)
+    defaults = flatten(config_dict(TrainConfig()))
+    return Plan(cfg, algo, algo_cfg, task, max_new_tokens, warmstart, device, cfg.run_dir,
+                config_dict(cfg), defaults, saved)  # fmt: skip
 
 
 def announce_oracle_cost(task, max_new_tokens: int, prompts: int, group_size: int, seed: int,
@@ -155,57 +171,10 @@ def algorithm_config(
 # A resumed run keeps its settings.
 # ---------------------------------------------------------------------------------------------
 
-#: The settings a resumed run may change (dotted field names): how long it goes and how it is
-#: watched, never what a step computes. Any other difference from the run's config.json is an
-#: error naming the flag. The warm-start fields here are those outside its cache key.
-RESUME_MAY_CHANGE = frozenset(
-    {
-        "steps",  # extend the run (not below the step it has reached)
-        "max_sampled_tokens",  # extend or set the token budget
-        "checkpoint_every",
-        "progress",
-        "plot",
-        "tensorboard",
-        "threads",
-        "device",
-        "runs_dir",  # where the run is now
-        "name",
-        "resume",
-        "overwrite",
-        "fresh_optimizer",
-        "config",
-        "warmstart.runs_dir",
-        "warmstart.threads",
-        "warmstart.progress",
-        "warmstart.force",
-        "warmstart.eval_problems",
-    }
-)
-#: Of those, the settings config.json records when a resumed run changes them (they say how
-#: long the run is, so that a later --resume or --config gets them back).
-RESUME_RECORDED = ("steps", "max_sampled_tokens")
-
-
-def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested record as dotted keys: ``{"warmstart": {"steps": 5}}`` → ``{"warmstart.steps": 5}``."""
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[prefix + k] = v
-    return out
-
-
-def may_differ(key: str) -> bool:
-    """Whether a resumed run may change the dotted setting ``key`` (``RESUME_MAY_CHANGE``;
-    warmstart.task/task_args: the trainer uses --task/--task-args)."""
-    return key in RESUME_MAY_CHANGE or key.startswith("warmstart.task")
-
 
 def check_resume_settings(cfg: TrainConfig, saved: dict[str, Any], source: Path) -> None:
     """Raise ``ValueError`` naming the first flag whose value differs from the saved run's,
-    unless it is one a resumed run may change (``RESUME_MAY_CHANGE``)."""
+    unless it is one a resumed run may change (``refimpl.types.flags.RESUME_MAY_CHANGE``)."""
     now = flatten(config_dict(cfg))
     defaults = {**flatten(config_dict(TrainConfig())), **UNRECORDED_MEANS}
     was = flatten(saved)

@@ -3,7 +3,7 @@
 A run's config.json holds ``config_dict(cfg)`` (``refimpl.settings.train_config``) and its algorithm's
 Config; ``config_from_record`` turns such a record back into a ``TrainConfig``, checking every
 key against its annotation (one line naming the file and the key). Reading the file is
-``refimpl.runs.rundir.load_config_file``'s.
+``refimpl.train.load_config_file``'s.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from refimpl import algorithms
-from refimpl.types import typecheck
 from refimpl.settings.plan import algorithm_config, build_task
 from refimpl.settings.train_config import UNRECORDED_MEANS, TrainConfig
+from refimpl.types import typecheck
 
 
 def config_from_dict(data: dict[str, Any], source: str) -> TrainConfig:

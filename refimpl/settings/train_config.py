@@ -25,12 +25,12 @@ from refimpl.settings.limits import (
     check_positive,
     check_seed,
     check_threads,
-    flag,
     one_of,
     optional,
 )
 from refimpl.settings.overrides import KeyValues
 from refimpl.settings.warmstart_config import RunWarmstartConfig, TaskName
+from refimpl.types.flags import flag
 from toy_envs import TOKENIZER
 
 #: ``--algo`` choices, listed by ``--help`` (built from the registry: new algorithms appear).

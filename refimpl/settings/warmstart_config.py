@@ -29,10 +29,10 @@ from refimpl.settings.limits import (
     check_positive,
     check_seed,
     check_threads,
-    flag,
     one_of,
 )
 from refimpl.settings.overrides import KeyValues, parse_overrides
+from refimpl.types.flags import flag
 from toy_envs import DEFAULT_TASK, TASK_NAMES, TOKENIZER, get_task
 
 
