@@ -178,9 +178,8 @@ def test_only_and_seeds_pick_the_units(tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["seed2.json"]
 
 
-@pytest.mark.slow
 def test_the_driver_runs_a_toy_experiment(tmp_path):
-    """A tiny benchmark of the toy through the driver: a result file with the header."""
+    """A tiny benchmark of the toy through the driver (about 10 s): a result file with the header."""
     runs = tmp_path / "runs"
     decl = _write(tmp_path, [{
         "name": "toy", "result": "toy.json", "bench": "{runs}/bench",
