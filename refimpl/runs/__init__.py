@@ -1,8 +1,10 @@
 """Run management: what a long run needs of the disk and the process that the RL loop
 (``refimpl/loop.py``) does not. What a run computes, its settings and the plan resolved from
-them, is ``refimpl.settings``'s; this package checks the disk against that plan.
+them, is ``refimpl.settings``'s, resolved before this package runs (``refimpl.train.preflight``);
+this package checks the disk against that plan, reading it as values, and imports nothing of
+``refimpl.settings`` (``tests/test_layout.py`` lists what is left: the shipped models' lookup).
 
-    rundir       the run directory, the Trainer's way in: preflight, claimed under its lock,
+    rundir       the run directory, checked against the plan (check_run_dir), claimed under its lock,
                  opened (a new run's config.json, or a resumed run restored), saved
     paths        --runs-dir and --name: a directory, one printable name, no link
     lock         the run directory's OS lock: one process at a time
