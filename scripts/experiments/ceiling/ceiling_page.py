@@ -141,12 +141,13 @@ def share_interval(arms: dict, label: str, key: str = PRIMARY) -> tuple[float, f
 # ---------------------------------------------------------------------------------------------
 
 
-def headroom_table(arms: dict, bases: tuple[str, ...] = (BASELINE, MATCHED)) -> str:
-    """H against GRPO and against GRPO without its KL term, on pass@1 and greedy success."""
+def headroom_table(arms: dict, bases: tuple[str, ...] = (BASELINE, MATCHED), looks: int = 1) -> str:
+    """H against GRPO and against GRPO without its KL term, on pass@1 and greedy success;
+    ``looks``: how often the study was read before it stopped (its p and MDD corrected)."""
     rows = []
     for base in bases:
         for key, what in (("pass1", "pass@1"), ("greedy", "greedy success")):
-            c = paired(arms, CEILING, base, key)
+            c = paired(arms, CEILING, base, key, looks)
             resolved = c is not None and c.diff >= THRESHOLD_MDD * c.mdd
             rows.append([f"VinePPO − {NAMES[base]}", what, *comparison_cells(c),
                          "yes" if resolved else "no"])  # fmt: skip
@@ -283,7 +284,12 @@ def countdown_text(results: Path) -> str:
     arms = load_extra(results, "countdown")
     if arms is None:
         return "Not run yet (`ceiling_study.py`: countdown)."
-    text = headroom_table(arms, (BASELINE,))
+    text = headroom_table(arms, (BASELINE,), COUNTDOWN_LOOKS)
+    text += (
+        f"\n\nRead at {COUNTDOWN_LOOKS} looks (seeds 0-4, then 0-19): the p is "
+        f"{COUNTDOWN_LOOKS} times the one-look p and the MDD is taken at t at "
+        f"1 − 0.025 / {COUNTDOWN_LOOKS} (Bonferroni over looks, `refimpl/bench/stats.py`)."
+    )
     if arms.get(CEILING) and arms.get(BASELINE):
         med = lambda lab, k: float(np.median([r[k] for r in arms[lab].values()]))  # noqa: E731
         tokens = med(CEILING, "policy_tokens_per_step") + med(CEILING, "value_tokens_per_step")
