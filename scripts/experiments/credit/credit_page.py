@@ -29,6 +29,8 @@ FIGURES = ROOT / "docs" / "figures"
 sys.path.insert(0, str(HERE.parent))
 import page_writer  # noqa: E402  (the lab's one page writer)
 
+from refimpl.bench import stats  # noqa: E402  (the one statistics module)
+
 #: The K every headline table and sentence reads: the largest, which every toy batch has
 #: (the real model, whose largest is 32, is read at its largest); the sensitivity table shows
 #: the others.
@@ -406,11 +408,10 @@ def learning_rows() -> list[dict] | None:
         if label not in res["summary"]:
             continue
         per_seed = res["runs"][label]
-        gains = np.array([r["gain"] for r in per_seed.values()], dtype=float)
+        gain_mean, gain_se = stats.mean_se([r["gain"] for r in per_seed.values()])
         credit = None if " " in label else sig[label]["credit"]
         rows.append({"label": label, "summary": res["summary"][label], "credit": credit,
-                     "gain_mean": float(gains.mean()),
-                     "gain_se": float(gains.std(ddof=1) / math.sqrt(gains.size)) if gains.size > 1 else math.nan,
+                     "gain_mean": gain_mean, "gain_se": gain_se,
                      "seeds": sorted(per_seed, key=int)})  # fmt: skip
     return rows
 
@@ -419,23 +420,6 @@ def credit_r(row: dict) -> float:
     """The within-completion Pearson r of a variant's credit (0 where it is constant)."""
     w = row["credit"]["within"]
     return 0.0 if w["no_within_credit"] else float(w["pearson"]["mean"])
-
-
-def exact_spearman(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """Spearman's ρ (average ranks for ties) and its exact two-sided permutation p-value."""
-    import itertools
-
-    from scipy.stats import rankdata
-
-    rx, ry = rankdata(xs), rankdata(ys)
-
-    def rho(a, b):
-        a, b = a - a.mean(), b - b.mean()
-        return float((a * b).sum() / math.sqrt((a * a).sum() * (b * b).sum()))
-
-    r = rho(rx, ry)
-    null = [rho(rx, ry[list(perm)]) for perm in itertools.permutations(range(len(ry)))]
-    return r, float(np.mean([abs(v) >= abs(r) - 1e-12 for v in null]))
 
 
 def learning_table() -> str:
@@ -461,7 +445,7 @@ def learning_table() -> str:
         ])  # fmt: skip
     scored = [r for r in rows_in if r["credit"]]
     xs, ys = [credit_r(r) for r in scored], [r["gain_mean"] for r in scored]
-    rho, p = exact_spearman(xs, ys)
+    rho, p = stats.exact_spearman(xs, ys)
     text = (f"\nAcross the {len(scored)} algorithms the oracle scored, Spearman's ρ between the "
             f"credit's within-completion r and the mean gain is {rho:+.2f} (exact permutation "
             f"p = {p:.2f}, two-sided, over all {math.factorial(len(scored)):,} orderings).\n")  # fmt: skip
