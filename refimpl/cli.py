@@ -50,7 +50,7 @@ try:
     from refimpl.settings.record import config_from_record
     from refimpl.settings.train_config import TrainConfig
     from refimpl.settings.warmstart_config import WarmstartCommand, WarmstartConfig
-    from refimpl.train import load_config_file, train
+    from refimpl.train import load_config_file, run_training
     from refimpl.warmstart import train_warmstart
 except KeyboardInterrupt:
     if __name__ != "__main__" and Path(sys.argv[0]).stem != "refimpl":
@@ -500,7 +500,7 @@ def _main(argv: list[str] | None) -> int:
                     cmd, saved = _train_defaults(cmd, args[args.index("train") + 1 :])
                 except SystemExit as exit_:
                     return int(exit_.code or 0)
-                print(train_summary(train(cmd, saved), cmd))
+                print(train_summary(run_training(cmd, saved), cmd))
             elif isinstance(cmd, CompareConfig):
                 typed = explicit_fields(args[args.index("compare") + 1 :], CompareConfig)
                 dirs, figure, table = compare(cmd, typed)  # the preset leaves typed flags alone

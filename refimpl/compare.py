@@ -33,7 +33,7 @@ from refimpl.settings import presets
 from refimpl.settings.limits import comma_items, parse_seeds
 from refimpl.settings.plan import run_warmstart
 from refimpl.settings.train_config import AlgoName, TrainConfig
-from refimpl.train import preflight, train
+from refimpl.train import preflight, run_training
 from refimpl.warmstart import train_warmstart
 
 
@@ -185,7 +185,7 @@ def _worker(cfg: TrainConfig) -> str | None:
         if _SIGNALLED is not None or (_STOP is not None and _STOP.is_set()):
             return None  # stopped before this run began: --train.resume starts it later
         torch.set_num_threads(1)
-        return str(train(cfg))
+        return str(run_training(cfg))
     finally:
         _IN_RUN = False
 
@@ -237,7 +237,7 @@ def run_in_workers(
         )
     if workers <= 1 or len(runs) <= 1:
         for finished, r in enumerate(runs, 1):
-            train(r)
+            run_training(r)
             on_poll(finished)
         return
     context = mp.get_context("spawn")
@@ -276,7 +276,7 @@ def compare(
 
     ``explicit``: the fields the command line set (``presets.explicit_fields``), which the
     preset leaves alone; None: the fields that differ from their defaults."""
-    preset = presets.get(cfg.preset)
+    preset = presets.get_preset(cfg.preset)
     cfg = presets.fill_defaults(cfg, preset.compare, explicit)
     train = presets.fill_defaults(cfg.train, preset.train, explicit, prefix="train.")
     cfg = dataclasses.replace(cfg, train=train)

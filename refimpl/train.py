@@ -383,7 +383,7 @@ def preflight(cfg: TrainConfig, saved: SavedRun | None = None) -> Plan:
     return plan
 
 
-def train(cfg: TrainConfig, saved: SavedRun | None = None) -> Path:
+def run_training(cfg: TrainConfig, saved: SavedRun | None = None) -> Path:
     """Run one training run; return its directory (``saved``: as ``preflight`` takes it)."""
     return Trainer(preflight(cfg, saved)).run()
 

@@ -26,7 +26,7 @@ from refimpl.model import GPT, GPTConfig
 from refimpl.runs.runlog import read_metrics
 from refimpl.settings.plan import resolve
 from refimpl.settings.train_config import TrainConfig
-from refimpl.train import train
+from refimpl.train import run_training
 from tests.tiny import tiny_train
 
 V, P, T, B = 11, 3, 4, 8
@@ -278,7 +278,7 @@ def test_trainer_logs_the_prediction_every_step_and_the_attribution_every_k(runs
     token classes and the momentum on steps 2 and 4 and on the last step (5) only, summing to
     the prediction; the prediction has the measured change's sign and size at a small lr
     (1e-5: the step is nearly linear)."""
-    records = read_metrics(train(_tiny(runs, name="k2", diag_every=2, lr=1e-5, steps=5)))[1:]
+    records = read_metrics(run_training(_tiny(runs, name="k2", diag_every=2, lr=1e-5, steps=5)))[1:]
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
     for r in records:
         assert math.isfinite(r["entropy_change_pred"])
@@ -294,8 +294,8 @@ def test_trainer_logs_the_prediction_every_step_and_the_attribution_every_k(runs
 def test_the_diagnostics_change_nothing_the_run_trains_on(runs):
     """The same seeded run with the attribution on every step and off: identical rewards,
     losses, gradient norms and entropies (the predictor only reads the update)."""
-    on = read_metrics(train(_tiny(runs, name="on", diag_every=1, steps=3)))
-    off = read_metrics(train(_tiny(runs, name="off", diag_every=0, steps=3)))
+    on = read_metrics(run_training(_tiny(runs, name="on", diag_every=1, steps=3)))
+    off = read_metrics(run_training(_tiny(runs, name="off", diag_every=0, steps=3)))
     assert not any(k.startswith(ea.PREFIX) for r in off for k in r)
     for a, b in zip(on[1:], off[1:]):
         for key in (

@@ -37,7 +37,7 @@ def long_chain():
     from refimpl.settings.warmstart_config import parse_task_args
     from refimpl.warmstart import base_model
 
-    train = presets.fill_defaults(TrainConfig(), presets.get("longchain").train)
+    train = presets.fill_defaults(TrainConfig(), presets.get_preset("longchain").train)
     ws = dataclasses.replace(run_warmstart(train), runs_dir="/nonexistent-cache", progress=False)
     model = base_model(ws)  # shipped: never trains, never writes the cache
     assert model.base_record["source"] == "shipped"

@@ -16,7 +16,7 @@ import pytest
 from refimpl.evaluate import PASS_AT_K
 from refimpl.runs.runlog import read_metrics
 from refimpl.settings.train_config import TrainConfig
-from refimpl.train import train
+from refimpl.train import run_training
 from tests.tiny import tiny_warmstart
 
 
@@ -58,7 +58,9 @@ def mean(records: list[dict], key: str) -> float:
 def test_several_updates_per_rollout_make_the_clip_act(runs):
     """GRPO with 2 minibatches × 2 epochs: the later updates run at θ ≠ θ_old, some token ratio
     leaves [1 − ε, 1 + ε] in the direction of its advantage, and the clip fraction is > 0."""
-    records = steps_of(train(tiny(runs, algo="grpo", name="clip", minibatches=2, ppo_epochs=2)))
+    records = steps_of(
+        run_training(tiny(runs, algo="grpo", name="clip", minibatches=2, ppo_epochs=2))
+    )
     steps = records[1:]
     clip = [r["clip_frac_low"] + r["clip_frac_high"] for r in steps]
     assert max(clip) > 0, clip
@@ -67,21 +69,23 @@ def test_several_updates_per_rollout_make_the_clip_act(runs):
 
 def test_one_update_per_rollout_never_clips(runs):
     """The on-policy preset (one update per rollout): every ratio is exactly 1, no clipping."""
-    records = steps_of(train(tiny(runs, algo="grpo", name="onpolicy", minibatches=1)))
+    records = steps_of(run_training(tiny(runs, algo="grpo", name="onpolicy", minibatches=1)))
     assert all(r["clip_frac_low"] + r["clip_frac_high"] == 0 for r in records[1:])
 
 
 def test_tepo_mask_acts_with_several_updates_per_rollout(runs):
     """TEPO's KL mask needs H_θ < H_old − τ on a positive-advantage token: it can only hold
     once the policy has moved, i.e. after the first minibatch of a rollout."""
-    records = steps_of(train(tiny(runs, algo="tepo", name="mask", minibatches=2, ppo_epochs=2)))
+    records = steps_of(
+        run_training(tiny(runs, algo="tepo", name="mask", minibatches=2, ppo_epochs=2))
+    )
     assert mean(records[1:], "kl_mask_frac") > 0
 
 
 def test_every_evaluation_logs_pass_at_k_next_to_greedy(runs):
     """pass@k for every k in PASS_AT_K up to eval_samples, each in [0, 1] and non-decreasing
     in k, at step 0 and at every evaluation; pass@1 ≤ pass@k; no pass@k above eval_samples."""
-    records = steps_of(train(tiny(runs, algo="grpo", name="passk", eval_samples=4)))
+    records = steps_of(run_training(tiny(runs, algo="grpo", name="passk", eval_samples=4)))
     evals = [r for r in records if "heldout_greedy" in r]
     assert [r["step"] for r in evals] == [0, 2, 4]
     for r in evals:
@@ -96,7 +100,7 @@ def test_every_step_logs_the_covariance_and_the_entropy_change(runs):
     entropy change is 0 only if nothing moved (the weights do move at lr 1e-2). A step whose
     every group was uninformative (dynamic sampling, ``skipped``) trains no token, so it has
     no covariance to log."""
-    records = steps_of(train(tiny(runs, algo="gtpo", name="cov", minibatches=2)))
+    records = steps_of(run_training(tiny(runs, algo="gtpo", name="cov", minibatches=2)))
     trained = [r for r in records[1:] if r.get("groups_trained", 0) > 0]
     assert len(trained) >= 2, [r.get("groups_trained") for r in records]
     for r in records[1:]:

@@ -1,5 +1,5 @@
 """A setting's walk stays short (docs/design.md, "A setting's path"): followed call by call
-from the trainer's entry, ``refimpl.train.train``, to the first ``Trainer.train_step``, a new
+from the trainer's entry, ``refimpl.train.run_training``, to the first ``Trainer.train_step``, a new
 run's settings enter at most 30 functions in at most 10 files (issue 48's bound; it measured
 57 stops in 13 files before the layout it asked for). The count is
 ``scripts/dev/setting_walk.py``'s: a call graph, the same on every machine."""

@@ -227,13 +227,13 @@ def test_a_run_records_the_shipped_base_it_started_from(tmp_path):
     """One tiny RL step on countdown from the shipped default warm start: config.json says
     which base model (and its sha256)."""
     from refimpl.settings.train_config import TrainConfig
-    from refimpl.train import train
+    from refimpl.train import run_training
 
     cfg = TrainConfig(task="countdown", steps=1, prompts_per_step=2, group_size=2,
                       minibatches=1, eval_every=1000, eval_problems=2, eval_samples=2,
                       probe_every=0, diag_every=0, runs_dir=tmp_path, progress=False,
                       plot=False, threads=1)  # fmt: skip
-    run = train(cfg)
+    run = run_training(cfg)
     record = json.loads((run / "config.json").read_text())["base_model"]
     entry = _by_name("countdown-600")
     assert record["source"] == "shipped" and record["name"] == "countdown-600"

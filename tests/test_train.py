@@ -23,7 +23,7 @@ from refimpl.runs.runlog import read_metrics
 from refimpl.runs.status import RunBudget
 from refimpl.settings.train_config import TrainConfig
 from refimpl.settings.warmstart_config import WarmstartConfig
-from refimpl.train import Trainer, train
+from refimpl.train import Trainer, run_training
 from tests.tiny import tiny_warmstart
 
 TIMING_KEYS = {"time_sample", "time_score", "time_adv", "time_loss", "time_step", "time_eval"}
@@ -92,7 +92,7 @@ def test_every_algorithm_trains_logs_finite_metrics_and_changes_weights(runs, al
 def test_metrics_hold_what_the_issue_lists(runs):
     """Every step logs reward, success, entropy percentiles, lengths, advantages, clip
     fractions, KL, kept-group fraction, grad norm and per-phase seconds; probes are logged."""
-    run_dir = train(tiny(runs, algo="tepo", name="metrics-tepo"))
+    run_dir = run_training(tiny(runs, algo="tepo", name="metrics-tepo"))
     step = read(run_dir)[1]
     for key in (
         "reward_mean",
@@ -123,17 +123,17 @@ def test_metrics_hold_what_the_issue_lists(runs):
 
 def test_same_seed_same_metrics(runs):
     """Determinism: two runs with the same seed on the same device log the same metrics."""
-    a = read(train(tiny(runs, algo="gtpo", name="det-a")))
-    b = read(train(tiny(runs, algo="gtpo", name="det-b")))
+    a = read(run_training(tiny(runs, algo="gtpo", name="det-a")))
+    b = read(run_training(tiny(runs, algo="gtpo", name="det-b")))
     assert without_timings(a) == without_timings(b)
-    c = read(train(tiny(runs, algo="gtpo", name="det-c", seed=1)))
+    c = read(run_training(tiny(runs, algo="gtpo", name="det-c", seed=1)))
     assert without_timings(a) != without_timings(c)
 
 
 def test_killed_and_resumed_run_matches_an_uninterrupted_one(runs, monkeypatch):
     """A run killed after step 3 (checkpoint at step 2) and resumed logs exactly the metrics
     of a run that was never interrupted: per-step seeding + saved optimizer state."""
-    full = read(train(tiny(runs, algo="dapo", name="resume-full", steps=5)))
+    full = read(run_training(tiny(runs, algo="dapo", name="resume-full", steps=5)))
 
     cfg = tiny(runs, algo="dapo", name="resume-killed", steps=5)
     original = Trainer.train_step
@@ -145,19 +145,19 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(runs, monkeypatch):
 
     monkeypatch.setattr(Trainer, "train_step", crash_at_step_3)
     with pytest.raises(KeyboardInterrupt):
-        train(cfg)
+        run_training(cfg)
     monkeypatch.setattr(Trainer, "train_step", original)
     assert [r["step"] for r in read(cfg.run_dir)] == [0, 1, 2, 3]
-    resumed = read(train(dataclasses.replace(cfg, resume=True)))
+    resumed = read(run_training(dataclasses.replace(cfg, resume=True)))
     assert without_timings(resumed) == without_timings(full)
 
 
 def test_existing_run_directory_is_never_overwritten_silently(runs):
     cfg = tiny(runs, algo="grpo", name="exists", steps=1)
-    train(cfg)
+    run_training(cfg)
     with pytest.raises(FileExistsError, match="--resume"):
-        train(cfg)
-    assert read(train(dataclasses.replace(cfg, overwrite=True)))[-1]["step"] == 1
+        run_training(cfg)
+    assert read(run_training(dataclasses.replace(cfg, overwrite=True)))[-1]["step"] == 1
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(runs, monkeypatch):
@@ -179,7 +179,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(runs, monkeypatch):
     monkeypatch.setattr(module, "loss", nan_after_two_steps)
     monkeypatch.setattr(Trainer, "train_step", counting)
     with pytest.raises(NonFiniteLossError, match=r"the last good one \(step 2\) in .* is kept"):
-        train(cfg)
+        run_training(cfg)
     state = json.loads((cfg.run_dir / "checkpoint" / "state.json").read_text())
     assert state["step"] == 2
 
@@ -246,7 +246,7 @@ def test_cli_help_and_bad_flags(capsys):
 def test_bfloat16_autocast_trains_with_float32_loss_math(runs):
     """``--dtype bfloat16`` runs the model under bf16 autocast (here on CPU) and still logs
     finite float32 metrics; a bad dtype is refused at start-up."""
-    records = read(train(tiny(runs, algo="gtpo", name="bf16", steps=2, dtype="bfloat16")))
+    records = read(run_training(tiny(runs, algo="gtpo", name="bf16", steps=2, dtype="bfloat16")))
     assert [r["step"] for r in records] == [0, 1, 2]
     assert all(math.isfinite(r["reward_mean"]) for r in records[1:])
     with pytest.raises(ValueError, match="--dtype"):

@@ -334,7 +334,7 @@ def train_settings(cfg: CreditConfig, typed: frozenset[str] | None = None) -> Tr
     explicit = None
     if typed is not None:
         explicit = frozenset(n.removeprefix("train.") for n in typed if n.startswith("train."))
-    return presets.fill_defaults(cfg.train, presets.get(cfg.preset).train, explicit)
+    return presets.fill_defaults(cfg.train, presets.get_preset(cfg.preset).train, explicit)
 
 
 def plan_policy(cfg: CreditConfig, typed: frozenset[str] | None = None):

@@ -131,14 +131,14 @@ class LearningConfig:
         at their default)."""
         from refimpl.settings import presets
 
-        return presets.fill_defaults(self, presets.get(self.preset).bench, explicit)
+        return presets.fill_defaults(self, presets.get_preset(self.preset).bench, explicit)
 
     def train_defaults(self):
         """The TrainConfig every run starts from: the preset's regime plus --lr/-N/-G."""
         from refimpl.settings import presets
         from refimpl.settings.train_config import TrainConfig
 
-        train = presets.fill_defaults(TrainConfig(), presets.get(self.preset).train)
+        train = presets.fill_defaults(TrainConfig(), presets.get_preset(self.preset).train)
         changes = {
             k: getattr(self, k)
             for k in ("lr", "lr_warmup", "prompts_per_step", "group_size")

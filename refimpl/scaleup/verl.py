@@ -47,7 +47,7 @@ What verl's contract does not carry, and how it gets here
   to the reward manager (DAPO's overlong buffer, verl's DAPO recipe) and to the response mask.
 
 * **Monte-Carlo values of π_old** (VinePPO's ``Config.values_needed()``): not carried. verl's
-  rollout side samples no continuations of prefixes, so :func:`algorithm_config` refuses such
+  rollout side samples no continuations of prefixes, so :func:`config_with_env_overrides` refuses such
   a Config, and ``refimpl_vineppo``'s estimator and loss raise at verl's first call
   (``docs/scaleup.md`` says what a port needs).
 
@@ -101,7 +101,7 @@ def overrides(name: str) -> dict[str, Any]:
     return json.loads(os.environ.get("REFIMPL_CONFIG", "{}") or "{}").get(name, {})
 
 
-def algorithm_config(name: str) -> Any:
+def config_with_env_overrides(name: str) -> Any:
     """The ``Config`` of ``name`` with the overrides in ``$REFIMPL_CONFIG`` (JSON) applied;
     one that asks for Monte-Carlo values (``Config.values_needed()``, VinePPO) is refused:
     verl's rollout side does not sample them (``docs/scaleup.md``)."""
@@ -174,7 +174,7 @@ def _make_estimator(name: str):
         old_log_probs: Tensor | None = None,
         **_ignored: Any,
     ) -> tuple[Tensor, Tensor]:
-        cfg = algorithm_config(name)
+        cfg = config_with_env_overrides(name)
         B = token_level_rewards.shape[0]
         if entropy_old is None and _ROLLOUT_ENTROPY:
             entropy_old = _ROLLOUT_ENTROPY[-1]
@@ -240,7 +240,7 @@ def _make_policy_loss(name: str):
             "None: rollout-correction weights would change the algorithm's loss "
             "(disable algorithm.rollout_correction)",
         )
-        cfg = algorithm_config(name)
+        cfg = config_with_env_overrides(name)
         extra = _LOSS_INPUTS[-1] if _LOSS_INPUTS else {}
         batch, padded = loss_batch(
             response_mask,

@@ -150,7 +150,7 @@ def fill_defaults(
     return dataclasses.replace(obj, **keep)
 
 
-def get(name: str) -> Preset:
+def get_preset(name: str) -> Preset:
     """The preset called ``name``; a ValueError lists the valid names."""
     if name not in PRESETS:
         raise ValueError(f"--preset: expected one of {', '.join(PRESETS)}, got {name!r}")

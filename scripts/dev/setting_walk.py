@@ -27,7 +27,7 @@ occurrence, so that the counts do not grow with the number of steps, and is clas
 
 "modules" is the number of distinct modules the setting visits. "Stops" (the walk "from the
 trainer's entry to the step") are the distinct functions the setting enters from
-``refimpl.train.train`` up to and including the first ``Trainer.train_step``, in how many
+``refimpl.train.run_training`` up to and including the first ``Trainer.train_step``, in how many
 files (modules, ``refimpl/train.py`` counted). Fewer climbs and returns is
 a walk a reader can follow top to bottom. Each walk is also split at the first call of
 ``Trainer.train_step``: "setup" (from the command to the first step: checking and resolving
@@ -59,7 +59,7 @@ TINY = [
 
 
 #: The trainer's entry: the walk "from the trainer's entry to the step" starts at its call.
-ENTRY = "refimpl.train.train"
+ENTRY = "refimpl.train.run_training"
 
 SETTINGS = {"TrainConfig", "WarmstartConfig", "RunWarmstartConfig", "ModelSize"}
 
@@ -249,7 +249,7 @@ class Walk:
 
     def stops(self) -> tuple[int, int]:
         """(stops, files) from the trainer's entry to the step: the distinct functions the
-        setting enters from ``refimpl.train.train`` up to the first ``Trainer.train_step``
+        setting enters from ``refimpl.train.run_training`` up to the first ``Trainer.train_step``
         (included), and the distinct modules they are in (``refimpl.train`` counted)."""
         callees = set(self.stop_list())
         modules = {self.module_of[c] for c in callees} | {ENTRY.rsplit(".", 1)[0]}

@@ -52,7 +52,7 @@ WARMUP = LoopConfig.lr_warmup  # the default the sweep over WARMUPS chose
 
 def regime(preset: str, changes: dict, runs_dir: Path):
     """The base model and the loop's settings of a preset's regime."""
-    train = presets.fill_defaults(TrainConfig(runs_dir=runs_dir), presets.get(preset).train)
+    train = presets.fill_defaults(TrainConfig(runs_dir=runs_dir), presets.get_preset(preset).train)
     train = dataclasses.replace(train, **changes)
     if train.task == "countdown":
         train.warmstart = dataclasses.replace(train.warmstart, steps=COUNTDOWN_BASE_STEPS)
