@@ -33,10 +33,10 @@ import numpy as np
 import torch
 
 from refimpl import algorithms, batch_stages
-from refimpl.sampling.monte_carlo_values import training_values
 from refimpl.model import GPT
 from refimpl.problem_streams import training_rng  # the prompts of step s, round r: their own stream
 from refimpl.sampling.groups import Samples, concat_samples, sample_groups, seeded_generator
+from refimpl.sampling.monte_carlo_values import training_values
 from toy_envs import DEFAULT_TASK, TOKENIZER, get_task
 
 

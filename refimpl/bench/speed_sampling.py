@@ -156,9 +156,9 @@ def _oracle_rollouts(
     """One oracle batch: ``prefixes`` completions of ``new/2`` tokens, every proper prefix
     continued K times, all prefixes of one length in one call of ``prefixes · K`` rows, as
     ``refimpl credit`` runs them."""
-    from refimpl.sampling.monte_carlo_values import token_values
     from refimpl.model import GPTConfig
     from refimpl.sampling.groups import sample_groups
+    from refimpl.sampling.monte_carlo_values import token_values
     from toy_envs import TOKENIZER, get_task
 
     n_prefix, k, _prefix_len, new = cfg.oracle_batch
