@@ -3,8 +3,8 @@
 Shape checks
 ------------
 Before anything else imports ``refimpl``, this file wraps the public functions of
-``refimpl.contract``, ``refimpl.core`` and the algorithm files whose signature fixes a
-tensor's rank (``Float[Tensor, "B T"]``, ``Float[Tensor, " B"]``, ...) in
+``refimpl.contract``, ``refimpl.core``, ``refimpl.loss_metrics`` and the algorithm files whose
+signature fixes a tensor's rank (``Float[Tensor, "B T"]``, ``Float[Tensor, " B"]``, ...) in
 ``jaxtyped(typechecker=beartype)``, for the whole test session: a tensor whose shape or dtype
 contradicts its annotation fails the call, and the dimension names (``B``, ``T``, ...) must
 agree across the arguments of one call.
@@ -101,6 +101,7 @@ SHAPE_CHECKED = {
     for module in [
         importlib.import_module("refimpl.contract"),
         importlib.import_module("refimpl.core"),
+        importlib.import_module("refimpl.loss_metrics"),
         importlib.import_module("refimpl.batch_stages"),
     ]
     + [_algorithms.get(name) for name in _algorithms.NAMES]

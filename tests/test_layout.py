@@ -111,10 +111,11 @@ def test_the_trainer_names_no_algorithm():
     assert found == []
 
 
-#: The top level of ``refimpl/`` shows the architecture: the algorithms' support (the contract
-#: and core's mathematics), the loop, the Trainer and the entry points; the settings, run
-#: management and diagnostics are packages of their own.
-MAX_TOP_LEVEL_MODULES = 15
+#: The top level of ``refimpl/`` shows the architecture: the algorithms' support (the contract,
+#: core's mathematics and what a loss logs), the loop, the Trainer and the entry points; the
+#: settings, run management and diagnostics are packages of their own. (15 until the loss
+#: metrics left core.py for ``loss_metrics.py``, issue 60: core holds the mathematics alone.)
+MAX_TOP_LEVEL_MODULES = 16
 TRAIN_MAX_LINES = 400
 
 
@@ -136,6 +137,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("toy_envs", "refimpl.types"),
     ("refimpl.contract",),
     ("refimpl.core", "refimpl.model", "refimpl.problem_streams"),
+    ("refimpl.loss_metrics",),  # what a loss logs: it reads core, every algorithm file reads it
     ("refimpl.algorithms", "refimpl.batch_stages"),
     ("refimpl.sampling",),  # the Monte-Carlo values too (monte_carlo_values), below the loop
     ("refimpl.loop", "refimpl.evaluate"),

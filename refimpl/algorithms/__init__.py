@@ -55,4 +55,3 @@ def get(name: str) -> ModuleType:
     if key not in NAMES:
         raise ValueError(f"algorithm: expected one of {', '.join(NAMES)}, got {name!r}")
     return importlib.import_module(f"{__name__}.{key}")
-

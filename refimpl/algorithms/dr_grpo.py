@@ -55,7 +55,7 @@ from dataclasses import dataclass, replace
 from jaxtyping import Float
 from torch import Tensor
 
-from refimpl import contract, core
+from refimpl import contract, core, loss_metrics
 from refimpl.contract import RolloutBatch
 
 NAME = "dr_grpo"
@@ -144,6 +144,6 @@ def loss(
     # §3.2: every token weighs 1/(B'·L_max) whatever its completion's length.
     max_len = cfg.max_len if cfg.max_len is not None else mask.shape[1]
     total = core.aggregate(token_loss, mask, cfg.loss_agg_mode, max_len=max_len)
-    metrics.update(core.ratio_metrics(w, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high))
-    metrics.update(core.common_metrics(batch, logp, adv))
+    metrics.update(loss_metrics.ratio_metrics(w, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high))
+    metrics.update(loss_metrics.common_metrics(batch, logp, adv))
     return total, metrics

@@ -74,7 +74,7 @@ import torch
 from jaxtyping import Float, Float32, Shaped
 from torch import Tensor
 
-from refimpl import contract, core
+from refimpl import contract, core, loss_metrics
 from refimpl.contract import RolloutBatch
 
 NAME = "forking_tokens"
@@ -224,6 +224,6 @@ def loss(
         metrics["kl_ref"] = float(core.masked_mean(kl.detach(), mask))
 
     total = core.aggregate(token_loss, mask, cfg.loss_agg_mode)
-    metrics.update(core.ratio_metrics(w, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high))
-    metrics.update(core.common_metrics(batch, logp, adv))
+    metrics.update(loss_metrics.ratio_metrics(w, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high))
+    metrics.update(loss_metrics.common_metrics(batch, logp, adv))
     return total, metrics

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from jaxtyping import Float
 from torch import Tensor
 
-from refimpl import contract, core
+from refimpl import contract, core, loss_metrics
 from refimpl.contract import RolloutBatch
 
 NAME = "gpg"
@@ -162,6 +162,6 @@ def loss(
 
     total = core.aggregate(token_loss, mask, cfg.loss_agg_mode)
     # Nothing is clipped: an infinite trust region makes both clip fractions 0.
-    metrics.update(core.ratio_metrics(w, adv, mask, 1.0, float("inf")))
-    metrics.update(core.common_metrics(batch, logp, adv))
+    metrics.update(loss_metrics.ratio_metrics(w, adv, mask, 1.0, float("inf")))
+    metrics.update(loss_metrics.common_metrics(batch, logp, adv))
     return total, metrics

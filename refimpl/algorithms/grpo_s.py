@@ -90,7 +90,7 @@ import torch
 from jaxtyping import Float, Float32, Float64, Shaped
 from torch import Tensor
 
-from refimpl import contract, core
+from refimpl import contract, core, loss_metrics
 from refimpl.contract import RolloutBatch
 
 NAME = "grpo_s"
@@ -348,9 +348,9 @@ def loss(
     # Clip fractions count *sequences* here (the ratio is per sequence).
     nonempty = (mask.sum(dim=1, keepdim=True) > 0).float()
     metrics.update(
-        core.ratio_metrics(
+        loss_metrics.ratio_metrics(
             w_hat[:, None], A_hat[:, None], nonempty, cfg.clip_eps_low, cfg.clip_eps_high
         )
     )
-    metrics.update(core.common_metrics(batch, logp, adv))
+    metrics.update(loss_metrics.common_metrics(batch, logp, adv))
     return total, metrics

@@ -68,7 +68,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from refimpl import contract, core
+from refimpl import contract, core, loss_metrics
 from refimpl.contract import RolloutBatch
 
 NAME = "kl_cov"
@@ -174,6 +174,6 @@ def loss(
 
     total = core.aggregate(token_loss, mask, cfg.loss_agg_mode)
     # No clip, so no clipped token: both clip fractions are 0 by construction.
-    metrics.update(core.ratio_metrics(w, adv, mask, 1.0, math.inf))
-    metrics.update(core.common_metrics(batch, logp, adv))
+    metrics.update(loss_metrics.ratio_metrics(w, adv, mask, 1.0, math.inf))
+    metrics.update(loss_metrics.common_metrics(batch, logp, adv))
     return total, metrics

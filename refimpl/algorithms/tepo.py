@@ -89,7 +89,7 @@ import torch
 from jaxtyping import Float, Float32, Shaped
 from torch import Tensor
 
-from refimpl import contract, core
+from refimpl import contract, core, loss_metrics
 from refimpl.contract import RolloutBatch
 
 NAME = "tepo"
@@ -286,6 +286,6 @@ def loss(
         metrics[f"kl_{cfg.kl_anchor}"] = float(core.masked_mean(kl.detach(), mask))
 
     total = core.aggregate(token_loss, mask, cfg.loss_agg_mode) + kl_term
-    metrics.update(core.ratio_metrics(w, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high))
-    metrics.update(core.common_metrics(batch, logp, adv))
+    metrics.update(loss_metrics.ratio_metrics(w, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high))
+    metrics.update(loss_metrics.common_metrics(batch, logp, adv))
     return total, metrics

@@ -80,7 +80,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from refimpl import contract, core
+from refimpl import contract, core, loss_metrics
 from refimpl.contract import RolloutBatch
 
 NAME = "vineppo"
@@ -245,6 +245,6 @@ def loss(
         total = total + cfg.kl_coef * core.aggregate(kl_per_sequence, mask, "seq-mean")
         metrics["kl_ref"] = float(core.masked_mean(kl.detach(), mask))
 
-    metrics.update(core.ratio_metrics(w, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high))
-    metrics.update(core.common_metrics(batch, logp, adv))
+    metrics.update(loss_metrics.ratio_metrics(w, adv, mask, cfg.clip_eps_low, cfg.clip_eps_high))
+    metrics.update(loss_metrics.common_metrics(batch, logp, adv))
     return total, metrics

@@ -39,7 +39,7 @@ import jaxtyping
 import pytest
 import torch
 
-from refimpl import algorithms, contract, core
+from refimpl import algorithms, contract, core, loss_metrics
 from refimpl.algorithms import NAMES
 from refimpl.contract import RolloutBatch
 
@@ -60,7 +60,7 @@ def _public_functions(module):
     }
 
 
-MODULES = [contract, core] + [algorithms.get(name) for name in NAMES]
+MODULES = [contract, core, loss_metrics] + [algorithms.get(name) for name in NAMES]
 
 
 def _batch(B: int = 4, T: int = 3, G: int = 2) -> RolloutBatch:
@@ -221,7 +221,7 @@ ZERO_OVERHEAD = textwrap.dedent(
     """
     import inspect, json, sys
     import torch
-    from refimpl import algorithms, contract, core
+    from refimpl import algorithms, contract, core, loss_metrics
     from refimpl.contract import RolloutBatch
 
     B, T, G = 8, 5, 4
@@ -237,7 +237,7 @@ ZERO_OVERHEAD = textwrap.dedent(
     logp = batch.logp_old.clone().requires_grad_(True)
     total, _ = mod.loss(batch, logp, mod.advantages(batch, cfg), cfg)
     total.backward()
-    modules = [contract, core] + [algorithms.get(n) for n in algorithms.NAMES]
+    modules = [contract, core, loss_metrics] + [algorithms.get(n) for n in algorithms.NAMES]
     functions = [
         (m, f) for m in modules for n, f in vars(m).items()
         if inspect.isfunction(f) and not n.startswith("_") and f.__module__ == m.__name__
