@@ -609,7 +609,7 @@ def test_slip_7_the_toy_command_reproduces_the_files_settings():
 
 def _credit_row(row: list[str]) -> bool:
     """A row judged on the credit experiment (docs/credit.md), not on the claims runs."""
-    return "scripts/experiments/credit/credit_runs.sh" in row[5]
+    return "scripts/experiments/credit/credit_study.py" in row[5]
 
 
 def _elsewhere(row: list[str]) -> bool:
@@ -629,8 +629,8 @@ def test_the_credit_rows_name_their_experiment_and_how_to_rerun_it():
     ]
     assert claims[2:] == ["High entropy marks the pivotal tokens"]  # fmt: skip
     for row in rows:
-        assert "OUT=" in row[5], row[0]
-    assert (ROOT / "scripts" / "experiments" / "credit" / "credit_runs.sh").is_file()
+        assert "--out " in row[5], row[0]
+    assert (ROOT / "scripts" / "experiments" / "credit" / "credit_study.py").is_file()
 
 
 def _queue() -> set[tuple[str, int, tuple[int, ...]]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import runpy
 import sys
 from pathlib import Path
 
@@ -71,6 +72,54 @@ def test_a_declaration_is_what_its_committed_files_record(study):
         steps, grid = _eval_steps(unit), header["evaluation_grid"]
         if steps and isinstance(grid, dict) and "steps" in grid:
             assert steps <= set(grid["steps"]), (path, sorted(steps - set(grid["steps"])))
+
+
+def _flags(command: list[str]) -> dict[str, str]:
+    """A command's ``--name value`` pairs, each name as a record spells it (``--train.lr`` → lr)."""
+    return {w[2:].removeprefix("train.").replace("-", "_"): v
+            for w, v in zip(command, command[1:]) if w.startswith("--") and not v.startswith("--")}  # fmt: skip
+
+
+def _same(recorded: object, declared: str) -> bool:
+    try:
+        return float(recorded) == float(declared)
+    except (TypeError, ValueError):
+        return str(recorded) == declared
+
+
+#: Flags whose value is a path on the machine that ran (a record holds its own).
+_PATHS = {"out", "runs_dir", "run", "name"}
+
+
+def test_the_credit_files_record_the_flags_their_declaration_passes():
+    """The credit study's files record no command, but they record their settings: every flag
+    the declared command passes (``refimpl credit``, ``real_model.py``, the benchmark, each
+    regime probe's ``refimpl compare``) has the recorded value; a batch after training names
+    the declared run and step; a probe evaluates at its declared steps."""
+    checked = 0
+    for unit in _units(LAB / "credit" / "credit_study.py"):
+        data = json.loads(unit.result.read_text())
+        for command in unit.commands:
+            flags, record = _flags(command), None
+            if command[:2] == ["refimpl", "credit"] or command[1].endswith("real_model.py"):
+                record = data["settings"]
+                assert Path(record["out"]).name == unit.result.name
+                if "run" in flags:  # the batch of the run the compare before it trained
+                    assert Path(record["run"]).parts[-2:] == Path(flags["run"]).parts[-2:]
+            elif command[:2] == ["refimpl", "bench-learning"]:
+                record = data["config"]
+            elif "probe-" in flags.get("name", ""):
+                probe = data[flags["name"].removeprefix("probe-")]
+                record = probe["settings"]
+                every = int(flags.get("eval_every", 20))  # the preset's
+                assert probe["step"] == list(range(0, int(flags["steps"]) + 1, every)), unit.result
+            elif command[:2] == ["refimpl", "compare"]:
+                assert data["policy"]["step"] == int(flags["steps"]), unit.result
+                checked += 1
+            for key in (flags.keys() - _PATHS) & (record or {}).keys():
+                assert _same(record[key], flags[key]), (unit.result.name, key, record[key])
+                checked += 1
+    assert checked >= 30, checked
 
 
 def _write(tmp_path: Path, experiments: list[dict], **top) -> Path:
@@ -189,3 +238,28 @@ def test_the_driver_runs_a_toy_experiment(tmp_path):
     assert driver.main([str(decl), "--runs", str(runs), "--no-page"]) == 0
     data = json.loads((tmp_path / "results" / "toy.json").read_text())
     assert check_header(data, "toy.json")["seeds"] == [0]
+
+
+def test_the_regime_probes_gather_as_the_committed_file_records(tmp_path):
+    """``regime_probes.py`` (the shell's inline Python, whose import had gone stale) writes each
+    probe as the committed file holds it: runs rebuilt from that file gather back to it."""
+    committed = json.loads((LAB / "credit" / "results" / "regime_probes.json").read_text())
+    names = [n for n in committed if n != "header"]
+    for name in names:
+        p, run = committed[name], tmp_path / f"probe-{name}" / "grpo-s0"
+        run.mkdir(parents=True)
+        config = {"train_config": {**p["settings"], "seed": 0}, "numerics": {"cpu": "a CPU"}}
+        (run / "config.json").write_text(json.dumps(config))
+        evals = {s: {"heldout_greedy": g, "heldout_pass@1": q, "sampled_tokens": t}
+                 for s, g, q, t in zip(p["step"], p["heldout_greedy"], p["heldout_pass@1"],
+                                       p["sampled_tokens"])}  # fmt: skip
+        lines = [{"step": s, "loss": 0.0, **evals.get(s, {})} for s in range(p["step"][-1] + 1)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    gather = runpy.run_path(str(LAB / "credit" / "regime_probes.py"))
+    out = tmp_path / "probes.json"
+    gather["main"](["--runs", str(tmp_path), "--out", str(out), *names])
+    gathered = json.loads(out.read_text())
+    assert list(gathered) == names
+    for name in names:
+        assert gathered[name].pop("machine")["numerics"] == {"cpu": "a CPU"}
+        assert gathered[name] == {k: v for k, v in committed[name].items() if k != "machine"}

@@ -76,7 +76,7 @@ PRESETS: dict[str, Preset] = {
         "working band)",
         # The default regime's 64 prompts × G = 8 in 4 minibatches: with 16 prompts GRPO did
         # not move held-out success in 150 steps; larger learning rates collapse it (docs/credit.md,
-        # "The long-chain regime": scripts/experiments/credit/regime_probes.sh).
+        # "The long-chain regime": scripts/experiments/credit/credit_study.py).
         train=dict(
             task="chain",
             task_args=("num_ops=12", "min_ops=10"),

@@ -16,8 +16,7 @@ turns it into commands and runs them:
   ``defaults``, which any experiment key may take. An experiment: ``name``, ``result`` (a
   path under ``results``; ``{seed}`` or ``{arm}`` in it make one result file per seed or per
   arm and seed), ``run`` (the command each arm runs), ``budget`` and ``grid`` (flags after it),
-  ``arms`` (``{name: {"seeds": [...], "flags": "..."}}``; ``resume_if`` and ``resume_flags``
-  add flags when a path exists), ``seeds`` (the arms' default), ``bench`` (a folder the
+  ``arms`` (``{name: {"seeds": [...], "flags": "..."}}``), ``seeds`` (the arms' default), ``bench`` (a folder the
   commands share), ``then`` (commands after the arms: gathering the runs into the result
   file) and ``copy`` (a file the result is copied from, the first that holds ``copy_if``).
   Commands are written as typed (``refimpl ...``, ``python ...``) and may name ``{runs}``,
@@ -60,7 +59,7 @@ from refimpl.runs.runlog import write_text_atomic  # noqa: E402
 TOP_KEYS = {"results", "page", "page_check", "kind", "defaults", "experiment"}
 EXPERIMENT_KEYS = {"name", "result", "run", "budget", "grid", "arms", "seeds", "bench", "then",
                    "copy", "copy_if", "kind", "workers"}  # fmt: skip
-ARM_KEYS = {"seeds", "flags", "resume_if", "resume_flags"}
+ARM_KEYS = {"seeds", "flags"}
 WORKERS = 2
 
 
@@ -176,10 +175,7 @@ def _experiment_units(exp: dict, decl: dict, runs: str, out: Path, seeds_overrid
             words = " ".join([exp["run"], exp.get("budget", ""), exp.get("grid", ""),
                               spec.get("flags", "")])  # fmt: skip
             extra = {"seeds": ",".join(map(str, chosen)), "seed": chosen[0], "arm": arm}
-            cmd = _fill(words, f"{where}: {arm}", **names, **extra)
-            if "resume_if" in spec and Path(spec["resume_if"].format(**names, **extra)).exists():
-                cmd += _fill(spec.get("resume_flags", ""), where, **names)
-            commands.append(cmd)
+            commands.append(_fill(words, f"{where}: {arm}", **names, **extra))
         if not unit_seeds:
             unit_seeds = {s for a in arms for s in arm_seeds[a] if seed < 0 or s == seed}
         extra = {"seeds": ",".join(map(str, sorted(unit_seeds))), "seed": seed, "arm": arm_key}

@@ -19,8 +19,8 @@ from refimpl.bench import stats as st
 
 CREDIT = ROOT / "scripts" / "experiments" / "credit" / "results"
 
-CREDIT_CMD = ("`bash scripts/experiments/credit/credit_runs.sh` (docs/credit.md; `OUT=/tmp/credit` "
-              "reruns it into an empty directory)")  # fmt: skip
+CREDIT_CMD = ("`python scripts/experiments/run_experiment.py scripts/experiments/credit/credit_study.py` "
+              "(docs/credit.md; `--out /tmp/credit` reruns it into an empty directory)")  # fmt: skip
 
 #: The batches the credit rows judge: (file, label, K). The toy's are the two warm starts
 #: (the policy RL starts from) at the oracle's largest K; the real model's at K = 32, from the

@@ -1,7 +1,7 @@
 """The tables and figures of docs/credit.md, from the committed result files.
 
 Reads ``results/*.json`` next to this file (``refimpl credit`` and ``real_model.py`` write
-them; ``credit_runs.sh`` makes every one the page uses) and ``results/longchain_learning.json`` (the
+them; ``credit_study.py`` declares every one the page uses) and ``results/longchain_learning.json`` (the
 long-chain learning benchmark, ``refimpl bench-learning --preset longchain``), and writes each
 table into docs/credit.md between its markers ``<!-- credit:NAME -->`` and
 ``<!-- /credit:NAME -->``, and the figures into docs/figures/. Nothing is trained or sampled.
@@ -53,7 +53,7 @@ FIGURE_ALGOS = ("grpo", "gtpo", "grpo_s", "tepo")
 LEARNING_ALGOS = ("grpo", "dapo", "gtpo", "gtpo alpha_2=0.0", "grpo_s", "tepo", "forking_tokens")
 
 
-#: The result files the page may go without ("Not measured yet"): credit_runs.sh writes
+#: The result files the page may go without ("Not measured yet"): calibrate.py writes
 #: calibration.json, which is not committed yet. Every other file the page reads is required:
 #: one missing is an error naming it, and the page is left as it was.
 OPTIONAL = frozenset({"calibration"})
@@ -181,7 +181,7 @@ def within_text(w: dict, key: str = "pearson") -> str:
 
 
 def calibration_table() -> str:
-    """The long-chain warm start (calibrate.py) and the RL regime (regime_probes.sh)."""
+    """The long-chain warm start (calibrate.py) and the RL regime (the regime probes)."""
     cal, probes = load("calibration"), load("regime_probes")
     warm = load("warmstart_longchain")  # the preset's own warm start: its cache's state.json
     out = []
