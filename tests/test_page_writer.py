@@ -321,3 +321,189 @@ def test_the_credit_report_refuses_a_damaged_file_and_writes_no_page(tmp_path, c
         assert page.read_bytes() == before
     code = report.main(["--no-figure", "--results", str(tmp_path / "nowhere")])
     assert code == 2 and "nowhere" in capsys.readouterr().err
+
+
+# --- every report, each bad input: one line naming it, exit 2, nothing written -------------------
+
+
+@pytest.mark.parametrize("damage", ["a JSON list", "a declared file missing"])
+@pytest.mark.parametrize("check", [False, True], ids=["write", "check"])
+def test_the_claims_report_refuses_a_wrong_shape_or_a_missing_declared_file(
+    claims, capsys, damage, check
+):
+    """A result file that is a JSON list, or one of the files claims_study.py declares
+    deleted: one line naming it, exit 2, the pages as they were. (Before: a deleted arm's
+    file left its seed out of every comparison and rewrote the ledger with rc 0.)"""
+    report, real, _ = claims
+    before = _pages(report)
+    target = real / "gtpo_seed3.json"
+    if damage == "a JSON list":
+        target.write_text("[1, 2]")
+    else:
+        target.unlink()
+    code = report.main(["--no-figure", *(["--check"] if check else [])])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and target.name in err, err
+    assert _pages(report) == before
+
+
+@pytest.mark.parametrize("kind", ["folder", "link"])
+def test_the_claims_report_refuses_a_page_that_is_a_folder_or_a_link(
+    claims, capsys, kind, tmp_path
+):
+    report, real, _ = claims
+    page = Path(report.PAGE)
+    if kind == "folder":
+        page.unlink()
+        page.mkdir()
+    else:
+        target = tmp_path / "elsewhere.md"
+        page.rename(target)
+        page.symlink_to(target)
+    (real / "gtpo_seed3.json").write_text(  # a write would change the page
+        (real / "gtpo_seed3.json").read_text().replace('"success": 0.', '"success": 0.0', 1)
+    )
+    others = {n: Path(getattr(report, n)).read_bytes() for n in ("RESULTS_PAGE", "BENCH_PAGE")}
+    code = report.main(["--no-figure"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and str(page) in err, err
+    assert {n: Path(getattr(report, n)).read_bytes() for n in others} == others
+    assert page.is_dir() if kind == "folder" else page.is_symlink()
+
+
+def _credit_damage(results: Path, damage: str) -> str:
+    path = results / "longchain_step40.json"
+    data = json.loads(path.read_text())
+    if damage == "missing":
+        path.unlink()
+    elif damage == "truncated":
+        path.write_text(path.read_text()[:4096])
+    elif damage == "a JSON list":
+        path.write_text("[1, 2]")
+    elif damage == "NaN in every float":
+        path.write_text(json.dumps(_nan_everywhere(data)))
+    elif damage == "strings for numbers":
+        path.write_text(json.dumps(_strings_for_numbers(data)))
+    return path.name
+
+
+@pytest.fixture
+def credit(tmp_path, monkeypatch):
+    """The credit study's report reading a copy of its result files, writing a copy of its page."""
+    credit_dir = ROOT / "scripts" / "experiments" / "credit"
+    report = _load(credit_dir / "credit_page.py", "credit_report_hostile_all")
+    results = tmp_path / "results"
+    shutil.copytree(credit_dir / "results", results)
+    page = tmp_path / "credit.md"
+    shutil.copy(report.PAGE, page)
+    monkeypatch.setattr(report, "PAGE", page)
+    return report, results, page
+
+
+CREDIT_DAMAGE = ["missing", "truncated", "a JSON list", "NaN in every float", "strings for numbers"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "check"),
+    [(d, False) for d in CREDIT_DAMAGE] + [("missing", True), ("NaN in every float", True)],
+)
+def test_the_credit_report_refuses_every_bad_file(credit, capsys, damage, check):
+    """Each bad file, with and without --check (the report takes 9 s a run: --check on two):
+    one line naming it, exit 2, the page as it was. (Before: NaN and strings were refused on
+    a line that named no file.)"""
+    report, results, page = credit
+    before = page.read_bytes()
+    name = _credit_damage(results, damage)
+    code = report.main(["--no-figure", *(["--check"] if check else []), "--results", str(results)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and name in err and "Traceback" not in err, err
+    assert page.read_bytes() == before
+
+
+@pytest.mark.parametrize("kind", ["folder", "link"])
+def test_the_credit_report_refuses_a_page_that_is_a_folder_or_a_link(
+    credit, capsys, kind, tmp_path
+):
+    report, results, page = credit
+    if kind == "folder":
+        page.unlink()
+        page.mkdir()
+    else:
+        target = tmp_path / "elsewhere.md"
+        page.rename(target)
+        target.write_text(
+            target.read_text().replace(
+                "<!-- credit:oracle -->\n", "<!-- credit:oracle -->\nstale\n"
+            )
+        )
+        page.symlink_to(target)
+        before = target.read_bytes()
+    code = report.main(["--no-figure", "--results", str(results)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and str(page) in err, err
+    if kind == "link":
+        assert page.is_symlink() and target.read_bytes() == before
+
+
+def _learning_out(tmp_path: Path) -> Path:
+    """A bench-learning --out folder: the claims' toy results.json and a report.md."""
+    out = tmp_path / "bench"
+    out.mkdir()
+    shutil.copy(ROOT / "scripts/experiments/claims/results/toy/results.json", out / "results.json")
+    (out / "report.md").write_text("Machine: x.\n\n### countdown\n\ntables\n")
+    return out
+
+
+def _one_run(data: dict) -> dict:
+    return next(iter(next(iter(data["results"].values()))["runs"]["gtpo"].values()))
+
+
+LEARNING_DAMAGE = {
+    "missing": lambda p: p.unlink(),
+    "truncated": lambda p: p.write_text(p.read_text()[:3000]),
+    "a JSON list": lambda p: p.write_text("[1, 2]"),
+    "results of the wrong shape": lambda p: p.write_text(json.dumps({"results": [1]})),
+    "one NaN": lambda p: p.write_text(
+        json.dumps((d := json.loads(p.read_text()), _one_run(d).update(final=float("nan")), d)[2])
+    ),
+    "a string for a number": lambda p: p.write_text(
+        json.dumps((d := json.loads(p.read_text()), _one_run(d).update(entropy_end="0.2"), d)[2])
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(LEARNING_DAMAGE))
+def test_the_learning_verdicts_refuse_every_bad_file(tmp_path, capsys, damage):
+    """scripts/experiments/learning/verdicts.py: one line naming results.json, exit 2,
+    report.md as it was. (Before: a NaN wrote "nan" into the verdicts with rc 0, a string or
+    the wrong shape ended in a traceback.)"""
+    verdicts = _load(ROOT / "scripts/experiments/learning/verdicts.py", "verdicts_hostile")
+    out = _learning_out(tmp_path)
+    assert verdicts.main([str(out), "--print"]) == 0
+    capsys.readouterr()
+    before = (out / "report.md").read_bytes()
+    LEARNING_DAMAGE[damage](out / "results.json")
+    code = verdicts.main([str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "results.json" in err, err
+    assert (out / "report.md").read_bytes() == before
+
+
+@pytest.mark.parametrize("kind", ["folder", "link"])
+def test_the_learning_verdicts_refuse_a_report_that_is_a_folder_or_a_link(tmp_path, capsys, kind):
+    verdicts = _load(ROOT / "scripts/experiments/learning/verdicts.py", "verdicts_hostile")
+    out = _learning_out(tmp_path)
+    report = out / "report.md"
+    target = tmp_path / "elsewhere.md"
+    report.rename(target)
+    if kind == "folder":
+        report.mkdir()
+    else:
+        report.symlink_to(target)
+    before = target.read_bytes()
+    code = verdicts.main([str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "report.md" in err, err
+    assert target.read_bytes() == before and (
+        report.is_dir() if kind == "folder" else report.is_symlink()
+    )

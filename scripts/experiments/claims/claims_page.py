@@ -102,8 +102,35 @@ def blocks() -> dict[str, dict[str, str]]:
     return out
 
 
+def missing_declared() -> list[Path]:
+    """The real-model result files the claims declaration (``claims_study.py``) lists that are
+    not in ``claims_results.REAL``: a missing one would silently leave its seed out of every
+    comparison, so the report refuses (the pages then keep the figures of the complete set)."""
+    import importlib.util
+
+    import claims_results
+
+    driver = sys.modules.get("run_experiment")  # the lab's one driver, which reads declarations
+    if driver is None:
+        spec = importlib.util.spec_from_file_location(
+            "run_experiment", Path(__file__).resolve().parents[1] / "run_experiment.py"
+        )
+        driver = sys.modules["run_experiment"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(driver)
+    decl = driver.load(Path(__file__).resolve().parent / "claims_study.py")
+    out = Path("/declared")
+    names = [u.result.relative_to(out / "real") for u in driver.units(decl, runs="runs", out=out)
+             if u.result.is_relative_to(out / "real")]  # fmt: skip
+    return [claims_results.REAL / n for n in names if not (claims_results.REAL / n).is_file()]
+
+
 def _build(args: argparse.Namespace) -> dict[Path, dict[str, str]]:
     """Every block of every page, from the result files (read here, before any page)."""
+    from refimpl.bench.result_header import ResultFileError
+
+    if missing := missing_declared():
+        raise ResultFileError(f"{missing[0]}: missing ({len(missing)} of the result files "
+                              "claims_study.py declares are missing)")  # fmt: skip
     pages = {"claims": PAGE, "results": RESULTS_PAGE, "benchmarks": BENCH_PAGE}
     return {pages[key]: page_blocks for key, page_blocks in blocks().items()}
 

@@ -102,14 +102,21 @@ def metrics(d: dict, k: str) -> dict:
     leave the stored figures as they are."""
     key = (id(d), k)
     if key not in _METRICS:
-        stored = d["metrics"][k]
-        if current(stored) or "half_advantages" not in d["oracle"][k]:
-            m = stored
-        else:
-            from refimpl.bench.credit_records import rescore
+        try:
+            stored = d["metrics"][k]
+            if current(stored) or "half_advantages" not in d["oracle"][k]:
+                m = stored
+            else:
+                from refimpl.bench.credit_records import rescore
 
-            m = rescore(d, k)
-        _METRICS[key] = supplemented(d, k, m)
+                m = rescore(d, k)
+            _METRICS[key] = supplemented(d, k, m)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as err:
+            from refimpl.bench.result_header import ResultFileError
+
+            path = next((p for p, v in _LOADED.items() if v is d), "a result file")
+            raise ResultFileError(f"{path}: not what the tables read at K = {k} "
+                                  f"({type(err).__name__}: {err})") from None  # fmt: skip
     return _METRICS[key]
 
 

@@ -36,9 +36,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts" / "experiments"))  # the lab's page writer
+
+from page_writer import PageError, finite, read_page  # noqa: E402
 
 from refimpl.bench import stats  # noqa: E402  (the one statistics module)
-from refimpl.bench.result_header import ResultFileError, read_result  # noqa: E402
+from refimpl.bench.result_header import ResultFileError, expect, read_result  # noqa: E402
 from refimpl.runs.runlog import write_text_atomic  # noqa: E402
 
 #: pass@16 is "preserved" when its mean change over seeds (end − start) is at least this:
@@ -208,24 +211,64 @@ def with_section(report: str, text: str) -> str:
     return head + "\n\n" + text
 
 
+#: What the verdicts read of each run and of each arm's summary over seeds: finite numbers.
+RUN_FIGURES = ("auc", "entropy_end", "final", "pass16_end")
+SUMMARY_FIGURES = (
+    "entropy_end",
+    "entropy_ratio",
+    "final",
+    "pass16_start",
+    "pass16_end",
+    "gain",
+)  # fmt: skip  (and TEPO's mask_frac: NaN for an arm without a mask)
+
+
+def checked(results: object, path: Path) -> dict[str, Any]:
+    """``results`` (results.json's "results") when every figure the verdicts read is there
+    and finite; else ``ResultFileError`` naming the file and the place (a NaN, a string, a
+    missing key or the wrong shape), so that nothing is written from it."""
+    expect(isinstance(results, dict) and results, path, "results: expected the tasks' results")
+    for task, res in results.items():
+        expect(isinstance(res, dict) and all(isinstance(res.get(k), dict) for k in ("runs", "summary")),
+               path, f"results.{task}: expected its runs and summary")  # fmt: skip
+        finite(res.get("base"), path, f"results.{task}.base")
+        for label, runs in res["runs"].items():
+            expect(isinstance(runs, dict), path, f"results.{task}.runs.{label}: expected seeds")
+            for seed, run in runs.items():
+                where = f"results.{task}.runs.{label}.{seed}"
+                expect(isinstance(run, dict), path, f"{where}: expected a run's figures")
+                for key in RUN_FIGURES:
+                    finite(run.get(key), path, f"{where}.{key}")
+        for label, summ in res["summary"].items():
+            for key in SUMMARY_FIGURES + (("mask_frac",) if label == "tepo" else ()):
+                figure = summ.get(key) if isinstance(summ, dict) else None
+                expect(
+                    isinstance(figure, dict), path, f"results.{task}.summary.{label}.{key}: missing"
+                )
+                for stat in ("mean", "min") if key == "gain" else ("mean",):
+                    finite(figure.get(stat), path, f"results.{task}.summary.{label}.{key}.{stat}")
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the benchmark's --out directory")
     parser.add_argument("--print", action="store_true", help="print the section, write nothing")
     args = parser.parse_args(argv)
     report = args.out / "report.md"
-    try:
-        results = read_result(args.out / "results.json", "refimpl bench-learning's results")
-        text = section(results["results"])
-        if not args.print and not report.is_file():
-            raise ResultFileError(f"{report}: missing (refimpl bench-learning writes it)")
-    except ResultFileError as err:
-        print(f"verdicts: {err}", file=sys.stderr)
+    path = args.out / "results.json"
+    try:  # every input read and checked before report.md is touched
+        results = read_result(path, "refimpl bench-learning's results")
+        expect("results" in results, path, "results: missing (refimpl bench-learning's file?)")
+        text = section(checked(results["results"], path))
+        old = None if args.print else read_page(report)  # a regular file: no link, no folder
+    except (ResultFileError, PageError) as err:
+        print(f"verdicts: {err} (nothing was written)", file=sys.stderr)
         return 2
     if args.print:
         print(text)
         return 0
-    write_text_atomic(report, with_section(report.read_text(encoding="utf-8"), text))
+    write_text_atomic(report, with_section(old, text))
     print(f"verdicts: wrote the section of {report}")
     return 0
 
