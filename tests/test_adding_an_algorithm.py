@@ -5,13 +5,19 @@ The page's steps are its code blocks: a ``bash`` block's ``.venv/bin/python`` li
 ``# PATH: ACTION`` is pasted into ``PATH``, ACTION being one of
 
 * ``the whole file``; ``replace the module docstring``; ``replace def NAME`` (a top-level
-  function); ``add to class Config``; ``replace the line of "KEY"`` (the line that holds
-  ``"KEY":``); ``add to the imports`` (before the first top-level import of a module outside
-  the standard library, where ``import torch`` sorts).
+  function); ``replace class Config``; ``add to class Config``; ``replace the line of "KEY"``
+  (the line that holds ``"KEY":``); ``add to the imports`` (before the first top-level import
+  of a module outside the standard library, where ``import torch`` sorts);
 
-The pytest commands of its step 6 then run in the copy, so the page's new algorithm passes the
-guard, its own spec module and every test parametrised over ``NAMES``. ``make`` and
-``refimpl`` lines (the whole suite, a training run) are left out: they take minutes.
+and a ``markdown`` block whose first line is a comment ``<!-- PATH: add before the section
+"TITLE" -->`` is inserted into ``PATH`` before its line ``## TITLE``.
+
+The pytest commands of its step 6 then run in the copy, and then what ``make test`` would run
+over the new name: the whole spec (``tests/spec``) and the tests that iterate over the
+algorithms (the registry, the layout, the docs and their build, the README), each test that is
+parametrised by an algorithm kept for the new one only (the others are the suite's own, and
+the copy changes none of them). ``make`` and ``refimpl`` lines (the whole suite, a training
+run) are left out: they take minutes.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ PAGE = ROOT / "docs" / "adding_an_algorithm.md"
 STDLIB = sys.stdlib_module_names | {"__future__"}
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.M | re.S)
 STEP = re.compile(r"^# (\S+): (.+)$")
+MARKDOWN_STEP = re.compile(r"^<!-- (\S+): (.+) -->$")
 #: What a scratch copy needs of the repository (the rest is build output and caches).
 COPY = ("refimpl", "toy_envs", "tests", "docs", "scripts", "mkdocs.yml", "README.md",
         "pyproject.toml", "CONTRIBUTING.md", "LICENSE", "CITATION.cff", "examples", "notebooks")  # fmt: skip
@@ -63,6 +70,10 @@ def paste(root: Path, path: str, action: str, code: str) -> None:
         found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == m[1]]
         assert found, f"{path} has no top-level def {m[1]}"
         first, last = _lines_of(source, found[0])
+    elif action == "replace class Config":
+        found = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Config"]
+        assert found, f"{path} has no class Config"
+        first, last = _lines_of(source, found[0])
     elif action == "add to class Config":
         found = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Config"]
         assert found, f"{path} has no class Config"
@@ -83,6 +94,18 @@ def paste(root: Path, path: str, action: str, code: str) -> None:
     target.write_text("".join(lines[:first]) + code + "".join(lines[last:]), encoding="utf-8")
 
 
+def paste_markdown(root: Path, path: str, action: str, text: str) -> None:
+    """Apply one ``markdown`` block of the page to ``root / path``."""
+    m = re.fullmatch(r'add before the section "(.+)"', action)
+    assert m, f"the page asks for an unknown step: {path}: {action}"
+    target = root / path
+    lines = target.read_text(encoding="utf-8").splitlines(keepends=True)
+    hits = [i for i, line in enumerate(lines) if line.startswith(f"## {m[1]}")]
+    assert len(hits) == 1, f"{path}: {len(hits)} sections ## {m[1]}"
+    lines.insert(hits[0], text)
+    target.write_text("".join(lines), encoding="utf-8")
+
+
 def walk(root: Path, text: str) -> list[list[str]]:
     """Follow the page in ``root``: run its scripts, paste its code; return its pytest
     commands (run by the caller)."""
@@ -94,6 +117,11 @@ def walk(root: Path, text: str) -> list[list[str]]:
             step = STEP.match(first)
             assert step, f"a python block of the page names no place: {first!r}"
             paste(root, step[1], step[2], code)
+        elif language == "markdown":
+            first, _, text = body.partition("\n")
+            step = MARKDOWN_STEP.match(first)
+            assert step, f"a markdown block of the page names no place: {first!r}"
+            paste_markdown(root, step[1], step[2], text)
         elif language == "bash":
             for line in body.splitlines():
                 if not line.startswith(".venv/bin/python "):
@@ -107,11 +135,36 @@ def walk(root: Path, text: str) -> list[list[str]]:
     return tests
 
 
-@pytest.mark.slow
-def test_the_page_followed_literally_passes_its_tests(tmp_path):
-    """Every step of the page, then its pytest commands, in a scratch copy: the new algorithm
-    is registered everywhere, and the guard, its spec module and the tests parametrised over
-    ``NAMES`` pass for it. The README keeps room for its row."""
+#: The new algorithm's name on the page.
+NEW = "my_rloo"
+#: What ``make test`` runs that reads the algorithms, besides the spec: the registry, the
+#: layout, the docs (their hooks and the strict build), the README, the library's safety
+#: checks, the figures' colours, the CLI's lists, the success threshold.
+ACROSS_ALGORITHMS = ("tests/spec", "tests/test_registry.py", "tests/test_layout.py",
+                     "tests/test_docs_hooks.py", "tests/test_docs.py", "tests/test_readme.py",
+                     "tests/test_safety_library.py", "tests/test_plots.py", "tests/test_cli.py",
+                     "tests/test_success_threshold.py")  # fmt: skip
+
+#: A pytest plugin for the copy: an item parametrised by another algorithm than the new one
+#: (by name, or by its module) is left out; the suite itself runs it on this checkout.
+ONLY_THE_NEW_ALGORITHM = """
+import os, types
+
+def pytest_collection_modifyitems(config, items):
+    from refimpl import algorithms
+    others = set(algorithms.NAMES) - {os.environ["WALK_NEW_ALGORITHM"]}
+    keep, drop = [], []
+    for item in items:
+        values = getattr(getattr(item, "callspec", None), "params", {}).values()
+        names = {v if isinstance(v, str) else v.__name__.rsplit(".", 1)[-1]
+                 for v in values if isinstance(v, (str, types.ModuleType))}
+        (drop if names & others else keep).append(item)
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+"""
+
+
+def scratch_copy(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
     root.mkdir()
     for name in COPY:
@@ -120,16 +173,52 @@ def test_the_page_followed_literally_passes_its_tests(tmp_path):
             shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
         elif src.exists():
             shutil.copy2(src, root / name)
+    return root
+
+
+@pytest.mark.slow
+def test_the_page_followed_literally_passes_the_suite(tmp_path):
+    """Every step of the page in a scratch copy, then its pytest commands, then the whole spec
+    and every test that reads the algorithms over the new name (``ACROSS_ALGORITHMS``): what
+    ``make test`` runs on a repository where the page was followed literally. The README keeps
+    room for its row."""
+    root = scratch_copy(tmp_path)
     text = PAGE.read_text(encoding="utf-8")
     tests = walk(root, text)
     assert tests, "the page runs no tests"
     init = (root / "refimpl" / "algorithms" / "__init__.py").read_text(encoding="utf-8")
-    assert '"my_rloo"' in init
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    for argv in tests:
+    assert f'"{NEW}"' in init
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "only_the_new_algorithm.py").write_text(ONLY_THE_NEW_ALGORITHM, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(plugins)]),
+           "WALK_NEW_ALGORITHM": NEW, "OMP_NUM_THREADS": "1"}  # fmt: skip
+    everything = [sys.executable, "-m", "pytest", *ACROSS_ALGORITHMS, "-q",
+                  "-p", "only_the_new_algorithm"]  # fmt: skip
+    for argv in [*tests, everything]:
         argv = [*argv, "-p", "no:cacheprovider", "-n", "0", "-W", "ignore::DeprecationWarning"]
         done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True)
         assert done.returncode == 0, f"{shlex.join(argv[1:])}\n{done.stdout[-4000:]}"
+        assert " passed" in done.stdout.splitlines()[-1], done.stdout[-2000:]
+
+
+def test_the_edits_the_page_counts_are_its_blocks():
+    """Step 2 says how many edits it makes, in words, and gives exactly that many blocks."""
+    text = PAGE.read_text(encoding="utf-8")
+    step = text.split("## 2.", 1)[1].split("\n## 3.", 1)[0]
+    m = re.search(r"For RLOO, (\w+) edits", step)
+    assert m, "step 2 does not say how many edits it makes"
+    words = "zero one two three four five six seven eight nine ten".split()
+    assert words.index(m[1]) == len([b for lang, b in blocks(step) if lang == "python"])
+
+
+def test_the_example_config_is_step_zeros():
+    """Step 0's table (token-mean, no KL) is what the page's Config block writes: the example
+    does not keep GRPO's aggregation and β = 0.04."""
+    text = PAGE.read_text(encoding="utf-8")
+    (config,) = [b for lang, b in blocks(text) if lang == "python" and "class Config" in b]
+    assert 'loss_agg_mode: str = "token-mean"' in config and "kl_coef: float = 0.0" in config
+    assert "`token-mean`" in text.split("## 1.", 1)[0] and "`kl_coef = 0`" in text
 
 
 def test_every_python_block_names_its_place():

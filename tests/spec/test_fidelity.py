@@ -18,24 +18,25 @@ from refimpl import algorithms
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "fidelity.md"
 
-#: Section title (before the first " (") → the algorithms its table describes.
+
+def algorithm_title(name: str) -> str:
+    """The title an algorithm goes by: its module docstring's first line, up to the first
+    ":" ("GRPO", "Dr. GRPO", "Forking tokens"; a new algorithm's, from the title
+    ``scripts/dev/new_algorithm.py`` was given)."""
+    doc = algorithms.get(name).__doc__ or ""
+    return doc.strip().splitlines()[0].split(":")[0].strip()
+
+
+#: Section title (before the first " (") → the algorithms its table describes: the shared
+#: table, and one table per algorithm under the algorithm's title (read off the registry, so
+#: a new algorithm's section is known without a line here).
 SECTIONS = {
     "Shared by every algorithm": algorithms.NAMES,
-    "GRPO": ("grpo",),
-    "DAPO": ("dapo",),
-    "Dr. GRPO": ("dr_grpo",),
-    "GSPO": ("gspo",),
-    "GPG": ("gpg",),
-    "GTPO": ("gtpo",),
-    "GRPO-S": ("grpo_s",),
-    "TEPO": ("tepo",),
-    "Clip-Cov": ("clip_cov",),
-    "KL-Cov": ("kl_cov",),
-    "Forking tokens": ("forking_tokens",),
-    "Entropy bonus": ("entropy_bonus",),
-    "STEER": ("steer",),
-    "VinePPO": ("vineppo",),
+    **{algorithm_title(name): (name,) for name in algorithms.NAMES},
 }
+
+#: Algorithms the page has no table for (every other one must have its table).
+WITHOUT_TABLE = ("rloo",)
 
 
 #: Sections that are not an algorithm's element table (their tables have other columns).
@@ -67,11 +68,17 @@ def table_rows(wanted: object = SECTIONS) -> list[tuple[str, list[str]]]:
 
 
 def test_page_has_every_section_and_four_columns():
-    """The parser sees one table per algorithm plus the shared one, each row with 4 cells
-    (a row with a stray ``|`` inside a cell would shift the mark and switch columns)."""
-    assert set(section_titles()) == set(SECTIONS) | {PEER_SECTION}
+    """The parser sees one table per algorithm (all but ``WITHOUT_TABLE``) plus the shared
+    one, and no section it cannot place; each row with 4 cells (a row with a stray ``|``
+    inside a cell would shift the mark and switch columns)."""
+    assert len(SECTIONS) == len(algorithms.NAMES) + 1  # no two algorithms share a title
+    assert set(WITHOUT_TABLE) <= set(algorithms.NAMES)
+    wanted = {"Shared by every algorithm"} | {
+        algorithm_title(name) for name in algorithms.NAMES if name not in WITHOUT_TABLE
+    }
+    assert set(section_titles()) == wanted | {PEER_SECTION}
     rows = table_rows()
-    assert {section for section, _ in rows} == set(SECTIONS)
+    assert {section for section, _ in rows} == wanted
     for section, cells in rows:
         assert len(cells) == 4, (section, cells)
 
