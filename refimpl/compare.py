@@ -8,7 +8,9 @@ loaded) once, before the workers start, so they all share the cached base model.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import multiprocessing as mp
 import os
 import signal
@@ -176,7 +178,7 @@ def _watch_parent(parent: int) -> None:
     os._exit(128 + signal.SIGTERM)
 
 
-def _worker(cfg: TrainConfig) -> str | None:
+def _worker(cfg: TrainConfig, quiet: bool = False) -> str | None:
     import torch
 
     global _IN_RUN
@@ -185,7 +187,7 @@ def _worker(cfg: TrainConfig) -> str | None:
         if _SIGNALLED is not None or (_STOP is not None and _STOP.is_set()):
             return None  # stopped before this run began: --train.resume starts it later
         torch.set_num_threads(1)
-        return str(run_training(cfg))
+        return str(_train_one(cfg, quiet))
     finally:
         _IN_RUN = False
 
@@ -221,15 +223,28 @@ class _ForwardSignals:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
+def _train_one(cfg: TrainConfig, quiet: bool) -> Path:
+    """One run; with ``quiet``, what it prints to stdout (the line naming its base model) is
+    dropped: the caller announced the base model every run starts from, once. Its progress,
+    warnings and errors are on stderr and stay."""
+    if not quiet:
+        return run_training(cfg)
+    with contextlib.redirect_stdout(io.StringIO()):
+        return run_training(cfg)
+
+
 def run_in_workers(
-    runs: list[TrainConfig], workers: int, on_poll: Callable[[int], None] = lambda n: None
+    runs: list[TrainConfig],
+    workers: int,
+    on_poll: Callable[[int], None] = lambda n: None,
+    quiet: bool = False,
 ) -> None:
     """Train every config in ``runs``: ``workers`` at a time in spawned processes with one
     torch thread each, or one after another in this process when ``workers <= 1``.
 
     ``on_poll(number_finished)`` is called about once a second and whenever a run ends (for
     progress bars). The first run that fails cancels those not yet started and its exception
-    is raised here.
+    is raised here. ``quiet``: the runs print nothing to stdout (``_train_one``).
     """
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
         raise ValueError(
@@ -237,7 +252,7 @@ def run_in_workers(
         )
     if workers <= 1 or len(runs) <= 1:
         for finished, r in enumerate(runs, 1):
-            run_training(r)
+            _train_one(r, quiet)
             on_poll(finished)
         return
     context = mp.get_context("spawn")
@@ -251,7 +266,7 @@ def run_in_workers(
         ) as pool,
     ):
         forward.pool = pool
-        pending = {pool.submit(_worker, r) for r in runs}
+        pending = {pool.submit(_worker, r, quiet) for r in runs}
         try:
             while pending:
                 done, pending = wait(pending, timeout=1.0, return_when=FIRST_EXCEPTION)
@@ -330,7 +345,8 @@ def compare(
         def show_logged_steps(_finished: int) -> None:
             bar.update(max(0, sum(_logged_steps(r.run_dir) for r in runs) - bar.n))
 
-        run_in_workers(runs, workers, show_logged_steps)
+        # The base model was announced above, once: the runs do not repeat it.
+        run_in_workers(runs, workers, show_logged_steps, quiet=True)
     elapsed = time.perf_counter() - start
     dirs = [r.run_dir for r in runs]
     figure = plot_compare(dirs, root / "compare.png")

@@ -27,7 +27,9 @@ docs/benchmarks.md § 0 gives the spread over seeds, which is what carries to an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import math
 import sys
 import time
@@ -124,16 +126,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     start = time.perf_counter()
     try:
-        _dirs, figure, table = compare(
-            CompareConfig(
-                algos=cfg.algos,
-                seeds=cfg.seeds,
-                name=cfg.name,
-                workers=cfg.workers,
-                target=cfg.target,
-                train=train,
+        base = announce_base_model(train, cfg.train_base)
+        with contextlib.redirect_stdout(io.StringIO()):  # the base model is announced above
+            _dirs, figure, table = compare(
+                CompareConfig(
+                    algos=cfg.algos,
+                    seeds=cfg.seeds,
+                    name=cfg.name,
+                    workers=cfg.workers,
+                    target=cfg.target,
+                    train=train,
+                )
             )
-        )
     except (ValueError, FileExistsError) as err:
         print(f"demo: error: {err}", file=sys.stderr)
         return 2
@@ -144,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         print("demo: interrupted (the runs keep their checkpoints)", file=sys.stderr)
         return 130
     trained = time.perf_counter()
-    rows = final_gains(_dirs, train, cfg.final_problems)
+    rows = final_gains(_dirs, train, cfg.final_problems, base)
     minutes = (time.perf_counter() - start) / 60
     print()
     print(table)
@@ -156,6 +160,41 @@ def main(argv: list[str] | None = None) -> int:
         f"{time.perf_counter() - trained:.0f} s)"
     )
     return 0
+
+
+def announce_base_model(train: TrainConfig, trained_here: bool):
+    """The base model every run starts from, loaded (or, with ``--train-base``, trained) once,
+    and one line naming it. What loading it prints is dropped (the compare and every run load
+    it again, silently); training it is not silent: its notice and whether this machine
+    computed the shipped bits are said once, before this line."""
+    ws = dataclasses.replace(run_warmstart(train), progress=trained_here)
+    if trained_here:
+        base = train_warmstart(ws, prefix="--train.warmstart.")
+    else:
+        with contextlib.redirect_stdout(io.StringIO()):
+            base = train_warmstart(ws, prefix="--train.warmstart.")
+    print(base_model_line(base.base_record, base.base_report, ws.steps, train.task), flush=True)
+    return base
+
+
+def base_model_line(record: dict, report: dict, steps: int, task: str) -> str:
+    """The demo's one line about its base model: which (shipped, trained here or reused from
+    this machine's cache), its sha256, where it was trained, its success."""
+    where = {
+        "shipped": f"the shipped base model {record.get('name', '')}",
+        "trained": "a base model trained here",
+        "cache": f"a base model this machine trained earlier ({record.get('cache', '')})",
+    }.get(record.get("source"), f"a base model ({record.get('source')})")
+    success = (
+        f"greedy success {report['greedy_success']:.2f} on its check problems"
+        if "greedy_success" in report
+        else "no success recorded"
+    )
+    return (
+        f"base model: {where} ({steps} supervised steps on {task}; sha256 "
+        f"{str(record.get('sha256', ''))[:12]}…, trained on {record.get('trained_on', 'unrecorded')}; "
+        f"{success}); every run starts from it"
+    )
 
 
 def greedy_correct(model, task, problems: Sequence, max_new_tokens: int) -> np.ndarray:
@@ -183,12 +222,13 @@ def paired_gain(before: np.ndarray, after: Sequence[np.ndarray]) -> dict[str, fl
     }
 
 
-def final_gains(run_dirs: Sequence[Path], train: TrainConfig, n: int) -> list[dict]:
+def final_gains(run_dirs: Sequence[Path], train: TrainConfig, n: int, base=None) -> list[dict]:
     """Per algorithm: greedy success of the warm start and of the runs' last checkpoints
     (mean over seeds) on ``n`` held-out problems, the gain, and its standard error over the
     problems. The problems are the same before and after, so the error is the paired one,
     std(after − before) / √n: smaller than two independent evaluations', and what the gain's
-    uncertainty is. One torch thread, so that the numbers do not depend on the core count."""
+    uncertainty is. One torch thread, so that the numbers do not depend on the core count.
+    ``base``: the warm start already loaded (None: load it, silently)."""
     task = build_task(train.task, train.task_args)
     budget = train.max_new_tokens or task.max_new_tokens
     # The runs' held-out set is the first eval_problems of this sequence (same generator).
@@ -196,10 +236,12 @@ def final_gains(run_dirs: Sequence[Path], train: TrainConfig, n: int) -> list[di
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        base = train_warmstart(
-            dataclasses.replace(run_warmstart(train), progress=False),
-            prefix="--train.warmstart.",
-        )
+        if base is None:
+            with contextlib.redirect_stdout(io.StringIO()):
+                base = train_warmstart(
+                    dataclasses.replace(run_warmstart(train), progress=False),
+                    prefix="--train.warmstart.",
+                )
         before = greedy_correct(base, task, problems, budget)
         rows = []
         for label, dirs in group_runs(run_dirs).items():

@@ -93,6 +93,27 @@ def test_the_demo_starts_from_the_shipped_base_model_and_training_it_is_one_flag
     assert demo.main(argv) == 0
     out = capsys.readouterr().out
     assert "shipped base model countdown-300" in out and "training one" not in out
+    assert _base_model_lines(out) == 1, out
     assert not (tmp_path / "warmstart").exists() or not any((tmp_path / "warmstart").iterdir())
     cfg = demo.DemoConfig(train_base=True)
     assert cfg.train_base and demo.DemoConfig().train_base is False
+
+
+def _base_model_lines(out: str) -> int:
+    """How many lines of ``out`` name the base model: the demo's own line, and every line a
+    run or the warm start prints about it ("warm start: ...")."""
+    return sum(line.startswith(("base model:", "warm start:")) for line in out.splitlines())
+
+
+@pytest.mark.slow
+def test_the_base_model_line_prints_once_with_workers(tmp_path, capfd):
+    """Two runs in two worker processes, the compare's own load and the final evaluation's:
+    the base model is named once, by the demo (issue 59: six times before)."""
+    argv = ["--algos", "grpo,dapo", "--steps", "1", "--eval-every", "1", "--final-problems",
+            "20", "--runs-dir", str(tmp_path), "--workers", "2"]  # fmt: skip
+    assert demo.main(argv) == 0
+    out = capfd.readouterr().out  # the workers write to the same file descriptor
+    assert _base_model_lines(out) == 1, out
+    (line,) = [x for x in out.splitlines() if x.startswith("base model:")]
+    assert "countdown-300" in line and "every run starts from it" in line
+    assert "dapo" in out and "grpo" in out  # both runs reached the tables
