@@ -398,3 +398,171 @@ def test_readme_shows_the_timing_files_table() -> None:
     assert result["complete"], "notebooks/timings.json: an interrupted timing"
     assert {r["notebook"] for r in result["notebooks"]} == {p.name for p in NOTEBOOKS}
     assert script.markdown_table(result) in (NOTEBOOK_DIR / "README.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# The committed outputs (executed at the default size) show what the notebooks say.
+# ---------------------------------------------------------------------------------------------
+
+#: A progress bar's count, "12/30 [", as tqdm writes it.
+BAR_COUNT = re.compile(r"(\d+)/(\d+) \[")
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def _outputs(path: Path) -> list[tuple[int, dict]]:
+    nb = nbformat.read(path, as_version=4)
+    return [
+        (i, o)
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+    ]
+
+
+def _output_texts(path: Path) -> list[tuple[int, str]]:
+    """``(cell index, text)`` of every saved output: streams, plain text and Markdown; a
+    stream's carriage returns redraw a line, so only what follows the last one shows."""
+    texts = []
+    for i, o in _outputs(path):
+        data = o.get("data", {})
+        for text in (o.get("text", ""), data.get("text/plain", ""), data.get("text/markdown", "")):
+            text = "".join(text) if isinstance(text, list) else text
+            texts.append((i, "\n".join(line.split("\r")[-1] for line in text.split("\n"))))
+    return texts
+
+
+def stuck_bars(path: Path) -> list[str]:
+    """The progress bars a saved notebook shows short of their total, and its widgets (a
+    saved widget shows, where widgets do not run, the text of its first state)."""
+    found = [f"cell {i}: a widget ({o['data'].get('text/plain')!r})"
+             for i, o in _outputs(path) if WIDGET in o.get("data", {})]  # fmt: skip
+    for i, text in _output_texts(path):
+        for m in BAR_COUNT.finditer(text):
+            if int(m[1]) < int(m[2]):
+                found.append(f"cell {i}: {text[max(0, m.start() - 40) : m.end()]!r}")
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_saved_outputs_hold_no_stuck_progress_bar(path: Path) -> None:
+    """The committed outputs hold no bar stuck at its first state ("0/30"): the bars save
+    their final state (``notebook_figures.bars_save_their_final_state``)."""
+    assert stuck_bars(path) == []
+
+
+def test_the_stuck_bar_check_sees_a_stuck_bar(tmp_path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("run()")
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stderr", text="a: 30/30 [00:01<00:00]\n"),
+        nbformat.v4.new_output("display_data", data={"text/plain": "b:   0%| | 0/30 [00:00<?]"}),
+    ]
+    nb.cells = [cell]
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    assert len(stuck_bars(path)) == 1 and "0/30" in stuck_bars(path)[0]
+
+
+def test_a_bar_in_a_kernel_saves_its_final_state() -> None:
+    """``bars_save_their_final_state`` in a kernel: the bar is shown under a display id, and
+    closing it replaces that output by its final count; outside a kernel nothing changes."""
+    import tqdm.auto
+
+    from refimpl import notebook_figures
+
+    before = tqdm.auto.tqdm
+    if "ipykernel" not in sys.modules:
+        notebook_figures.bars_save_their_final_state()
+        assert tqdm.auto.tqdm is before
+    import tqdm.notebook
+
+    updates = []
+
+    class Handle:
+        def update(self, data, raw=False):
+            updates.append(data)
+
+    import IPython.display
+
+    real = IPython.display.display
+    IPython.display.display = lambda *a, **k: Handle()
+    try:
+        bar_class = notebook_figures._final_state_bar(tqdm.notebook.tqdm)
+        bar = bar_class(total=3, desc="steps")
+        bar.update(3)
+        bar.close()
+    finally:
+        IPython.display.display = real
+    assert len(updates) == 1 and "3/3 [" in updates[0]["text/plain"], updates
+
+
+def test_notebook_01_says_how_it_got_its_base_model() -> None:
+    """01 loads the shipped base model (the demo does too): its text must not say that the
+    demo and the notebook train it once between them, and it says which it was."""
+    path = NOTEBOOK_DIR / "01_quickstart.ipynb"
+    text = "\n".join(t for _, t in _output_texts(path)) + "\n".join(_cells(path))
+    assert "once between them" not in text
+    said = "\n".join(t for _, t in _output_texts(path))
+    assert "loads the shipped model countdown-300" in said
+
+
+def test_notebook_03_title_and_law_sentence_match_what_ran() -> None:
+    """03's title names no algorithm its default size does not run, and its law-fit sentence
+    never reads "4 to 4 points"."""
+    from refimpl import algorithms
+
+    path = NOTEBOOK_DIR / "03_entropy_dynamics.ipynb"
+    title = _cells(path, "markdown")[0].splitlines()[0]
+    config = next(c for c in _cells(path, "code") if "LearningConfig(" in c)
+    small = config.split('SIZE == "small"', 1)[1].split("else:", 1)[0]
+    ran = re.search(r'algos="([\w,]+)"', small)[1].split(",")
+    for name in algorithms.NAMES:
+        title_of = (algorithms.get(name).__doc__ or "").strip().split(":")[0]
+        if re.search(rf"(?<![\w-]){re.escape(title_of)}(?![\w-])", title):
+            assert name in ran, f"the title names {title_of}, which the default size does not run"
+    said = "\n".join(t for _, t in _output_texts(path))
+    assert not re.search(r"\b(\d+) to \1 points", said), "a range whose two ends are equal"
+    assert "The law R = −a·exp(H) + b" in said
+
+
+def test_notebook_05_reads_03s_runs_and_says_whether_its_runs_learned() -> None:
+    """05 draws 03's runs when it has no benchmark runs (a partial one under a label saying
+    so), and its saved text says, computed from the runs, whether they learned."""
+    path = NOTEBOOK_DIR / "05_entropy_interventions.ipynb"
+    source = "\n".join(_cells(path, "code"))
+    assert "notebook03-small" in source and "partial" in source
+    said = "\n".join(t for _, t in _output_texts(path))
+    assert "did not learn" in said or "rose beyond twice its standard error" in said
+
+
+def test_the_learning_verdict_says_plainly_that_runs_did_not_learn() -> None:
+    from refimpl.notebook_figures import learning_verdict
+
+    flat = [{"algo": a, "greedy_start": 0.0, "greedy_end": 0.0, "entropy_start": 2.494,
+             "entropy_end": 2.494} for a in ("dapo", "tepo")]  # fmt: skip
+    text = learning_verdict(flat, 20)
+    assert "did not learn" in text and "did not move" in text
+    # 0.265 → 0.477 on 200 problems: a gain of 0.21 against a standard error of about 0.047
+    rose = [{"algo": "grpo", "greedy_start": 0.265, "greedy_end": 0.477, "entropy_start": 0.655,
+             "entropy_end": 0.476}]  # fmt: skip
+    text = learning_verdict(rose, 200)
+    assert "did not learn" not in text and "in 1 of 1 runs" in text
+    # 0.265 → 0.30 on 200 problems: within twice the standard error (about 0.09)
+    small = [{**rose[0], "greedy_end": 0.30}]
+    assert "did not learn" in learning_verdict(small, 200)
+
+
+def test_notebook_06_shows_the_share_table_of_the_committed_results() -> None:
+    """06's saved tables are the ones its cell computes from the committed result files now
+    (a share table of older results would be stale)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "ceiling_page_for_06", REPO / "scripts" / "experiments" / "ceiling" / "ceiling_page.py"
+    )
+    ceiling = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ceiling)
+    arms = ceiling.load_runs(ceiling.RESULTS)
+    said = [t for _, t in _output_texts(NOTEBOOK_DIR / "06_token_credit.ipynb")]
+    assert ceiling.share_table(arms).strip() in [t.strip() for t in said]
+    assert ceiling.headroom_table(arms).strip() in [t.strip() for t in said]
