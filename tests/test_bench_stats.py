@@ -88,3 +88,14 @@ def test_paired_over_seeds_pairs_only_the_seeds_both_have():
     c = stats.paired_over_seeds({"0": 0.3, "1": 0.5, "2": 0.1}, {"1": 0.2, "2": 0.3, "9": 1.0})
     assert c.per_seed == {"1": pytest.approx(0.3), "2": pytest.approx(-0.2)}
     assert c.df == 1 and c.diff == pytest.approx(0.05)
+
+
+def test_two_evaluations_are_compared_only_at_one_point_of_the_grid():
+    """Arms evaluated at different steps are refused; the base model's step 0 (the start of
+    every grid) pairs with any step."""
+    a = {"step": 12, "correct": [3, 1, 4], "n_samples": 4}
+    b = {"step": 8, "correct": [2, 1, 4], "n_samples": 4}
+    with pytest.raises(ValueError, match="one grid"):
+        stats.paired(a, b)
+    assert stats.paired(a, {**b, "step": 12})[0] == pytest.approx(1 / 12)
+    assert stats.paired(a, {**b, "step": 0})[0] == pytest.approx(1 / 12)

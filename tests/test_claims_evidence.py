@@ -177,14 +177,14 @@ def test_the_common_grid_and_reading_a_run_on_it_by_hand():
     """Before: each arm's worst fall was read on its own evaluations (GRPO-S's 2-3, GRPO's 6)."""
     fine = {"curve_tokens": [0, 100, 200, 300, 400], "curve_success": [0.5, 0.2, 0.6, 0.6, 0.6]}
     coarse = {"curve_tokens": [0, 210, 390], "curve_success": [0.5, 0.4, 0.3]}
-    grid = learning_curves.common_grid([fine, coarse])
+    grid = stats.common_grid([fine, coarse])
     assert grid.tolist() == [0.0, 195.0, 390.0]  # to the earliest end, in the fewest steps
     # fine at 195: 0.2 + 0.95 · 0.4 = 0.58; at 390: 0.6. coarse at 195: 0.5 − 0.1 · 195/210.
-    assert learning_curves.on_grid(fine, grid).tolist() == pytest.approx([0.5, 0.58, 0.6])
-    assert learning_curves.on_grid(coarse, grid)[1] == pytest.approx(0.5 - 0.1 * 195 / 210)
+    assert stats.on_grid(fine, grid).tolist() == pytest.approx([0.5, 0.58, 0.6])
+    assert stats.on_grid(coarse, grid)[1] == pytest.approx(0.5 - 0.1 * 195 / 210)
     # On its own grid the fine run falls 0.3 (0.5 → 0.2), on the common grid 0.
     assert learning_curves.worst_drop(fine["curve_success"]) == pytest.approx(0.3)
-    assert learning_curves.worst_drop(learning_curves.on_grid(fine, grid)) == 0.0
+    assert learning_curves.worst_drop(stats.on_grid(fine, grid)) == 0.0
 
 
 def test_the_stability_row_reads_every_arm_on_one_grid():

@@ -101,7 +101,14 @@ def _unit_order(unit):
 
 
 def paired(a: dict, b: dict) -> tuple[float, float]:
-    """Mean ± s.e. over problems of the per-problem difference of two evaluations (a − b)."""
+    """Mean ± s.e. over problems of the per-problem difference of two evaluations (a − b),
+    taken at one point of the grid: two trained arms' evaluations at different steps are
+    refused (a comparison is made only on one grid). Step 0 is the start every grid shares,
+    the base model's evaluation, so a gain over it is read at any step."""
+    steps = (a.get("step"), b.get("step"))
+    if None not in steps and 0 not in steps and steps[0] != steps[1]:
+        raise ValueError(f"paired: the evaluations are at steps {steps[0]} and {steps[1]}; "
+                         "a comparison is made on one grid")  # fmt: skip
     ra, rb = rates(a), rates(b)
     if ra.shape != rb.shape:
         raise ValueError("paired: the evaluations cover different numbers of problems")
@@ -320,6 +327,26 @@ def over_seeds(per_seed: dict, per_seed_se: dict | None = None, looks: int = 1) 
 def paired_over_seeds(a: dict, b: dict, looks: int = 1) -> Comparison:
     """a − b paired by seed (``a``, ``b``: seed → figure) over the seeds both have."""
     return over_seeds({u: x - y for u, (x, y) in by_unit(a, b).items()}, looks=looks)
+
+
+# --------------------------------------------------------------------------------------------
+# One grid: curves evaluated at different points, read at the same ones
+# --------------------------------------------------------------------------------------------
+def common_grid(runs: list[dict]) -> np.ndarray:
+    """The sampled-token points every run of ``runs`` is read at: from 0 to the earliest last
+    evaluation among them, in as many equal steps as the fewest evaluations after the start
+    that any of them has. No arm is then read finer than the coarsest arm was evaluated, and
+    none past where every arm has an evaluation."""
+    end = min(float(r["curve_tokens"][-1]) for r in runs)
+    n = min(len(r["curve_tokens"]) - 1 for r in runs)
+    return np.linspace(0.0, end, n + 1)
+
+
+def on_grid(run: dict, grid: np.ndarray) -> np.ndarray:
+    """A run's held-out success at the ``grid``'s token points, linear in sampled tokens
+    between its two evaluations around each point (its own evaluations where they fall on
+    it)."""
+    return np.interp(grid, run["curve_tokens"], run["curve_success"])
 
 
 # --------------------------------------------------------------------------------------------

@@ -89,23 +89,6 @@ def real_curve(real: dict, arm: str, seed: int) -> list[float]:
     ]
 
 
-def common_grid(runs: list[dict]) -> np.ndarray:
-    """The sampled-token points every run of ``runs`` is read at: from 0 to the earliest last
-    evaluation among them, in as many equal steps as the fewest evaluations after the start
-    that any of them has. No arm is then read finer than the coarsest arm was evaluated, and
-    none past where every arm has an evaluation."""
-    end = min(float(r["curve_tokens"][-1]) for r in runs)
-    n = min(len(r["curve_tokens"]) - 1 for r in runs)
-    return np.linspace(0.0, end, n + 1)
-
-
-def on_grid(run: dict, grid: np.ndarray) -> np.ndarray:
-    """A run's held-out success at the ``grid``'s token points, linear in sampled tokens
-    between its two evaluations around each point (its own evaluations where they fall on
-    it)."""
-    return np.interp(grid, run["curve_tokens"], run["curve_success"])
-
-
 CONVERGENCE_ARMS = ("grpo", "dapo", "dapo_noshape", "tepo", "gtpo", "grpo_s")
 
 

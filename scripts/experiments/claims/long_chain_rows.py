@@ -11,11 +11,11 @@ import numpy as np
 from arms import NAMES
 from claims_results import read_file
 from credit_rows import CREDIT, CREDIT_CMD
-from learning_curves import common_grid, on_grid, worst_drop
+from learning_curves import worst_drop
 from real_runs import final
 from wording import both, describe
 
-from refimpl.bench.stats import Comparison, over_seeds
+from refimpl.bench.stats import Comparison, common_grid, on_grid, over_seeds
 
 #: More seeds of the arms the long-chain row reads (GRPO-S, DAPO, GRPO), one file per seed
 #: (``claims_study.py``'s long chain), beside the credit study's 5-seed file.

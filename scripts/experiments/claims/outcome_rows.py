@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 from arms import NAMES, REAL_DAPOS, TOY_DAPOS
 from claims_results import REAL_CMD_EMPTY
-from learning_curves import common_grid, on_grid, real_curve, real_speed, toy_speed, worst_drop
+from learning_curves import real_curve, real_speed, toy_speed, worst_drop
 from real_runs import eval_entropy, final, grid_seeds, real_compare, real_dapos, seeds_of
 from toy_testbed import collapsed, toy_command, toy_compare, toy_dapos, toy_final, toy_runs
 from wording import describe, describe_real, not_compared, real_verdict, seed_list
 
-from refimpl.bench.stats import Comparison, over_seeds
+from refimpl.bench.stats import Comparison, common_grid, on_grid, over_seeds
 
 
 def commands(toy: dict | None, real_arms: tuple[str, ...] = (), real: dict | None = None) -> str:
