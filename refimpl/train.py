@@ -47,7 +47,7 @@ from refimpl.model import GPT
 from refimpl.problem_streams import training_rng
 from refimpl.runs.divergence import DivergenceGuard, NonFiniteLossError
 from refimpl.runs.progress import progress
-from refimpl.runs.rundir import SavedRun, check_run_dir, open_run, read_saved_if_resumed, save_run
+from refimpl.runs.rundir import SavedRun, check_run_dir, open_run, read_saved_if_run, save_run
 from refimpl.runs.runlog import JSONFileError, MetricsLog, read_json
 from refimpl.runs.status import RunBudget
 from refimpl.runs.stop import StopRequest, report_interrupt
@@ -56,7 +56,7 @@ from refimpl.sampling.monte_carlo_values import OracleStopped, training_values
 from refimpl.settings.plan import Plan, resolve
 from refimpl.settings.record import config_from_record
 from refimpl.settings.train_config import TrainConfig, config_dict
-from refimpl.warmstart import base_model
+from refimpl.warmstart import base_model, choose_base
 from toy_envs import TOKENIZER
 
 
@@ -71,10 +71,9 @@ class Rollout(NamedTuple):
 
 class Trainer:
     """``refimpl/loop.py``'s loop with run management and diagnostics around it: holds the
-    model, the optimizer and the run state; ``run()`` trains to ``cfg.steps``. ``plan``:
-    the run, resolved by ``preflight`` (a ``TrainConfig`` is resolved here).
-    ``observers``: the diagnostics that watch each step (``refimpl.diagnostics.observers``;
-    None: the run's defaults, ``default_observers``; ``[]``: none)."""
+    model, the optimizer and the run state; ``run()`` trains to ``cfg.steps``. ``plan``: the
+    run, resolved by ``preflight`` (a ``TrainConfig`` is resolved here). ``observers``: the
+    diagnostics that watch each step (None: ``default_observers``; ``[]``: none)."""
 
     def __init__(self, plan: Plan | TrainConfig, observers: Sequence[Observer] | None = None):
         # Every check first, the run resolved once: what follows reads the plan, derives nothing
@@ -85,15 +84,16 @@ class Trainer:
         # A Config that compares entropies more finely than bf16 logits resolve declares it:
         # under bf16 both sides are then computed in float32 (H_old in rollout, H_θ in update).
         self.entropy_in_fp32 = self.algo_cfg.needs_float32_entropy() and cfg.dtype == "bfloat16"
+        needs_reference = self.algo_cfg.needs_reference()  # π_ref of a KL term: the warm start
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        self.model: GPT = base_model(self.plan.warmstart, "--warmstart.").to(self.device)
+        ws, chosen = self.plan.warmstart, self.plan.base  # as preflight chose it (None: here)
+        self.model: GPT = base_model(ws, "--warmstart.", chosen=chosen).to(self.device)
         self.reference: GPT | None = None
-        if self.algo_cfg.needs_reference():  # π_ref of a KL term: the frozen warm start
+        if needs_reference:
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
-        self.step = 0
-        self.sampled_tokens = 0
+        self.step, self.sampled_tokens = 0, 0  # set again by run(): a resumed run's
         self.budget = RunBudget(cfg.steps, cfg.max_sampled_tokens)  # when the run is finished
         self.run_dir = self.plan.run_dir
         self.divergence = DivergenceGuard(self.run_dir, lr=cfg.lr)  # NaN/inf stops the run
@@ -374,13 +374,14 @@ class Trainer:
 
 
 def preflight(cfg: TrainConfig, saved: SavedRun | None = None) -> Plan:
-    """Every check before anything is written: the run resolved once from its settings
-    (``settings.plan.resolve``), then checked against the disk by run management
-    (``rundir.check_run_dir``). ``saved``: a resumed run's config.json, if already read."""
-    saved = saved if saved is not None else read_saved_if_resumed(cfg.resume, cfg.run_dir)
+    """Every check before anything is written: the run resolved once (``settings.plan.resolve``),
+    checked against the disk (``rundir.check_run_dir``), its base model chosen once
+    (``warmstart.choose_base``, the plan's ``base``). ``saved``: a resumed run's config.json."""
+    if saved is None and cfg.resume:
+        saved = read_saved_if_run(cfg.run_dir)
     plan = resolve(cfg, saved)
     check_run_dir(plan)
-    return plan
+    return plan._replace(base=choose_base(plan.warmstart, "--warmstart."))
 
 
 def run_training(cfg: TrainConfig, saved: SavedRun | None = None) -> Path:
@@ -389,10 +390,9 @@ def run_training(cfg: TrainConfig, saved: SavedRun | None = None) -> Path:
 
 
 def load_config_file(path: Path | str, flag: str = "--config", *, algo_config: bool = True):
-    """The settings in a config.json (a run's, or a bare ``train_config``), as a TrainConfig
-    that deletes nothing (``config_from_record``), read by run management's one reader of
-    settings files (``runlog.read_json``); ``flag`` names the file in errors; ``algo_config``:
-    its ``algo_config`` too (a resumed run reads its checkpoint's instead)."""
+    """The settings in a config.json (a run's, or a bare ``train_config``) as a TrainConfig that
+    deletes nothing (``config_from_record``), read by ``runlog.read_json``; ``flag`` names the
+    file in errors; ``algo_config``: its ``algo_config`` too (a resume reads its checkpoint's)."""
     try:
         data = read_json(path)
     except JSONFileError as err:

@@ -22,6 +22,7 @@ import dataclasses
 import time
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -32,10 +33,21 @@ from refimpl.evaluate import success_rate
 from refimpl.model import GPT
 from refimpl.problem_streams import held_out_rng, warmstart_rng
 from refimpl.runs import cpu_kernels, shipped
-from refimpl.runs.cache import cache_complete, cache_key, cache_path, check_cache_writable
+from refimpl.runs.cache import (
+    cache_complete,
+    cache_key,
+    cache_path,
+    check_cache_writable,
+    settings_key,
+)
 from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
 from refimpl.runs.progress import progress
-from refimpl.settings.warmstart_config import WARMSTART_MIX, WarmstartConfig, task_knobs
+from refimpl.settings.warmstart_config import (
+    WARMSTART_MIX,
+    WarmstartConfig,
+    task_knobs,
+    warmstart_from_record,
+)
 from refimpl.types.flags import flag
 from toy_envs import TOKENIZER, get_task
 
@@ -66,43 +78,148 @@ def train_warmstart(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
     ``make demo``, say) train it once: the second waits, then loads the first one's cache.
     ``prefix``: how the flags are spelled in error messages (``--warmstart.`` for a run)."""
     cfg.check(prefix)
-    inputs = cfg.key_inputs()
-    if not shipped.supplies(inputs, allowed=cfg.shipped and not cfg.force):
-        check_cache_writable(cache_path(cfg.runs_dir, inputs), force=cfg.force, prefix=prefix)
     return base_model(cfg, prefix)
 
 
-def base_model(cfg: WarmstartConfig, prefix: str = "--") -> GPT:
-    """``train_warmstart`` of settings that are already checked (an RL run's, by its
-    preflight): the shipped model when one was trained with these settings (and
-    ``cfg.shipped``, not ``cfg.force``), else the cached model, else the model trained and
-    cached. The model's ``base_record`` says which (``shipped.describe_base``): a run writes
-    it into its config.json; its ``base_report`` holds the success measured when it was
-    trained (greedy and sampled, on the warm start's own check problems)."""
-    inputs = cfg.key_inputs()  # the warm start's identity (its cache's key, a shipped model's)
-    entry = shipped.find(inputs)  # a model of these settings in the package, or None
-    if entry is not None and cfg.shipped and not cfg.force:
-        return _load_shipped(cfg, entry, prefix)
-    if cfg.shipped and not cfg.force:  # a damaged manifest hides a shipped model: say so
-        for reason in shipped.unused(inputs):
-            warnings.warn(f"shipped base model: {reason}", stacklevel=2)
-    cache = cache_path(cfg.runs_dir, inputs)
-    if cache_complete(cache) and not cfg.force:
-        return _announce(entry, _load(cfg, cache, prefix))
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cache) + ".lock"):
-        if cache_complete(cache) and not cfg.force:  # trained by another process meanwhile
-            return _announce(entry, _load(cfg, cache, prefix))
-        if entry is None or not cfg.shipped or cfg.force:  # never trained in silence
-            print(training_notice(inputs, force=cfg.force, shipped_used=entry is not None),
-                  flush=True)  # fmt: skip
+# ---------------------------------------------------------------------------------------------
+# The base model's one room: chosen once (shipped, cached or trained), then loaded or trained.
+# ---------------------------------------------------------------------------------------------
+
+
+class BaseChoice(NamedTuple):
+    """Where the base model of a warm start comes from, decided once (``choose_base``)."""
+
+    cfg: WarmstartConfig
+    """the warm start's settings, checked"""
+    identity: dict
+    """``cfg.key_inputs()``, computed once: the cache's key and a shipped model's"""
+    source: str
+    """``shipped`` (from the package), ``cache`` (this machine's) or ``trained`` (here, now)"""
+    shipped: shipped.ShippedModel | None
+    """the shipped model of these settings, whether it is used or not"""
+    cache: Path
+    """this machine's cache directory of these settings"""
+    prefix: str
+    """how the flags are spelled in messages (``--warmstart.`` for a run)"""
+
+
+def choose_base(cfg: WarmstartConfig, prefix: str = "--") -> BaseChoice:
+    """The choice of the base model, made here and nowhere else, before anything is trained or
+    written: the shipped model when one was trained with these settings and ``cfg.shipped``
+    is on and ``cfg.force`` off; else this machine's cached model (``cfg.force`` aside); else
+    one trained now, and then its cache must be writable (``check_cache_writable``, a
+    ``ValueError`` naming ``runs_dir``). Shipped weights that a damaged manifest hides from
+    these settings are said, one warning each (``find_shipped``)."""
+    identity = cfg.key_inputs()  # the warm start's identity, computed once for every use
+    found, unused = find_shipped(identity)
+    cache = cache_path(cfg.runs_dir, identity)
+    use_shipped = cfg.shipped and not cfg.force
+    if found is not None and use_shipped:
+        return BaseChoice(cfg, identity, "shipped", found, cache, prefix)
+    for reason in unused if use_shipped else ():
+        warnings.warn(f"shipped base model: {reason}", stacklevel=2)
+    source = "cache" if cache_complete(cache) and not cfg.force else "trained"
+    if source == "trained":  # not shipped, not cached: the cache must be writable
+        check_cache_writable(cache, prefix)
+    return BaseChoice(cfg, identity, source, found, cache, prefix)
+
+
+def base_model(cfg: WarmstartConfig, prefix: str = "--", *, chosen: BaseChoice | None = None
+               ) -> GPT:  # fmt: skip
+    """The base model of the warm start ``cfg`` (settings already checked: an RL run's, by its
+    preflight), as ``choose_base`` chose it (``chosen``: the choice a run's preflight made;
+    None: made here), with its identity record ``base_record`` (``shipped.describe_base``:
+    which model, its sha256; a run writes it into its config.json) and ``base_report`` (the
+    success measured when it was trained, greedy and sampled, on the warm start's own check
+    problems). The choice is said in one line."""
+    choice = chosen if chosen is not None else choose_base(cfg, prefix)
+    if choice.source == "shipped":
+        return _load_shipped(choice)
+    if choice.source == "cache":
+        return _load(choice)
+    choice.cache.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(choice.cache) + ".lock"):
+        if cache_complete(choice.cache) and not choice.cfg.force:  # trained meanwhile elsewhere
+            return _load(choice)
+        print(training_notice(choice), flush=True)  # never trained in silence
         previous = torch.get_num_threads()
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        if choice.cfg.threads:
+            torch.set_num_threads(choice.cfg.threads)
         try:
-            return _announce(entry, _train(cfg, cache))
+            model = _train(choice.cfg, choice.cache)
         finally:
             torch.set_num_threads(previous)  # the caller's RL run keeps its own setting
+    if choice.shipped is not None:  # trained although one is shipped: are the bits the same?
+        print("warm start: trained here" + _compared(choice)(model.base_record["sha256"]))
+    return model
+
+
+def find_shipped(identity: dict) -> tuple[shipped.ShippedModel | None, list[str]]:
+    """The shipped model trained with the settings ``identity`` (a warm start's
+    ``key_inputs()``), or None; and why shipped weights are not used for these settings, one
+    line each: ``manifest.json`` missing while weights are there, weights that no entry lists
+    (an entry deleted), an entry of these settings (its recorded ``settings_key`` is theirs,
+    or its recorded config says them) that cannot be read or whose config no longer hashes to
+    that key (edited: it is no model's). A run that finds no shipped model says these before
+    it trains or reuses a cache (``choose_base``): a damaged manifest is otherwise a silent
+    retraining on this machine, and other bits. A model is found by its ``settings_key``,
+    computed from the manifest's recorded config (not read from it); only the entries of
+    these settings are hashed (another entry's task arguments are not parsed)."""
+    path = shipped.MANIFEST
+    weights = sorted(p.parent.name for p in path.parent.glob("*/model.safetensors"))
+    fix = f"restore {path} (git checkout, or reinstall refimpl)"
+    if not path.exists():
+        return None, ([f"{path}: missing, so the shipped base models ({', '.join(weights)}) "
+                       f"are not used; {fix}"] if weights else [])  # fmt: skip
+    models = shipped.shipped_models(path)
+    listed = {m.name for m in models}
+    unused = [
+        f"{path.parent / name / 'model.safetensors'}: not listed in {path.name} (its entry "
+        f"deleted?), so it is not used; {fix}"
+        for name in weights
+        if name not in listed
+    ]
+    found, key, plain = None, settings_key(identity), _plain_settings(identity)
+    for model in models:
+        try:  # the entry claims these settings: its recorded key, or its recorded config, says so
+            claims = model.entry["settings_key"] == key or plain == _plain_settings(
+                dataclasses.asdict(warmstart_from_record(model.entry["config"]))
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            claims = True  # an entry that cannot be read: said, whichever settings it had
+        if not claims:
+            continue
+        damage = _entry_damage(model)
+        if damage is not None:
+            unused.append(f"{path}: the entry {model.name} {damage}, so it is not used; {fix}")
+            continue
+        recorded = warmstart_from_record(model.entry["config"])
+        same = _plain_settings(dataclasses.asdict(recorded)) == plain  # before the task's knobs
+        if found is None and same and model.entry["settings_key"] == key:  # (undamaged: the
+            found = model  # recorded key is the one its config hashes to, computed above)
+    return found, unused
+
+
+def _entry_damage(model: shipped.ShippedModel) -> str | None:
+    """What is wrong with a manifest entry, or None: a config that cannot be read, or one
+    that no longer hashes to the ``settings_key`` recorded beside it (edited)."""
+    try:
+        computed = settings_key(warmstart_from_record(model.entry["config"]).key_inputs())
+        recorded = model.entry["settings_key"]
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        return f"cannot be read ({type(err).__name__}: {err})"
+    if computed != recorded:
+        return (f"has a config whose settings hash to {computed}, not to the settings_key it "
+                f"records ({recorded}): edited?")  # fmt: skip
+    return None
+
+
+def _plain_settings(settings: dict) -> tuple:
+    """The settings compared as typed, before ``settings_key`` canonicalises the task's knobs:
+    the task, the model, the schedule, the steps, the batch, the lr, the seed."""
+    steps = settings["steps"]
+    return (settings["task"], settings["model"], steps, settings.get("schedule_steps") or steps,
+            settings["batch_size"], settings["lr"], settings["seed"])  # fmt: skip
 
 
 def _work(config: dict) -> float:
@@ -135,11 +252,12 @@ def estimated_seconds(inputs: dict) -> tuple[float | None, str]:
     return estimate, ", ".join(sorted(cpus)) or "unrecorded"
 
 
-def training_notice(inputs: dict, *, force: bool, shipped_used: bool) -> str:
-    """The line said before the warm start ``inputs`` (its plain record, ``key_inputs``) is
-    trained: why no shipped model is used, and what the training will cost."""
+def training_notice(choice: BaseChoice) -> str:
+    """The line said before the warm start of ``choice`` is trained: why no shipped model is
+    used, and what the training will cost."""
+    inputs, force = choice.identity, choice.cfg.force
     why = ("retraining it (--force)" if force else "a shipped model has these settings, "
-           "but this run trains its own (shipped models off)" if shipped_used else
+           "but this run trains its own (shipped models off)" if choice.shipped is not None else
            "no base model shipped with refimpl (refimpl/base_models/) has these settings")  # fmt: skip
     est, cpu = estimated_seconds(inputs)
     cost = (
@@ -155,13 +273,14 @@ def training_notice(inputs: dict, *, force: bool, shipped_used: bool) -> str:
             f"models' speed ({cpu}; cached after that: later runs reuse it)")  # fmt: skip
 
 
-def _load_shipped(cfg: WarmstartConfig, entry: shipped.ShippedModel, prefix: str) -> GPT:
-    """The shipped model of ``cfg``'s settings, its sha256 checked against the manifest."""
+def _load_shipped(choice: BaseChoice) -> GPT:
+    """The shipped model of the choice's settings, its sha256 checked against the manifest."""
+    entry = choice.shipped
     try:
-        model = shipped.load(entry, cfg)
+        model = shipped.load(entry, choice.cfg)
     except CheckpointError as err:
         raise CheckpointError(
-            f"shipped base model: {err} (or pass {flag('no-shipped', prefix)})"
+            f"shipped base model: {err} (or pass {flag('no-shipped', choice.prefix)})"
         ) from None
     cpu = entry.entry.get("trained_on", {}).get("cpu", "unrecorded")
     print(
@@ -174,14 +293,18 @@ def _load_shipped(cfg: WarmstartConfig, entry: shipped.ShippedModel, prefix: str
     return model
 
 
-def _announce(entry: shipped.ShippedModel | None, model: GPT) -> GPT:
-    """``model`` (trained or reused on this machine) with its ``base_record``; when a model
-    of its settings is shipped (``entry``), say whether this machine's has the same bits."""
-    mine = model.base_record["sha256"]
-    if entry is not None:
+def _compared(choice: BaseChoice):
+    """What is said of a model trained or reused here when a model of its settings is shipped
+    (``choice.shipped``): whether this machine's has the same bits (a function of its sha256,
+    appended to the line that says the model; empty when none is shipped)."""
+    entry = choice.shipped
+
+    def said(mine: str) -> str:
+        if entry is None:
+            return ""
         same = mine == entry.sha256
-        print(
-            f"warm start: the shipped model {entry.name} of these settings has sha256 "
+        return (
+            f"; the shipped model {entry.name} of these settings has sha256 "
             f"{entry.sha256[:12]}…: this machine's "
             + (
                 "is the same model, bit for bit"
@@ -190,23 +313,27 @@ def _announce(entry: shipped.ShippedModel | None, model: GPT) -> GPT:
                 "runs start from the shipped one unless --warmstart.no-shipped is given"
             )  # fmt: skip
         )
-    return model
+
+    return said
 
 
-def _load(cfg: WarmstartConfig, cache: Path, prefix: str) -> GPT:
-    """The cached model, verified as a checkpoint is (``verify_cache``)."""
+def _load(choice: BaseChoice) -> GPT:
+    """The cached model of the choice, verified as a checkpoint is (``verify_cache``)."""
+    cfg, cache = choice.cfg, choice.cache
     model = cfg.model.build()
     try:
-        state = verify_cache(cfg, cache)
+        state = verify_cache(cfg, cache, choice.identity)
         load_model_weights(cache, model, state=state)  # its sha256, finite, fits the model
     except CheckpointError as err:
         raise CheckpointError(
-            f"warm start cache: {err}; retrain it with {flag('force', prefix)} (which "
+            f"warm start cache: {err}; retrain it with {flag('force', choice.prefix)} (which "
             f"replaces {cache}), or delete that directory"
         ) from None
-    print(f"warm start: reusing {cache} ({_format_report(state.get('report', {}))})")
+    sha = state["checksums"]["model.safetensors"]
+    print(f"warm start: reusing {cache} ({_format_report(state.get('report', {}))})"
+          + _compared(choice)(sha))  # fmt: skip
     model.base_record = shipped.describe_base(
-        "cache", sha=state["checksums"]["model.safetensors"], cache=cache,
+        "cache", sha=sha, cache=cache,
         trained_on=str(state.get("numerics", {}).get("cpu", "unrecorded")),
     )  # fmt: skip
     model.base_report = dict(state.get("report", {}))
@@ -218,12 +345,12 @@ def _load(cfg: WarmstartConfig, cache: Path, prefix: str) -> GPT:
 TRAINED_WITH = ("task", "task_args", "steps", "schedule_steps", "batch_size", "lr", "seed", "model")
 
 
-def verify_cache(cfg: WarmstartConfig, cache: Path) -> dict:
+def verify_cache(cfg: WarmstartConfig, cache: Path, identity: dict | None = None) -> dict:
     """The ``state.json`` of the cached model in ``cache``, after checking that it records the
     sha256 of ``model.safetensors`` (``load_model_weights`` compares it) and that the settings
-    it was trained with are ``cfg``'s, those its cache key hashes: a model of another task, of
-    another length or size, copied into this directory, is refused. ``CheckpointError``
-    naming the file."""
+    it was trained with are ``cfg``'s, those its cache key hashes (``identity``: ``cfg``'s
+    ``key_inputs()`` when already computed): a model of another task, of another length or
+    size, copied into this directory, is refused. ``CheckpointError`` naming the file."""
     state = read_state(cache)
     file = cache / "state.json"
     checksums = state.get("checksums")
@@ -233,12 +360,12 @@ def verify_cache(cfg: WarmstartConfig, cache: Path) -> dict:
             "version?), so the cached model cannot be verified"
         )
     try:
-        theirs = shipped.config_from_record(state.get("config"), cfg.runs_dir).key_inputs()
+        theirs = warmstart_from_record(state.get("config"), cfg.runs_dir).key_inputs()
     except Exception:  # not a dict, unknown fields, a task that does not exist, ...
         raise CheckpointError(
             f"{file}: records no settings of a warm start (damaged or edited?)"
         ) from None
-    ours = cfg.key_inputs()
+    ours = identity if identity is not None else cfg.key_inputs()
     if cache_key(theirs) != cache_key(ours):
         diff = next((k for k in TRAINED_WITH if ours.get(k) != theirs.get(k)), None)
         # (a schedule as long as the steps is left out of the key: None here)

@@ -222,16 +222,10 @@ def runs_reaching_settings(root: Path = ROOT) -> list[str]:
     return out
 
 
-#: Left for the base model's room (issue 60, item 3, not done yet): the shipped models'
-#: lookup still builds each manifest entry's ``WarmstartConfig`` to compute its identity.
-RUNS_SETTINGS_LEFT = [
-    "refimpl/runs/shipped.py -> refimpl.settings.warmstart_config.ModelSize",
-    "refimpl/runs/shipped.py -> refimpl.settings.warmstart_config.WarmstartConfig",
-]
-
-
 def test_run_management_never_calls_back_into_the_settings(tmp_path):
-    assert runs_reaching_settings() == RUNS_SETTINGS_LEFT
+    # no carve-out: the shipped models' lookup, which computes each entry's identity from its
+    # settings, is the base model's room's (``refimpl.warmstart.find_shipped``)
+    assert runs_reaching_settings() == []
     (tmp_path / "refimpl" / "runs").mkdir(parents=True)
     text = "def f():\n    from refimpl.settings.plan import resolve\n"
     (tmp_path / "refimpl" / "runs" / "rundir.py").write_text(text)

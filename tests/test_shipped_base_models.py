@@ -1,6 +1,7 @@
-"""The shipped base models (refimpl/base_models/, ``refimpl.runs.shipped``): the files are the
-ones the manifest describes, the manifest's settings are the ones the experiments ask for, a
-matching warm start is read from the package without training, and anything else trains."""
+"""The shipped base models (refimpl/base_models/, ``refimpl.runs.shipped``; which one a warm
+start uses is ``refimpl.warmstart.choose_base``'s): the files are the ones the manifest
+describes, the manifest's settings are the ones the experiments ask for, a matching warm start
+is read from the package without training, and anything else trains."""
 
 from __future__ import annotations
 
@@ -15,8 +16,13 @@ from safetensors.torch import load_file
 from refimpl.runs import shipped
 from refimpl.runs.cache import cache_dir, settings_key
 from refimpl.runs.checkpoint import CheckpointError, sha256
-from refimpl.settings.warmstart_config import WARMSTART_MIX, ModelSize, WarmstartConfig
-from refimpl.warmstart import TRAINED_WITH
+from refimpl.settings.warmstart_config import (
+    WARMSTART_MIX,
+    ModelSize,
+    WarmstartConfig,
+    warmstart_from_record,
+)
+from refimpl.warmstart import TRAINED_WITH, find_shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = shipped.shipped_models()
@@ -27,6 +33,15 @@ MAX_TOTAL_BYTES = 6_000_000
 
 def _by_name(name: str) -> shipped.ShippedModel:
     return next(m for m in MODELS if m.name == name)
+
+
+def _config(model: shipped.ShippedModel) -> WarmstartConfig:
+    """The settings a manifest entry records."""
+    return warmstart_from_record(model.entry["config"])
+
+
+def _find(cfg: WarmstartConfig) -> shipped.ShippedModel | None:
+    return find_shipped(cfg.key_inputs())[0]
 
 
 def test_the_three_base_models_are_shipped():
@@ -66,7 +81,7 @@ def test_the_recorded_settings_hash_to_the_recorded_key(name):
     from refimpl.cli import COMMANDS
 
     m = _by_name(name)
-    cfg = m.config()
+    cfg = _config(m)
     assert settings_key(cfg.key_inputs()) == m.entry["settings_key"]
     argv = m.entry["command"].split()[2:]
     command = tyro.cli(COMMANDS["warmstart"], args=argv)
@@ -96,7 +111,7 @@ def test_the_experiments_ask_for_the_shipped_settings(what, name):
         cfg = WarmstartConfig(task=demo.task, steps=demo.base_steps)
     else:
         cfg = _experiment_warmstart(what)
-    found = shipped.find(cfg.key_inputs())
+    found = _find(cfg)
     assert found is not None and found.name == name
 
 
@@ -139,7 +154,7 @@ def test_a_config_that_matches_no_shipped_model_trains(tmp_path):
     from refimpl.warmstart import train_warmstart
 
     cfg = _tiny(tmp_path)
-    assert shipped.find(cfg.key_inputs()) is None
+    assert _find(cfg) is None
     model = train_warmstart(cfg)
     assert model.base_record["source"] == "trained"
     assert model.base_record["sha256"] == sha256(cache_dir(cfg) / "model.safetensors")
@@ -160,7 +175,7 @@ def test_no_shipped_and_force_train_even_when_a_shipped_model_matches(tmp_path, 
 
     monkeypatch.setattr(warmstart, "_train", training)
     cfg = WarmstartConfig(task="countdown", runs_dir=tmp_path, progress=False, **changes)
-    assert shipped.find(cfg.key_inputs()) is not None
+    assert _find(cfg) is not None
     with pytest.raises(Trained):
         warmstart.train_warmstart(cfg)
 
@@ -176,7 +191,7 @@ def test_refimpl_warmstart_trains_here():
 
 def test_another_setting_is_another_key():
     """A warm start of other settings does not match (one field at a time)."""
-    base = _by_name("countdown-600").config()
+    base = _config(_by_name("countdown-600"))
     for change in ({"steps": 601}, {"lr": 2e-3}, {"seed": 1}, {"batch_size": 64},
                    {"model": ModelSize(n_embd=64)}, {"task_args": ("max_operand=9",)}):  # fmt: skip
         try:
@@ -185,7 +200,7 @@ def test_another_setting_is_another_key():
         except ValueError:
             continue
         assert settings_key(other.key_inputs()) != settings_key(base.key_inputs()), change
-        found = shipped.find(other.key_inputs())
+        found = _find(other)
         assert found is None or found.name != "countdown-600", change
 
 
@@ -217,17 +232,27 @@ def test_an_edited_manifest_setting_no_longer_matches(tmp_path, monkeypatch):
     data = json.loads((copy / "manifest.json").read_text())
     data["models"]["countdown-600"]["config"]["steps"] = 599
     (copy / "manifest.json").write_text(json.dumps(data))
-    found = shipped.find(WarmstartConfig(task="countdown").key_inputs())
+    found = _find(WarmstartConfig(task="countdown"))
     assert found is None or found.name != "countdown-600"
     edited = shipped.ShippedModel("countdown-600", data["models"]["countdown-600"])
-    assert settings_key(edited.config().key_inputs()) != edited.entry["settings_key"]
+    assert settings_key(_config(edited).key_inputs()) != edited.entry["settings_key"]
 
 
-def test_a_run_records_the_shipped_base_it_started_from(tmp_path):
+def test_a_run_records_the_shipped_base_it_started_from(tmp_path, monkeypatch, capsys):
     """One tiny RL step on countdown from the shipped default warm start: config.json says
-    which base model (and its sha256)."""
+    which base model (and its sha256); the warm start's identity is computed once in the run
+    (``choose_base``, in preflight), and the choice is said in one line."""
     from refimpl.settings.train_config import TrainConfig
     from refimpl.train import run_training
+
+    identities = []
+    key_inputs = WarmstartConfig.key_inputs
+
+    def counted(self):  # the run's warm start (the manifest's entries have their own)
+        identities.append(type(self).__name__)
+        return key_inputs(self)
+
+    monkeypatch.setattr(WarmstartConfig, "key_inputs", counted)
 
     cfg = TrainConfig(task="countdown", steps=1, prompts_per_step=2, group_size=2,
                       minibatches=1, eval_every=1000, eval_problems=2, eval_samples=2,
@@ -238,6 +263,35 @@ def test_a_run_records_the_shipped_base_it_started_from(tmp_path):
     entry = _by_name("countdown-600")
     assert record["source"] == "shipped" and record["name"] == "countdown-600"
     assert record["sha256"] == entry.sha256
+    assert identities.count("RunWarmstartConfig") == 1, identities
+    said = [line for line in capsys.readouterr().out.splitlines() if "warm start" in line]
+    assert len(said) == 1 and "the shipped base model countdown-600" in said[0], said
+
+
+def test_the_base_model_is_chosen_in_one_place(tmp_path):
+    """``choose_base``: the shipped model when one has the settings (shipped on, no
+    ``--force``); else this machine's whole cache (no ``--force``); else trained, and then the
+    cache has to be writable (refused before anything is trained, naming the flag). The
+    choice carries the identity it computed once."""
+    from refimpl.warmstart import choose_base, train_warmstart
+
+    countdown = WarmstartConfig(task="countdown", runs_dir=tmp_path, progress=False)
+    choice = choose_base(countdown)
+    assert choice.source == "shipped" and choice.shipped.name == "countdown-600"
+    assert choice.identity == countdown.key_inputs()
+    for changes in ({"shipped": False}, {"force": True}):
+        other = choose_base(dataclasses.replace(countdown, **changes))
+        assert other.source == "trained" and other.shipped.name == "countdown-600", changes
+    tiny = _tiny(tmp_path)
+    assert choose_base(tiny)[2:4] == ("trained", None)
+    assert train_warmstart(tiny).base_record["source"] == "trained"
+    assert choose_base(tiny).source == "cache"
+    assert choose_base(dataclasses.replace(tiny, force=True)).source == "trained"
+    assert choose_base(dataclasses.replace(tiny, shipped=False)).source == "cache"
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache's directory would go")
+    with pytest.raises(ValueError, match="--warmstart.runs-dir"):
+        choose_base(_tiny(blocked), "--warmstart.")
 
 
 def test_the_docs_list_every_shipped_model():
@@ -316,7 +370,7 @@ def test_a_damaged_manifest_is_said_before_the_base_model_is_trained(tmp_path, m
 
 def test_an_intact_manifest_has_nothing_unused():
     for cfg in (WarmstartConfig(task="countdown"), _tiny(Path("runs"))):
-        assert shipped.unused(cfg.key_inputs()) == []
+        assert find_shipped(cfg.key_inputs())[1] == []
 
 
 def test_a_warm_start_is_never_trained_in_silence(tmp_path, capsys):

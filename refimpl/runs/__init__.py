@@ -2,7 +2,8 @@
 (``refimpl/loop.py``) does not. What a run computes, its settings and the plan resolved from
 them, is ``refimpl.settings``'s, resolved before this package runs (``refimpl.train.preflight``);
 this package checks the disk against that plan, reading it as values, and imports nothing of
-``refimpl.settings`` (``tests/test_layout.py`` lists what is left: the shipped models' lookup).
+``refimpl.settings`` (``tests/test_layout.py``). Which base model a warm start uses (shipped,
+cached or trained) is chosen with its settings in ``refimpl.warmstart.choose_base``.
 
     rundir       the run directory, checked against the plan (check_run_dir), claimed under its lock,
                  opened (a new run's config.json, or a resumed run restored), saved
@@ -12,6 +13,7 @@ this package checks the disk against that plan, reading it as values, and import
     runlog       the run's files: metrics.jsonl, probes.jsonl, JSON read bounded, atomic writes
     checkpoint   atomic checkpoints with checksums, verified before a resume
     cache        the warm-start cache: its key, its directory, whether it can be written
+    shipped      the shipped base models as they lie on the disk: the manifest, the weights
     stop         Ctrl-C / SIGTERM: stop after the step, with a checkpoint
     divergence   NaN/inf in a step stops the run, the last good checkpoint kept
     cpu_kernels  the pinned CPU kernel path (imported by ``refimpl/__init__.py`` before torch)

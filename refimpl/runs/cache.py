@@ -4,8 +4,8 @@ A warm start's model is trained once and cached under ``<runs_dir>/warmstart/<ta
 (a checkpoint directory: ``model.safetensors`` and ``state.json``), where the key hashes
 every setting that changes the trained weights, the numeric path included
 (``refimpl.runs.cpu_kernels``): another kernel path trains another model, so it never reuses
-this one. ``refimpl.warmstart`` trains and loads it; a run's ``preflight`` checks, before
-anything is trained, that a cache that has to be written can be.
+this one. ``refimpl.warmstart`` chooses, trains and loads it (``choose_base``: before anything is
+trained, a cache that has to be written is checked to be writable).
 """
 
 from __future__ import annotations
@@ -57,15 +57,13 @@ def cache_complete(cache: Path) -> bool:
     return (Path(cache) / "model.safetensors").exists()
 
 
-def check_cache_writable(cache: Path, *, force: bool, prefix: str = "--") -> None:
-    """Raise ``ValueError`` naming ``runs_dir`` when the model must be trained (``force``:
-    even when cached) but its cache directory ``cache`` cannot be written: not writable, a
-    symbolic link, or holding what a cache does not (``checkpoint.check_replaceable``). A
-    cached model is read without writing anything (through a link too); so is a shipped one,
-    which the callers check first (``refimpl.runs.shipped.supplies``). ``prefix``: how the
-    flags are spelled."""
-    if cache_complete(cache) and not force:
-        return
+def check_cache_writable(cache: Path, prefix: str = "--") -> None:
+    """Raise ``ValueError`` naming ``runs_dir`` when the cache directory ``cache`` of a model
+    that is to be trained cannot be written: not writable, a symbolic link, or holding what a
+    cache does not (``checkpoint.check_replaceable``). Whether the model is trained (not
+    shipped, not cached, or ``--force``) is decided in one place,
+    ``refimpl.warmstart.choose_base``, which calls this then. ``prefix``: how the flags are
+    spelled."""
     lock = Path(str(cache) + ".lock")
     try:  # the save renames the cache directory: never a link, nothing else inside
         check_replaceable(cache)

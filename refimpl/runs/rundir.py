@@ -24,8 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from refimpl.runs import cpu_kernels, shipped
-from refimpl.runs.cache import cache_path, check_cache_writable
+from refimpl.runs import cpu_kernels
 from refimpl.runs.checkpoint import (
     CheckpointError,
     check_deletable,
@@ -66,8 +65,9 @@ def check_run_dir(plan, *, locked: bool = False) -> None:
     ``--runs-dir`` and ``--name``, no link, not in use by another process, ``--resume`` only
     of a run (with the same settings, see ``RESUME_MAY_CHANGE``, and a whole checkpoint,
     ``verify_resume``), ``--overwrite`` only of a run, never an existing directory otherwise,
-    writable directories, away from the warm-start cache, and a warm-start cache that can be
-    written when its model has to be trained (``refimpl.runs.cache.check_cache_writable``).
+    writable directories, away from the warm-start cache. (Whether that cache is written, and
+    can be, is the base model's choice, ``refimpl.warmstart.choose_base``, which preflight
+    makes next.)
 
     ``plan.saved``: the run to resume, as ``read_saved_run`` read it (None: a new run, or one
     that is not a run, which ``--resume`` refuses; its settings were checked against the
@@ -87,12 +87,6 @@ def check_run_dir(plan, *, locked: bool = False) -> None:
     with warnings.catch_warnings():  # a torn last line: the trainer warns when it reads it
         warnings.simplefilter("ignore", TornLineWarning)
         _check_contents(plan)
-    if locked:
-        return  # under the lock the warm start is trained already: its cache is not written
-    ws = plan.warmstart
-    inputs = ws.key_inputs()  # the warm start's identity: its cache and a shipped model's key
-    if not shipped.supplies(inputs, allowed=ws.shipped and not ws.force):
-        check_cache_writable(cache_path(ws.runs_dir, inputs), force=ws.force, prefix="--warmstart.")
 
 
 def _check_contents(plan) -> None:
@@ -203,13 +197,10 @@ def read_saved_run(run_dir: Path) -> SavedRun:
     return SavedRun(config, stamp)
 
 
-def read_saved_if_resumed(resume: bool, run_dir: Path) -> SavedRun | None:
-    """With ``--resume``, the config.json of the run to resume, read once
-    (``read_saved_run``); None for a new run, or for a directory that is not a run, which
-    ``check_run_dir`` refuses once the flags are checked. ``CheckpointError`` (config.json
-    edited) is raised whatever the flags."""
-    if not resume:
-        return None
+def read_saved_if_run(run_dir: Path) -> SavedRun | None:
+    """The config.json of the run to resume in ``run_dir``, read once (``read_saved_run``);
+    None for a directory that is not a run, which ``check_run_dir`` refuses once the flags
+    are checked. ``CheckpointError`` (config.json edited) is raised whatever the flags."""
     try:
         return read_saved_run(run_dir)
     except CheckpointError:

@@ -65,6 +65,10 @@ class Plan(NamedTuple):
     config.json is checked against when it lacks a setting"""
     saved: Any = None
     """the run to resume (``rundir.SavedRun``: its config.json, read once), None for a new run"""
+    base: Any = None
+    """where the base model comes from (``refimpl.warmstart.BaseChoice``: shipped, cached or
+    trained, and the warm start's identity), chosen once by ``refimpl.train.preflight`` after
+    the run directory is checked; None until then"""
 
 
 def resolve(cfg: TrainConfig, saved=None) -> Plan:
@@ -76,8 +80,8 @@ def resolve(cfg: TrainConfig, saved=None) -> Plan:
     if saved is not None:
         check_resume_settings(cfg, saved.config["train_config"], cfg.run_dir / "config.json")
     algo = algorithms.get(cfg.algo)
-    task = build_task(cfg.task, cfg.task_args)
     warmstart = dataclasses.replace(run_warmstart(cfg), progress=cfg.progress)
+    task = build_task(cfg.task, cfg.task_args)
     max_new_tokens, device = check_train_config(cfg, task, warmstart)
     saved_algo = saved.config.get("algo_config") if saved is not None else None
     saved_algo = saved_algo if isinstance(saved_algo, dict) else None
@@ -97,9 +101,10 @@ def resolve(cfg: TrainConfig, saved=None) -> Plan:
         default = type(algo_cfg)().values_needed()
         announce_oracle_cost(task, max_new_tokens, cfg.prompts_per_step, cfg.group_size,
                              cfg.seed, request, default.rollouts)  # fmt: skip
+    record, run_dir = config_dict(cfg), cfg.run_dir
     defaults = flatten(config_dict(TrainConfig()))
-    return Plan(cfg, algo, algo_cfg, task, max_new_tokens, warmstart, device, cfg.run_dir,
-                config_dict(cfg), defaults, saved)  # fmt: skip
+    return Plan(cfg, algo, algo_cfg, task, max_new_tokens, warmstart, device, run_dir, record,
+                defaults, saved)  # fmt: skip
 
 
 def announce_oracle_cost(task, max_new_tokens: int, prompts: int, group_size: int, seed: int,

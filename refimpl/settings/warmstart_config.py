@@ -209,7 +209,8 @@ class WarmstartConfig:
         values: the task's knobs in canonical form (below), the supervised mix and the
         vocabulary. The warm start's identity: its cache key hashes it with the numeric path
         (``refimpl.runs.cache.cache_key``), a shipped base model is found by it
-        (``refimpl.runs.shipped.find``), and neither reads these settings again.
+        (``refimpl.warmstart.find_shipped``); ``refimpl.warmstart.choose_base`` computes it
+        once for a warm start, and neither reads these settings again.
 
         The knobs: ``task_args`` parsed and filled in with the task's defaults, written back
         as the ``KNOB=VALUE`` pairs that differ from those defaults, sorted by knob. Flags that
@@ -232,6 +233,20 @@ class WarmstartConfig:
         keep["mix"] = WARMSTART_MIX.get(self.task, {})
         keep["vocab"] = TOKENIZER.itos
         return keep
+
+
+def warmstart_from_record(record: dict, runs_dir: Path | str = "runs") -> WarmstartConfig:
+    """The ``WarmstartConfig`` of a recorded dict of its fields (a shipped model's manifest
+    ``config``, a cache's ``state.json``), on ``runs_dir``: what a record says a model was
+    trained with, so that its identity (``key_inputs``) can be computed, never read."""
+    return WarmstartConfig(
+        **{
+            **record,
+            "model": ModelSize(**record["model"]),
+            "task_args": tuple(record.get("task_args", ())),
+            "runs_dir": Path(runs_dir),
+        }
+    )
 
 
 @dataclass

@@ -25,7 +25,7 @@ import refimpl  # noqa: E402,F401  (the numeric path is pinned before torch runs
 from refimpl.runs import shipped  # noqa: E402
 from refimpl.runs.cache import settings_key  # noqa: E402
 from refimpl.runs.checkpoint import read_state, sha256  # noqa: E402
-from refimpl.settings.warmstart_config import WARMSTART_MIX  # noqa: E402
+from refimpl.settings.warmstart_config import WARMSTART_MIX, warmstart_from_record  # noqa: E402
 from refimpl.warmstart import TRAINED_WITH  # noqa: E402
 
 
@@ -37,7 +37,7 @@ def entry_of(cache: Path, command: str, used_by: str, source: str) -> dict:
     if not recorded or sha256(file) != recorded:
         raise ValueError(f"{file}: its sha256 is not the one {cache}/state.json records")
     config = {k: state["config"][k] for k in TRAINED_WITH}
-    cfg = shipped.config_from_record(config)
+    cfg = warmstart_from_record(config)
     cfg.check()
     numerics = state.get("numerics", {})
     return {
