@@ -9,11 +9,14 @@ is about to train on. Seconds a point on one core.
     python scripts/experiments/first_update/measure.py                # results, figure, tables (~5 min)
     python scripts/experiments/first_update/measure.py --figure-only  # figure and tables from the results
     python scripts/experiments/first_update/measure.py --check        # are the page's tables current?
+
+The page is written by the lab's one page writer (``scripts/experiments/page_writer.py``): the
+result file read and checked before the page is touched, ``--check`` printing the rows that
+differ.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -24,9 +27,12 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts" / "experiments"))
+
+import page_writer  # noqa: E402  (the lab's one page writer)
 
 from refimpl.bench import machine_info  # noqa: E402
-from refimpl.bench.result_header import base_models_of, make_header  # noqa: E402
+from refimpl.bench.result_header import base_models_of, make_header, read_result  # noqa: E402
 from refimpl.diagnostics.first_update import first_step  # noqa: E402
 from refimpl.loop import LoopConfig  # noqa: E402
 from refimpl.runs.runlog import write_text_atomic  # noqa: E402
@@ -39,7 +45,6 @@ from refimpl.warmstart import base_model  # noqa: E402
 RESULTS = ROOT / "scripts/experiments/first_update/results/first_update.json"
 FIGURE = ROOT / "docs/figures/first_update.png"
 PAGE = ROOT / "docs/first_update.md"
-START, END = "<!-- first_update:tables -->", "<!-- /first_update:tables -->"
 #: The regimes: the long chain of the credit study and the ceiling (its preset), and the demo's
 #: countdown from its 300-step base (both bases are shipped).
 REGIMES = {"long chain": ("longchain", {}), "countdown": ("default", {"task": "countdown"})}
@@ -120,18 +125,12 @@ def figure(result: dict, path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     for w, color in ((0, "tab:red"), (result["default_warmup"], "tab:blue")):
         label = "no warm-up" if w == 0 else f"warm-up over {w} updates"
-        for ax, key in ((left, "largest_fall"),):
-            xs, lo, mid, hi = [], [], [], []
-            for lr in LRS:
-                vals = sorted(p[key] for p in pts if p["lr"] == lr and p["lr_warmup"] == w)
-                (
-                    xs.append(lr),
-                    lo.append(vals[0]),
-                    mid.append(vals[len(vals) // 2]),
-                    hi.append(vals[-1]),
-                )
-            ax.plot(xs, mid, "o-", color=color, label=label)
-            ax.fill_between(xs, lo, hi, color=color, alpha=0.2)
+        falls = [sorted(p["largest_fall"] for p in pts if p["lr"] == lr and p["lr_warmup"] == w)
+                 for lr in LRS]  # fmt: skip
+        left.plot(LRS, [f[len(f) // 2] for f in falls], "o-", color=color, label=label)
+        left.fill_between(
+            LRS, [f[0] for f in falls], [f[-1] for f in falls], color=color, alpha=0.2
+        )
     left.set_xscale("log")
     left.axhline(3.0, color="grey", ls=":", lw=1)
     left.set_xlabel("learning rate")
@@ -139,13 +138,11 @@ def figure(result: dict, path: Path) -> None:
     left.set_title("long chain, GRPO, seeds 0-2 (median, range)")
     left.legend()
     ws = sorted({p["lr_warmup"] for p in pts if p["lr"] == 1e-4})
-    for key, color, label in (("largest_fall", "black", "largest fall (nats)"),):
-        mids = [
-            sorted(p[key] for p in pts if p["lr"] == 1e-4 and p["lr_warmup"] == w)[1] for w in ws
-        ]
-        his = [max(p[key] for p in pts if p["lr"] == 1e-4 and p["lr_warmup"] == w) for w in ws]
-        right.plot(ws, mids, "o-", color=color, label=f"{label}, median")
-        right.plot(ws, his, "v--", color=color, alpha=0.6, label=f"{label}, worst seed")
+    falls = [sorted(p["largest_fall"] for p in pts if p["lr"] == 1e-4 and p["lr_warmup"] == w)
+             for w in ws]  # fmt: skip
+    right.plot(ws, [f[1] for f in falls], "o-", color="black", label="largest fall (nats), median")
+    right.plot(ws, [f[-1] for f in falls], "v--", color="black", alpha=0.6,
+               label="largest fall (nats), worst seed")  # fmt: skip
     right.axhline(3.0, color="grey", ls=":", lw=1)
     right.set_xlabel("warm-up length (optimizer updates; 4 per step)")
     right.set_title("lr 1e-4: the warm-up's length")
@@ -211,40 +208,29 @@ def tables(result: dict) -> str:
     return "\n".join(out)
 
 
-def with_tables(page: str, body: str) -> str:
-    if START not in page or END not in page:
-        raise SystemExit(f"{PAGE}: no markers {START} … {END}")
-    head, rest = page.split(START, 1)
-    return f"{head}{START}\n{body}\n{END}{rest.split(END, 1)[1]}"
+def _build(args) -> dict[Path, dict[str, str]]:
+    """The page's tables, from the results (measured first, unless only read)."""
+    if not (args.figure_only or args.check or args.print):
+        result = measure(args.runs_dir)
+        write_text_atomic(RESULTS, json.dumps(result, indent=1) + "\n")
+        print(f"wrote {RESULTS.relative_to(ROOT)}")
+    args.result = read_result(RESULTS, "the page's tables")
+    return {PAGE: {"tables": tables(args.result)}}
+
+
+def _arguments(parser) -> None:
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="warm-start cache")
+    parser.add_argument("--figure-only", action="store_true", help="redraw from the results")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="warm-start cache")
-    parser.add_argument("--figure-only", action="store_true", help="redraw from the results")
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing; exit 1 when the page's tables are stale",
-    )
-    args = parser.parse_args(argv)
-    if args.check:
-        page = PAGE.read_text(encoding="utf-8")
-        if with_tables(page, tables(json.loads(RESULTS.read_text()))) != page:
-            print(f"{PAGE.relative_to(ROOT)}: the tables differ from {RESULTS.relative_to(ROOT)}")
-            return 1
-        return 0
-    if args.figure_only:
-        result = json.loads(RESULTS.read_text())
-    else:
-        result = measure(args.runs_dir)
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(RESULTS, json.dumps(result, indent=1) + "\n")
-    figure(result, FIGURE)
-    write_text_atomic(PAGE, with_tables(PAGE.read_text(encoding="utf-8"), tables(result)))
-    print(f"wrote {RESULTS.relative_to(ROOT)}, {FIGURE.relative_to(ROOT)} and the tables of "
-          f"{PAGE.relative_to(ROOT)}")  # fmt: skip
-    return 0
+    """Exit 0 (written, or current with ``--check``), 1 (stale, with ``--check``) or 2 (the
+    result file missing or damaged, named on one line: the page is left as it was)."""
+    return page_writer.main(
+        argv, prog="scripts/experiments/first_update/measure.py",
+        description=__doc__.split("\n\n")[0], prefix="first_update", build=_build,
+        add_arguments=_arguments, after_write=lambda args: figure(args.result, FIGURE),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
