@@ -5,7 +5,8 @@ mkdocstrings cannot render fails the test suite. ``make docs`` runs the same bui
 The build reads only the repository and the installed packages: no network, neither when it
 builds nor when a page is viewed (MathJax is the site's own copy; no page loads a script or a
 stylesheet from another host). The build takes about 15 s of CPU on one core (20 s with the
-checks), so the module is marked slow: ``make test`` runs it, ``make test-fast`` does not.
+checks), so the module is marked slow, and the tests that need the built site (the ``site``
+fixture) are in the second tier: ``make test-all`` runs them, ``make test`` does not.
 """
 
 from __future__ import annotations
