@@ -16,9 +16,10 @@ turns it into commands and runs them:
   ``defaults``, which any experiment key may take. An experiment: ``name``, ``result`` (a
   path under ``results``; ``{seed}`` or ``{arm}`` in it make one result file per seed or per
   arm and seed), ``run`` (the command each arm runs), ``budget`` and ``grid`` (flags after it),
-  ``arms`` (``{name: {"seeds": [...], "flags": "..."}}``), ``seeds`` (the arms' default), ``bench`` (a folder the
-  commands share), ``then`` (commands after the arms: gathering the runs into the result
-  file) and ``copy`` (a file the result is copied from, the first that holds ``copy_if``).
+  ``arms`` (``{name: {"seeds": [...], "flags": "..."}}``), ``seeds`` (the arms' default),
+  ``bench`` (a folder the commands share), ``then`` (commands after the arms: gathering the
+  runs into the result file) and ``copy`` (a file the result is copied from, the first that
+  holds ``copy_if``).
   Commands are written as typed (``refimpl ...``, ``python ...``) and may name ``{runs}``,
   ``{out}``, ``{bench}``, ``{result}``, ``{seeds}``, ``{seed}``, ``{arm}`` and ``{workers}``.
 * **Everything is refused before anything is written**: an unknown key, a seed that is no
@@ -58,7 +59,7 @@ from refimpl.runs.runlog import write_text_atomic  # noqa: E402
 
 TOP_KEYS = {"results", "page", "page_check", "kind", "defaults", "experiment"}
 EXPERIMENT_KEYS = {"name", "result", "run", "budget", "grid", "arms", "seeds", "bench", "then",
-                   "copy", "copy_if", "kind", "workers"}  # fmt: skip
+                   "copy", "copy_if", "workers"}  # fmt: skip
 ARM_KEYS = {"seeds", "flags"}
 WORKERS = 2
 
@@ -184,7 +185,7 @@ def _experiment_units(exp: dict, decl: dict, runs: str, out: Path, seeds_overrid
         if "copy" in exp:
             copy = (exp["copy"].format(**names, **extra), exp.get("copy_if", ""))
         made.append(Unit(name, path, sorted(unit_seeds), commands, copy,
-                         exp.get("kind", decl.get("kind", name)), exp.get("grid", "")))  # fmt: skip
+                         decl.get("kind", name), exp.get("grid", "")))  # fmt: skip
     return made
 
 

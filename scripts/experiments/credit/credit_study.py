@@ -37,8 +37,8 @@ PROBES = {"n16": "--train.prompts-per-step 16 --train.steps 150 --train.eval-eve
 def _batches(task: str, preset: str, steps: tuple[int, int]) -> list[dict]:
     """The warm start's batch, then one GRPO run trained (on) to each of ``steps``."""
     run = f"{{runs}}/credit-{task}/grpo-s0"
-    return [{"name": f"{task} step0", "result": f"{task}_step0.json", "run": CREDIT,
-             "grid": f"--preset {preset} --train.runs-dir {{runs}}"}] + [
+    return [{"name": f"{task} step0", "result": f"{task}_step0.json",
+             "run": f"{CREDIT} --preset {preset} --train.runs-dir {{runs}}"}] + [
         {"name": f"{task} step{n}", "result": f"{task}_step{n}.json", "budget": f"--train.steps {n}",
          "run": f"{COMPARE} --preset {preset} --name credit-{task}", "then": [f"{CREDIT} --run {run}"]}
         for n in steps]  # fmt: skip
