@@ -507,3 +507,61 @@ def test_the_learning_verdicts_refuse_a_report_that_is_a_folder_or_a_link(tmp_pa
     assert target.read_bytes() == before and (
         report.is_dir() if kind == "folder" else report.is_symlink()
     )
+
+
+@pytest.fixture
+def first_update(tmp_path, monkeypatch):
+    """docs/first_update.md's report (``--figure-only``: it reads its result file and measures
+    nothing) on a copy of its result file and of its page."""
+    report = _load(ROOT / "scripts/experiments/first_update/measure.py", "first_update_hostile")
+    result, page = tmp_path / "first_update.json", tmp_path / "first_update.md"
+    shutil.copy(report.RESULTS, result)
+    shutil.copy(report.PAGE, page)
+    monkeypatch.setattr(report, "RESULTS", result)
+    monkeypatch.setattr(report, "PAGE", page)
+    return report, result, page
+
+
+FIRST_UPDATE_DAMAGE = {
+    "missing": lambda p: p.unlink(),
+    "truncated": lambda p: p.write_text(p.read_text()[:2000]),
+    "a JSON list": lambda p: p.write_text("[1, 2]"),
+    "NaN in every float": lambda p: p.write_text(
+        json.dumps(_nan_everywhere(json.loads(p.read_text())))
+    ),
+    "strings for numbers": lambda p: p.write_text(
+        json.dumps(_strings_for_numbers(json.loads(p.read_text())))
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(FIRST_UPDATE_DAMAGE))
+@pytest.mark.parametrize("check", [False, True], ids=["write", "check"])
+def test_the_first_update_report_refuses_every_bad_file(first_update, capsys, damage, check):
+    """One line naming the result file, exit 2, the page as it was. (Before: a NaN or a string
+    was refused on a line that named no file.)"""
+    report, result, page = first_update
+    before = page.read_bytes()
+    FIRST_UPDATE_DAMAGE[damage](result)
+    code = report.main(["--figure-only", *(["--check"] if check else [])])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and result.name in err and "Traceback" not in err, err
+    assert page.read_bytes() == before
+
+
+@pytest.mark.parametrize("kind", ["folder", "link"])
+def test_the_first_update_report_refuses_a_page_that_is_a_folder_or_a_link(
+    first_update, capsys, kind, tmp_path
+):
+    report, _, page = first_update
+    target = tmp_path / "elsewhere.md"
+    page.rename(target)
+    if kind == "folder":
+        page.mkdir()
+    else:
+        page.symlink_to(target)
+    before = target.read_bytes()
+    code = report.main(["--figure-only"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and str(page) in err, err
+    assert target.read_bytes() == before

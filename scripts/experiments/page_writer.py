@@ -107,11 +107,14 @@ def main(
     build: Callable[[argparse.Namespace], Blocks],
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None,
     after_write: Callable[[argparse.Namespace], None] | None = None,
+    inputs: Callable[[argparse.Namespace], list[Path]] | None = None,
 ) -> int:
     """The command line every report shares: ``--check``, ``--print``, the report's own
     arguments (``add_arguments``), then build → check → write whole pages. ``after_write``
-    (the figures) runs only after every page is written. Exit 0 (written, or current), 1
-    (stale, with ``--check``) or 2 (an input refused, named on one line; nothing written)."""
+    (the figures) runs only after every page is written; ``inputs`` names the result files (or
+    their folder) the report reads, for the line that refuses a figure its tables cannot read.
+    Exit 0 (written, or current), 1 (stale, with ``--check``) or 2 (an input refused, named on
+    one line; nothing written)."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
     parser.add_argument("--print", action="store_true", help="print the blocks, write nothing")
@@ -129,7 +132,8 @@ def main(
         return 2
     except (KeyError, IndexError, TypeError, AttributeError, ValueError, ZeroDivisionError,
             ArithmeticError) as err:  # fmt: skip
-        print(f"{prog}: error: a result file is not what the tables read "
+        named = ", ".join(map(str, inputs(args))) + ": " if inputs is not None else ""
+        print(f"{prog}: error: {named or 'a result file is '}not what the tables read "
               f"({type(err).__name__}: {err}); no page was changed", file=sys.stderr)  # fmt: skip
         return 2
     if args.print:

@@ -526,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     return page_writer.main(
         argv, prog="scripts/experiments/ceiling/ceiling_page.py", description=__doc__.split("\n\n")[0],
         prefix="ceiling", add_arguments=_arguments, after_write=_figures,
-        build=lambda args: {args.page: blocks(args.results)},
+        build=lambda args: {args.page: blocks(args.results)}, inputs=lambda args: [args.results],
     )  # fmt: skip
 
 

@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     return page_writer.main(
         argv, prog="scripts/experiments/claims/claims_page.py", description=__doc__.splitlines()[0],
         prefix="claims", build=_build, add_arguments=_arguments, after_write=_figure,
+        inputs=lambda _args: [sys.modules["claims_results"].REAL.parent],
     )  # fmt: skip
 
 

@@ -554,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     return page_writer.main(
         argv, prog="scripts/experiments/credit/credit_page.py", description=__doc__.splitlines()[0],
         prefix="credit", build=_build, add_arguments=_arguments, after_write=_figures,
+        inputs=lambda args: [args.results],
     )  # fmt: skip
 
 

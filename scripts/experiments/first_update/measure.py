@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         argv, prog="scripts/experiments/first_update/measure.py",
         description=__doc__.split("\n\n")[0], prefix="first_update", build=_build,
         add_arguments=_arguments, after_write=lambda args: figure(args.result, FIGURE),
+        inputs=lambda _args: [RESULTS],
     )  # fmt: skip
 
 
