@@ -141,7 +141,8 @@ def base_model(cfg: WarmstartConfig, prefix: str = "--", *, chosen: BaseChoice |
     with FileLock(str(choice.cache) + ".lock"):
         if cache_complete(choice.cache) and not choice.cfg.force:  # trained meanwhile elsewhere
             return _load(choice)
-        print(training_notice(choice), flush=True)  # never trained in silence
+        print(training_notice(choice.identity, force=choice.cfg.force,  # never in silence
+                              shipped_used=choice.shipped is not None), flush=True)  # fmt: skip
         previous = torch.get_num_threads()
         if choice.cfg.threads:
             torch.set_num_threads(choice.cfg.threads)
@@ -252,12 +253,11 @@ def estimated_seconds(inputs: dict) -> tuple[float | None, str]:
     return estimate, ", ".join(sorted(cpus)) or "unrecorded"
 
 
-def training_notice(choice: BaseChoice) -> str:
-    """The line said before the warm start of ``choice`` is trained: why no shipped model is
-    used, and what the training will cost."""
-    inputs, force = choice.identity, choice.cfg.force
+def training_notice(inputs: dict, *, force: bool, shipped_used: bool) -> str:
+    """The line said before the warm start ``inputs`` (its identity, ``key_inputs``) is
+    trained: why no shipped model is used, and what the training will cost."""
     why = ("retraining it (--force)" if force else "a shipped model has these settings, "
-           "but this run trains its own (shipped models off)" if choice.shipped is not None else
+           "but this run trains its own (shipped models off)" if shipped_used else
            "no base model shipped with refimpl (refimpl/base_models/) has these settings")  # fmt: skip
     est, cpu = estimated_seconds(inputs)
     cost = (
