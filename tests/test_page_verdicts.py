@@ -72,9 +72,12 @@ def block(page: str, prefix: str, name: str) -> str:
 
 def rows(table: str) -> list[dict[str, str]]:
     """Each row of the first markdown table in ``table`` as {header: cell}."""
-    lines = [line for line in table.splitlines() if line.startswith("|")]
-    head = [c.strip() for c in lines[0].strip("|").split("|")]
-    return [dict(zip(head, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
+    lines = [line.strip() for line in table.splitlines() if line.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split(" | ")]
+    # cells are split on " | ": a cell may hold a bar of its own (ρ(H, |A*|))
+    return [
+        dict(zip(head, (c.strip() for c in line.strip("|").split(" | ")))) for line in lines[2:]
+    ]
 
 
 # --- the ceiling's tables (docs/credit.md) -----------------------------------------------------
@@ -265,3 +268,29 @@ def test_every_ledger_verdict_follows_from_its_comparison():
                 assert verdict == expected, (claim, testbed, against, c.group(0), verdict)
                 decided += 1
     assert decided >= 20, decided
+
+
+#: A comparison with the prompt as the unit and its own verdict in brackets: "+0.113 ± 0.017
+#: over 16 prompts (128 completions; df 15, MDD 0.050) [holds]"
+PROMPT_COMPARISON = re.compile(
+    rf"(?P<d>{NUM}) ± (?P<s>\d+\.\d+) over (?P<n>\d+) prompts \(\d+ (?:completions|tokens); "
+    r"df (?P<df>\d+), MDD (?P<mdd>\d+\.\d+)\)[^\[;]*\[(?P<v>holds|contradicted|not shown)\]"
+)
+
+
+def test_every_credit_comparison_of_the_ledger_follows_from_its_figures():
+    """The token-credit rows test each batch with the prompt as the unit (df = prompts − 1)
+    and print each sub-test's verdict in brackets: each is the t rule on its printed figures
+    (claimed side: the entropy marks, the credit agrees, the blame lands: all +), and its MDD
+    is that of its s.e. and df."""
+    decided = 0
+    for claim, _, row, _ in _ledger():
+        for c in PROMPT_COMPARISON.finditer(row["numbers (± s.e.; df, MDD, seeds for 80 % power)"]):
+            assert int(c["df"]) == int(c["n"]) - 1, (claim, c.group(0))
+            lo, hi = mdd_range(c["s"], float(c["df"]))
+            assert lo - 0.0005 <= float(c["mdd"]) <= hi + 0.0005, (claim, c.group(0))
+            expected = judged(c["d"], c["s"], float(c["df"]))
+            if expected is not None:
+                assert c["v"] == expected, (claim, c.group(0))
+                decided += 1
+    assert decided >= 10, decided
