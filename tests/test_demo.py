@@ -94,6 +94,21 @@ def test_the_demo_starts_from_the_shipped_base_model_and_training_it_is_one_flag
     out = capsys.readouterr().out
     assert "shipped base model countdown-300" in out and "training one" not in out
     assert _base_model_lines(out) == 1, out
+    # Every column is explained: by the comparison's legend (the line after the table) or
+    # by the demo's own line after it ("seeds:", "gain:").
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("algorithm "))
+    head, legend = lines[at], " ".join(lines[at + 3 : at + 5])
+    explained_by = {"greedy start": "greedy:", "end": "end =", "gain": "gain:",
+                    "pass@1": "pass@k:", "pass@16": "pass@k:", "entropy": "entropy:",
+                    "clip": "clip:", "mask": "mask:", "seeds": "seeds:",
+                    "steps to 0.45": "steps to 0.45:"}  # fmt: skip
+    rest = head.removeprefix("algorithm")
+    for column, words in explained_by.items():
+        assert column in rest and words in legend, column
+        rest = rest.replace(column, "", 1)
+    assert rest.split() == [], f"a column the check does not know: {rest.split()}"
+    assert "end = mean of the last 3" in legend
     assert not (tmp_path / "warmstart").exists() or not any((tmp_path / "warmstart").iterdir())
     cfg = demo.DemoConfig(train_base=True)
     assert cfg.train_base and demo.DemoConfig().train_base is False
