@@ -60,8 +60,10 @@ import pytest
 # of one thread per core would put cores × cores threads on the machine, which spin against
 # each other (docs/benchmarks.md, "The test suite", has the figures). Subprocesses the tests
 # start inherit it. A test that needs another count sets it and puts it back.
-os.environ["OMP_NUM_THREADS"] = "1"
-os.environ["MKL_NUM_THREADS"] = "1"
+# REFIMPL_TEST_THREADS=N changes it, to measure what the choice costs (docs/benchmarks.md).
+TEST_THREADS = int(os.environ.get("REFIMPL_TEST_THREADS", "1"))
+os.environ["OMP_NUM_THREADS"] = str(TEST_THREADS)
+os.environ["MKL_NUM_THREADS"] = str(TEST_THREADS)
 
 
 class ShapeCheckError(jaxtyping.TypeCheckError, ValueError):
@@ -110,7 +112,7 @@ assert not any(m == "refimpl" or m.startswith("refimpl.") for m in sys.modules),
 # jaxtyping raises the class it finds under this name in its decorator module.
 jaxtyping._decorator.TypeCheckError = ShapeCheckError
 _algorithms = importlib.import_module("refimpl.algorithms")
-importlib.import_module("torch").set_num_threads(1)
+importlib.import_module("torch").set_num_threads(TEST_THREADS)
 #: Every function the test session checks, by module (tests/spec/test_shapes.py reads it).
 SHAPE_CHECKED = {
     module.__name__: check_shapes(module)
