@@ -201,11 +201,43 @@ def judged_t(t: str, df: float) -> str | None:
 
 # --- the claims ledger (docs/claims.md) --------------------------------------------------------
 
-#: "toy − DAPO +0.010 ± 0.008 over 5 seeds (df 4, MDD 0.029" and the like
+#: "toy − DAPO +0.010 ± 0.008 over 5 seeds (df 4, MDD 0.029" and the like; a comparison of a
+#: study extended after a look says how often it was read: "(df 10, 2 looks, MDD 0.045"
 LEDGER_COMPARISON = re.compile(
     rf"(?:^|; )(?P<label>[^;]*?) (?P<d>{NUM}) ± (?P<s>\d+\.\d+)(?: in pass@1 gain)? over "
-    r"(?P<n>\d+) seeds \(df (?P<df>\d+), MDD (?P<mdd>\d+\.\d+)"
+    r"(?P<n>\d+) seeds \(df (?P<df>\d+)(?:, (?P<looks>\d+) looks)?, MDD (?P<mdd>\d+\.\d+)"
 )
+
+#: How often each extended comparison of the ledger was read, from the history of its result
+#: files (scripts/experiments/claims/claims_study.py, "Looks"): a pass read before the next
+#: was planned is a look. The real model ran seeds 0-2 (2026-12-03), read; 3-5 (and DAPO
+#: without overlong shaping 0-2; 2026-12-04/05), read; 6-17 of GTPO and GTPO α₂ = 0, and
+#: GRPO-S 3-5 (2026-12-06). The long chain: the credit study's seeds 0-4, read; then 5-10.
+#: (row's claim starts with, comparison label starts with) → looks; every other: 1.
+LEDGER_LOOKS = {
+    ("GTPO beats DAPO", "real − DAPO"): 2,
+    ("GRPO-S beats DAPO", "real − DAPO"): 2,
+    ("GTPO keeps entropy", "real held-out entropy − DAPO"): 2,
+    ("GRPO-S keeps entropy", "real held-out entropy − DAPO"): 2,
+    ("The entropy weighting is the driver", "real"): 3,
+    ("GRPO-S falls less than DAPO", ""): 2,
+}
+#: The labels above that are the DAPO arm with overlong shaping only (the no-shape arm's
+#: pairs: GTPO's ran within the second pass, 1 look; GRPO-S's were read on seeds 0-2 across
+#: machines after the second pass, then got seeds 3-5: 2 looks).
+NOSHAPE_LOOKS = {"GTPO beats DAPO": 1, "GTPO keeps entropy": 1, "GRPO-S beats DAPO": 2,
+                 "GRPO-S keeps entropy": 2}  # fmt: skip
+
+
+def expected_looks(claim: str, label: str) -> int:
+    if label.startswith("real") and label.endswith("without overlong shaping"):
+        return next((n for k, n in NOSHAPE_LOOKS.items() if claim.startswith(k)), 1)
+    return next((n for (k, lab), n in LEDGER_LOOKS.items()
+                 if claim.startswith(k) and label.startswith(lab)), 1)  # fmt: skip
+
+
+def looks_of(c: re.Match) -> int:
+    return int(c["looks"] or 1)
 #: The side each claim is made on, stated from the claim's own words (+1: the first arm's
 #: figure is claimed larger); a claim not named here is claimed on the + side.
 CLAIMED_SIDE = {"GRPO-S falls less than DAPO": -1, "TEPO trains more stably than DAPO": -1}
@@ -235,20 +267,51 @@ def _verdict_parts(cell: str) -> list[tuple[str | None, str]]:
     return [(None, m.group(1))] if m else []
 
 
-def test_every_ledger_comparison_has_the_mdd_of_its_se_and_df():
+def test_every_ledger_comparison_has_the_mdd_of_its_se_df_and_looks():
     checked = 0
     for claim, _, _, comparisons in _ledger():
         for c in comparisons:
-            lo, hi = mdd_range(c["s"], float(c["df"]))
+            lo, hi = mdd_range(c["s"], float(c["df"]), looks_of(c))
             assert lo - 0.0005 <= float(c["mdd"]) <= hi + 0.0005, (claim, c.group(0))
             checked += 1
     assert checked >= 25
 
 
+def test_every_ledger_comparison_states_the_looks_its_history_had():
+    """A comparison whose seeds were added after it had been read says so ("N looks"), with
+    the count of its history (``LEDGER_LOOKS``); one read once says nothing. The sentence
+    under the ledger names each corrected row and its looks."""
+    corrected: dict[int, set[str]] = {}
+    for claim, _, _, comparisons in _ledger():
+        for c in comparisons:
+            assert looks_of(c) == expected_looks(claim, c["label"]), (claim, c.group(0))
+            if looks_of(c) > 1:
+                corrected.setdefault(looks_of(c), set()).add(claim.split(" (")[0].split(", ")[0])
+    assert set(corrected) == {2, 3}, corrected
+    ledger = block("claims.md", "claims", "ledger")
+    note = next(line for line in ledger.splitlines() if line.startswith("Corrected for looks"))
+    for n, claims in corrected.items():
+        (part,) = [p for p in note.rstrip(".").split("; ") if p.endswith(f": {n} looks")]
+        named = part.split(": the comparisons marked “N looks” in the rows ")[-1]
+        assert set(named.removesuffix(f": {n} looks").split(", ")) == claims, (n, part)
+
+
+def test_the_long_chain_verdict_follows_from_its_worst_falls_at_their_looks():
+    """The long-chain row's verdict is that of both worst falls (GRPO-S − DAPO, GRPO-S −
+    GRPO), each judged at its stated looks on the claimed side (GRPO-S falls less: −)."""
+    ((claim, sign, row, comparisons),) = [r for r in _ledger()
+                                          if r[0].startswith("GRPO-S falls less")]  # fmt: skip
+    falls = [c for c in comparisons if c["label"].startswith("worst fall")]
+    assert len(falls) == 2 and all(looks_of(c) == 2 for c in falls), falls
+    verdicts = {judged(c["d"], c["s"], float(c["df"]), sign, looks_of(c)) for c in falls}
+    assert None not in verdicts and len(verdicts) == 1, verdicts
+    assert row["toy verdict"] == verdicts.pop(), claim
+
+
 def test_every_ledger_verdict_follows_from_its_comparison():
     """Each verdict of the ledger that rests on one comparison (a testbed's "against X" part,
     or a testbed's only comparison) is the t rule applied to that comparison's printed
-    difference, s.e. and df, on the claim's side."""
+    difference, s.e. and df, on the claim's side, at the looks it states."""
     decided = 0
     for claim, sign, row, comparisons in _ledger():
         for testbed, column in (("toy", "toy verdict"), ("real", "real-model verdict")):
@@ -262,7 +325,7 @@ def test_every_ledger_verdict_follows_from_its_comparison():
                 if len(match) != 1:
                     continue
                 (c,) = match
-                expected = judged(c["d"], c["s"], float(c["df"]), sign)
+                expected = judged(c["d"], c["s"], float(c["df"]), sign, looks_of(c))
                 if expected is None:
                     continue
                 assert verdict == expected, (claim, testbed, against, c.group(0), verdict)

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 from arms import NAMES
-from real_runs import REAL_THRESHOLD_GAIN, final, grid_seeds, seeds_of
+from real_runs import REAL_THRESHOLD_GAIN, final, grid_seeds, looks, seeds_of
 from toy_testbed import toy_crossing, toy_runs
 from wording import describe, fmt, fmt_interval, seed_list, table
 
@@ -74,7 +74,7 @@ def auc_compare(real: dict, a: str, b: str) -> Comparison:
         ra = np.mean([rates(e) for e in real[(a, s)]["evals"]], axis=0)
         rb = np.mean([rates(e) for e in real[(b, s)]["evals"]], axis=0)
         per[s] = float((ra - rb).mean())
-    return over_seeds(per)
+    return over_seeds(per, looks=looks(a, b))
 
 
 def worst_drop(curve) -> float:

@@ -22,6 +22,18 @@ from refimpl.bench.stats import Comparison, common_grid, on_grid, over_seeds
 MORE_SEEDS = Path(__file__).resolve().parent / "results" / "long_chain"
 
 
+def looks() -> int:
+    """How often the row was read before it stopped: the looks ``claims_study.py`` records
+    before its own passes (the credit study's seeds 0–4), and its ``long chain`` pass."""
+    import runpy
+
+    from real_runs import STUDY
+
+    study = runpy.run_path(str(STUDY))
+    own = sum(e["name"] == "long chain" for e in study["DECLARATION"]["experiment"])
+    return study["EARLIER_LOOKS"]["long chain"] + own
+
+
 def long_chain_runs() -> dict | None:
     """Per arm, per seed, the long-chain runs: the credit study's file (seeds 0–4), and the
     seeds of ``MORE_SEEDS`` whose file ran on the same CPU from the same warm start (the same
@@ -59,12 +71,14 @@ def long_cot_compare(
     runs: dict, arm: str, base: str, grid: np.ndarray
 ) -> tuple[Comparison, Comparison]:
     """``arm`` − ``base`` per paired seed on the common ``grid``: (the worst fall between two
-    consecutive grid points, the success at the grid's last point)."""
+    consecutive grid points, the success at the grid's last point), corrected for the row's
+    ``looks``."""
     seeds = [s for s in runs[arm] if s in runs.get(base, {})]
     a = {s: on_grid(runs[arm][s], grid) for s in seeds}
     b = {s: on_grid(runs[base][s], grid) for s in seeds}
-    fall = over_seeds({int(s): worst_drop(a[s]) - worst_drop(b[s]) for s in seeds})
-    end = over_seeds({int(s): float(a[s][-1] - b[s][-1]) for s in seeds})
+    n = looks()
+    fall = over_seeds({int(s): worst_drop(a[s]) - worst_drop(b[s]) for s in seeds}, looks=n)
+    end = over_seeds({int(s): float(a[s][-1] - b[s][-1]) for s in seeds}, looks=n)
     return fall, end
 
 

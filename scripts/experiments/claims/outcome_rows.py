@@ -12,7 +12,15 @@ import numpy as np
 from arms import NAMES, REAL_DAPOS, TOY_DAPOS
 from claims_results import REAL_CMD_EMPTY
 from learning_curves import real_curve, real_speed, toy_speed, worst_drop
-from real_runs import eval_entropy, final, grid_seeds, real_compare, real_dapos, seeds_of
+from real_runs import (
+    eval_entropy,
+    final,
+    grid_seeds,
+    looks,
+    real_compare,
+    real_dapos,
+    seeds_of,
+)
 from toy_testbed import collapsed, toy_command, toy_compare, toy_dapos, toy_final, toy_runs
 from wording import describe, describe_real, not_compared, real_verdict, seed_list
 
@@ -147,7 +155,7 @@ def row_tepo_stability(real, toy):
                      + ", ".join(f"{NAMES[a]} {v:.3f}" for a, v in sds.items()))  # fmt: skip
     seeds = grid_seeds(real, ("tepo", "dapo"))
     r = over_seeds({s: worst_drop(real_curve(real, "tepo", s)) - worst_drop(real_curve(real, "dapo", s))
-                    for s in seeds})  # fmt: skip
+                    for s in seeds}, looks=looks("tepo", "dapo"))  # fmt: skip
     common = [s for s in seeds_of(real, "tepo") if all((a, s) in real for a in ("grpo", "dapo"))]
     if len(common) > 1:
         sds = {a: float(np.std([final(real[(a, s)])["success"] for s in common], ddof=1))

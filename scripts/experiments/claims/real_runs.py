@@ -6,8 +6,12 @@ machine.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import re
+import runpy
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from arms import NAMES, REAL_DAPOS
@@ -49,16 +53,50 @@ def mixed_seeds(real: dict, a: str, b: str) -> list[int]:
     return [s for s in seeds_of(real, a) if (b, s) in real and not one_machine(real, a, b, s)]
 
 
+#: The declaration of every run the claims pages read, with the real model's passes.
+STUDY = Path(__file__).resolve().parent / "claims_study.py"
+
+
+@functools.cache
+def passes() -> tuple[dict[str, frozenset[int]], ...]:
+    """The real model's passes, in order, each {arm: its seeds}: the declaration's ``real pass
+    N`` entries (the entries of one N are one pass)."""
+    by_pass: dict[int, dict[str, set[int]]] = {}
+    for exp in runpy.run_path(str(STUDY))["DECLARATION"]["experiment"]:
+        m = re.match(r"real pass (\d+)", exp["name"])
+        if m:
+            arms = by_pass.setdefault(int(m.group(1)), {})
+            for arm, spec in exp["arms"].items():
+                arms.setdefault(arm, set()).update(spec["seeds"])
+    return tuple({a: frozenset(s) for a, s in by_pass[k].items()} for k in sorted(by_pass))
+
+
+def looks(a: str, b: str) -> int:
+    """How often a − b was read before it stopped (``claims_study.py``, "Looks"): the passes,
+    in order, after which the seeds both arms have grew (at least 1). Every bar of the
+    comparison is taken at α / looks (``refimpl.bench.stats``)."""
+    have_a, have_b, paired_seeds, n = set(), set(), set(), 0
+    for run in passes():
+        have_a |= run.get(a, set())
+        have_b |= run.get(b, set())
+        if (have_a & have_b) - paired_seeds:
+            paired_seeds, n = have_a & have_b, n + 1
+    return max(n, 1)
+
+
 def real_compare(real: dict, a: str, b: str, get: Callable | None = None) -> Comparison:
     """a − b on the seeds both arms have, run on one machine (``one_machine``; the others are
     ``mixed_seeds``, left out): per seed the paired difference of the final held-out
-    evaluations (with its s.e. over problems), or of ``get(real, arm, seed)``."""
+    evaluations (with its s.e. over problems), or of ``get(real, arm, seed)``; corrected for
+    the comparison's ``looks``."""
     seeds = [s for s in seeds_of(real, a) if (b, s) in real and one_machine(real, a, b, s)]
+    n = looks(a, b)
     if get is None:
         per = {s: paired(final(real[(a, s)]), final(real[(b, s)])) for s in seeds}
-        c = over_seeds({s: d for s, (d, _) in per.items()}, {s: e for s, (_, e) in per.items()})
+        c = over_seeds({s: d for s, (d, _) in per.items()}, {s: e for s, (_, e) in per.items()},
+                       looks=n)  # fmt: skip
     else:
-        c = over_seeds({s: get(real, a, s) - get(real, b, s) for s in seeds})
+        c = over_seeds({s: get(real, a, s) - get(real, b, s) for s in seeds}, looks=n)
     return dataclasses.replace(c, left_out=tuple(mixed_seeds(real, a, b)))
 
 

@@ -17,6 +17,7 @@ from wording import (
     comparison_cells,
     fmt,
     left_out_note,
+    looks_sentence,
     real_verdict,
     seed_list,
     table,
@@ -129,9 +130,10 @@ REAL_PAIRS = (("gtpo", "dapo"), ("gtpo", "dapo_noshape"), ("grpo_s", "dapo"),
 
 def real_paired_table(real: dict) -> str:
     head = ["difference", "per seed (± s.e. over problems)", *COMPARISON_HEAD]
-    rows = []
+    rows, shown = [], {}
     for a, b in REAL_PAIRS:
         c = real_compare(real, a, b)
+        shown[f"{NAMES[a]} − {NAMES[b]}"] = c
         if c.n:
             per = ", ".join(fmt(c.per_seed[s], c.per_seed_se[s], sign=True) for s in c.per_seed)
             cells = comparison_cells(c)
@@ -142,6 +144,7 @@ def real_paired_table(real: dict) -> str:
                          *["—"] * (len(COMPARISON_HEAD) - 2), "not compared"])  # fmt: skip
     for arm in ("dapo", "dapo_noshape", "gtpo", "grpo_s", "tepo"):
         c = real_compare(real, arm, "base")
+        shown[f"{NAMES[arm]} − base model"] = c
         if c.n:
             per = ", ".join(fmt(c.per_seed[s], c.per_seed_se[s], sign=True) for s in c.per_seed)
             z = min(d / c.per_seed_se[s] for s, d in c.per_seed.items())
@@ -151,7 +154,8 @@ def real_paired_table(real: dict) -> str:
                 + f"; smallest per-seed gain {z:.1f} s.e. over problems"
             )
             rows.append([f"{NAMES[arm]} − base model", per, *cells])
-    return table(head, rows)
+    note = looks_sentence(shown)
+    return table(head, rows) + (f"\n{note}" if note else "")
 
 
 #: The design's bar for a run long enough to compare algorithms on, set with the 12-step

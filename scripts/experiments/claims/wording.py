@@ -63,27 +63,52 @@ def left_out_note(c: Comparison) -> str:
             "two arms ran on different machines")  # fmt: skip
 
 
+def fmt_looks(c: Comparison) -> str:
+    """ ", 2 looks" for a study extended after a look (its bars at α / looks), else ""."""
+    return f", {c.looks} looks" if c.looks > 1 else ""
+
+
 def describe(c: Comparison, label: str, digits: int = 3) -> str:
-    """A comparison in the ledger's words: its size, n, df, MDD and seeds for power."""
+    """A comparison in the ledger's words: its size, n, df, looks (where more than one), MDD
+    and seeds for power."""
     if c.n == 0:
         return f"{label}: " + (f"not compared ({left_out_note(c)})" if c.left_out else "not run")
     note = f"; {left_out_note(c)}" if c.left_out else ""
     if c.one_seed:
         ((s, _),) = c.per_seed.items()
         return (f"{label} {fmt(c.diff, c.se, digits, sign=True)} (one seed, {s}: s.e. over "
-                f"problems, normal quantile, not the spread between seeds; MDD "
+                f"problems, normal quantile, not the spread between seeds{fmt_looks(c)}; MDD "
                 f"{c.mdd:.{digits}f}{note})")  # fmt: skip
     per = ", ".join(f"{v:+.{digits}f}" for v in c.per_seed.values())
-    return (f"{label} {fmt(c.diff, c.se, digits, sign=True)} over {c.n} seeds (df {c.df:.0f}, "
-            f"MDD {c.mdd:.{digits}f}, 80 % power at {fmt_power(c)} seeds; per seed {per}{note})")  # fmt: skip
+    return (f"{label} {fmt(c.diff, c.se, digits, sign=True)} over {c.n} seeds (df {c.df:.0f}"
+            f"{fmt_looks(c)}, MDD {c.mdd:.{digits}f}, 80 % power at {fmt_power(c)} seeds; per "
+            f"seed {per}{note})")  # fmt: skip
+
+
+def looks_sentence(comparisons: dict[str, Comparison]) -> str:
+    """The sentence under a table that says which of its ``comparisons`` (label → comparison)
+    are corrected for looks, and by how many; "" where none is."""
+    by = {}
+    for label, c in comparisons.items():
+        if c.n and c.looks > 1:
+            by.setdefault(c.looks, []).append(label)
+    if not by:
+        return ""
+    parts = "; ".join(f"{', '.join(labels)}: {n} looks" for n, labels in sorted(by.items()))
+    return (
+        "Corrected for looks (seeds added after a comparison had been read, counted in "
+        f"`claims_study.py`; its t bar and MDD at α / looks, Bonferroni): {parts}.\n"
+    )
 
 
 def comparison_cells(c: Comparison, sign: int = +1, digits: int = 3) -> list[str]:
-    """The columns every paired table shares: seeds, over seeds, df, bar, MDD, power, verdict."""
-    seeds = seed_list(c.per_seed) + (" (one seed)" if c.one_seed else f" (n {c.n})")
+    """The columns every paired table shares: seeds (and the looks, where more than one), over
+    seeds, df, bar, MDD, power, verdict; the bar and MDD at α / looks."""
+    seeds = seed_list(c.per_seed) + (" (one seed" if c.one_seed else f" (n {c.n}")
+    seeds += f"; {c.looks} looks)" if c.looks > 1 else ")"
     if c.left_out:
         seeds += f"; {left_out_note(c)}"
-    return [seeds, fmt(c.diff, c.se, digits, sign=True), fmt_df(c), f"{st.critical(c.df):.2f}",
+    return [seeds, fmt(c.diff, c.se, digits, sign=True), fmt_df(c), f"{st.critical(c.df, c.looks):.2f}",
             fmt(c.mdd, digits=digits), fmt_power(c), c.verdict(sign)]  # fmt: skip
 
 
