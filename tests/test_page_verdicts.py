@@ -238,6 +238,8 @@ def expected_looks(claim: str, label: str) -> int:
 
 def looks_of(c: re.Match) -> int:
     return int(c["looks"] or 1)
+
+
 #: The side each claim is made on, stated from the claim's own words (+1: the first arm's
 #: figure is claimed larger); a claim not named here is claimed on the + side.
 CLAIMED_SIDE = {"GRPO-S falls less than DAPO": -1, "TEPO trains more stably than DAPO": -1}
