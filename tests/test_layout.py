@@ -114,8 +114,10 @@ def test_the_trainer_names_no_algorithm():
 #: The top level of ``refimpl/`` shows the architecture: the algorithms' support (the contract,
 #: core's mathematics and what a loss logs), the loop, the Trainer and the entry points; the
 #: settings, run management and diagnostics are packages of their own. (15 until the loss
-#: metrics left core.py for ``loss_metrics.py``, issue 60: core holds the mathematics alone.)
-MAX_TOP_LEVEL_MODULES = 16
+#: metrics left core.py for ``loss_metrics.py``, issue 60: core holds the mathematics alone;
+#: 16 until ``notebook_outputs.py`` took what the notebooks save out of notebook_figures.py,
+#: issue 59, which had reached the file limit.)
+MAX_TOP_LEVEL_MODULES = 17
 TRAIN_MAX_LINES = 400
 
 
@@ -144,7 +146,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("refimpl.settings", "refimpl.scaleup"),
     ("refimpl.runs",),  # it reads the resolved plan as values, never the settings' code
     ("refimpl.diagnostics",),
-    ("refimpl.warmstart", "refimpl.plots"),
+    ("refimpl.warmstart", "refimpl.plots", "refimpl.notebook_outputs"),
     ("refimpl.train", "refimpl.notebook_figures"),
     ("refimpl.compare",),
     ("refimpl.bench",),

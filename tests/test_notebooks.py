@@ -446,7 +446,7 @@ def stuck_bars(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_saved_outputs_hold_no_stuck_progress_bar(path: Path) -> None:
     """The committed outputs hold no bar stuck at its first state ("0/30"): the bars save
-    their final state (``notebook_figures.bars_save_their_final_state``)."""
+    their final state (``notebook_outputs.bars_save_their_final_state``)."""
     assert stuck_bars(path) == []
 
 
@@ -468,11 +468,11 @@ def test_a_bar_in_a_kernel_saves_its_final_state() -> None:
     closing it replaces that output by its final count; outside a kernel nothing changes."""
     import tqdm.auto
 
-    from refimpl import notebook_figures
+    from refimpl import notebook_outputs
 
     before = tqdm.auto.tqdm
     if "ipykernel" not in sys.modules:
-        notebook_figures.bars_save_their_final_state()
+        notebook_outputs.bars_save_their_final_state()
         assert tqdm.auto.tqdm is before
     import tqdm.notebook
 
@@ -487,7 +487,7 @@ def test_a_bar_in_a_kernel_saves_its_final_state() -> None:
     real = IPython.display.display
     IPython.display.display = lambda *a, **k: Handle()
     try:
-        bar_class = notebook_figures._final_state_bar(tqdm.notebook.tqdm)
+        bar_class = notebook_outputs._final_state_bar(tqdm.notebook.tqdm)
         bar = bar_class(total=3, desc="steps")
         bar.update(3)
         bar.close()
@@ -538,7 +538,7 @@ def test_notebook_05_reads_03s_runs_and_says_whether_its_runs_learned() -> None:
 
 
 def test_the_learning_verdict_says_plainly_that_runs_did_not_learn() -> None:
-    from refimpl.notebook_figures import learning_verdict
+    from refimpl.notebook_outputs import learning_verdict
 
     flat = [{"algo": a, "greedy_start": 0.0, "greedy_end": 0.0, "entropy_start": 2.494,
              "entropy_end": 2.494} for a in ("dapo", "tepo")]  # fmt: skip
