@@ -220,7 +220,18 @@ def test_arms_with_different_seeds_pair_on_the_seeds_both_have():
     assert c.diff == pytest.approx((0.25 + 0.25 + 0.125) / 3)
     table = real_tables.real_paired_table(real)
     row = _cells(table, "GTPO (α₂ = 0.1) − DAPO")
-    assert row["seeds"] == "0–2 (n 3)" and row["df"] == "2"
+    # seeds 0-2 of both arms ran in one pass (claims_study.py): one look, the bar at 0.975
+    assert row["seeds"] == "0–2 (n 3)" and row["df"] == "2" and c.looks == 1
+    assert float(row["t bar (s.e.)"]) == pytest.approx(T975[2], abs=0.005)
+    # with the second pass's seeds 3-4 of GTPO, the pair was read before they came: 2 looks,
+    # its bar t at 1 − 0.025 / 2
+    real |= {("gtpo", s): _run([4, 4, 0, 0]) for s in (3, 4)}
+    row = _cells(real_tables.real_paired_table(real), "GTPO (α₂ = 0.1) − DAPO")
+    assert (
+        row["seeds"] == "0–4 (n 5; 2 looks)"
+        and real_runs.real_compare(real, "gtpo", "dapo").looks == 2
+    )
+    assert float(row["t bar (s.e.)"]) == pytest.approx(3.495, abs=0.005)  # t at 0.9875, df 4
     assert real_runs.real_compare(real, "gtpo", "nope").n == 0
 
 
@@ -450,7 +461,9 @@ def test_the_report_reads_the_second_pass_files(tmp_path, monkeypatch):
         "4",
     )
     assert float(row["t bar (s.e.)"]) == pytest.approx(T975[4], abs=0.005)  # 2 decimals
-    assert _cells(paired, "GTPO (α₂ = 0.1) − DAPO")["seeds"] == "0–7 (n 8)"
+    row = _cells(paired, "GTPO (α₂ = 0.1) − DAPO")  # read at seeds 0-2, then extended
+    assert row["seeds"] == "0–7 (n 8; 2 looks)"
+    assert float(row["t bar (s.e.)"]) == pytest.approx(2.841, abs=0.005)  # t at 0.9875, df 7
     assert _cells(paired, "GRPO-S − DAPO")["seeds"] == "0–2 (n 3)"  # GRPO-S has seeds 0-2
     row = _cells(paired, "GRPO-S − DAPO without overlong shaping")
     assert (row["df"], row["verdict on “first > second”"]) == ("—", "not compared")
@@ -765,3 +778,23 @@ def test_no_difference_without_spread_is_not_shown_in_either_direction():
         assert stats.verdict(0.0, 0.0, 4, sign) == "not shown"
     assert stats.verdict(0.01, 0.0, 4, -1) == "contradicted"
     assert stats.verdict(-0.01, 0.0, 4, -1) == "holds"
+
+
+def test_the_declared_passes_are_the_machines_the_files_record_and_give_the_looks():
+    """claims_study.py's real passes are those that ran: every first-pass file records the
+    first machine (a bare "x86_64"), every later pass's file the AMD EPYC (so DAPO without
+    overlong shaping's seeds 0-2, run on the EPYC, are the second pass's); each pass's files
+    exist. The looks the pages use follow: GTPO − GTPO α₂ = 0 grew after each of the three
+    passes, GTPO − DAPO after two, TEPO − DAPO after one."""
+    passes = real_runs.passes()
+    assert len(passes) == 3
+    for k, run in enumerate(passes):
+        for arm, seeds in run.items():
+            for s in seeds:
+                cpu = REAL[(arm, s)]["machine"]["cpu"]
+                assert (cpu == "x86_64") == (k == 0), (k + 1, arm, s, cpu)
+    assert real_runs.looks("gtpo", "gtpo_alpha0") == 3
+    assert real_runs.looks("gtpo", "dapo") == real_runs.looks("grpo_s", "dapo") == 2
+    assert real_runs.looks("tepo", "dapo") == real_runs.looks("gtpo", "dapo_noshape") == 1
+    assert real_runs.looks("gtpo", "gtpo_alpha0", seeds=[0, 1, 2]) == 1  # the first pass alone
+    assert real_runs.real_compare(REAL, "gtpo", "gtpo_alpha0").looks == 3

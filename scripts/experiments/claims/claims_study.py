@@ -41,8 +41,9 @@ LATE = "--eval-at 12"  # the second and third passes: one evaluation, after the 
 #: Looks taken before this declaration's passes, in another one: the long-chain row read the
 #: credit study's seeds 0-4 (scripts/experiments/credit/credit_study.py; in the ledger since
 #: 2026-12-05, 8e9704d) before its seeds 5-10 were planned here (2026-12-06, eb4911c) and run
-#: to that plan, so the row has 2 looks (``long_chain_rows.looks``).
-EARLIER_LOOKS = {"long chain": 1}
+#: to that plan, so the row has 2 looks (``long_chain_rows.looks``). Each earlier look: the
+#: seeds it read.
+EARLIER_LOOKS = {"long chain": [[0, 1, 2, 3, 4]]}
 
 
 def _arms(seeds, *names, flags=""):

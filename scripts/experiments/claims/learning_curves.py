@@ -74,7 +74,7 @@ def auc_compare(real: dict, a: str, b: str) -> Comparison:
         ra = np.mean([rates(e) for e in real[(a, s)]["evals"]], axis=0)
         rb = np.mean([rates(e) for e in real[(b, s)]["evals"]], axis=0)
         per[s] = float((ra - rb).mean())
-    return over_seeds(per, looks=looks(a, b))
+    return over_seeds(per, looks=looks(a, b, per))
 
 
 def worst_drop(curve) -> float:

@@ -22,16 +22,18 @@ from refimpl.bench.stats import Comparison, common_grid, on_grid, over_seeds
 MORE_SEEDS = Path(__file__).resolve().parent / "results" / "long_chain"
 
 
-def looks() -> int:
+def looks(seeds) -> int:
     """How often the row was read before it stopped: the looks ``claims_study.py`` records
-    before its own passes (the credit study's seeds 0–4), and its ``long chain`` pass."""
+    before its own passes (the credit study's seeds 0–4), then its ``long chain`` passes,
+    each counted where it holds one of ``seeds`` (the seeds the row pairs)."""
     import runpy
 
     from real_runs import STUDY
 
     study = runpy.run_path(str(STUDY))
-    own = sum(e["name"] == "long chain" for e in study["DECLARATION"]["experiment"])
-    return study["EARLIER_LOOKS"]["long chain"] + own
+    reads = [*study["EARLIER_LOOKS"]["long chain"],
+             *(e["seeds"] for e in study["DECLARATION"]["experiment"] if e["name"] == "long chain")]  # fmt: skip
+    return max(1, sum(bool({int(s) for s in seeds} & set(read)) for read in reads))
 
 
 def long_chain_runs() -> dict | None:
@@ -76,7 +78,7 @@ def long_cot_compare(
     seeds = [s for s in runs[arm] if s in runs.get(base, {})]
     a = {s: on_grid(runs[arm][s], grid) for s in seeds}
     b = {s: on_grid(runs[base][s], grid) for s in seeds}
-    n = looks()
+    n = looks(seeds)
     fall = over_seeds({int(s): worst_drop(a[s]) - worst_drop(b[s]) for s in seeds}, looks=n)
     end = over_seeds({int(s): float(a[s][-1] - b[s][-1]) for s in seeds}, looks=n)
     return fall, end

@@ -155,7 +155,7 @@ def row_tepo_stability(real, toy):
                      + ", ".join(f"{NAMES[a]} {v:.3f}" for a, v in sds.items()))  # fmt: skip
     seeds = grid_seeds(real, ("tepo", "dapo"))
     r = over_seeds({s: worst_drop(real_curve(real, "tepo", s)) - worst_drop(real_curve(real, "dapo", s))
-                    for s in seeds}, looks=looks("tepo", "dapo"))  # fmt: skip
+                    for s in seeds}, looks=looks("tepo", "dapo", seeds))  # fmt: skip
     common = [s for s in seeds_of(real, "tepo") if all((a, s) in real for a in ("grpo", "dapo"))]
     if len(common) > 1:
         sds = {a: float(np.std([final(real[(a, s)])["success"] for s in common], ddof=1))

@@ -71,16 +71,18 @@ def passes() -> tuple[dict[str, frozenset[int]], ...]:
     return tuple({a: frozenset(s) for a, s in by_pass[k].items()} for k in sorted(by_pass))
 
 
-def looks(a: str, b: str) -> int:
+def looks(a: str, b: str, seeds=None) -> int:
     """How often a − b was read before it stopped (``claims_study.py``, "Looks"): the passes,
-    in order, after which the seeds both arms have grew (at least 1). Every bar of the
-    comparison is taken at α / looks (``refimpl.bench.stats``)."""
+    in order, after which the seeds both arms have grew, counting only ``seeds`` (those both
+    arms have in the files read; every declared seed when None); at least 1. Every bar of
+    the comparison is taken at α / looks (``refimpl.bench.stats``)."""
     have_a, have_b, paired_seeds, n = set(), set(), set(), 0
     for run in passes():
         have_a |= run.get(a, set())
         have_b |= run.get(b, set())
-        if (have_a & have_b) - paired_seeds:
-            paired_seeds, n = have_a & have_b, n + 1
+        both = have_a & have_b & (set(seeds) if seeds is not None else have_a)
+        if both - paired_seeds:
+            paired_seeds, n = both, n + 1
     return max(n, 1)
 
 
@@ -90,7 +92,7 @@ def real_compare(real: dict, a: str, b: str, get: Callable | None = None) -> Com
     evaluations (with its s.e. over problems), or of ``get(real, arm, seed)``; corrected for
     the comparison's ``looks``."""
     seeds = [s for s in seeds_of(real, a) if (b, s) in real and one_machine(real, a, b, s)]
-    n = looks(a, b)
+    n = looks(a, b, [s for s in seeds_of(real, a) if (b, s) in real])
     if get is None:
         per = {s: paired(final(real[(a, s)]), final(real[(b, s)])) for s in seeds}
         c = over_seeds({s: d for s, (d, _) in per.items()}, {s: e for s, (_, e) in per.items()},
