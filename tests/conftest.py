@@ -157,6 +157,27 @@ SECOND_TIER: dict[str, str] = {
     "tests/scaleup/test_verl_launch.py": "multi-process: verl's launcher",
     "tests/scaleup/test_verl_worker.py": "multi-process: verl's actor worker in a subprocess",
     "tests/scaleup/test_verl_hooks.py": "multi-process: verl's hooks in a subprocess",
+    "tests/scaleup/test_verl.py::test_loadable_through_verl_use_external_modules": (
+        "verl imported and our module loaded through its external-modules hook"
+    ),
+    "tests/test_demo.py::test_the_base_model_line_prints_once_with_workers": (
+        "multi-process: the demo's two worker processes"
+    ),
+    "tests/test_safety_lock.py::test_a_running_run_is_refused_to_a_second_process_and_freed_when_it_dies": (
+        "multi-process: a second `refimpl train` against a running one"
+    ),
+    "tests/test_safety_lock.py::test_two_trains_started_together_one_trains_and_the_other_exits_2": (
+        "multi-process: two `refimpl train` processes started together"
+    ),
+    "tests/test_safety_lock.py::test_a_signal_to_compare_s_process_alone_stops_its_workers": (
+        "multi-process: a signal to `refimpl compare` and its worker processes"
+    ),
+    "tests/test_safety.py::test_sigterm_ends_a_step_of_4096_rollouts_within_seconds": (
+        "multi-process: SIGTERM to a training process in a step of minutes"
+    ),
+    "tests/test_numerics.py::test_warm_start_and_rl_are_bit_identical_on_two_kernel_paths": (
+        "multi-process: a warm start and RL steps in two fresh processes, compared bit for bit"
+    ),
     "tests/test_notebooks.py::test_notebook_executes_and_draws": "the six notebooks, executed",
     "fixture:site": "the docs site, built with mkdocs --strict",
     "tests/test_adding_an_algorithm.py::test_the_page_followed_literally_passes_the_suite": (
