@@ -6,7 +6,7 @@
 
 It loads the base model shipped with refimpl (``refimpl/base_models/countdown-300``; with
 ``--train-base`` it trains it here and says whether this machine computed the shipped bits),
-names it once, runs ``refimpl compare`` in the default regime at half its prompts per step
+names it once, runs ``refimpl compare`` for 60 steps in the default regime at half its prompts per step
 (``--prompts-per-step`` 32 × G = 8, 4 minibatches: several optimizer steps per rollout, so
 the clip and TEPO's mask act), two runs at a time on one torch thread each (two cores: two
 processes × one thread, never more threads than cores), writes ``runs/demo/compare.png`` and
@@ -17,7 +17,7 @@ diagnostics, ``refimpl train`` keeps them.
 1. The comparison's: held-out greedy success at the start and the end (mean of the last three
    evaluations on the runs' 200 held-out problems) and the gain, pass@1 and pass@16, mean
    token entropy, the clip and mask fractions, and the first step at which held-out greedy
-   success reached the target (0.45; its legend explains every column).
+   success reached the target (0.40; its legend explains every column).
 2. The demo's result, measured to about ±0.012: greedy success of the warm start and of each
    run's last checkpoint on ``--final-problems`` (2000) held-out problems, the same problems
    before and after, and the gain with its standard error. One evaluation on 200 problems has
@@ -66,21 +66,21 @@ class DemoConfig:
     """task: countdown (many right answers, so entropy and pass@k move most; docs/benchmarks.md)"""
     seeds: str = "0"
     """RL seeds"""
-    steps: int = 80
-    """RL steps per run"""
+    steps: int = 60
+    """RL steps per run (60 of 32 prompts: the four runs fit 90 s on two cores,
+    docs/benchmarks.md § 0)"""
     prompts_per_step: int = 32
-    """prompts (groups of G = 8) per rollout: half TrainConfig's 64, so that the four runs of
-    80 steps fit 90 s on two cores (docs/benchmarks.md § 0); the learning rate and the four
-    minibatches stay the default regime's"""
+    """prompts (groups of G = 8) per rollout: half TrainConfig's 64, for the 90-second budget;
+    the learning rate and the four minibatches stay the default regime's"""
     base_steps: int = 300
     """supervised steps of the demo's base model (300: greedy success 0.28 on countdown, room
     to learn; from the default 600-step base, at 0.46, GRPO gains only about +0.10 in 80-100
     steps; docs/benchmarks.md § 0)"""
-    eval_every: int = 20
-    """steps between held-out evaluations"""
-    target: float = 0.45
-    """held-out greedy success the table reports the first-reach step of (0.45: from the base
-    model's 0.27, within reach of some algorithms in 80 steps, not of all)"""
+    eval_every: int = 15
+    """steps between held-out evaluations (15: five, at steps 0 to 60)"""
+    target: float = 0.4
+    """held-out greedy success the table reports the first-reach step of (0.40: from the base
+    model's 0.27, within reach of some algorithms in 60 steps, not of all)"""
     runs_dir: Path = Path("runs")
     """where the warm start cache and the runs go"""
     name: str = "demo"

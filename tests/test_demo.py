@@ -102,7 +102,7 @@ def test_the_demo_starts_from_the_shipped_base_model_and_training_it_is_one_flag
     explained_by = {"greedy start": "greedy:", "end": "end =", "gain": "gain:",
                     "pass@1": "pass@k:", "pass@16": "pass@k:", "entropy": "entropy:",
                     "clip": "clip:", "mask": "mask:", "seeds": "seeds:",
-                    "steps to 0.45": "steps to 0.45:"}  # fmt: skip
+                    "steps to 0.40": "steps to 0.40:"}  # fmt: skip
     rest = head.removeprefix("algorithm")
     for column, words in explained_by.items():
         assert column in rest and words in legend, column
