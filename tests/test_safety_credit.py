@@ -22,8 +22,8 @@ import torch
 
 from refimpl.bench.credit import CreditConfig
 from refimpl.bench.learning_settings import LearningConfig
-from refimpl.sampling.monte_carlo_values import estimate_values, reference_values, token_values
 from refimpl.sampling.groups import Samples
+from refimpl.sampling.monte_carlo_values import estimate_values, reference_values, token_values
 from tests.safety_helpers import (
     ROOT,
     cli,
