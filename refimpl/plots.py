@@ -373,7 +373,9 @@ def plot_compare(
                 ax.clear()
                 lo, hi = np.inf, -np.inf
                 for label, records in runs.items():
-                    pts = [logged_pairs(r, "entropy_change_pred", "entropy_change") for r in records]
+                    pts = [
+                        logged_pairs(r, "entropy_change_pred", "entropy_change") for r in records
+                    ]
                     x = np.concatenate([p[0] for p in pts])
                     y = np.concatenate([p[1] for p in pts])
                     if x.size < 3:
