@@ -157,9 +157,15 @@ SECOND_TIER: dict[str, str] = {
     "tests/scaleup/test_verl_launch.py": "multi-process: verl's launcher",
     "tests/scaleup/test_verl_worker.py": "multi-process: verl's actor worker in a subprocess",
     "tests/scaleup/test_verl_hooks.py": "multi-process: verl's hooks in a subprocess",
-    "tests/scaleup/test_verl.py::test_loadable_through_verl_use_external_modules": (
-        "verl imported and our module loaded through its external-modules hook"
+    "tests/scaleup/test_trl.py": (
+        "a real-model stack: TRL imported, our losses run inside its GRPOTrainer on a "
+        "Hugging Face GPT-2"
     ),
+    "tests/scaleup/test_verl.py": (
+        "a real-model stack: verl imported, our functions against its own and loaded through "
+        "its external-modules hook"
+    ),
+    "tests/scaleup/test_verl_cov.py": "a real-model stack: verl imported, its Clip-Cov/KL-Cov",
     "tests/test_demo.py::test_the_base_model_line_prints_once_with_workers": (
         "multi-process: the demo's two worker processes"
     ),
