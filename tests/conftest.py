@@ -184,6 +184,21 @@ SECOND_TIER: dict[str, str] = {
     "tests/test_numerics.py::test_warm_start_and_rl_are_bit_identical_on_two_kernel_paths": (
         "multi-process: a warm start and RL steps in two fresh processes, compared bit for bit"
     ),
+    "tests/test_safety.py::test_ctrl_c_writes_a_checkpoint_and_prints_how_to_resume": (
+        "multi-process: a `refimpl train` process interrupted with SIGINT"
+    ),
+    "tests/test_cli.py::test_ctrl_c_while_starting_is_one_line_and_exit_130": (
+        "multi-process: `refimpl` processes interrupted while they import"
+    ),
+    "tests/test_cli.py::test_a_listing_into_a_closed_pipe_ends_quietly": (
+        "multi-process: `refimpl` processes writing into a pipe closed by the reader"
+    ),
+    "tests/test_safety_credit.py::test_issue_49_12_help_into_a_closed_pipe_is_quiet": (
+        "multi-process: every command's --help into a closed pipe, one process each"
+    ),
+    "tests/test_safety_disk.py::test_a_fifo_or_a_device_as_a_run_file_is_refused_without_reading": (
+        "multi-process: four `refimpl` processes facing a FIFO and /dev/zero (a hang is the bug)"
+    ),
     "tests/test_notebooks.py::test_notebook_executes_and_draws": "the six notebooks, executed",
     "fixture:site": "the docs site, built with mkdocs --strict",
     "tests/test_adding_an_algorithm.py::test_the_page_followed_literally_passes_the_suite": (
