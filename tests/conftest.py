@@ -199,6 +199,18 @@ SECOND_TIER: dict[str, str] = {
     "tests/test_safety_disk.py::test_a_fifo_or_a_device_as_a_run_file_is_refused_without_reading": (
         "multi-process: four `refimpl` processes facing a FIFO and /dev/zero (a hang is the bug)"
     ),
+    "tests/test_numerics.py::test_pin_overrides_the_environment_and_native_opts_out": (
+        "multi-process: fresh interpreters, each importing torch and refimpl"
+    ),
+    "tests/test_numerics.py::test_torch_imported_but_unused_before_refimpl_is_still_pinned": (
+        "multi-process: a fresh interpreter importing torch before refimpl"
+    ),
+    "tests/test_numerics.py::test_torch_run_before_refimpl_warns_and_records_the_native_path": (
+        "multi-process: a fresh interpreter running torch before refimpl"
+    ),
+    "tests/test_experiment_declarations.py::test_the_driver_runs_a_toy_experiment": (
+        "multi-process: the experiment driver runs its arms as `refimpl` processes"
+    ),
     "tests/test_notebooks.py::test_notebook_executes_and_draws": "the six notebooks, executed",
     "fixture:site": "the docs site, built with mkdocs --strict",
     "tests/test_adding_an_algorithm.py::test_the_page_followed_literally_passes_the_suite": (
