@@ -302,14 +302,8 @@ def test_the_claims_report_refuses_a_damaged_file_and_writes_no_page(claims, cap
     assert _pages(report) == before
 
 
-def test_the_credit_report_refuses_a_damaged_file_and_writes_no_page(tmp_path, capsys, monkeypatch):
-    credit_dir = ROOT / "scripts" / "experiments" / "credit"
-    report = _load(credit_dir / "credit_page.py", "credit_report_hostile")
-    results = tmp_path / "results"
-    shutil.copytree(credit_dir / "results", results)
-    page = tmp_path / "credit.md"
-    shutil.copy(report.PAGE, page)
-    monkeypatch.setattr(report, "PAGE", page)
+def test_the_credit_report_refuses_a_damaged_file_and_writes_no_page(credit, tmp_path, capsys):
+    report, results, page = credit
     assert report.main(["--check", "--results", str(results)]) == 0
     target = results / "longchain_step40.json"
     target.write_bytes(target.read_bytes()[:4096])
