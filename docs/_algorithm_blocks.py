@@ -22,9 +22,13 @@ block differs, naming that command. The block holds
   (token-level credit), and whether its advantages or its loss read the rollout entropy;
 * **the loop**: the training step every algorithm shares (``train`` in
   ``refimpl/loop.py``), with the lines this algorithm changes marked ``◀``. The shared steps
-  appear when the ``Config`` switches them on; the advantage and loss lines are written once
-  per algorithm in ``LOOP`` below, with their numbers taken from the ``Config``. A line is
-  marked where it differs from GRPO's, the baseline.
+  appear when the ``Config`` switches them on. The advantage and loss lines name the
+  algorithm's ``advantages`` and ``loss`` and point to its *Key equations*: they restate no
+  algorithm's mathematics (this module holds no table keyed by algorithm names), and show
+  only what they read off the ``Config`` (aggregation, clip, KL coefficient). A line is marked
+  where it differs from GRPO's, the baseline: a shared step where its text does, the
+  advantage and loss steps where the code says so (:func:`differs_from_grpo` calls both
+  algorithms on :func:`probe_batch`), the loss step also where its ``Config`` line does.
 
 A page holds a second generated block, under its ``## Key equations`` heading::
 
@@ -47,7 +51,6 @@ import inspect
 import re
 import sys
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,156 +78,12 @@ def _clip(cfg) -> str:
 
 
 def _kl(cfg) -> str:
-    """The KL term of the loss step (on a line of its own), empty without one."""
-    return f"\n    + {cfg.kl_coef:g}·kl_k3(π_θ ‖ π_ref)" if cfg.needs_reference() else ""
-
-
-def _surrogate(ratio: str, cfg) -> str:
-    if _clip(cfg) == "none":
-        return f"−{ratio}·A"
-    return f"−min({ratio}·A, {_clip(cfg).replace('·', ratio, 1)}·A)"
-
-
-Z_SCORE = "(r_i − mean_G r) / (std_G r + ε)"
-PER_COMPLETION = "A[i,t] ← {}, the same on every token of o_i"
-
-
-def _token_loss(c) -> str:
-    return f"L ← {c.loss_agg_mode}( {_surrogate('w', c)}{_kl(c)} ),  w = π_θ/π_old"
-
-
-# Per algorithm: its advantage step and its loss step in the loop, as functions of the
-# Config, in the notation of docs/math.md. A step may run over several lines ("\n", the
-# continuation indented); keep lines under ~90 characters.
-LOOP: dict[str, tuple[Callable, Callable]] = {
-    "grpo": (lambda c: PER_COMPLETION.format(Z_SCORE), lambda c: _token_loss(c)),
-    "dapo": (lambda c: PER_COMPLETION.format(Z_SCORE), lambda c: _token_loss(c)),
-    "dr_grpo": (
-        lambda c: PER_COMPLETION.format("r_i − mean_G r   (no std)"),
-        lambda c: (
-            _token_loss(c)
-            + (
-                "\n    seq-mean-token-sum-norm = Σ m·ℓ / (B'·L_max), L_max = the generation budget"
-                if c.loss_agg_mode == "seq-mean-token-sum-norm"
-                else ""
-            )
-        ),
-    ),
-    "gspo": (
-        lambda c: PER_COMPLETION.format(Z_SCORE),
-        lambda c: (
-            f"L ← {c.loss_agg_mode}( {_surrogate('s_i', c)} ),"
-            "\n    s_i = exp(mean_t log w), one ratio per completion"
-        ),
-    ),
-    "gpg": (
-        lambda c: PER_COMPLETION.format(
-            "r_i − mean_G r" + ("  / (std_G r + ε)" if c.normalize_std else "   (no std)")
-        ),
-        lambda c: (
-            f"L ← {c.loss_agg_mode}( −α·A·log π_θ ),   no ratio, no clip,"
-            "\n    α = B / (B − #rows in groups whose rewards are all equal)"
-        ),
-    ),
-    "gtpo": (
-        lambda c: (
-            f"A[i,t] ← z-score ({c.stats}) of the token rewards, per token:"
-            f"\n    r⁺[i,t] = {c.alpha_1:g}·r_i + {c.alpha_2:g}·(H̃[i,t] / Σ_O⁺ H̃[·,t])·d_t     on O⁺"
-            f"\n    r⁻[j,t] = −{c.alpha_1:g} − {c.alpha_2:g}·((1/H̃[j,t]) / Σ_O⁻ 1/H̃[·,t])·h_t  on O⁻"
-            + ("" if c.negative_shaping == "v6" else f"  (negative_shaping={c.negative_shaping})")
-        ),
-        lambda c: _token_loss(c),
-    ),
-    "grpo_s": (
-        lambda c: (
-            f"A_i ← z-score ({c.stats}) of the sequence rewards, on every token of o_i:"
-            f"\n    r̂⁺_i = {c.beta_1:g}·r_i + {c.beta_2:g}·(Ĥ_i / Σ_O⁺ Ĥ)·n     on O⁺"
-            f"\n    r̂⁻_j = −{c.beta_1:g} − {c.beta_2:g}·((1/Ĥ_j) / Σ_O⁻ 1/Ĥ)·m  on O⁻"
-            "\n    Ĥ_i = the mean rollout entropy of o_i"
-        ),
-        lambda c: (
-            f"L ← {c.loss_agg_mode}( {_surrogate('ŵ_i', c)} ),"
-            + "\n    ŵ_i = "
-            + ("mean_t w" if c.ratio == "arithmetic" else "exp(mean_t log w)")
-            + f" ({c.ratio}), one ratio per completion"
-        ),
-    ),
-    "tepo": (
-        lambda c: PER_COMPLETION.format(Z_SCORE if c.advantage == "grpo" else "r_i − mean_G r"),
-        lambda c: (
-            f"L ← {c.loss_agg_mode}( {_surrogate('s', c)} )"
-            + (
-                f" + {c.kl_coef:g}·Σ M·kl / Σ m,"
-                "\n    M[i,t] = 1[A_i > 0]·1[H_θ[i,t] < H_old[i,t] − τ]   (the KL mask)"
-                if c.kl_coef > 0 and c.kl_mask
-                else (f" + {c.kl_coef:g}·kl," if c.kl_coef > 0 else ",")
-            )
-            + "\n    s[i,t] = sg[s_i]·π_θ/sg[π_θ]   (GSPO-token ratio)"
-        ),
-    ),
-    "rloo": (lambda c: PER_COMPLETION.format("G/(G−1)·(r_i − mean_G r)"), _token_loss),
-    "clip_cov": (
-        lambda c: PER_COMPLETION.format(Z_SCORE),
-        lambda c: (
-            _token_loss(c)
-            + f"\n    but max(1, ⌊{c.clip_cov_ratio:.2%}·#tokens⌋) random tokens with"
-            f" Cov(log π, A) in ({c.clip_cov_lb:g}, {c.clip_cov_ub:g}) get no gradient"
-        ),
-    ),
-    "kl_cov": (
-        lambda c: PER_COMPLETION.format(Z_SCORE),
-        lambda c: (
-            f"L ← {c.loss_agg_mode}( −w·A + {c.kl_cov_coef:g}·|log π_θ − log π_old|·K ),"
-            "   no clip,"
-            f"\n    K[i,t] = 1 on the max(1, ⌊{c.kl_cov_ratio:.2%}·#tokens⌋) tokens of largest"
-            " Cov(log π, A)"
-        ),
-    ),
-    "forking_tokens": (
-        lambda c: PER_COMPLETION.format(Z_SCORE),
-        lambda c: (
-            _token_loss(c)
-            + (
-                f"\n    on the top {c.top_entropy_frac:.0%} of the batch's tokens by H_old only"
-                if c.selection == "entropy"
-                else f"\n    on a random {c.top_entropy_frac:.0%} of the batch's tokens only"
-            )
-        ),
-    ),
-    "entropy_bonus": (
-        lambda c: PER_COMPLETION.format(Z_SCORE),
-        lambda c: (
-            f"L ← {c.loss_agg_mode}( {_surrogate('w', c)} − {c.entropy_coef:g}·H_θ ),"
-            "  w = π_θ/π_old"
-        ),
-    ),
-    "steer": (
-        lambda c: PER_COMPLETION.format(Z_SCORE),
-        lambda c: (
-            f"L ← {c.loss_agg_mode}( λ·({_surrogate('w', c)}, ≤ −{c.clip_ratio_c:g}·A if A < 0) ),"
-            f"\n    Ω = (A/π_old)·π(1−π)^{c.omega_power}·(ln π + H_old),  λ = "
-            + (
-                f"{c.lambda_max:g} → {c.lambda_min:g} linear in |Ω| over the {c.normalise}"
-                if c.mapping == "linear"
-                else f"exp(−k|Ω|) ∈ [{c.lambda_min:g}, 1] over the {c.normalise}"
-            )
-        ),
-    ),
-    "vineppo": (
-        lambda c: (
-            f"V̂(s) ← mean of {c.rollouts} continuations of π_old from each "
-            + ("step start s" if c.boundaries == "step" else "prefix s")
-            + " (the credit oracle)"
-            + "\n    A[i,t] ← V̂(s_k+1) − V̂(s_k) on every token of step k,"
-            + f" V(s_end) = 1[r ≥ {c.success_threshold:g}]"
-            + ("\n    A ← z-score over the batch's tokens" if c.whiten_advantages else "")
-        ),
-        lambda c: (
-            f"L ← {c.loss_agg_mode}( {_surrogate('w', c)} ),  w = π_θ/π_old"
-            + (f"\n    + {c.kl_coef:g}·mean_i Σ_t min(kl_k3, 10)" if c.needs_reference() else "")
-        ),
-    ),
-}
+    """The Config's KL coefficient, as the loss step names it."""
+    if cfg.needs_reference():
+        return f"KL to π_ref β = {cfg.kl_coef:g}"
+    if cfg.kl_coef > 0:
+        return f"β = {cfg.kl_coef:g}, not to π_ref"
+    return "no KL to π_ref"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,22 +219,59 @@ def quick_facts(name: str, cfg=None) -> list[tuple[str, str]]:
     ]
 
 
+def differs_from_grpo(name: str, cfg=None) -> dict[str, bool]:
+    """Whether algorithm ``name`` (its default ``Config`` unless ``cfg`` is given) computes
+    other numbers than GRPO (its default ``Config``) on :func:`probe_batch`: ``advantage``,
+    its advantages; ``loss``, the value of its loss or its gradient (in the log-probs and in
+    the current entropy), both losses given GRPO's advantages and the same current policy.
+    The marks of the loop come from here: the code says what differs, no table does."""
+    algo, grpo = algorithms.get(name), algorithms.get("grpo")
+    cfg = algo.Config() if cfg is None else cfg
+    base = grpo.Config()
+    batch = probe_batch(0)
+    adv = grpo.advantages(batch, base)
+    moved = 0.3 * torch.randn(8, 6, generator=torch.Generator().manual_seed(1))
+    logp_start = (batch.logp_old + moved).clamp(max=0.0)  # the current policy's log-probs
+
+    def run(module, config) -> list[torch.Tensor]:
+        logp = logp_start.clone().requires_grad_(True)
+        entropy = (batch.entropy_old * 0.9).requires_grad_(True)  # H_θ
+        value, _ = module.loss(batch, logp, adv, config.for_update(batch, adv), entropy=entropy)
+        grads = torch.autograd.grad(value, (logp, entropy), allow_unused=True)
+        zero = torch.zeros_like(logp_start)
+        return [value.detach()] + [zero if g is None else g for g in grads]
+
+    def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return a.shape == b.shape and torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-7)
+
+    return {
+        "advantage": not same(algo.advantages(batch, cfg), adv),
+        "loss": not all(same(a, b) for a, b in zip(run(algo, cfg), run(grpo, base), strict=True)),
+    }
+
+
 def loop(name: str, cfg=None) -> list[tuple[str, bool]]:
     """The training loop of algorithm ``name`` as ``(step, differs from GRPO)`` pairs; a step
-    may span several lines."""
+    may span several lines. A step every algorithm shares (written here, shown when the
+    ``Config`` switches it on) differs when its text does; the advantage step when
+    :func:`differs_from_grpo` finds other advantages; the loss step when it finds another
+    loss, or when the facts the step reads off the ``Config`` (aggregation, clip, KL) differ.
+    """
     cfg = algorithms.get(name).Config() if cfg is None else cfg
-    baseline = _loop_steps("grpo", algorithms.get("grpo").Config())
-    return [(step, step not in baseline) for step in _loop_steps(name, cfg)]
+    grpo = {kind: step for step, kind in _loop_steps(algorithms.get("grpo").Config())}
+    differs = differs_from_grpo(name, cfg)
+    return [
+        (step, differs[kind] or step != grpo[kind] if kind in differs else step not in grpo)
+        for step, kind in _loop_steps(cfg)
+    ]
 
 
-def _indent(step: str, depth: int) -> str:
-    return "\n".join("    " * depth + line for line in step.split("\n"))
-
-
-def _loop_steps(name: str, cfg) -> list[str]:
-    if name not in LOOP:
-        raise KeyError(f"docs/_algorithm_blocks.py: LOOP has no lines for {name!r}")
-    advantage, loss = (f(cfg) for f in LOOP[name])
+def _loop_steps(cfg) -> list[tuple[str, str]]:
+    """The loop's steps for ``cfg`` as ``(text, kind)`` pairs: ``kind`` is ``"advantage"``,
+    ``"loss"``, or the step's own text (a shared step). The advantage and loss steps name the
+    algorithm's functions, whose equations its page shows under *Key equations*: they are not
+    restated here. The loss step's second line is read off the ``Config`` (the same text for
+    every algorithm with the same aggregation, clip and KL coefficient)."""
     steps = [
         "for step = 1 … steps:",
         "    sample N prompts × G completions from π_θ (now π_old); keep logp_old, H_old",
@@ -393,30 +289,54 @@ def _loop_steps(name: str, cfg) -> list[str]:
         )
     if cfg.needs_reference():
         steps.append("    logp_ref ← log-probs under the frozen reference π_ref")
-    steps.append(_indent(advantage, 1))
+    request = cfg.values_needed()
+    if request is not None:
+        where = "every prefix" if request.step_ends is None else "each step start"
+        steps.append(
+            f"    V̂ ← success rate of {request.rollouts} continuations of π_old from {where}"
+            " (credit oracle)"
+        )
+    out = [(step, step) for step in steps]
+    out.append(('    A ← advantages(batch, cfg)   [B, T], see "Key equations" below', "advantage"))
+    tail = []
     if cfg.overlong_filter:
-        steps.append("    m[i,t] ← 0 on every completion cut at the budget (overlong filter)")
-    steps += [
+        tail.append("    m[i,t] ← 0 on every completion cut at the budget (overlong filter)")
+    tail += [
         "    repeat ppo_epochs × minibatches (whole groups each):",
         "        logp, H_θ ← the current policy on the minibatch"
         + (" (H_θ keeps its gradient)" if cfg.differentiates_entropy() else ""),
-        _indent(loss, 2),
-        "        θ ← Adam step on ∇L (gradient norm clipped)",
     ]
-    return steps
+    out += [(step, step) for step in tail]
+    lo, hi = getattr(cfg, "clip_eps_low", None), getattr(cfg, "clip_eps_high", None)
+    clip = "no ratio clip" if lo is None else f"ratio clip [1 − {lo:g}, 1 + {hi:g}]"
+    out.append(
+        (
+            '        L ← loss(minibatch, logp, A, cfg, H_θ)   see "Key equations" below; cfg:'
+            f"\n            {cfg.loss_agg_mode}, {clip}, {_kl(cfg)}",
+            "loss",
+        )
+    )
+    last = "        θ ← Adam step on ∇L (gradient norm clipped)"
+    return out + [(last, last)]
 
 
 def _legend(name: str, title: str, steps: list[tuple[str, bool]]) -> str:
     if name == "grpo":
-        return "GRPO is the baseline of the marks, so no line is marked."
+        return (
+            "GRPO is the baseline of the marks, so no line is marked (another algorithm's page"
+            " marks ◀ the steps that differ from these: its `advantages` and `loss` where they"
+            " compute other numbers than GRPO's on a fixed probe batch)."
+        )
     marked = sum(differs for _, differs in steps)
     kept = {step for step, _ in steps}
-    dropped = [s.strip() for s in _loop_steps("grpo", algorithms.get("grpo").Config())]
+    dropped = [s.strip() for s, _ in _loop_steps(algorithms.get("grpo").Config())]
     dropped = [s for s in dropped if not any(s == k.strip() for k in kept)]
     dropped = [s.split(" ←")[0] for s in dropped if s.startswith("logp_ref")]
     text = (
         f"The {'step' if marked == 1 else f'{marked} steps'} marked ◀ "
-        f"{'is' if marked == 1 else 'are'} where {title} differs from GRPO"
+        f"{'is' if marked == 1 else 'are'} where {title} differs from GRPO (for `advantages` and"
+        " `loss`: other numbers than GRPO's on a fixed probe batch, or another aggregation,"
+        " clip or KL in the `Config`)"
     )
     if dropped:
         text += "; it needs no reference model, so GRPO's `logp_ref` step is gone"
@@ -444,7 +364,8 @@ changed with `--algo-args FIELD=VALUE`.
 {rows}
 
 **The loop**: one step of the toy loop (`train` in `refimpl/loop.py`; the Trainer runs the same step).
-{_legend(name, title, steps)}
+`advantages` and `loss` are the functions of [`{name}.py`]({code}); their equations are under
+[Key equations](#key-equations). {_legend(name, title, steps)}
 
 ```text
 {body}

@@ -51,20 +51,84 @@ def test_facts_follow_the_config_they_are_read_from():
     )
 
 
-def test_the_loop_marks_what_differs_from_grpo():
-    """GRPO's loop has no mark; DAPO's marks its filter, its shaping and its loss; a DAPO
-    Config set back to GRPO's choices marks nothing."""
-    assert not any(differs for _, differs in pages.loop("grpo"))
-    marked = [step for step, differs in pages.loop("dapo") if differs]
-    assert len(marked) == 3
-    assert "dynamic sampling" in marked[0] and "R_len" in marked[1] and "token-mean" in marked[2]
+def _as_grpo(name: str):
+    """Algorithm ``name``'s Config with every field GRPO's Config has set to GRPO's value."""
     grpo = algorithms.get("grpo").Config()
-    as_grpo = algorithms.get("dapo").Config(
+    return algorithms.get(name).Config(
         **{f.name: getattr(grpo, f.name) for f in dataclasses.fields(grpo)}
     )
-    assert not any(differs for _, differs in pages.loop("dapo", as_grpo))
-    tepo = [step for step, differs in pages.loop("tepo") if differs]
-    assert len(tepo) == 1 and "M[i,t] = 1[A_i > 0]" in tepo[0]  # TEPO's mask
+
+
+def _marked(name: str, cfg=None) -> list[str]:
+    return [step for step, differs in pages.loop(name, cfg) if differs]
+
+
+def test_the_loop_marks_what_differs_from_grpo():
+    """GRPO's loop has no mark; DAPO's marks its filter, its shaping and its loss (other
+    numbers on the probe batch, and token-mean); a DAPO Config set back to GRPO's choices marks
+    nothing (DAPO's code computes GRPO's numbers then); RLOO marks its advantage and its loss;
+    TEPO its loss only (its advantages are GRPO's z-score)."""
+    assert _marked("grpo") == []
+    marked = _marked("dapo")
+    assert len(marked) == 3
+    assert "dynamic sampling" in marked[0] and "R_len" in marked[1] and "token-mean" in marked[2]
+    assert _marked("dapo", _as_grpo("dapo")) == []
+    assert [step.split(" ←")[0].strip() for step in _marked("rloo")] == ["A", "L"]
+    assert [step.split(" ←")[0].strip() for step in _marked("tepo")] == ["L"]
+
+
+def test_the_marks_of_advantage_and_loss_come_from_the_code(monkeypatch):
+    """The advantage and loss steps read the same on every page; their marks come from calling
+    the code on the probe batch. A Config-only copy of GRPO (DAPO set to GRPO's choices) is
+    marked nowhere; give it other advantages and its advantage step is marked, and only it;
+    give it a loss of the same value and another gradient (what Clip-Cov does) and its loss
+    step is marked, and only it."""
+    dapo, grpo = algorithms.get("dapo"), algorithms.get("grpo")
+    cfg = _as_grpo("dapo")
+    assert pages.differs_from_grpo("dapo", cfg) == {"advantage": False, "loss": False}
+    with monkeypatch.context() as patch:
+        patch.setattr(dapo, "advantages", lambda b, c: 2 * grpo.advantages(b, grpo.Config()))
+        assert [step.split(" ←")[0].strip() for step in _marked("dapo", cfg)] == ["A"]
+    loss = dapo.loss
+
+    def same_value_other_gradient(batch, logp, adv, c, entropy=None):
+        value, metrics = loss(batch, logp, adv, c, entropy=entropy)
+        return value + 0.1 * (logp - logp.detach()).sum(), metrics
+
+    with monkeypatch.context() as patch:
+        patch.setattr(dapo, "loss", same_value_other_gradient)
+        assert [step.split(" ←")[0].strip() for step in _marked("dapo", cfg)] == ["L"]
+    kinds = {name: pages.differs_from_grpo(name) for name in algorithms.NAMES}
+    assert [n for n, k in kinds.items() if k["advantage"]] == [
+        "dr_grpo", "gpg", "gtpo", "grpo_s", "rloo", "vineppo"
+    ]  # fmt: skip
+    assert [n for n, k in kinds.items() if not k["loss"]] == ["grpo"]
+
+
+def test_no_algorithm_math_is_restated_in_the_generator():
+    """Issue 60, "each idea once": an algorithm's equations are written in its docstring, and
+    the page generator holds no second copy. ``docs/_algorithm_blocks.py`` names no algorithm
+    but GRPO (the baseline of the marks) and holds no table keyed by algorithm names, and its
+    loop's advantage and loss steps are one text for every algorithm, up to the line read off
+    the Config (aggregation, clip, KL)."""
+    import ast
+
+    source = (ROOT / "docs" / "_algorithm_blocks.py").read_text(encoding="utf-8")
+    named = {
+        node.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and node.value in algorithms.NAMES
+    }
+    assert named <= {"grpo"}, f"docs/_algorithm_blocks.py names {sorted(named - {'grpo'})}"
+    for attribute, value in vars(pages).items():
+        if isinstance(value, dict):
+            assert not set(value) & set(algorithms.NAMES), f"{attribute} is keyed by algorithms"
+    shown = set()
+    for name in algorithms.NAMES:
+        cfg = algorithms.get(name).Config()
+        steps = {kind: text for text, kind in pages._loop_steps(cfg)}
+        shown.add((steps["advantage"], steps["loss"].split("\n")[0]))
+    assert len(shown) == 1, shown
 
 
 @pytest.mark.parametrize("name", algorithms.NAMES)
@@ -87,7 +151,7 @@ def test_probes_agree_with_what_each_file_reads(name):
 def test_generated_block_is_current(name):
     """``docs/algorithms/<name>.md`` holds the Quick facts and the loop its code generates now
     (regenerated here in memory): a block edited by hand, or left behind by a change of the
-    Config or of its ``LOOP`` lines, fails, as does a new page with the bare marker only."""
+    Config or of its code, fails, as does a new page with the bare marker only."""
     path = ROOT / "docs" / "algorithms" / f"{name}.md"
     text = path.read_text(encoding="utf-8")
     fix = f"run `.venv/bin/{pages.COMMAND}` and commit the page"
@@ -102,8 +166,8 @@ def _copy_pages(tmp_path: Path) -> Path:
 
 def test_the_staleness_check_sees_a_hand_edit_and_a_code_change(tmp_path, monkeypatch):
     """The check that ``test_generated_block_is_current`` makes can fail: a fact edited by
-    hand, a changed Config default and a changed ``LOOP`` line each make the page stale, and
-    rewriting the blocks makes it current again."""
+    hand, a changed Config default and a change of an algorithm's code that changes a mark
+    each make the page stale, and rewriting the blocks makes it current again."""
     pages_dir = _copy_pages(tmp_path)
     assert pages.stale(pages_dir) == []
     dapo = pages_dir / "dapo.md"
@@ -122,10 +186,12 @@ def test_the_staleness_check_sees_a_hand_edit_and_a_code_change(tmp_path, monkey
     with monkeypatch.context() as patch:
         patch.setattr(module, "Config", Config)
         assert pages.stale(pages_dir) == ["docs/algorithms/gtpo.md: its generated block is stale"]
-    with monkeypatch.context() as patch:
-        advantage, _ = pages.LOOP["rloo"]
-        patch.setitem(pages.LOOP, "rloo", (advantage, lambda c: "L ← something else"))
-        assert pages.stale(pages_dir) == ["docs/algorithms/rloo.md: its generated block is stale"]
+    with monkeypatch.context() as patch:  # DAPO's advantages are GRPO's: now they are not
+        grpo = algorithms.get("grpo")
+        patch.setattr(
+            algorithms.get("dapo"), "advantages", lambda b, c: -grpo.advantages(b, grpo.Config())
+        )
+        assert pages.stale(pages_dir) == ["docs/algorithms/dapo.md: its generated block is stale"]
 
 
 def test_a_new_page_gets_its_block_under_the_bare_marker(tmp_path):

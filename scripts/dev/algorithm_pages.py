@@ -1,9 +1,10 @@
 """Write the generated Quick facts, loop and equations into every algorithm page (docs/algorithms/).
 
-Run from the repository root after changing an algorithm's ``Config``, the *Equations* section
-of its docstring, its ``LOOP`` lines in ``docs/_algorithm_blocks.py``, or adding an algorithm
-(its page needs the line ``<!-- quick-facts -->`` under its title and ``<!-- equations -->``
-under its ``## Key equations``):
+Run from the repository root after changing an algorithm's ``Config``, its code (the loop's
+◀ marks come from calling its ``advantages`` and ``loss`` on a probe batch), the *Equations*
+section of its docstring, or adding an algorithm (its page needs the line
+``<!-- quick-facts -->`` under its title and ``<!-- equations -->`` under its
+``## Key equations``):
 
     .venv/bin/python scripts/dev/algorithm_pages.py          # rewrite the blocks, list the pages
     .venv/bin/python scripts/dev/algorithm_pages.py --check  # list the stale pages (exit code 1)
