@@ -328,6 +328,11 @@ def _legend(name: str, title: str, steps: list[tuple[str, bool]]) -> str:
             " compute other numbers than GRPO's on a fixed probe batch)."
         )
     marked = sum(differs for _, differs in steps)
+    if not marked:  # a new algorithm's file, still a copy of GRPO's
+        return (
+            f"No line is marked ◀: these are GRPO's steps, and the `advantages` and `loss` of"
+            f" `{name}.py` compute GRPO's numbers on a fixed probe batch."
+        )
     kept = {step for step, _ in steps}
     dropped = [s.strip() for s, _ in _loop_steps(algorithms.get("grpo").Config())]
     dropped = [s for s in dropped if not any(s == k.strip() for k in kept)]

@@ -86,6 +86,8 @@ def test_the_marks_of_advantage_and_loss_come_from_the_code(monkeypatch):
     dapo, grpo = algorithms.get("dapo"), algorithms.get("grpo")
     cfg = _as_grpo("dapo")
     assert pages.differs_from_grpo("dapo", cfg) == {"advantage": False, "loss": False}
+    legend = pages._legend("dapo", "DAPO", pages.loop("dapo", cfg))
+    assert legend.startswith("No line is marked ◀: these are GRPO's steps"), legend
     with monkeypatch.context() as patch:
         patch.setattr(dapo, "advantages", lambda b, c: 2 * grpo.advantages(b, grpo.Config()))
         assert [step.split(" ←")[0].strip() for step in _marked("dapo", cfg)] == ["A"]
@@ -98,11 +100,22 @@ def test_the_marks_of_advantage_and_loss_come_from_the_code(monkeypatch):
     with monkeypatch.context() as patch:
         patch.setattr(dapo, "loss", same_value_other_gradient)
         assert [step.split(" ←")[0].strip() for step in _marked("dapo", cfg)] == ["L"]
-    kinds = {name: pages.differs_from_grpo(name) for name in algorithms.NAMES}
-    assert [n for n, k in kinds.items() if k["advantage"]] == [
-        "dr_grpo", "gpg", "gtpo", "grpo_s", "rloo", "vineppo"
-    ]  # fmt: skip
-    assert [n for n, k in kinds.items() if not k["loss"]] == ["grpo"]
+
+
+@pytest.mark.parametrize("name", algorithms.NAMES)
+def test_the_advantage_mark_agrees_with_what_the_config_declares(name):
+    """Read another way: an algorithm's advantages are GRPO's exactly when its Config declares
+    GRPO's group z-score of the rewards (``advantage_std_set() == "group"``) and reads
+    neither the rollout entropy nor Monte-Carlo values. In the repository that marks Dr. GRPO,
+    GPG and RLOO (no std), GTPO and GRPO-S (entropy shaping) and VinePPO (values), and leaves
+    the others unmarked (DAPO, GSPO, TEPO, the covariance and entropy methods, STEER)."""
+    cfg = algorithms.get(name).Config()
+    own = (
+        cfg.advantage_std_set() != "group"
+        or cfg.reads_rollout_entropy()
+        or cfg.values_needed() is not None
+    )
+    assert pages.differs_from_grpo(name)["advantage"] == own
 
 
 def test_no_algorithm_math_is_restated_in_the_generator():

@@ -16,16 +16,15 @@ The places, in the order ``tests/test_registry.py`` checks them (``PLACES``):
    until you write its numbers;
 4. ``docs/algorithms/NAME.md``: the page, with its Quick facts and equations markers and its
    sections;
-5. ``LOOP`` in ``docs/_algorithm_blocks.py``: the page's advantage and loss steps, the base's;
-6. ``mkdocs.yml``: the page in the site's nav;
-7. ``docs/math.md``: a row in the side-by-side table (the base's, to edit) and a line in
+5. ``mkdocs.yml``: the page in the site's nav;
+6. ``docs/math.md``: a row in the side-by-side table (the base's, to edit) and a line in
    its list of pages;
-8. ``docs/spec.md``: the index of the spec module;
-9. ``docs/api/algorithms.md``: the API reference entry;
-10. ``README.md``: a row in the table of algorithms.
+7. ``docs/spec.md``: the index of the spec module;
+8. ``docs/api/algorithms.md``: the API reference entry;
+9. ``README.md``: a row in the table of algorithms.
 
-Then run ``scripts/dev/algorithm_pages.py`` (it writes the page's Quick facts and loop, and its
-equations from the docstring).
+Then run ``scripts/dev/algorithm_pages.py`` (it writes the page's Quick facts and loop, read
+off the code, and its equations from the docstring: no line to add for them).
 verl and TRL need no line: they register every name in ``NAMES``.
 """
 
@@ -46,7 +45,6 @@ PLACES = (
     "refimpl/algorithms/__init__.py",
     "tests/spec/test_{name}.py",
     "docs/algorithms/{name}.md",
-    "docs/_algorithm_blocks.py",
     "mkdocs.yml",
     "docs/math.md",
     "docs/spec.md",
@@ -133,18 +131,6 @@ def _names() -> tuple[str, ...]:
             return tuple(ast.literal_eval(node.value))
     _fail("refimpl/algorithms/__init__.py: no NAMES")
     return ()
-
-
-def _loop_entry(base: str, name: str) -> str:
-    """The source of ``LOOP[base]`` in docs/_algorithm_blocks.py, keyed by ``name``."""
-    text = _read("docs/_algorithm_blocks.py")
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "LOOP":
-            for key, value in zip(node.value.keys, node.value.values, strict=True):
-                if isinstance(key, ast.Constant) and key.value == base:
-                    return f'    "{name}": {ast.get_source_segment(text, value)},'
-    _fail(f"docs/_algorithm_blocks.py: LOOP has no entry for {base}")
-    return ""
 
 
 def plan(name: str, base: str, title: str, arxiv: str, summary: str) -> dict[str, str]:
@@ -254,15 +240,7 @@ def _plan_code(out: dict, name: str, base: str, title: str, summary: str, paper:
 
 
 def _plan_docs(out: dict, name: str, base: str, title: str, summary: str, paper: str) -> None:
-    """The generated pages' loop block, the nav, the tables and indexes, the README's row."""
-    pages = _read("docs/_algorithm_blocks.py")
-    m = re.search(r"^LOOP\b.*?^}", pages, re.M | re.S)
-    if not m:
-        _fail("docs/_algorithm_blocks.py: no LOOP dict")
-    out["docs/_algorithm_blocks.py"] = (
-        pages[: m.end() - 1] + _loop_entry(base, name) + "\n" + pages[m.end() - 1 :]
-    )
-
+    """The nav, the tables and indexes, the README's row."""
     nav = _read("mkdocs.yml")
     entry = r"^( *)- [^:\n]+: algorithms/\w+\.md[ \t]*$"
     indent = (re.findall(entry, nav, re.M) or [""])[-1]
