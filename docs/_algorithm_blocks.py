@@ -324,13 +324,13 @@ def _legend(name: str, title: str, steps: list[tuple[str, bool]]) -> str:
     if name == "grpo":
         return (
             "GRPO is the baseline of the marks, so no line is marked (another algorithm's page"
-            " marks ◀ the steps that differ from these: its `advantages` and `loss` where they"
+            " marks the steps that differ from these: its `advantages` and `loss` where they"
             " compute other numbers than GRPO's on a fixed probe batch)."
         )
     marked = sum(differs for _, differs in steps)
     if not marked:  # a new algorithm's file, still a copy of GRPO's
         return (
-            f"No line is marked ◀: these are GRPO's steps, and the `advantages` and `loss` of"
+            f"No line is marked: these are GRPO's steps, and the `advantages` and `loss` of"
             f" `{name}.py` compute GRPO's numbers on a fixed probe batch."
         )
     kept = {step for step, _ in steps}

@@ -87,7 +87,7 @@ def test_the_marks_of_advantage_and_loss_come_from_the_code(monkeypatch):
     cfg = _as_grpo("dapo")
     assert pages.differs_from_grpo("dapo", cfg) == {"advantage": False, "loss": False}
     legend = pages._legend("dapo", "DAPO", pages.loop("dapo", cfg))
-    assert legend.startswith("No line is marked ◀: these are GRPO's steps"), legend
+    assert legend.startswith("No line is marked: these are GRPO's steps"), legend
     with monkeypatch.context() as patch:
         patch.setattr(dapo, "advantages", lambda b, c: 2 * grpo.advantages(b, grpo.Config()))
         assert [step.split(" ←")[0].strip() for step in _marked("dapo", cfg)] == ["A"]
