@@ -226,16 +226,42 @@ SECOND_TIER: dict[str, str] = {
 }
 
 
+#: The longest tests, longest first (seconds at the last full measurement of ``make test-all``,
+#: 2 workers): each key as in ``SECOND_TIER``. They open the run, in this order, before the
+#: other long tests (``pytest_collection_modifyitems``); tests/test_tiers.py checks that each
+#: names a test that exists.
+LONGEST: tuple[str, ...] = (
+    "tests/test_adding_an_algorithm.py::test_the_page_followed_literally_passes_the_suite",  # 80
+    "tests/scaleup/test_smollm2.py::test_a_real_rollout_has_nonzero_advantages_and_moves_the_weights",  # 71
+    "tests/test_notebooks.py::test_notebook_executes_and_draws",  # 6 notebooks, 10-25 each
+    "tests/scaleup/test_trl_multiprocess.py",  # 33, the module's fixture
+    "tests/test_bench.py::test_quick_learning_benchmark_writes_its_report",  # 24
+    "tests/scaleup/test_verl_worker.py",  # 22, the module's fixture
+    "fixture:site",  # 20, the docs site built once
+    "tests/test_numerics.py::test_warm_start_and_rl_are_bit_identical_on_two_kernel_paths",  # 18
+    "tests/scaleup/test_verl_launch.py",  # 3 launches, 14-17 each
+    "tests/test_safety_disk.py::test_a_fifo_or_a_device_as_a_run_file_is_refused_without_reading",  # 15
+    "tests/scaleup/test_trl_example.py",  # 15
+    "tests/scaleup/test_verl_hooks.py",  # 15, the module's fixture
+    "tests/test_demo.py::test_the_base_model_line_prints_once_with_workers",  # 15
+    "tests/test_safety_lock.py::test_a_signal_to_compare_s_process_alone_stops_its_workers",  # 3 x 9-12
+    "tests/scaleup/test_verl.py",  # 12
+    "tests/test_safety.py::test_sigterm_ends_a_step_of_4096_rollouts_within_seconds",  # 11
+)
+
+
+def matches(item, key: str) -> bool:
+    """Whether ``item`` is what ``key`` names: a test id prefix (a file, a test, or a test with
+    all its parameters), or ``fixture:NAME`` for every test that uses the fixture."""
+    if key.startswith("fixture:"):
+        return key.removeprefix("fixture:") in getattr(item, "fixturenames", ())
+    nodeid = item.nodeid.replace("\\", "/")
+    return nodeid == key or nodeid.startswith(key + "::") or nodeid.startswith(key + "[")
+
+
 def second_tier_reason(item) -> str | None:
     """Why ``item`` is in the second tier (see ``SECOND_TIER``), or ``None``."""
-    nodeid = item.nodeid.replace("\\", "/")
-    for key, reason in SECOND_TIER.items():
-        if key.startswith("fixture:"):
-            if key.removeprefix("fixture:") in getattr(item, "fixturenames", ()):
-                return reason
-        elif nodeid == key or nodeid.startswith(key + "::") or nodeid.startswith(key + "["):
-            return reason
-    return None
+    return next((reason for key, reason in SECOND_TIER.items() if matches(item, key)), None)
 
 
 def pytest_configure(config):
@@ -247,18 +273,43 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark the second tier (``SECOND_TIER``), then put the long tests (``slow``,
-    ``multiprocess``, the second tier) first, each group in collection order: ``pytest -n auto``
-    hands tests to its workers in this order, so the minute-long ones start at once and the
-    short ones fill the workers around them, instead of one long test running alone at the end
-    while the other worker idles (the suite's wall time, not what it tests)."""
+    """Mark the second tier (``SECOND_TIER``), then put the long tests first: ``LONGEST`` in
+    its order, then the other ``slow``, ``multiprocess`` and second-tier tests, then the rest,
+    each group in collection order. With ``pytest_xdist_make_scheduler`` below, the minute-long
+    tests start at once and the short ones fill the workers around them, instead of one long
+    test running alone at the end while the other worker idles (the suite's wall time, not what
+    it tests)."""
     for item in items:
         if second_tier_reason(item) is not None:
             item.add_marker(pytest.mark.second_tier)
 
-    def is_long(item) -> bool:
-        return any(item.get_closest_marker(m) for m in ("slow", "multiprocess", "second_tier"))
+    def rank(item) -> int:
+        first = next((i for i, key in enumerate(LONGEST) if matches(item, key)), None)
+        if first is not None:
+            return first
+        long = any(item.get_closest_marker(m) for m in ("slow", "multiprocess", "second_tier"))
+        return len(LONGEST) + (0 if long else 1)
 
-    items[:] = [item for item in items if is_long(item)] + [
-        item for item in items if not is_long(item)
-    ]
+    items.sort(key=rank)  # stable: collection order within each rank
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``pytest -n N`` without ``--dist`` (``make test``, ``make test-all``) schedules with
+    pytest-xdist's ``worksteal``, not its default ``load``.
+
+    ``load`` hands each worker a block of consecutive tests first (a quarter of its share:
+    about 370 of ``make test-all``'s 2,967 tests on 2 workers), and the ordering above puts
+    every long test in the first block, so one worker got all of them (about 700 s of the
+    1,194 CPU-s) while the other ran the short ones and then waited. ``worksteal`` hands out
+    halves and lets an idle worker take half of the other's queue, from its end, until none is
+    left: the long tests at the front stay where they started, the short ones move. An explicit
+    ``--dist`` (on the command line, in ``PYTEST_ADDOPTS`` or in ``addopts``) is kept.
+    """
+    given = [*config.invocation_params.args, *os.environ.get("PYTEST_ADDOPTS", "").split()]
+    given += config.getini("addopts")
+    explicit = config.getoption("distload") or any(a.startswith("--dist") for a in given)
+    if config.getoption("dist") != "load" or explicit:
+        return None
+    from xdist.scheduler import WorkStealingScheduling
+
+    return WorkStealingScheduling(config, log)

@@ -18,17 +18,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _second_tier() -> dict[str, str]:
-    """tests/conftest.py's table, read from its source (pytest has already imported the
+def _conftest_table(name: str):
+    """tests/conftest.py's table ``name``, read from its source (pytest has already imported the
     conftest; importing it a second time would install the shape checks again)."""
     tree = ast.parse((ROOT / "tests" / "conftest.py").read_text(encoding="utf-8"))
     for node in tree.body:
-        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "SECOND_TIER":
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == name:
             return ast.literal_eval(node.value)
-    raise AssertionError("tests/conftest.py defines no SECOND_TIER")
+    raise AssertionError(f"tests/conftest.py defines no {name}")
 
 
-SECOND_TIER = _second_tier()
+SECOND_TIER: dict[str, str] = _conftest_table("SECOND_TIER")
+#: The tests that open the run (tests/conftest.py, for pytest-xdist's schedule).
+LONGEST: tuple[str, ...] = _conftest_table("LONGEST")
 
 
 def _defined_functions(path: Path) -> set[str]:
@@ -36,8 +38,7 @@ def _defined_functions(path: Path) -> set[str]:
     return {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
 
 
-@pytest.mark.parametrize("key", sorted(SECOND_TIER))
-def test_every_second_tier_entry_names_a_test_that_exists(key):
+def _names_a_test_that_exists(key: str) -> None:
     if key.startswith("fixture:"):
         name = key.removeprefix("fixture:")
         users = [
@@ -51,7 +52,19 @@ def test_every_second_tier_entry_names_a_test_that_exists(key):
     assert (ROOT / path).is_file(), f"{path} does not exist"
     if test:
         assert test in _defined_functions(ROOT / path), f"{path} defines no {test}"
+
+
+@pytest.mark.parametrize("key", sorted(SECOND_TIER))
+def test_every_second_tier_entry_names_a_test_that_exists(key):
+    _names_a_test_that_exists(key)
     assert SECOND_TIER[key].strip(), f"{key}: no reason given"
+
+
+@pytest.mark.parametrize("key", LONGEST)
+def test_every_longest_entry_names_a_test_that_exists(key):
+    """A renamed long test would silently lose its place at the front of the run."""
+    _names_a_test_that_exists(key)
+    assert LONGEST.count(key) == 1, f"{key} is in LONGEST twice"
 
 
 def test_the_slips_are_caught_by_the_first_tier():
