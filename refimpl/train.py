@@ -83,14 +83,13 @@ class Trainer:
         self.max_new_tokens, self.device = self.plan.max_new_tokens, self.plan.device
         # A Config that compares entropies more finely than bf16 logits resolve declares it:
         # under bf16 both sides are then computed in float32 (H_old in rollout, H_θ in update).
-        self.entropy_in_fp32 = self.algo_cfg.needs_float32_entropy() and cfg.dtype == "bfloat16"
-        needs_reference = self.algo_cfg.needs_reference()  # π_ref of a KL term: the warm start
+        self.entropy_in_fp32 = self.plan.float32_entropy
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         ws, chosen = self.plan.warmstart, self.plan.base  # as preflight chose it (None: here)
         self.model: GPT = base_model(ws, "--warmstart.", chosen=chosen).to(self.device)
         self.reference: GPT | None = None
-        if needs_reference:
+        if self.plan.needs_reference:  # π_ref of a KL term: the warm start
             self.reference = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr)
         self.step, self.sampled_tokens = 0, 0  # set again by run(): a resumed run's
@@ -99,9 +98,8 @@ class Trainer:
         self.divergence = DivergenceGuard(self.run_dir, lr=cfg.lr)  # NaN/inf stops the run
         self.stop = StopRequest()  # Ctrl-C or SIGTERM during run(): the oracle asks it too
         if observers is None:
-            observers = default_observers(
-                cfg, self.task, self.max_new_tokens, self.algo_cfg.success_threshold
-            )
+            observers = default_observers(cfg, self.task, self.max_new_tokens,
+                                          self.algo_cfg.success_threshold, self.run_dir)  # fmt: skip
         self.observers = list(observers)
 
     def autocast(self):
@@ -113,7 +111,7 @@ class Trainer:
         """Call ``hook`` of every observer that implements it, with the trainer's state now;
         their metrics, merged in the observers' order."""
         state = TrainerState(self.model, self.optimizer, self.device, self.step,
-                             self.sampled_tokens, self.budget, self.run_dir)  # fmt: skip
+                             self.sampled_tokens, self.budget)  # fmt: skip
         out: dict[str, Any] = {}
         for observer in self.observers:
             if getattr(type(observer), hook) is not getattr(Observer, hook):
@@ -220,7 +218,7 @@ class Trainer:
     def values(self, batch: contract.RolloutBatch, samples: Samples, outcome, problems):
         """``batch`` with the oracle's ``V̂`` of π_old (not updated yet) at the prefixes the
         Config's ``values_needed()`` names, at the run's sampling settings; and their cost."""
-        request, cfg = self.algo_cfg.values_needed(), self.cfg
+        request, cfg = self.plan.values, self.cfg
         if request is None:
             return batch, {}
         with self.autocast():

@@ -159,15 +159,16 @@ def test_the_memory_estimate_sees_the_algo_args(monkeypatch):
     seen = []
     real = memory.memory_estimates
 
-    def spy(cfg, task, max_new_tokens, algo_cfg):
-        seen.append(algo_cfg)
-        return real(cfg, task, max_new_tokens, algo_cfg)
+    def spy(cfg, task, max_new_tokens, needs_reference):
+        seen.append(needs_reference)
+        return real(cfg, task, max_new_tokens, needs_reference)
 
     monkeypatch.setattr(plan_module, "memory_estimates", spy)  # as resolve calls it
     plan = plan_module.resolve(TrainConfig(algo="grpo", algo_args=("kl_coef=0",)))
-    assert seen == [plan.algo_cfg] and not seen[0].needs_reference()
-    model = [spy(TrainConfig(), plan.task, plan.max_new_tokens, c)[0][1] for c in (
-        grpo.Config(kl_coef=0.0), grpo.Config())]  # fmt: skip
+    assert not plan.algo_cfg.needs_reference()  # β = 0: no KL term, no reference
+    assert seen == [False] and plan.needs_reference is False
+    model = [spy(TrainConfig(), plan.task, plan.max_new_tokens, c.needs_reference())[0][1]
+             for c in (grpo.Config(kl_coef=0.0), grpo.Config())]  # fmt: skip
     assert model[0] * 5 == model[1] * 4  # weights, gradient, Adam's two moments (+ reference)
 
 

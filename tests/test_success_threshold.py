@@ -12,6 +12,7 @@ as a number, and on a ``Config`` built when a module is imported."""
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -84,7 +85,7 @@ def test_the_trainers_held_out_evaluation_passes_its_configs_threshold(threshold
     algo_cfg = algorithms.get("dapo").Config(success_threshold=threshold)
     cfg = TrainConfig(eval_problems=4, eval_samples=2, seed=0, probe_every=0)
     # the Trainer's defaults, made as the Trainer makes them: with its Config's threshold
-    observers = default_observers(cfg, task, 4, algo_cfg.success_threshold)
+    observers = default_observers(cfg, task, 4, algo_cfg.success_threshold, Path("unused"))
     (evaluation,) = [o for o in observers if isinstance(o, HeldOutEvaluation)]
     state = SimpleNamespace(model=tiny_model(), device=torch.device("cpu"), step=0)
     out = evaluation.evaluate(state)
@@ -101,7 +102,8 @@ def test_the_trainer_makes_its_observers_with_its_configs_threshold():
     ]
     assert len(calls) == 1
     passed = [ast.unparse(a) for a in calls[0].args]
-    assert passed[-1] == "self.algo_cfg.success_threshold"
+    where = list(inspect.signature(default_observers).parameters).index("success_threshold")
+    assert passed[where] == "self.algo_cfg.success_threshold"
 
 
 # ---------------------------------------------------------------------------------------------

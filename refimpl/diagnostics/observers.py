@@ -72,7 +72,6 @@ class TrainerState(NamedTuple):
     """the completion tokens sampled so far, this step's included once it has sampled"""
     budget: RunBudget
     """how long the run goes (``--steps``, ``--max-sampled-tokens``)"""
-    run_dir: Path
 
     @property
     def finished(self) -> bool:
@@ -266,10 +265,11 @@ class Probes(Observer):
     """Entropy snapshots of ``prompts`` fixed probe prompts of ``task``
     (``refimpl.evaluate.probe_snapshot``: completions of at most ``max_new_tokens`` tokens at
     the run's ``temperature``, drawn from its ``seed``) every ``every`` steps and at the end,
-    into ``probes.jsonl``."""
+    appended to ``file`` (a run's ``probes.jsonl``)."""
 
     def __init__(self, task, *, prompts: int, every: int, max_new_tokens: int,
-                 temperature: float, seed: int) -> None:  # fmt: skip
+                 temperature: float, seed: int, file: Path) -> None:  # fmt: skip
+        self.file = file
         self.prompts = task.sample(prompts, np.random.default_rng([PROBE_SEED, 0]))
         self.every, self.max_new_tokens = every, max_new_tokens
         self.temperature, self.seed = temperature, seed
@@ -289,14 +289,15 @@ class Probes(Observer):
             temperature=self.temperature,
             generator=seeded_generator(self.seed, PROBE_SEED, device=state.device),
         )
-        with open_no_follow(state.run_dir / "probes.jsonl", "a") as f:
+        with open_no_follow(self.file, "a") as f:
             f.write(json.dumps({"step": state.step, "probes": rows}) + "\n")
 
 
-def default_observers(cfg, task, max_new_tokens: int, success_threshold: float) -> list[Observer]:
+def default_observers(cfg, task, max_new_tokens: int, success_threshold: float, run_dir: Path
+                      ) -> list[Observer]:  # fmt: skip
     """A run's diagnostics, made with the settings of the run ``cfg`` (a ``TrainConfig``) on
-    ``task`` they read (probes only with ``--probe-every`` > 0). The order is the order of
-    their metrics in a step's record."""
+    ``task`` they read (probes only with ``--probe-every`` > 0, into ``run_dir``'s
+    ``probes.jsonl``). The order is the order of their metrics in a step's record."""
     observers: list[Observer] = [
         Covariance(),
         EntropyChange(
@@ -312,6 +313,7 @@ def default_observers(cfg, task, max_new_tokens: int, success_threshold: float) 
     if cfg.probe_every:
         observers.append(
             Probes(task, prompts=cfg.probe_prompts, every=cfg.probe_every,
-                   max_new_tokens=max_new_tokens, temperature=cfg.temperature, seed=cfg.seed)
+                   max_new_tokens=max_new_tokens, temperature=cfg.temperature, seed=cfg.seed,
+                   file=run_dir / "probes.jsonl")
         )  # fmt: skip
     return observers

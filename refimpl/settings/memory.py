@@ -39,10 +39,10 @@ def decode_bytes(n_layer: int, n_embd: int) -> int:
 
 
 def memory_estimates(
-    cfg: TrainConfig, task, max_new_tokens: int, algo_cfg
+    cfg: TrainConfig, task, max_new_tokens: int, needs_reference: bool
 ) -> list[tuple[str, int, list]]:
-    """The largest allocations of a run, estimated from its settings and its algorithm's
-    ``Config`` (on the low side: a setting is refused only when it certainly cannot fit):
+    """The largest allocations of a run, estimated from its settings and whether its
+    algorithm's ``Config`` needs a frozen reference model (on the low side: a setting is refused only when it certainly cannot fit):
     ``(what, bytes, factors)`` where ``factors`` are the ``(flag, value, default)`` the size
     grows with."""
     m, ws = cfg.warmstart.model, cfg.warmstart
@@ -53,7 +53,7 @@ def memory_estimates(
     decode = decode_bytes(m.n_layer, m.n_embd)  # per position: KV cache, ids, masks, logp, entropy
     train = f32 * (layers * (16 * d + heads * T) + 3 * vocab)  # kept for the backward pass
     params = layers * 12 * d * d + (vocab + m.block_size) * d
-    copies = 4 + (1 if algo_cfg.needs_reference() else 0)  # + the frozen reference
+    copies = 4 + (1 if needs_reference else 0)  # + the frozen reference
     rows = cfg.prompts_per_step * cfg.group_size
     n_eval = cfg.eval_samples
     N = ("--prompts-per-step", cfg.prompts_per_step, d0.prompts_per_step)

@@ -52,6 +52,14 @@ class Plan(NamedTuple):
     """the task, with its ``--task-args``"""
     max_new_tokens: int
     """the completion budget L_max in tokens (``--max-new-tokens`` or the task's default)"""
+    needs_reference: bool
+    """the algorithm's loss reads a frozen reference π_ref (``Config.needs_reference()``)"""
+    float32_entropy: bool
+    """entropies are computed in float32 under ``--dtype bfloat16``: the Config compares them
+    more finely than bf16 logits resolve (``Config.needs_float32_entropy()``)"""
+    values: Any
+    """the Monte-Carlo values of π_old the algorithm asks for at each step
+    (``Config.values_needed()``: VinePPO's), None for none"""
     warmstart: RunWarmstartConfig
     """the warm start's settings on the run's task, cache and progress (``run_warmstart``)"""
     device: torch.device
@@ -62,7 +70,8 @@ class Plan(NamedTuple):
     """the settings as config.json records them (``config_dict``): what run management writes"""
     defaults: dict[str, Any]
     """the settings' defaults as dotted keys (``warmstart.steps``): what a resumed run's
-    config.json is checked against when it lacks a setting"""
+    config.json is checked against when it lacks a setting (empty for a new run, which is
+    checked against none)"""
     saved: Any = None
     """the run to resume (``rundir.SavedRun``: its config.json, read once), None for a new run"""
     base: Any = None
@@ -86,7 +95,11 @@ def resolve(cfg: TrainConfig, saved=None) -> Plan:
     saved_algo = saved.config.get("algo_config") if saved is not None else None
     saved_algo = saved_algo if isinstance(saved_algo, dict) else None
     algo_cfg = algorithm_config(cfg, algo, max_new_tokens, saved_algo)
-    if algo_cfg.reads_current_entropy() and cfg.ppo_epochs * cfg.minibatches == 1:
+    # What the algorithm's Config asks of the run, asked once: the Trainer reads the answers.
+    reads_entropy, needs_reference = algo_cfg.reads_current_entropy(), algo_cfg.needs_reference()
+    request = algo_cfg.values_needed()  # Monte-Carlo values (VinePPO's): sampled every step
+    float32_entropy = algo_cfg.needs_float32_entropy() and cfg.dtype == "bfloat16"
+    if reads_entropy and cfg.ppo_epochs * cfg.minibatches == 1:
         warnings.warn(
             f"{cfg.algo}: the loss compares the current policy's entropy with the "
             "rollout's; with one update per rollout (--ppo-epochs 1 --minibatches 1) the "
@@ -95,16 +108,15 @@ def resolve(cfg: TrainConfig, saved=None) -> Plan:
             stacklevel=3,
         )
     # sizes that cannot fit in this machine's memory: refused, naming the flag
-    refuse_over_budget(memory_estimates(cfg, task, max_new_tokens, algo_cfg), cfg.device)
-    request = algo_cfg.values_needed()  # Monte-Carlo values (VinePPO's): sampled every step
+    refuse_over_budget(memory_estimates(cfg, task, max_new_tokens, needs_reference), cfg.device)
     if request is not None:
         default = type(algo_cfg)().values_needed()
         announce_oracle_cost(task, max_new_tokens, cfg.prompts_per_step, cfg.group_size,
                              cfg.seed, request, default.rollouts)  # fmt: skip
     record, run_dir = config_dict(cfg), cfg.run_dir
-    defaults = flatten(config_dict(TrainConfig()))
-    return Plan(cfg, algo, algo_cfg, task, max_new_tokens, warmstart, device, run_dir, record,
-                defaults, saved)  # fmt: skip
+    defaults = flatten(config_dict(TrainConfig())) if saved is not None else {}
+    return Plan(cfg, algo, algo_cfg, task, max_new_tokens, needs_reference, float32_entropy,
+                request, warmstart, device, run_dir, record, defaults, saved)  # fmt: skip
 
 
 def announce_oracle_cost(task, max_new_tokens: int, prompts: int, group_size: int, seed: int,

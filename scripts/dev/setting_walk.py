@@ -1,20 +1,29 @@
 """The walk of one setting from ``refimpl train``: how far a reader follows ``cfg`` through the
 code, as counts that another clone can reproduce.
 
-    python scripts/dev/setting_walk.py            # a new run, then its resume: the counts
+    python scripts/dev/setting_walk.py            # a new run, its resume, a new run whose
+                                                  # base model is trained: the counts
     python scripts/dev/setting_walk.py --edges    # also every call edge, classified
     python scripts/dev/setting_walk.py --stops    # also the stops, entry to step, in order
 
 Method
 ------
-A tiny run (``refimpl train`` with a 1-layer warm start, 2 steps; then ``--resume`` of it to 3
-steps) runs under ``sys.setprofile``. A *call that carries the setting* is a call into a
+A tiny run (``refimpl train --task countdown`` at the default warm start, whose base model is
+the shipped one, 2 steps; then ``--resume`` of it to 3 steps; then the same run with a 1-layer
+warm start, which no shipped model matches, so its base model is trained first) runs under
+``sys.setprofile``. A *call that carries the setting* is a call into a
 function defined in ``refimpl/`` one of whose arguments is a settings object, or an object
 that holds one (an attribute, a field of a named tuple, at most two levels down: a
 ``Trainer``, a resolved plan). The settings objects are the command's ``TrainConfig`` and
 what is made of it: its warm start's settings (``WarmstartConfig``, ``ModelSize``) and the
 algorithm's ``Config`` (a ``contract.AlgorithmConfig``). Its *caller* is the nearest frame up the stack
 whose code is in ``refimpl/``; a *module* is the function's ``__name__`` module.
+
+Values are followed by identity, except plain ones and the empty tuple (one object in the
+interpreter, in a type hint's arguments as in a setting's ``()``: following it once made
+the contract's type checks look like stops). "Entries per file" counts a stop whose previous
+stop is in another file (a return to the file, to call another of its functions, counts);
+"calls into a file from another" counts a stop whose caller is in another file.
 
 Each distinct edge (caller function → callee function) is counted once, at its first
 occurrence, so that the counts do not grow with the number of steps, and is classified as
@@ -47,11 +56,18 @@ import refimpl
 
 PACKAGE = str(Path(refimpl.__file__).resolve().parent)
 
+#: A new run at the default warm start: its base model is the shipped one (a learner's first
+#: ``refimpl train``), on the smallest batch that takes a step.
 TINY = [
-    "--algo", "grpo", "--steps", "2", "--prompts-per-step", "2", "--group-size", "2",
-    "--minibatches", "1", "--eval-problems", "4", "--eval-samples", "2", "--eval-every", "1",
-    "--probe-every", "1", "--probe-prompts", "1", "--diag-every", "1", "--checkpoint-every", "1",
-    "--threads", "1", "--no-progress", "--no-plot",
+    "--task", "countdown", "--algo", "grpo", "--steps", "2", "--prompts-per-step", "2",
+    "--group-size", "2", "--minibatches", "1", "--eval-problems", "4", "--eval-samples", "2",
+    "--eval-every", "1", "--probe-every", "1", "--probe-prompts", "1", "--diag-every", "1",
+    "--checkpoint-every", "1", "--threads", "1", "--no-progress", "--no-plot",
+]  # fmt: skip
+
+#: The same run with a warm start no shipped model matches: its base model is trained first
+#: (a 1-layer model, 5 steps), so the walk goes through the base model's training too.
+TRAINED_BASE = [
     "--warmstart.steps", "5", "--warmstart.eval-problems", "4",
     "--warmstart.model.n-layer", "1", "--warmstart.model.n-embd", "32",
     "--warmstart.model.n-head", "2",
@@ -88,6 +104,13 @@ def _in_package(code) -> bool:
 
 #: Values that are not followed by identity: interned or shared by unrelated code.
 PLAIN = (str, bytes, int, float, bool, type(None), type)
+
+
+def _plain(value) -> bool:
+    """Not followed by identity: a plain value, or an empty tuple or frozenset (one object
+    that every empty one is, in a type hint's arguments as in a setting's ``()``)."""
+    empty = isinstance(value, (tuple, frozenset)) and not value
+    return isinstance(value, PLAIN) or empty
 
 
 def _is_record(value) -> bool:
@@ -129,13 +152,14 @@ class Walk:
         # The walk followed value by value: every entry of a function into which a followed
         # value goes, from the trainer's entry to the first step, in order.
         self.path: list[tuple[str, str]] = []  # (module, qualname), every entry counted
+        self.callers: list[str | None] = []  # the module of each path stop's caller
         self.following = False  # between the trainer's entry and the first step
         self.followed: dict[int, object] = {}  # id → the value (kept alive: ids stay unique)
         self.stop_frames: set[int] = set()  # frames of stops: their returns are followed
         self.seen: set[tuple[int, str]] = set()  # (caller frame, callee) already counted
 
     def _follow(self, value) -> None:
-        if isinstance(value, PLAIN) or id(value) in self.followed:
+        if _plain(value) or id(value) in self.followed:
             return
         self.followed[id(value)] = value
         for v in _items(value):  # a record's parts are values too (a tuple of results)
@@ -145,7 +169,7 @@ class Walk:
     def _carries_value(self, value, depth: int = 2) -> bool:
         """``value`` is a settings object, a followed value, or holds one ``depth`` levels
         down (an attribute, a named tuple's field, a record's item)."""
-        if isinstance(value, PLAIN) or _is_torch(value):
+        if _plain(value) or _is_torch(value):
             return False  # the walk ends at the model: its passes are the step's
         if _is_setting(value):
             for v in vars(value).values():  # its fields are the setting's values
@@ -192,6 +216,7 @@ class Walk:
                 if caller is None or (caller.f_code is not code and key not in self.seen):
                     self.seen.add(key)
                     self.path.append((callee_mod, code.co_qualname))
+                    self.callers.append(None if caller is None else caller.f_globals["__name__"])
             if code.co_name == "train_step":
                 self.following = False
         if not any(_carries(frame.f_locals.get(n)) for n in names):
@@ -242,6 +267,16 @@ class Walk:
             previous = module
         return out
 
+    def calls_into(self) -> dict[str, int]:
+        """How many of the value-by-value walk's calls cross into each file from another: a
+        stop whose caller is in another file (a file's own calls to its functions, and the
+        returns to it, are not counted: ``entries`` counts those too)."""
+        out: dict[str, int] = {}
+        for (module, _), caller in zip(self.path, self.callers):
+            if caller != module:
+                out[module] = out.get(module, 0) + 1
+        return out
+
     def stop_list(self) -> list[str]:
         """The stops from the trainer's entry to the step, in the order they are first entered."""
         edges = list(self.edges)[self.entry_edges : self.setup_edges + 1]
@@ -287,7 +322,9 @@ def main() -> None:
         runs = ["--runs-dir", tmp, "--name", "walk"]
         new = walk(["train", *TINY, *runs])
         resumed = walk(["train", "--resume", "--steps", "3", "--no-progress", "--no-plot", *runs])
-    for label, w in (("new run", new), ("resume", resumed)):
+        trained = walk(["train", *TINY, *TRAINED_BASE, "--runs-dir", tmp, "--name", "trained"])
+    walks = (("new run", new), ("resume", resumed), ("new run, its base model trained", trained))
+    for label, w in walks:
         c = w.counts()
         print(
             f"{label:8s} {c['stay']} stays in {len(w.visited)} modules, {c['climb']} climbs, "
@@ -306,6 +343,11 @@ def main() -> None:
             f"  value by value  {len(path)} stops in {len(entries)} files, "
             f"{sum(entries.values()) - len(entries)} re-entries; entries per file: "
             + ", ".join(f"{m} {n}" for m, n in sorted(entries.items(), key=lambda e: -e[1]))
+        )
+        into = w.calls_into()
+        print(
+            "  calls into a file from another: "
+            + ", ".join(f"{m} {n}" for m, n in sorted(into.items(), key=lambda e: -e[1]))
         )
         if args.stops:
             for callee in w.stop_list():
