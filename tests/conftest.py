@@ -226,27 +226,27 @@ SECOND_TIER: dict[str, str] = {
 }
 
 
-#: The longest tests, longest first (seconds at the last full measurement of ``make test-all``,
-#: 2 workers): each key as in ``SECOND_TIER``. They open the run, in this order, before the
-#: other long tests (``pytest_collection_modifyitems``); tests/test_tiers.py checks that each
-#: names a test that exists.
+#: The longest tests, longest first (seconds at the last full measurement of ``make test-all``:
+#: 942fe10 + 9376bca, 2 workers, a shared machine): each key as in ``SECOND_TIER``. They open the
+#: run, in this order, before the other long tests (``pytest_collection_modifyitems``);
+#: tests/test_tiers.py checks that each names a test that exists.
 LONGEST: tuple[str, ...] = (
-    "tests/test_adding_an_algorithm.py::test_the_page_followed_literally_passes_the_suite",  # 80
-    "tests/scaleup/test_smollm2.py::test_a_real_rollout_has_nonzero_advantages_and_moves_the_weights",  # 71
-    "tests/test_notebooks.py::test_notebook_executes_and_draws",  # 6 notebooks, 10-25 each
-    "tests/scaleup/test_trl_multiprocess.py",  # 33, the module's fixture
-    "tests/test_bench.py::test_quick_learning_benchmark_writes_its_report",  # 24
-    "tests/scaleup/test_verl_worker.py",  # 22, the module's fixture
-    "fixture:site",  # 20, the docs site built once
-    "tests/test_numerics.py::test_warm_start_and_rl_are_bit_identical_on_two_kernel_paths",  # 18
-    "tests/scaleup/test_verl_launch.py",  # 3 launches, 14-17 each
-    "tests/test_safety_disk.py::test_a_fifo_or_a_device_as_a_run_file_is_refused_without_reading",  # 15
-    "tests/scaleup/test_trl_example.py",  # 15
-    "tests/scaleup/test_verl_hooks.py",  # 15, the module's fixture
-    "tests/test_demo.py::test_the_base_model_line_prints_once_with_workers",  # 15
-    "tests/test_safety_lock.py::test_a_signal_to_compare_s_process_alone_stops_its_workers",  # 3 x 9-12
-    "tests/scaleup/test_verl.py",  # 12
-    "tests/test_safety.py::test_sigterm_ends_a_step_of_4096_rollouts_within_seconds",  # 11
+    "tests/test_adding_an_algorithm.py::test_the_page_followed_literally_passes_the_suite",  # 71
+    "tests/scaleup/test_smollm2.py::test_a_real_rollout_has_nonzero_advantages_and_moves_the_weights",  # 63
+    "tests/scaleup/test_trl_multiprocess.py",  # 31, the module's fixture
+    "tests/test_notebooks.py::test_notebook_executes_and_draws",  # 6 notebooks, 12-26 each
+    "tests/scaleup/test_verl_worker.py",  # 23, the module's fixture
+    "tests/test_bench.py::test_quick_learning_benchmark_writes_its_report",  # 21
+    "tests/test_safety_lock.py::test_a_signal_to_compare_s_process_alone_stops_its_workers",  # 3 x 14-18
+    "tests/test_safety_disk.py::test_a_fifo_or_a_device_as_a_run_file_is_refused_without_reading",  # 18
+    "tests/scaleup/test_verl_launch.py",  # 4 launches, 11-16 each
+    "tests/test_numerics.py::test_warm_start_and_rl_are_bit_identical_on_two_kernel_paths",  # 15
+    "fixture:site",  # 15, the docs site built once
+    "tests/test_demo.py::test_the_base_model_line_prints_once_with_workers",  # 13
+    "tests/scaleup/test_trl_example.py",  # 13
+    "tests/scaleup/test_verl_hooks.py",  # 13, the module's fixture
+    "tests/scaleup/test_verl.py",  # 9
+    "tests/test_safety.py::test_sigterm_ends_a_step_of_4096_rollouts_within_seconds",  # 9
 )
 
 
