@@ -265,10 +265,7 @@ def test_the_page_followed_literally_passes_the_suite(tmp_path):
     everything = [sys.executable, "-m", "pytest", *ACROSS_ALGORITHMS, "-q",
                   "-m", "not second_tier", "-p", "only_the_new_algorithm"]  # fmt: skip
     for argv in [*[[*t, "-p", "record_what_passed"] for t in tests], everything]:
-        # Not nbmake's plugin: nothing here runs a notebook, and loading it builds a grammar
-        # (nbformat -> jsonschema -> rfc3987_syntax), 2-3 s of each of these processes.
-        argv = [*argv, "-p", "no:cacheprovider", "-p", "no:nbmake", "-n", "0",
-                "-W", "ignore::DeprecationWarning"]  # fmt: skip
+        argv = [*argv, "-p", "no:cacheprovider", "-n", "0", "-W", "ignore::DeprecationWarning"]
         done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True)
         assert done.returncode == 0, f"{shlex.join(argv[1:])}\n{done.stdout[-4000:]}"
         assert " passed" in done.stdout.splitlines()[-1], done.stdout[-2000:]

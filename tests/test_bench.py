@@ -122,9 +122,10 @@ def test_synthetic_batch_is_valid_and_every_algorithm_times():
 
 
 @pytest.mark.slow
-def test_quick_learning_benchmark_writes_its_report(tmp_path):
+def test_quick_learning_benchmark_writes_its_report(tmp_path, capsys):
     """``refimpl bench-learning --quick``: every algorithm and ablation on two tasks, with a
-    token budget that stops each run, a report with the tables, verdicts and figures."""
+    token budget that stops each run, a report with the tables, verdicts and figures. Each
+    task's base model is said once, not once per run."""
     out = tmp_path / "learning"
     args = ["--quick", "--tasks", "chain,countdown", "--ablation-tasks", "countdown"]
     rc = cli_main(
@@ -140,6 +141,11 @@ def test_quick_learning_benchmark_writes_its_report(tmp_path):
         ]
     )
     assert rc == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warm start:")]
+    # each task's base model trained once, before the runs, and said then; the runs reuse it
+    # without a "reusing <cache>" line each (there were one per run)
+    assert sum(line.startswith("warm start: no base model shipped") for line in said) == 2, said
+    assert not [line for line in said if line.startswith("warm start: reusing")], said
     measured = (out / "report.md").read_text()
     # The benchmark measures and names the script that reads the papers' claims off it.
     assert "### Verdicts" not in measured

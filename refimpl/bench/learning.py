@@ -147,14 +147,16 @@ def run_all(cfg: LearningConfig, runs: list[Run]) -> float:
     from refimpl.runs.progress import progress
     from refimpl.warmstart import train_warmstart
 
-    for task in cfg.task_list():
+    for task in cfg.task_list():  # each task's base model, said once here (trained if need be)
         train_warmstart(_warmstart(cfg, task))
     # Seed-major order: an interrupted benchmark leaves whole seeds of every task and variant.
     todo = sorted((r for r in runs if cfg.overwrite or not finished(r)), key=lambda r: r.seed)
     workers = cfg.workers or min(4, os.cpu_count() or 1)
     start = time.perf_counter()
     with progress(len(todo), "bench learning", unit="run") as bar:
-        run_in_workers([r.train for r in todo], workers, lambda n: bar.update(n - bar.n))
+        # quiet: the runs load the base models said above, and do not say them once per run
+        run_in_workers([r.train for r in todo], workers, lambda n: bar.update(n - bar.n),
+                       quiet=True)  # fmt: skip
     return time.perf_counter() - start
 
 
