@@ -28,7 +28,7 @@ with the command that would make them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +41,18 @@ MANIFEST = BASE_MODELS / "manifest.json"
 
 @dataclass(frozen=True)
 class ShippedModel:
-    """One entry of ``manifest.json``."""
+    """One entry of ``manifest.json``: its weights' file and the sha256 it records for them
+    (empty when it records none: the weights then never match), read when it is made."""
 
     name: str
     entry: dict[str, Any]
+    file: Path = field(init=False)
+    sha256: str = field(init=False)
 
-    @property
-    def file(self) -> Path:
-        return BASE_MODELS / self.name / "model.safetensors"
-
-    @property
-    def sha256(self) -> str:
-        return self.entry["sha256"]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "file", BASE_MODELS / self.name / "model.safetensors")
+        recorded = self.entry.get("sha256") if isinstance(self.entry, dict) else None
+        object.__setattr__(self, "sha256", recorded if isinstance(recorded, str) else "")
 
 
 def manifest(path: Path | None = None) -> dict[str, Any]:
