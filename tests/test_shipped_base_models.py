@@ -391,3 +391,16 @@ def test_a_warm_start_is_never_trained_in_silence(tmp_path, capsys):
     assert out.index(notice[0]) < out.index("trained 2 steps")
     base_model(cfg)  # the cache now: no training, no notice
     assert "training one" not in capsys.readouterr().out
+
+
+def test_an_entry_that_records_no_sha256_never_matches_its_weights():
+    """An entry's recorded sha256 is read once, with its file, when the manifest is read; an
+    entry without one is damaged: loading it is refused on one line naming the weights, never
+    a KeyError and never weights unchecked."""
+    entry = {k: v for k, v in shipped.manifest()["models"]["countdown-600"].items()
+             if k != "sha256"}  # fmt: skip
+    model = shipped.ShippedModel("countdown-600", entry)
+    assert model.sha256 == "" and model.file.name == "model.safetensors"
+    with pytest.raises(CheckpointError, match="damaged") as err:
+        shipped.load(model, _config(model))
+    assert str(model.file) in str(err.value)
