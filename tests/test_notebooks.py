@@ -320,6 +320,21 @@ def test_timing_script_selects_notebooks_and_sums_their_times() -> None:
     assert "failed: boom" in table
 
 
+def test_timing_script_writes_the_result_header(tmp_path, monkeypatch):
+    """The timings file opens with the header every result file has (refimpl.bench's
+    ``result_header``: its kind, machine and commit), written by the script itself: a fresh
+    timing once wrote a file without one, which tests/test_result_headers.py then refused."""
+    from refimpl.bench.result_header import read_result
+
+    script = _timing_script()
+    monkeypatch.setattr(script, "execute", lambda path, timeout: (None, 1.0, 0.5, None))
+    out = tmp_path / "timings.json"
+    assert script.main(script.TimeConfig(notebooks="02", out=out)) == 0
+    result = read_result(out)  # raises on a missing or malformed header
+    assert result["header"]["kind"] == "notebook timings" and result["complete"]
+    assert [r["notebook"] for r in result["notebooks"]] == [script.select("02")[0].name]
+
+
 @pytest.mark.parametrize("case", ["directory", "under a file", "link", "link at .tmp", "proc"])
 def test_timing_script_checks_out_before_any_notebook_runs(tmp_path, monkeypatch, capsys, case):
     """Issue 61, late 6: ``--out`` was first written after the first notebook had run (minutes

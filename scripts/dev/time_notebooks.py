@@ -237,6 +237,7 @@ def kernel_env(size_variable: str, size: str, runs_dir: Path) -> dict[str, str]:
 def main(cfg: TimeConfig) -> int:
     sys.path.insert(0, str(REPO))
     from refimpl.bench import machine_info
+    from refimpl.bench.result_header import command_line, make_header
     from refimpl.notebook_figures import SIZE_VARIABLE, SIZES
     from refimpl.runs.runlog import check_output_file, write_text_atomic
 
@@ -258,21 +259,20 @@ def main(cfg: TimeConfig) -> int:
     fresh = cfg.runs_dir is None
     runs_dir = Path(tempfile.mkdtemp(prefix="refimpl-nbtime-")) if fresh else cfg.runs_dir
     os.environ.update(kernel_env(SIZE_VARIABLE, cfg.size, runs_dir))  # kernels inherit it
-    result = {
-        "size": cfg.size,
+    this_measurement = {
         "machine": machine_info(),
         "fresh_runs_dir": fresh,
         "runs_dir": str(runs_dir),
         "note": cfg.note,
+    }
+    result = {
+        # the one header every result file opens with (tests/test_result_headers.py)
+        "header": make_header("notebook timings", command=command_line(), evaluation_grid="none"),
+        "size": cfg.size,
+        **this_measurement,
         "complete": False,
         "merged": bool(kept),
         "notebooks": [],
-    }
-    this_measurement = {
-        "machine": result["machine"],
-        "fresh_runs_dir": fresh,
-        "runs_dir": str(runs_dir),
-        "note": cfg.note,
     }
 
     def write() -> None:  # the rows in notebook order, the kept ones among them; whole
