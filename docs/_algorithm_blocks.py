@@ -72,9 +72,15 @@ PAGES = REPO / "docs" / "algorithms"
 _SHOWN = set(contract.CONFIG_FIELDS) | {"clip_eps_low", "clip_eps_high", "eps", "entropy_eps"}
 
 
-def _clip(cfg) -> str:
+def _clip_eps(cfg) -> tuple[float, float] | None:
+    """The Config's ratio clip (ε_low, ε_high), None for a loss without one."""
     lo, hi = getattr(cfg, "clip_eps_low", None), getattr(cfg, "clip_eps_high", None)
-    return "none" if lo is None else f"clip(·, 1 − {lo:g}, 1 + {hi:g})"
+    return None if lo is None else (lo, hi)
+
+
+def _clip(cfg) -> str:
+    eps = _clip_eps(cfg)
+    return "none" if eps is None else f"clip(·, 1 − {eps[0]:g}, 1 + {eps[1]:g})"
 
 
 def _kl(cfg) -> str:
@@ -116,6 +122,13 @@ def probe_batch(entropy_seed: int = 0) -> contract.RolloutBatch:
     )
 
 
+def _current_logp(batch: contract.RolloutBatch) -> torch.Tensor:
+    """The current policy's log-probs on :func:`probe_batch`: π_old's moved by a fixed draw,
+    still log-probs (the losses refuse others)."""
+    moved = 0.3 * torch.randn(8, 6, generator=torch.Generator().manual_seed(1))
+    return (batch.logp_old + moved).clamp(max=0.0)
+
+
 def probes(name: str, cfg=None) -> dict[str, bool]:
     """What the algorithm does on :func:`probe_batch`: ``token_credit`` (its advantages vary
     within a completion), ``advantage_reads_entropy`` and ``loss_reads_entropy`` (redrawing
@@ -127,8 +140,7 @@ def probes(name: str, cfg=None) -> dict[str, bool]:
     mask = batch.response_mask.bool()
     adv = algo.advantages(batch, cfg)
     spread = [float(adv[i][mask[i]].max() - adv[i][mask[i]].min()) for i in range(8)]
-    moved = 0.3 * torch.randn(8, 6, generator=torch.Generator().manual_seed(1))
-    logp = (batch.logp_old + moved).clamp(max=0.0)  # still log-probs: the losses refuse others
+    logp = _current_logp(batch)
     current = batch.entropy_old * 0.9  # H_θ, the same in both calls
     loss_a, _ = algo.loss(batch, logp, adv, cfg, entropy=current)
     loss_b, _ = algo.loss(other, logp, adv, cfg, entropy=current)
@@ -230,8 +242,7 @@ def differs_from_grpo(name: str, cfg=None) -> dict[str, bool]:
     base = grpo.Config()
     batch = probe_batch(0)
     adv = grpo.advantages(batch, base)
-    moved = 0.3 * torch.randn(8, 6, generator=torch.Generator().manual_seed(1))
-    logp_start = (batch.logp_old + moved).clamp(max=0.0)  # the current policy's log-probs
+    logp_start = _current_logp(batch)
 
     def run(module, config) -> list[torch.Tensor]:
         logp = logp_start.clone().requires_grad_(True)
@@ -307,8 +318,8 @@ def _loop_steps(cfg) -> list[tuple[str, str]]:
         + (" (H_θ keeps its gradient)" if cfg.differentiates_entropy() else ""),
     ]
     out += [(step, step) for step in tail]
-    lo, hi = getattr(cfg, "clip_eps_low", None), getattr(cfg, "clip_eps_high", None)
-    clip = "no ratio clip" if lo is None else f"ratio clip [1 − {lo:g}, 1 + {hi:g}]"
+    eps = _clip_eps(cfg)
+    clip = "no ratio clip" if eps is None else f"ratio clip [1 − {eps[0]:g}, 1 + {eps[1]:g}]"
     out.append(
         (
             '        L ← loss(minibatch, logp, A, cfg, H_θ)   see "Key equations" below; cfg:'
