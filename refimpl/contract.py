@@ -22,7 +22,7 @@ import functools
 import math
 import typing
 from dataclasses import dataclass, fields, replace
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 import torch
 from jaxtyping import Bool
@@ -171,11 +171,6 @@ class RolloutBatch:
             "response_ids",
             f"an integer tensor of shape [{B}, {T}]",
         )
-        require(
-            isinstance(self.rewards, Tensor) and tuple(self.rewards.shape) == (B,),
-            "rewards",
-            f"a tensor of shape [{B}]",
-        )
         for name in ("rewards", "outcome_rewards"):
             r = getattr(self, name)
             if r is None and name == "outcome_rewards":
@@ -233,23 +228,7 @@ class RolloutBatch:
         gradient (they are constants of the loss: with a gradient, ``w = exp(logp −
         logp_old)`` would carry none when ``logp_old`` is ``logp``, on-policy)."""
         B, T = active.shape
-        _check_matrix(self.logp_old, "logp_old", (B, T))
-        require(
-            bool(torch.isfinite(self.logp_old[active]).all()),
-            "logp_old",
-            "finite log-probs on response tokens",
-        )
-        require(
-            bool((self.logp_old[active] <= LOGP_TOLERANCE).all()),
-            "logp_old",
-            "log-probs ≤ 0 on response tokens",
-        )
-        require(
-            not self.logp_old.requires_grad,
-            "logp_old",
-            "a detached tensor (the rollout policy's log-probs never carry gradient: "
-            "pass logp_old.detach())",
-        )
+        self._validate_logp("logp_old", active, "the rollout policy's")
         _check_matrix(self.entropy_old, "entropy_old", (B, T))
         h = self.entropy_old[active]
         require(
@@ -263,23 +242,20 @@ class RolloutBatch:
             "a detached tensor (rollout entropies never carry gradient)",
         )
         if self.logp_ref is not None:
-            _check_matrix(self.logp_ref, "logp_ref", (B, T))
-            require(
-                bool(torch.isfinite(self.logp_ref[active]).all()),
-                "logp_ref",
-                "finite log-probs on response tokens",
-            )
-            require(
-                bool((self.logp_ref[active] <= LOGP_TOLERANCE).all()),
-                "logp_ref",
-                "log-probs ≤ 0 on response tokens",
-            )
-            require(
-                not self.logp_ref.requires_grad,
-                "logp_ref",
-                "a detached tensor (the frozen reference's log-probs never carry gradient: "
-                "pass logp_ref.detach())",
-            )
+            self._validate_logp("logp_ref", active, "the frozen reference's")
+
+    def _validate_logp(self, name: str, active: Tensor, whose: str) -> None:
+        """A recorded log-prob field: ``[B, T]`` floats, finite and ≤ 0 on response tokens,
+        detached."""
+        x = getattr(self, name)
+        _check_matrix(x, name, tuple(active.shape))  # type: ignore[arg-type]
+        require(bool(torch.isfinite(x[active]).all()), name, "finite log-probs on response tokens")
+        require(bool((x[active] <= LOGP_TOLERANCE).all()), name, "log-probs ≤ 0 on response tokens")
+        require(
+            not x.requires_grad,
+            name,
+            f"a detached tensor ({whose} log-probs never carry gradient: pass {name}.detach())",
+        )
 
 
 #: How far above 0 a recorded log-prob may lie (float32 rounding of a log-softmax near 0).
@@ -509,6 +485,14 @@ class AlgorithmConfig:
         unless a field defaults to that budget (Dr. GRPO's ``max_len``)."""
         return self
 
+    def for_run(self, max_new_tokens: int) -> RunNeeds:
+        """Everything above that a run needs, asked once where a run is resolved
+        (``refimpl.settings.plan.resolve``): this configuration for the run's budget and its
+        answers (the reader's loop asks each question where it uses the answer)."""
+        cfg = self.for_generation_budget(max_new_tokens)
+        return RunNeeds(cfg, cfg.needs_reference(), cfg.reads_current_entropy(),
+                        cfg.needs_float32_entropy(), cfg.values_needed())  # fmt: skip
+
     def for_update(self, batch: RolloutBatch, adv: Tensor) -> AlgorithmConfig:
         """This configuration for one update on the whole rollout ``batch`` (advantages
         ``adv``), whose loss calls see it in minibatches: itself, unless the loss reads a
@@ -528,6 +512,16 @@ class ValueRequest:
 
     rollouts: int
     step_ends: str | None = None
+
+
+class RunNeeds(NamedTuple):
+    """``AlgorithmConfig.for_run``: a Config for a run's budget, and what it asks of the run."""
+
+    config: AlgorithmConfig  # for completions of at most L_max tokens (for_generation_budget)
+    reference: bool  # needs_reference(): π_ref, a frozen copy of the warm start
+    current_entropy: bool  # reads_current_entropy(): H_θ against the rollout's H_old
+    float32_entropy: bool  # needs_float32_entropy(): both entropies in float32 under bf16
+    values: ValueRequest | None  # values_needed(): V̂ of π_old (VinePPO's), None for none
 
 
 #: The fields every algorithm's ``Config`` has (``AlgorithmConfig``'s annotations).

@@ -379,7 +379,7 @@ def preflight(cfg: TrainConfig, saved: SavedRun | None = None) -> Plan:
         saved = read_saved_if_run(cfg.run_dir)
     plan = resolve(cfg, saved)
     check_run_dir(plan)
-    return plan._replace(base=choose_base(plan.warmstart, "--warmstart."))
+    return plan._replace(base=choose_base(plan.warmstart, "--warmstart.", plan.warmstart_identity))
 
 
 def run_training(cfg: TrainConfig, saved: SavedRun | None = None) -> Path:

@@ -36,8 +36,8 @@ from refimpl.runs import cpu_kernels, shipped
 from refimpl.runs.cache import (
     cache_complete,
     cache_key,
-    cache_path,
     check_cache_writable,
+    keys,
     settings_key,
 )
 from refimpl.runs.checkpoint import CheckpointError, load_model_weights, read_state, save_checkpoint
@@ -103,16 +103,18 @@ class BaseChoice(NamedTuple):
     """how the flags are spelled in messages (``--warmstart.`` for a run)"""
 
 
-def choose_base(cfg: WarmstartConfig, prefix: str = "--") -> BaseChoice:
+def choose_base(cfg: WarmstartConfig, prefix: str = "--", identity: dict | None = None
+                ) -> BaseChoice:  # fmt: skip
     """The choice of the base model, made here and nowhere else, before anything is trained or
     written: the shipped model when one was trained with these settings and ``cfg.shipped``
     is on and ``cfg.force`` off; else this machine's cached model (``cfg.force`` aside); else
     one trained now, and then its cache must be writable (``check_cache_writable``, a
     ``ValueError`` naming ``runs_dir``). Shipped weights that a damaged manifest hides from
-    these settings are said, one warning each (``find_shipped``)."""
-    identity = cfg.key_inputs()  # the warm start's identity, computed once for every use
-    found, unused = find_shipped(identity)
-    cache = cache_path(cfg.runs_dir, identity)
+    these settings are said, one warning each (``find_shipped``). ``identity``: the warm
+    start's ``key_inputs()``, as a run's settings check computed it (None: computed here)."""
+    identity = cfg.key_inputs() if identity is None else identity
+    settings, _, cache = keys(identity, cfg.runs_dir)  # a shipped model's key, the cache
+    found, unused = find_shipped(identity, settings)
     use_shipped = cfg.shipped and not cfg.force
     if found is not None and use_shipped:
         return BaseChoice(cfg, identity, "shipped", found, cache, prefix)
@@ -133,8 +135,12 @@ def base_model(cfg: WarmstartConfig, prefix: str = "--", *, chosen: BaseChoice |
     success measured when it was trained, greedy and sampled, on the warm start's own check
     problems). The choice is said in one line."""
     choice = chosen if chosen is not None else choose_base(cfg, prefix)
-    if choice.source == "shipped":
-        return _load_shipped(choice)
+    if choice.source == "shipped":  # its sha256 checked against the manifest
+        model, entry = shipped.load(choice.shipped, choice.cfg, choice.prefix), choice.shipped
+        print(f"warm start: the shipped base model {entry.name} (sha256 {entry.sha256[:12]}…, "
+              f"trained on {model.base_record['trained_on']}; "
+              f"{_format_report(model.base_report)}), as on every machine")  # fmt: skip
+        return model
     if choice.source == "cache":
         return _load(choice)
     choice.cache.parent.mkdir(parents=True, exist_ok=True)
@@ -155,17 +161,18 @@ def base_model(cfg: WarmstartConfig, prefix: str = "--", *, chosen: BaseChoice |
     return model
 
 
-def find_shipped(identity: dict) -> tuple[shipped.ShippedModel | None, list[str]]:
+def find_shipped(identity: dict, key: str | None = None
+                 ) -> tuple[shipped.ShippedModel | None, list[str]]:  # fmt: skip
     """The shipped model trained with the settings ``identity`` (a warm start's
-    ``key_inputs()``), or None; and why shipped weights are not used for these settings, one
-    line each: ``manifest.json`` missing while weights are there, weights that no entry lists
-    (an entry deleted), an entry of these settings (its recorded ``settings_key`` is theirs,
-    or its recorded config says them) that cannot be read or whose config no longer hashes to
-    that key (edited: it is no model's). A run that finds no shipped model says these before
-    it trains or reuses a cache (``choose_base``): a damaged manifest is otherwise a silent
-    retraining on this machine, and other bits. A model is found by its ``settings_key``,
-    computed from the manifest's recorded config (not read from it); only the entries of
-    these settings are hashed (another entry's task arguments are not parsed)."""
+    ``key_inputs()``; ``key``: its ``settings_key``, when already computed), or None; and why
+    shipped weights are not used for these settings, one line each: ``manifest.json`` missing
+    while weights are there, weights that no entry lists (an entry deleted), an entry that
+    cannot be read, and an entry of these settings (its recorded ``settings_key`` is theirs, or
+    its recorded config says them) whose config no longer hashes to that key (edited: it is
+    no model's). A run that finds no shipped model says these before it trains or reuses a
+    cache (``choose_base``): a damaged manifest is otherwise a silent retraining on this
+    machine, and other bits. Each entry's identity is computed from its recorded config
+    (``_entry_identity``), never read from the manifest."""
     path = shipped.MANIFEST
     weights = sorted(p.parent.name for p in path.parent.glob("*/model.safetensors"))
     fix = f"restore {path} (git checkout, or reinstall refimpl)"
@@ -180,47 +187,34 @@ def find_shipped(identity: dict) -> tuple[shipped.ShippedModel | None, list[str]
         for name in weights
         if name not in listed
     ]
-    found, key, plain = None, settings_key(identity), _plain_settings(identity)
+    key = settings_key(identity) if key is None else key
+    found = None
     for model in models:
-        try:  # the entry claims these settings: its recorded key, or its recorded config, says so
-            claims = model.entry["settings_key"] == key or plain == _plain_settings(
-                dataclasses.asdict(warmstart_from_record(model.entry["config"]))
-            )
-        except (KeyError, TypeError, ValueError, AttributeError):
-            claims = True  # an entry that cannot be read: said, whichever settings it had
-        if not claims:
-            continue
-        damage = _entry_damage(model)
-        if damage is not None:
-            unused.append(f"{path}: the entry {model.name} {damage}, so it is not used; {fix}")
-            continue
-        recorded = warmstart_from_record(model.entry["config"])
-        same = _plain_settings(dataclasses.asdict(recorded)) == plain  # before the task's knobs
-        if found is None and same and model.entry["settings_key"] == key:  # (undamaged: the
-            found = model  # recorded key is the one its config hashes to, computed above)
+        inputs, recorded = _entry_identity(model)
+        if inputs is None:  # an entry that cannot be read: said, whichever settings it had
+            unused.append(f"{path}: the entry {model.name} {recorded}, so it is not used; {fix}")
+        elif recorded == key or inputs == identity:  # it claims these settings
+            computed = settings_key(inputs)
+            if computed != recorded:
+                unused.append(
+                    f"{path}: the entry {model.name} has a config whose settings hash to "
+                    f"{computed}, not to the settings_key it records ({recorded}): edited?, "
+                    f"so it is not used; {fix}"
+                )
+            elif found is None and inputs == identity:
+                found = model
     return found, unused
 
 
-def _entry_damage(model: shipped.ShippedModel) -> str | None:
-    """What is wrong with a manifest entry, or None: a config that cannot be read, or one
-    that no longer hashes to the ``settings_key`` recorded beside it (edited)."""
+def _entry_identity(model: shipped.ShippedModel) -> tuple[dict | None, str]:
+    """A manifest entry's identity, computed from its recorded config (``key_inputs``), and the
+    ``settings_key`` it records; ``(None, why)`` when either cannot be read."""
     try:
-        computed = settings_key(warmstart_from_record(model.entry["config"]).key_inputs())
-        recorded = model.entry["settings_key"]
+        return warmstart_from_record(model.entry["config"]).key_inputs(), str(
+            model.entry["settings_key"]
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as err:
-        return f"cannot be read ({type(err).__name__}: {err})"
-    if computed != recorded:
-        return (f"has a config whose settings hash to {computed}, not to the settings_key it "
-                f"records ({recorded}): edited?")  # fmt: skip
-    return None
-
-
-def _plain_settings(settings: dict) -> tuple:
-    """The settings compared as typed, before ``settings_key`` canonicalises the task's knobs:
-    the task, the model, the schedule, the steps, the batch, the lr, the seed."""
-    steps = settings["steps"]
-    return (settings["task"], settings["model"], steps, settings.get("schedule_steps") or steps,
-            settings["batch_size"], settings["lr"], settings["seed"])  # fmt: skip
+        return None, f"cannot be read ({type(err).__name__}: {err})"
 
 
 def _work(config: dict) -> float:
@@ -271,26 +265,6 @@ def training_notice(inputs: dict, *, force: bool, shipped_used: bool) -> str:
     return (f"warm start: {why}; training one: {inputs['task']}{' ' + args if args else ''}, "
             f"{inputs['steps']} steps of {inputs['batch_size']}, {cost} on one thread at the shipped "
             f"models' speed ({cpu}; cached after that: later runs reuse it)")  # fmt: skip
-
-
-def _load_shipped(choice: BaseChoice) -> GPT:
-    """The shipped model of the choice's settings, its sha256 checked against the manifest."""
-    entry = choice.shipped
-    try:
-        model = shipped.load(entry, choice.cfg)
-    except CheckpointError as err:
-        raise CheckpointError(
-            f"shipped base model: {err} (or pass {flag('no-shipped', choice.prefix)})"
-        ) from None
-    cpu = entry.entry.get("trained_on", {}).get("cpu", "unrecorded")
-    print(
-        f"warm start: the shipped base model {entry.name} (sha256 {entry.sha256[:12]}…, trained "
-        f"on {cpu}; {_format_report(entry.entry.get('report', {}))}), as on every machine"
-    )
-    model.base_record = shipped.describe_base("shipped", sha=entry.sha256, name=entry.name,
-                                              trained_on=cpu)  # fmt: skip
-    model.base_report = dict(entry.entry.get("report", {}))
-    return model
 
 
 def _compared(choice: BaseChoice):

@@ -40,7 +40,7 @@ def no_side_effects(monkeypatch):
     monkeypatch.setattr("refimpl.warmstart._train", forbidden)
     monkeypatch.setattr("refimpl.train.base_model", forbidden)
     monkeypatch.setattr("refimpl.compare.train_warmstart", forbidden)
-    monkeypatch.setattr("refimpl.runs.rundir.prepare_run_dir", forbidden)
+    monkeypatch.setattr("refimpl.runs.rundir.write_new_run", forbidden)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +338,7 @@ def test_runs_says_whether_a_run_reached_its_budget_or_stopped(tmp_path, capsys)
         "".join(json.dumps(r) + "\n" for r in records)
     )
     (tmp_path / "cut" / LOCK_FILE).write_text("")  # a lock file nobody holds: not running
-    with RunLock.acquire(tmp_path / "live", "--name"):
+    with RunLock(tmp_path / "live", "--name"):
         code, out, err = run_cli(["runs", str(tmp_path)], capsys)
     assert code == 0, err
     rows = {line.split()[0]: line.split() for line in out.strip().splitlines()[1:5]}

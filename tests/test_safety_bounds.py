@@ -36,7 +36,7 @@ def no_side_effects(monkeypatch):
     monkeypatch.setattr("refimpl.warmstart._train", forbidden)
     monkeypatch.setattr("refimpl.train.base_model", forbidden)
     monkeypatch.setattr("refimpl.compare.train_warmstart", forbidden)
-    monkeypatch.setattr("refimpl.runs.rundir.prepare_run_dir", forbidden)
+    monkeypatch.setattr("refimpl.runs.rundir.write_new_run", forbidden)
     monkeypatch.setattr("torch.set_num_threads", forbidden)
 
 

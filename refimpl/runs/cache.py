@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from refimpl.runs import cpu_kernels
 from refimpl.runs.checkpoint import CheckpointError, check_replaceable
@@ -26,24 +27,42 @@ def _digest(keep: dict) -> str:
     return hashlib.sha256(blob).hexdigest()[:10]
 
 
+class WarmstartKeys(NamedTuple):
+    """The keys of a warm start's identity (``WarmstartConfig.key_inputs()``), computed
+    together (``keys``): ``refimpl.warmstart.choose_base`` needs each, once."""
+
+    settings_key: str  # the settings alone: the same on every machine (a shipped model's)
+    cache_key: str  # the settings and this machine's numeric path (its cache's)
+    cache: Path  # the cache directory, <runs_dir>/warmstart/<task>-<cache_key>
+
+
+def keys(inputs: dict, runs_dir: Path | str = ".") -> WarmstartKeys:
+    """The keys of the warm start ``inputs`` (``WarmstartConfig.key_inputs()``) and its cache
+    directory under ``runs_dir``."""
+    settings, machine = _digest(inputs), _digest({**inputs, "numerics": cpu_kernels.cache_tag()})
+    return WarmstartKeys(
+        settings, machine, Path(runs_dir) / "warmstart" / f"{inputs['task']}-{machine}"
+    )
+
+
 def cache_key(inputs: dict) -> str:
     """A hash of every setting of a warm start that changes the trained weights (``inputs``:
     ``WarmstartConfig.key_inputs()``) and of the numeric path: another kernel path trains
     another model, so this machine's cache never reuses one trained on another path."""
-    return _digest({**inputs, "numerics": cpu_kernels.cache_tag()})
+    return keys(inputs).cache_key
 
 
 def settings_key(inputs: dict) -> str:
     """A hash of the settings alone (``inputs``: ``WarmstartConfig.key_inputs()``, no numeric
     path): the same on every machine, so a base model shipped with the package
     (``refimpl.runs.shipped``) is found by it wherever it was trained."""
-    return _digest(inputs)
+    return keys(inputs).settings_key
 
 
 def cache_path(runs_dir: Path | str, inputs: dict) -> Path:
     """The directory of the cached model of the warm start ``inputs``
     (``WarmstartConfig.key_inputs()``) under ``runs_dir``."""
-    return Path(runs_dir) / "warmstart" / f"{inputs['task']}-{cache_key(inputs)}"
+    return keys(inputs, runs_dir).cache
 
 
 def cache_dir(cfg) -> Path:

@@ -42,7 +42,6 @@ from safetensors.torch import load_file, save_file
 
 from refimpl.runs.runlog import (
     CHECKPOINT_FILES,
-    LOCK_FILE,
     RUN_FILES,
     JSONFileError,
     check_regular_file,
@@ -473,34 +472,6 @@ def load_checkpoint(
     return state
 
 
-def prepare_run_dir(run_dir: Path, *, resume: bool, overwrite: bool) -> None:
-    """Create ``run_dir``; refuse to reuse an existing one unless ``resume`` or ``overwrite``.
-
-    ``overwrite`` deletes only a run directory (a ``config.json`` of ``refimpl train`` and
-    nothing but the files a run holds, at every depth); anything else is refused. The lock
-    file stays: the caller holds it (``refimpl.runs.lock.RunLock``)."""
-    run_dir = Path(run_dir)
-    if run_dir.exists() and _entries(run_dir):
-        if overwrite and not resume:
-            check_deletable(run_dir, "--overwrite")
-            for entry in _entries(run_dir):
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry)
-                else:
-                    entry.unlink()
-        elif not resume:
-            raise FileExistsError(
-                f"run directory {run_dir} already exists: pass --resume to continue it, "
-                "--overwrite to start again, or choose another --name"
-            )
-    run_dir.mkdir(parents=True, exist_ok=True)
-
-
-def _entries(run_dir: Path) -> list[Path]:
-    """What ``run_dir`` holds besides its lock file."""
-    return sorted(p for p in Path(run_dir).iterdir() if p.name != LOCK_FILE)
-
-
 def check_deletable(run_dir: Path, flag: str) -> None:
     """Raise ``ValueError`` (naming ``flag``) unless ``run_dir`` is proved to be a run: a
     config.json of ``refimpl train``, or a damaged one beside the files only a run writes
@@ -539,7 +510,6 @@ __all__ = [
     "find_checkpoint",
     "load_checkpoint",
     "load_model_weights",
-    "prepare_run_dir",
     "read_state",
     "read_weights",
     "save_checkpoint",

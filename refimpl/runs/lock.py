@@ -28,7 +28,7 @@ except ImportError:  # Windows: a lock on the file's first byte
     import msvcrt
 
 
-#: How often ``RunLock.acquire`` tries, 50 ms apart, before it reports the run as in use.
+#: How often ``RunLock`` tries, 50 ms apart, before it reports the run as in use.
 ACQUIRE_TRIES = 5
 
 
@@ -41,15 +41,13 @@ class RunLock:
     the process's end: the kernel releases it on any exit). The holder writes its pid, host
     and start time into the file, for the message of a process it keeps out."""
 
-    def __init__(self, run_dir: Path, fd: int):
-        self.run_dir, self.path, self._fd = Path(run_dir), Path(run_dir) / LOCK_FILE, fd
-
-    @classmethod
-    def acquire(cls, run_dir: Path, flag: str) -> RunLock:
+    def __init__(self, run_dir: Path, flag: str):
         """Lock ``run_dir`` (which must exist), creating its lock file if need be; a
         ``RunDirLocked`` naming ``flag`` when another process holds it."""
-        path = Path(run_dir) / LOCK_FILE
-        fd = _open_lock_file(path, os.O_RDWR | os.O_CREAT, flag)
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self._fd: int | None = None
+        fd = _open_lock_file(self.path, os.O_RDWR | os.O_CREAT, flag)
         # A few tries: another process's ``check_not_locked`` holds the lock for a moment;
         # a run holds it for as long as it trains.
         for attempt in range(ACQUIRE_TRIES):
@@ -57,12 +55,12 @@ class RunLock:
                 break
             if attempt == ACQUIRE_TRIES - 1:
                 os.close(fd)
-                raise _locked_error(Path(run_dir), flag)
+                raise _locked_error(self.run_dir, flag)
             time.sleep(0.05)
         os.ftruncate(fd, 0)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {stamp}\n".encode())
-        return cls(run_dir, fd)
+        self._fd = fd
 
     def release(self) -> None:
         """Unlock (the lock file stays: deleting it while another process waits on it would

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import time
 import warnings
 from collections.abc import Iterator
@@ -31,7 +32,6 @@ from refimpl.runs.checkpoint import (
     check_replaceable,
     find_checkpoint,
     load_checkpoint,
-    prepare_run_dir,
     read_state,
     save_checkpoint,
 )
@@ -60,40 +60,29 @@ from refimpl.types.flags import RESUME_RECORDED
 # ---------------------------------------------------------------------------------------------
 
 
-def check_run_dir(plan, *, locked: bool = False) -> None:
+def check_run_dir(plan) -> None:
     """Check the run directory against the run ``plan`` before anything is written: a valid
     ``--runs-dir`` and ``--name``, no link, not in use by another process, ``--resume`` only
     of a run (with the same settings, see ``RESUME_MAY_CHANGE``, and a whole checkpoint,
     ``verify_resume``), ``--overwrite`` only of a run, never an existing directory otherwise,
     writable directories, away from the warm-start cache. (Whether that cache is written, and
     can be, is the base model's choice, ``refimpl.warmstart.choose_base``, which preflight
-    makes next.)
+    makes next.) ``open_run`` checks again, under the lock, what another process can change
+    meanwhile.
 
     ``plan.saved``: the run to resume, as ``read_saved_run`` read it (None: a new run, or one
     that is not a run, which ``--resume`` refuses; its settings were checked against the
     flags by ``resolve``); its config.json is not read again, only checked to be the same file
-    (``config_unchanged``). ``locked``: the caller holds the run's lock (``open_run``,
-    after the warm start), which checks everything again on purpose: the directory may have
-    changed while it was not locked."""
+    (``config_unchanged``)."""
     cfg, run_dir = plan.cfg, plan.run_dir
-    check_runs_dir(Path(cfg.runs_dir))
+    runs_dir = Path(cfg.runs_dir)
+    check_runs_dir(runs_dir)
     if cfg.warmstart.runs_dir is not None:
         check_runs_dir(Path(cfg.warmstart.runs_dir), "--warmstart.runs-dir")
-    check_name(cfg.name, Path(cfg.runs_dir))
+    check_name(cfg.name, runs_dir)
     check_not_a_link(run_dir)
-    if not locked:
-        # a run in use by another process: refused before the rest
-        check_not_locked(run_dir, _flag_of(cfg.resume, cfg.overwrite))
-    with warnings.catch_warnings():  # a torn last line: the trainer warns when it reads it
-        warnings.simplefilter("ignore", TornLineWarning)
-        _check_contents(plan)
-
-
-def _check_contents(plan) -> None:
-    """``check_run_dir``'s checks of what the run directory holds, and of what the run will
-    write there."""
-    cfg, run_dir, saved = plan.cfg, plan.run_dir, plan.saved
-    runs_dir = Path(cfg.runs_dir)
+    # a run in use by another process: refused before the rest
+    check_not_locked(run_dir, _flag_of(cfg.resume, cfg.overwrite))
     cache_root = (Path(plan.warmstart.runs_dir) / "warmstart").resolve()
     here = run_dir.resolve()
     if here == cache_root or cache_root in here.parents or here in cache_root.parents:
@@ -105,41 +94,55 @@ def _check_contents(plan) -> None:
         raise ValueError("--overwrite: cannot be combined with --resume (choose one)")
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"--name: {run_dir} exists and is not a directory")
-    if cfg.resume:
-        if saved is None:
-            check_resumable(run_dir)  # raises: nothing, or a damaged run, to resume
-            raise ValueError(f"--resume: {run_dir}: the run's config.json was not read")
-        config_unchanged(run_dir, saved)
-        _writable(run_dir, "--resume", "the resumed run writes its logs and checkpoints there")
-        refuse_links(run_dir, "--resume")  # the run writes, renames and replaces its files
-        try:  # checkpoint/, .tmp/ and .old/: the saves replace them whole
-            check_replaceable(run_dir / "checkpoint")
-        except CheckpointError as err:
-            raise ValueError(f"--resume: {err}") from None
-        verify_resume(plan)
-        return
-    if not _holds_nothing(run_dir):
-        damage = run_dir_damage(run_dir)
-        if not cfg.overwrite:
-            if damage is not None:
-                how = f"is a damaged run ({damage}): pass --overwrite to start it again"
-            elif is_run_dir(run_dir):
-                how = "already exists: pass --resume to continue it, --overwrite to start again"
-            else:  # someone else's directory: neither flag would touch it
-                how = "already exists and is not a run (no config.json written by refimpl train)"
-            raise FileExistsError(f"run directory {run_dir} {how}, or choose another --name")
-        if here == runs_dir.resolve():
-            raise ValueError(f"--overwrite: {run_dir} is the runs directory itself")
-        check_deletable(run_dir, "--overwrite")
-        _writable(run_dir.parent, "--overwrite", f"{run_dir} is deleted and written again")
-        _writable(run_dir, "--overwrite", f"{run_dir} is deleted and written again")
-    else:
-        _writable(run_dir, "--runs-dir", f"the run directory {run_dir} is created there")
+    with warnings.catch_warnings():  # a torn last line: the trainer warns when it reads it
+        warnings.simplefilter("ignore", TornLineWarning)
+        if cfg.resume:
+            _check_resumed(plan)
+        elif not run_dir.exists() or not _held(run_dir):  # nothing, or a lock file only
+            _writable(run_dir, "--runs-dir", f"the run directory {run_dir} is created there")
+        else:
+            _check_replaced(run_dir, runs_dir, cfg.overwrite)
 
 
-def _holds_nothing(run_dir: Path) -> bool:
-    """``run_dir`` is missing, empty, or holds only a lock file (a run that never started)."""
-    return not run_dir.exists() or all(p.name == LOCK_FILE for p in run_dir.iterdir())
+def _check_resumed(plan) -> None:
+    """``check_run_dir``'s checks of a run to resume, and of what it will write there."""
+    run_dir, saved = plan.run_dir, plan.saved
+    if saved is None:
+        check_resumable(run_dir)  # raises: nothing, or a damaged run, to resume
+        raise ValueError(f"--resume: {run_dir}: the run's config.json was not read")
+    config_unchanged(run_dir, saved)
+    _writable(run_dir, "--resume", "the resumed run writes its logs and checkpoints there")
+    refuse_links(run_dir, "--resume")  # the run writes, renames and replaces its files
+    try:  # checkpoint/, .tmp/ and .old/: the saves replace them whole
+        check_replaceable(run_dir / "checkpoint")
+    except CheckpointError as err:
+        raise ValueError(f"--resume: {err}") from None
+    verify_resume(plan)
+
+
+def _check_replaced(run_dir: Path, runs_dir: Path, overwrite: bool) -> None:
+    """``check_run_dir``'s checks of a new run in a directory that holds something: refused,
+    unless ``overwrite`` and it is a run that may be deleted."""
+    damage = run_dir_damage(run_dir)
+    if not overwrite:
+        if damage is not None:
+            how = f"is a damaged run ({damage}): pass --overwrite to start it again"
+        elif is_run_dir(run_dir):
+            how = "already exists: pass --resume to continue it, --overwrite to start again"
+        else:  # someone else's directory: neither flag would touch it
+            how = "already exists and is not a run (no config.json written by refimpl train)"
+        raise FileExistsError(f"run directory {run_dir} {how}, or choose another --name")
+    if run_dir.resolve() == runs_dir.resolve():
+        raise ValueError(f"--overwrite: {run_dir} is the runs directory itself")
+    check_deletable(run_dir, "--overwrite")
+    _writable(run_dir.parent, "--overwrite", f"{run_dir} is deleted and written again")
+    _writable(run_dir, "--overwrite", f"{run_dir} is deleted and written again")
+
+
+def _held(run_dir: Path) -> list[Path]:
+    """What ``run_dir`` holds besides its lock file (a run that never started holds only
+    that)."""
+    return sorted(p for p in run_dir.iterdir() if p.name != LOCK_FILE)
 
 
 def _writable(path: Path, flag: str, what: str) -> None:
@@ -249,33 +252,31 @@ def config_unchanged(run_dir: Path, saved: SavedRun) -> None:
 @contextlib.contextmanager
 def open_run(plan, model, optimizer) -> Iterator[tuple[int, int]]:
     """The run directory of ``plan``, held for the ``with`` block: created (one atomic
-    ``mkdir``) when it does not exist, locked, and checked again under the lock
-    (``check_run_dir``: what the plan says may be written is what this process may write, and
-    no other refimpl process changes it until the block ends). Then opened: a new run's
-    directory is made (``--overwrite``: the old run deleted first) and its config.json
-    written; a resumed run's checkpoint is restored into ``model`` and ``optimizer``
-    (``restore_run``), and config.json records the new length of the run
-    (``RESUME_RECORDED``) and when it was resumed. Yields ``(step, sampled_tokens)``, where
-    the run continues from."""
+    ``mkdir``) when it does not exist and locked (no other refimpl process changes it until
+    the block ends), then checked again for what another process can have changed since
+    ``check_run_dir`` (the warm start may have taken minutes): still no link; a new run's
+    directory still holds nothing (``--overwrite``: still a run, deleted), a resumed run's
+    config.json is still the file that was read (every refimpl process that changes a run
+    writes it). Then opened: a new run's config.json is written (``write_new_run``); a resumed
+    run's checkpoint is restored into ``model`` and ``optimizer`` (``restore_run``), and
+    config.json records the new length of the run (``RESUME_RECORDED``) and when it was
+    resumed. Yields ``(step, sampled_tokens)``, where the run continues from."""
     cfg, run_dir = plan.cfg, plan.run_dir
     if not cfg.resume:
         try:
             run_dir.mkdir(parents=True)
         except FileExistsError:
             pass  # already there (an empty one, a run, or another process was first)
-    with RunLock.acquire(run_dir, _flag_of(cfg.resume, cfg.overwrite)):
-        with warnings.catch_warnings():  # the trainer warns when it reads the files
-            warnings.simplefilter("ignore")
-            check_run_dir(plan, locked=True)
+    with RunLock(run_dir, _flag_of(cfg.resume, cfg.overwrite)):
+        check_not_a_link(run_dir)
         if plan.saved is None:
-            # Checked again here: the warm start may have taken minutes since preflight.
-            prepare_run_dir(run_dir, resume=False, overwrite=cfg.overwrite)
             write_new_run(
                 run_dir, plan.record, dataclasses.asdict(plan.algo_cfg),
-                getattr(model, "base_record", None),
+                getattr(model, "base_record", None), overwrite=cfg.overwrite,
             )  # fmt: skip
             yield 0, 0
         else:
+            config_unchanged(run_dir, plan.saved)
             step, sampled_tokens = restore_run(run_dir, model, optimizer, cfg.fresh_optimizer)
             record_resume(run_dir, plan.saved.config, plan.record, step)
             yield step, sampled_tokens
@@ -341,10 +342,27 @@ def save_run(plan, model, optimizer, step: int, sampled_tokens: int) -> None:
 
 
 def write_new_run(run_dir: Path, train_config: dict[str, Any], algo_config: dict[str, Any],
-                  base: dict[str, Any] | None = None) -> None:  # fmt: skip
-    """config.json of a new run (its settings as recorded, ``config_dict``; the algorithm's
-    Config's fields; the versions; and ``base``: which base model it started from,
+                  base: dict[str, Any] | None = None, *, overwrite: bool = False) -> None:  # fmt: skip
+    """A new run in ``run_dir``, whose lock the caller holds: the directory must hold nothing
+    but its lock (another process may have made a run there since it was checked), unless
+    ``overwrite``, which deletes the run there, and only a run (``check_deletable``: a
+    ``config.json`` of ``refimpl train`` and nothing but the files a run holds, at every depth;
+    the lock file stays). Then its config.json (its settings as recorded, ``config_dict``; the
+    algorithm's Config's fields; the versions; and ``base``: which base model it started from,
     ``refimpl.runs.shipped.describe_base``) and empty logs."""
+    held = _held(run_dir)
+    if held and not overwrite:
+        raise FileExistsError(
+            f"run directory {run_dir} already exists: pass --resume to continue it, "
+            "--overwrite to start again, or choose another --name"
+        )
+    if held:
+        check_deletable(run_dir, "--overwrite")
+        for entry in held:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     record = {
         "train_config": train_config,
         "algo_config": algo_config,

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from refimpl.runs.checkpoint import CheckpointError, load_model_weights, sha256
+from refimpl.types.flags import flag
 
 #: Where the shipped weights and their manifest live (inside the package).
 BASE_MODELS = Path(__file__).resolve().parents[1] / "base_models"
@@ -74,22 +75,34 @@ def shipped_models(path: Path | None = None) -> list[ShippedModel]:
     return [ShippedModel(n, e) for n, e in manifest(path).get("models", {}).items()]
 
 
-def load(model_entry: ShippedModel, cfg):
+def load(model_entry: ShippedModel, cfg, prefix: str = "--"):
     """The shipped weights in a model of ``cfg``'s size, after checking their sha256 against
-    the manifest (``CheckpointError`` naming the file otherwise)."""
+    the manifest (``CheckpointError`` naming the file otherwise, and the flag that trains the
+    base model here instead, spelled with ``prefix``), with what a run records of them:
+    ``base_record`` (``describe_base``) and ``base_report`` (their measured success)."""
     file = model_entry.file
-    if not file.exists():
+    try:
+        if not file.exists():
+            raise CheckpointError(
+                f"{file}: missing (the manifest {MANIFEST} lists it); reinstall refimpl, or "
+                "train the base model here with --warmstart.no-shipped"
+            )
+        if sha256(file) != model_entry.sha256:
+            raise CheckpointError(
+                f"{file}: damaged (its sha256 differs from the one {MANIFEST.name} records); "
+                "restore it (git checkout), or train the base model here with "
+                "--warmstart.no-shipped"
+            )
+        model = cfg.model.build()
+        load_model_weights(file.parent, model)  # finite, fits the model
+    except CheckpointError as err:
         raise CheckpointError(
-            f"{file}: missing (the manifest {MANIFEST} lists it); reinstall refimpl, or train "
-            "the base model here with --warmstart.no-shipped"
-        )
-    if sha256(file) != model_entry.sha256:
-        raise CheckpointError(
-            f"{file}: damaged (its sha256 differs from the one {MANIFEST.name} records); "
-            "restore it (git checkout), or train the base model here with --warmstart.no-shipped"
-        )
-    model = cfg.model.build()
-    load_model_weights(file.parent, model)  # finite, fits the model
+            f"shipped base model: {err} (or pass {flag('no-shipped', prefix)})"
+        ) from None
+    cpu = model_entry.entry.get("trained_on", {}).get("cpu", "unrecorded")
+    model.base_record = describe_base("shipped", sha=model_entry.sha256, name=model_entry.name,
+                                      trained_on=cpu)  # fmt: skip
+    model.base_report = dict(model_entry.entry.get("report", {}))
     return model.eval()
 
 

@@ -62,6 +62,9 @@ class Plan(NamedTuple):
     (``Config.values_needed()``: VinePPO's), None for none"""
     warmstart: RunWarmstartConfig
     """the warm start's settings on the run's task, cache and progress (``run_warmstart``)"""
+    warmstart_identity: dict[str, Any]
+    """the warm start's identity (``WarmstartConfig.key_inputs``), computed once when its
+    settings are checked: its base model is found and cached by it"""
     device: torch.device
     """the torch device, checked to exist"""
     run_dir: Path
@@ -91,14 +94,14 @@ def resolve(cfg: TrainConfig, saved=None) -> Plan:
     algo = algorithms.get(cfg.algo)
     warmstart = dataclasses.replace(run_warmstart(cfg), progress=cfg.progress)
     task = build_task(cfg.task, cfg.task_args)
-    max_new_tokens, device = check_train_config(cfg, task, warmstart)
+    max_new_tokens, device, run_dir, identity = check_train_config(cfg, task, warmstart)
     saved_algo = saved.config.get("algo_config") if saved is not None else None
     saved_algo = saved_algo if isinstance(saved_algo, dict) else None
-    algo_cfg = algorithm_config(cfg, algo, max_new_tokens, saved_algo)
     # What the algorithm's Config asks of the run, asked once: the Trainer reads the answers.
-    reads_entropy, needs_reference = algo_cfg.reads_current_entropy(), algo_cfg.needs_reference()
-    request = algo_cfg.values_needed()  # Monte-Carlo values (VinePPO's): sampled every step
-    float32_entropy = algo_cfg.needs_float32_entropy() and cfg.dtype == "bfloat16"
+    algo_cfg, needs_reference, reads_entropy, float32_entropy, request = algorithm_config(
+        cfg, algo, saved_algo
+    ).for_run(max_new_tokens)  # request: Monte-Carlo values (VinePPO's), sampled every step
+    float32_entropy = float32_entropy and cfg.dtype == "bfloat16"
     if reads_entropy and cfg.ppo_epochs * cfg.minibatches == 1:
         warnings.warn(
             f"{cfg.algo}: the loss compares the current policy's entropy with the "
@@ -113,10 +116,10 @@ def resolve(cfg: TrainConfig, saved=None) -> Plan:
         default = type(algo_cfg)().values_needed()
         announce_oracle_cost(task, max_new_tokens, cfg.prompts_per_step, cfg.group_size,
                              cfg.seed, request, default.rollouts)  # fmt: skip
-    record, run_dir = config_dict(cfg), cfg.run_dir
+    record = config_dict(cfg)
     defaults = flatten(config_dict(TrainConfig())) if saved is not None else {}
     return Plan(cfg, algo, algo_cfg, task, max_new_tokens, needs_reference, float32_entropy,
-                request, warmstart, device, run_dir, record, defaults, saved)  # fmt: skip
+                request, warmstart, identity, device, run_dir, record, defaults, saved)  # fmt: skip
 
 
 def announce_oracle_cost(task, max_new_tokens: int, prompts: int, group_size: int, seed: int,
@@ -157,14 +160,12 @@ def run_warmstart(cfg: TrainConfig) -> RunWarmstartConfig:
     return dataclasses.replace(ws, task=cfg.task, task_args=cfg.task_args, runs_dir=runs_dir)
 
 
-def algorithm_config(
-    cfg: TrainConfig, algo: ModuleType, max_new_tokens: int, saved: dict | None = None
-):
+def algorithm_config(cfg: TrainConfig, algo: ModuleType, saved: dict | None = None):
     """The algorithm's ``Config`` of the run: a resumed run's own (``saved``, the
     ``algo_config`` of its config.json: it continues with the settings it was made with, even
     if this version of refimpl has other defaults); else the defaults with the command-line
-    overrides applied (validated by the Config), for completions of at most
-    ``max_new_tokens`` tokens (Dr. GRPO's L_max)."""
+    overrides applied (validated by the Config). ``resolve`` then sizes it to the run's
+    generation budget (``Config.for_run``: Dr. GRPO's L_max, when its own is not set)."""
     if saved is not None:
         try:
             return algo.Config(**saved)
@@ -176,7 +177,7 @@ def algorithm_config(
         overrides = parse_overrides(
             cfg.algo_args, typing.get_type_hints(algo.Config), "--algo-args"
         )
-        return algo.Config(**overrides).for_generation_budget(max_new_tokens)
+        return algo.Config(**overrides)
     except ValueError as err:  # the Config's own check names its field: name the flag too
         message = str(err)
         raise ValueError(

@@ -105,7 +105,7 @@ def apply_algo_config(cfg: TrainConfig, section: Any, source: str) -> TrainConfi
             )
         check_setting_type(value, hints[key], f"{source}: algo_config.{key}")
     budget = cfg.max_new_tokens or build_task(cfg.task, cfg.task_args).max_new_tokens
-    given = dataclasses.asdict(algorithm_config(cfg, algo, budget))
+    given = dataclasses.asdict(algorithm_config(cfg, algo).for_generation_budget(budget))
     changed = {k: v for k, v in section.items() if v != given[k]}
     if not changed:
         return cfg
@@ -119,7 +119,7 @@ def apply_algo_config(cfg: TrainConfig, section: Any, source: str) -> TrainConfi
     args = (*kept, *(f"{k}={_override_text(v)}" for k, v in changed.items()))
     cfg = dataclasses.replace(cfg, algo_args=args)
     try:
-        algorithm_config(cfg, algo, budget)
+        algorithm_config(cfg, algo).for_generation_budget(budget)
     except ValueError as err:  # named by the file's key, not the flag it was passed as
         raise ValueError(
             f"{source}: algo_config: {str(err).removeprefix('--algo-args: ')}"

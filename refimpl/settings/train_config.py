@@ -10,7 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 
@@ -226,11 +226,20 @@ TRAIN_BOUNDS: Bounds = (
 )
 
 
-def check_train_config(cfg: TrainConfig, task, warmstart) -> tuple[int, torch.device]:
+class CheckedRun(NamedTuple):
+    """What ``check_train_config`` resolves as it checks the settings."""
+
+    max_new_tokens: int  # the completion budget L_max in tokens
+    device: torch.device
+    run_dir: Path  # <--runs-dir>/<--name>
+    warmstart_identity: dict  # the warm start's ``key_inputs()``, of its checked settings
+
+
+def check_train_config(cfg: TrainConfig, task, warmstart) -> CheckedRun:
     """Fail at start-up, naming the flag, on a bad or inconsistent setting of the run on
     ``task`` and of its ``warmstart`` (nothing is written before this passes; the memory
     check, which needs the algorithm's Config, is ``refimpl.settings.plan.resolve``'s).
-    Returns the completion budget L_max in tokens and the device."""
+    Returns what it resolved (``CheckedRun``)."""
     for name, rule in TRAIN_BOUNDS:  # each flag's own bounds, then those across flags
         rule(getattr(cfg, name), flag(name))
     if cfg.prompts_per_step % cfg.minibatches:
@@ -259,7 +268,8 @@ def check_train_config(cfg: TrainConfig, task, warmstart) -> tuple[int, torch.de
             f"{task.max_new_tokens}), got {cfg.max_new_tokens}"
         )
     # The warm start trains on the run's task: its flags are checked under their full names.
-    warmstart.check("--warmstart.")
+    run_dir = cfg.run_dir
+    identity = warmstart.check("--warmstart.")
     max_new_tokens = task.max_new_tokens if cfg.max_new_tokens is None else cfg.max_new_tokens
     probe = task.sample(8, held_out_rng())
     needed = max(len(TOKENIZER.encode(task.reference_solution(p), add_eos=True)) for p in probe)
@@ -275,7 +285,7 @@ def check_train_config(cfg: TrainConfig, task, warmstart) -> tuple[int, torch.de
             f"({max_new_tokens}) exceed the model's block size {block}: lower --max-new-tokens or "
             f"raise --warmstart.model.block-size"
         )
-    return max_new_tokens, device
+    return CheckedRun(max_new_tokens, device, run_dir, identity)
 
 
 def check_device(device: str) -> torch.device:

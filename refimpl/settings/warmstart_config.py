@@ -171,8 +171,10 @@ class WarmstartConfig:
     progress: bool = True
     """show a progress bar"""
 
-    def check(self, prefix: str = "--") -> None:
-        """Raise ``ValueError`` naming the flag on a bad setting, before anything is trained.
+    def check(self, prefix: str = "--") -> dict:
+        """Raise ``ValueError`` naming the flag on a bad setting, before anything is trained;
+        return the checked settings' identity (``key_inputs``), which a run's preflight
+        computes here, once.
 
         ``prefix`` is how the flags are spelled where this config is read: ``--`` for
         ``refimpl warmstart``, ``--warmstart.`` inside ``refimpl train``."""
@@ -203,14 +205,15 @@ class WarmstartConfig:
                 f"{task.max_new_tokens}): pass {flag('model.block_size', prefix)} {longest} "
                 "or more, or make the task smaller"
             )
+        return self.key_inputs()
 
     def key_inputs(self) -> dict:
         """Every setting that changes the trained weights, but the numeric path, as plain
         values: the task's knobs in canonical form (below), the supervised mix and the
         vocabulary. The warm start's identity: its cache key hashes it with the numeric path
         (``refimpl.runs.cache.cache_key``), a shipped base model is found by it
-        (``refimpl.warmstart.find_shipped``); ``refimpl.warmstart.choose_base`` computes it
-        once for a warm start, and neither reads these settings again.
+        (``refimpl.warmstart.find_shipped``); a run computes it once, when its settings are
+        checked (``check``), and neither reads these settings again.
 
         The knobs: ``task_args`` parsed and filled in with the task's defaults, written back
         as the ``KNOB=VALUE`` pairs that differ from those defaults, sorted by knob. Flags that
@@ -230,8 +233,9 @@ class WarmstartConfig:
         defaults = get_task(self.task).knobs()
         knobs = get_task(self.task, **task_knobs(self.task, self.task_args)).knobs()
         keep["task_args"] = [f"{k}={v}" for k, v in sorted(knobs.items()) if v != defaults[k]]
-        keep["mix"] = WARMSTART_MIX.get(self.task, {})
-        keep["vocab"] = TOKENIZER.itos
+        # copies: an identity is plain values of its own, never the tokenizer's list
+        keep["mix"] = dict(WARMSTART_MIX.get(self.task, {}))
+        keep["vocab"] = list(TOKENIZER.itos)
         return keep
 
 

@@ -79,6 +79,11 @@ ENTRY = "refimpl.train.run_training"
 
 SETTINGS = {"TrainConfig", "WarmstartConfig", "RunWarmstartConfig", "ModelSize"}
 
+#: Functions that make settings objects from a record on the disk (a shipped model's manifest
+#: entry, a cache's state.json): what they return is that model's settings, not the run's,
+#: and the walk does not follow it (its identity is computed to be compared with the run's).
+FROM_RECORD = {"refimpl.settings.warmstart_config.warmstart_from_record"}
+
 
 def _is_setting(value) -> bool:
     names = {c.__name__ for c in type(value).__mro__}
@@ -157,6 +162,8 @@ class Walk:
         self.followed: dict[int, object] = {}  # id → the value (kept alive: ids stay unique)
         self.stop_frames: set[int] = set()  # frames of stops: their returns are followed
         self.seen: set[tuple[int, str]] = set()  # (caller frame, callee) already counted
+        self.foreign: dict[int, object] = {}  # settings read from a record: not the run's
+        self.record_frames: set[int] = set()  # frames of FROM_RECORD functions
 
     def _follow(self, value) -> None:
         if _plain(value) or id(value) in self.followed:
@@ -169,7 +176,7 @@ class Walk:
     def _carries_value(self, value, depth: int = 2) -> bool:
         """``value`` is a settings object, a followed value, or holds one ``depth`` levels
         down (an attribute, a named tuple's field, a record's item)."""
-        if _plain(value) or _is_torch(value):
+        if _plain(value) or _is_torch(value) or id(value) in self.foreign:
             return False  # the walk ends at the model: its passes are the step's
         if _is_setting(value):
             for v in vars(value).values():  # its fields are the setting's values
@@ -186,6 +193,12 @@ class Walk:
         return any(self._carries_value(v, depth - 1) for v in inner)
 
     def profile(self, frame, event, arg) -> None:
+        if event == "return" and id(frame) in self.record_frames:
+            self.record_frames.discard(id(frame))
+            if _is_setting(arg):  # a warm start's settings, and its ModelSize
+                for value in (arg, *vars(arg).values()):
+                    if not _plain(value):
+                        self.foreign[id(value)] = value
         if event == "return":
             if id(frame) in self.stop_frames:
                 self.stop_frames.discard(id(frame))
@@ -202,6 +215,8 @@ class Walk:
         callee = f"{callee_mod}.{code.co_qualname}"
         if callee == ENTRY and not self.path:
             self.following = True
+        if callee in FROM_RECORD:
+            self.record_frames.add(id(frame))
         if self.following:
             if any(self._carries_value(frame.f_locals.get(n)) for n in names):
                 self.stop_frames.add(id(frame))
