@@ -171,8 +171,8 @@ def find_shipped(identity: dict, key: str | None = None
     its recorded config says them) whose config no longer hashes to that key (edited: it is
     no model's). A run that finds no shipped model says these before it trains or reuses a
     cache (``choose_base``): a damaged manifest is otherwise a silent retraining on this
-    machine, and other bits. Each entry's identity is computed from its recorded config
-    (``_entry_identity``), never read from the manifest."""
+    machine, and other bits. An entry's identity is computed from its recorded config, never
+    read from the manifest, and only for an entry of these settings' task or key."""
     path = shipped.MANIFEST
     weights = sorted(p.parent.name for p in path.parent.glob("*/model.safetensors"))
     fix = f"restore {path} (git checkout, or reinstall refimpl)"
@@ -188,33 +188,38 @@ def find_shipped(identity: dict, key: str | None = None
         if name not in listed
     ]
     key = settings_key(identity) if key is None else key
-    found = None
+    found, plain = None, _plain_settings(identity)
     for model in models:
-        inputs, recorded = _entry_identity(model)
-        if inputs is None:  # an entry that cannot be read: said, whichever settings it had
-            unused.append(f"{path}: the entry {model.name} {recorded}, so it is not used; {fix}")
-        elif recorded == key or inputs == identity:  # it claims these settings
-            computed = settings_key(inputs)
-            if computed != recorded:
-                unused.append(
-                    f"{path}: the entry {model.name} has a config whose settings hash to "
-                    f"{computed}, not to the settings_key it records ({recorded}): edited?, "
-                    f"so it is not used; {fix}"
-                )
-            elif found is None and inputs == identity:
-                found = model
+        try:  # an entry that says other settings, and not their key, is not parsed further
+            recorded, config = str(model.entry["settings_key"]), model.entry["config"]
+            typed = warmstart_from_record(config)
+            mine = recorded == key or _plain_settings(dataclasses.asdict(typed)) == plain
+            inputs = typed.key_inputs() if mine else None
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            unused.append(f"{path}: the entry {model.name} cannot be read ({type(err).__name__}: "
+                          f"{err}), so it is not used; {fix}")  # fmt: skip
+            continue  # said, whichever settings it had
+        if inputs is None or (recorded != key and inputs != identity):
+            continue  # another model's entry
+        computed = settings_key(inputs)  # computed from its config, never read
+        if computed != recorded:
+            unused.append(
+                f"{path}: the entry {model.name} has a config whose settings hash to {computed}, "
+                f"not to the settings_key it records ({recorded}): edited?, so it is not used; "
+                f"{fix}"
+            )
+        elif found is None and inputs == identity:
+            found = model
     return found, unused
 
 
-def _entry_identity(model: shipped.ShippedModel) -> tuple[dict | None, str]:
-    """A manifest entry's identity, computed from its recorded config (``key_inputs``), and the
-    ``settings_key`` it records; ``(None, why)`` when either cannot be read."""
-    try:
-        return warmstart_from_record(model.entry["config"]).key_inputs(), str(
-            model.entry["settings_key"]
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as err:
-        return None, f"cannot be read ({type(err).__name__}: {err})"
+def _plain_settings(settings: dict) -> tuple:
+    """The settings compared as typed, before ``key_inputs`` canonicalises the task's knobs
+    (another entry's knobs are not parsed): the task, the model, the schedule, the steps, the
+    batch, the lr, the seed."""
+    steps = settings["steps"]
+    return (settings["task"], settings["model"], steps, settings.get("schedule_steps") or steps,
+            settings["batch_size"], settings["lr"], settings["seed"])  # fmt: skip
 
 
 def _work(config: dict) -> float:

@@ -188,7 +188,7 @@ def test_a_run_whose_config_json_lost_its_algo_config_resumes_with_the_checkpoin
     built = []
     real = plan_module.algorithm_config
     monkeypatch.setattr(
-        plan_module, "algorithm_config", lambda *a: (built.append(a[3]), real(*a))[1]
+        plan_module, "algorithm_config", lambda *a: (built.append(a[2]), real(*a))[1]
     )
     cfg = load_config_file(path)
     plan = preflight(dataclasses.replace(cfg, resume=True, steps=2))

@@ -22,11 +22,6 @@ from refimpl.runs.runlog import nearest_existing
 from refimpl.types.flags import flag
 
 
-def _digest(keep: dict) -> str:
-    blob = json.dumps(keep, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:10]
-
-
 class WarmstartKeys(NamedTuple):
     """The keys of a warm start's identity (``WarmstartConfig.key_inputs()``), computed
     together (``keys``): ``refimpl.warmstart.choose_base`` needs each, once."""
@@ -39,7 +34,10 @@ class WarmstartKeys(NamedTuple):
 def keys(inputs: dict, runs_dir: Path | str = ".") -> WarmstartKeys:
     """The keys of the warm start ``inputs`` (``WarmstartConfig.key_inputs()``) and its cache
     directory under ``runs_dir``."""
-    settings, machine = _digest(inputs), _digest({**inputs, "numerics": cpu_kernels.cache_tag()})
+    settings, machine = (  # the settings alone; then with this machine's numeric path
+        hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:10]
+        for keep in (inputs, {**inputs, "numerics": cpu_kernels.cache_tag()})
+    )
     return WarmstartKeys(
         settings, machine, Path(runs_dir) / "warmstart" / f"{inputs['task']}-{machine}"
     )

@@ -4,9 +4,9 @@ source of truth). A run is resolved from its settings before run management runs
 file is handed the resolved plan and reads it as values (its ``cfg``, its records): it imports
 nothing of ``refimpl.settings``.
 
-The run directory is the Trainer's: ``check_run_dir`` checks it; ``open_run`` creates, locks and
-checks it again, then writes a new run's config.json or restores a resumed run's checkpoint,
-and holds it while the run trains; ``save_run`` saves the checkpoint after the logs. The checks
+The run directory is the Trainer's: ``check_run_dir`` checks it once; ``open_run`` creates and
+locks it, checks again only what another process can have changed meanwhile, then writes a
+new run's config.json or restores a resumed run's checkpoint, and holds it while the run trains; ``save_run`` saves the checkpoint after the logs. The checks
 this file calls live beside it: the run's place (``refimpl.runs.paths``), its lock
 (``refimpl.runs.lock``), and what a resumed run's logs and checkpoint must satisfy
 (``refimpl.runs.resume``).
