@@ -388,8 +388,12 @@ def exact_spearman(xs, ys) -> tuple[float, float]:
         raise ValueError(f"exact_spearman: expected 3 to {MAX_PERMUTED} pairs, got {len(xs)}")
     rx, ry = ranks(xs), ranks(ys)
     r = pearson(rx, ry)
-    null = [pearson(rx, ry[list(perm)]) for perm in itertools.permutations(range(len(ry)))]
-    return r, float(np.mean([abs(v) >= abs(r) - 1e-12 for v in null]))
+    # Pearson's r of rx with every ordering of ry at once (one row each; NaN without spread)
+    y = ry[np.array(list(itertools.permutations(range(len(ry)))))]
+    x, y = rx - rx.mean(), y - y.mean(axis=1, keepdims=True)
+    denom = np.sqrt((x * x).sum() * (y * y).sum(axis=1))
+    null = np.divide(y @ x, denom, out=np.full(len(y), np.nan), where=denom > 0)
+    return r, float(np.mean(np.abs(null) >= abs(r) - 1e-12))
 
 
 # --------------------------------------------------------------------------------------------

@@ -397,14 +397,18 @@ def cost_table(arms: dict, machine: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def agreement(results: Path, label: str) -> tuple[float, str] | None:
+def agreement(results: Path, label: str, read: dict | None = None) -> tuple[float, str] | None:
     """The arm's within-completion r of credit against A* on the warm-start batch, at the
-    file's largest K, and that K; None when its file is missing."""
+    file's largest K, and that K; None when its file is missing. ``read``: the files already
+    read, by path (several arms share one)."""
     stem, name = CREDIT_FILES.get(label, (CREDIT_DEFAULT, label.split()[0]))
     path = results / f"{stem}.json"
     if not path.is_file():
         return None
-    d = read_result(path, "the ceiling's scatter")
+    read = {} if read is None else read
+    if path not in read:
+        read[path] = read_result(path, "the ceiling's scatter")
+    d = read[path]
     metrics = d["metrics"]
     expect(isinstance(metrics, dict) and metrics and all(k.isdigit() for k in metrics), path,
            "metrics: expected an object keyed by K")  # fmt: skip
@@ -420,9 +424,9 @@ def scatter_points(arms: dict, results: Path) -> list[dict]:
     """Each arm's credit agreement and what it learned: its share of the ceiling with the
     bootstrap interval once the ceiling is resolved, else its gain over GRPO with the t one."""
     resolved = ceiling_resolved(arms)
-    points = []
+    points, read = [], {}
     for label in ARMS:
-        got = agreement(results, label)
+        got = agreement(results, label, read)
         if got is None:
             continue
         if resolved:
