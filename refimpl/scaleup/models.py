@@ -37,10 +37,12 @@ def smollm2_gguf_path() -> Path:
 
 def load_smollm2(dtype: torch.dtype = torch.float32):
     """``(model, tokenizer)``: SmolLM2-135M-Instruct, trainable, from local files only."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
     path = smollm2_gguf_path()
-    tokenizer = AutoTokenizer.from_pretrained(
+    # The fast tokenizer's class directly: AutoTokenizer would parse the GGUF file once more
+    # just to choose it (the same class, vocabulary and special tokens; about 5 s a load).
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(
         path.parent, gguf_file=path.name, local_files_only=True
     )
     model = AutoModelForCausalLM.from_pretrained(
