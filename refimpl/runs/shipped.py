@@ -84,20 +84,19 @@ def load(model_entry: ShippedModel, cfg, prefix: str = "--"):
     try:
         if not file.exists():
             raise CheckpointError(
-                f"{file}: missing (the manifest {MANIFEST} lists it); reinstall refimpl, or "
-                "train the base model here with --warmstart.no-shipped"
+                f"{file}: missing (the manifest {MANIFEST} lists it); reinstall refimpl"
             )
         if sha256(file) != model_entry.sha256:
             raise CheckpointError(
                 f"{file}: damaged (its sha256 differs from the one {MANIFEST.name} records); "
-                "restore it (git checkout), or train the base model here with "
-                "--warmstart.no-shipped"
+                "restore it (git checkout)"
             )
         model = cfg.model.build()
         load_model_weights(file.parent, model)  # finite, fits the model
     except CheckpointError as err:
         raise CheckpointError(
-            f"shipped base model: {err} (or pass {flag('no-shipped', prefix)})"
+            f"shipped base model: {err}, or train the base model here with "
+            f"{flag('no-shipped', prefix)}"
         ) from None
     cpu = model_entry.entry.get("trained_on", {}).get("cpu", "unrecorded")
     model.base_record = describe_base("shipped", sha=model_entry.sha256, name=model_entry.name,
