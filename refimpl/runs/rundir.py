@@ -6,7 +6,8 @@ nothing of ``refimpl.settings``.
 
 The run directory is the Trainer's: ``check_run_dir`` checks it once; ``open_run`` creates and
 locks it, checks again only what another process can have changed meanwhile, then writes a
-new run's config.json or restores a resumed run's checkpoint, and holds it while the run trains; ``save_run`` saves the checkpoint after the logs. The checks
+new run's config.json or restores a resumed run's checkpoint, and holds it while the run
+trains; ``save_run`` saves the checkpoint after the logs. The checks
 this file calls live beside it: the run's place (``refimpl.runs.paths``), its lock
 (``refimpl.runs.lock``), and what a resumed run's logs and checkpoint must satisfy
 (``refimpl.runs.resume``).
@@ -342,7 +343,8 @@ def save_run(plan, model, optimizer, step: int, sampled_tokens: int) -> None:
 
 
 def write_new_run(run_dir: Path, train_config: dict[str, Any], algo_config: dict[str, Any],
-                  base: dict[str, Any] | None = None, *, overwrite: bool = False) -> None:  # fmt: skip
+                  base: dict[str, Any] | None = None, *, overwrite: bool = False
+                  ) -> None:  # fmt: skip
     """A new run in ``run_dir``, whose lock the caller holds: the directory must hold nothing
     but its lock (another process may have made a run there since it was checked), unless
     ``overwrite``, which deletes the run there, and only a run (``check_deletable``: a

@@ -28,7 +28,7 @@ in another file: the calls that bring a reader into the file from elsewhere (a f
 calls to its own file's functions are not entries, and neither is a return to the caller).
 "Entries, returns counted" also counts a stop whose previous stop is in another file: a
 return to the file, to call another of its functions, is then an entry too (a stricter
-count, printed beside the first; the tests bound the first).
+count, printed beside the first; ``tests/test_setting_walk.py`` bounds both).
 
 Each distinct edge (caller function → callee function) is counted once, at its first
 occurrence, so that the counts do not grow with the number of steps, and is classified as
@@ -182,7 +182,9 @@ class Walk:
         """``value`` is a settings object, a followed value, or holds one ``depth`` levels
         down (an attribute, a named tuple's field, a record's item)."""
         if _plain(value) or _is_torch(value) or id(value) in self.foreign:
-            return False  # the walk ends at the model: its passes are the step's
+            # the walk ends at the model (its passes are the step's), and another model's
+            # settings are not the run's
+            return False
         if _is_setting(value):
             for v in vars(value).values():  # its fields are the setting's values
                 self._follow(v)
